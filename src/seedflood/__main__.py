@@ -1,0 +1,3 @@
+from seedflood.cli import main
+
+raise SystemExit(main())

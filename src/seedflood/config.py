@@ -1,0 +1,386 @@
+"""Typed configuration: one dataclass per component, loaded from YAML plus `--set` overrides.
+
+Owns: the schema of a run (every key a user can write), parsing YAML and `section.field=value`
+overrides, and validation. Each component receives only its own section. Any unknown key, wrong
+type or out-of-range value raises `ConfigError` with one line naming the key and what is allowed.
+
+Assumes nothing about the environment: pure Python + yaml.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message is one line naming the key."""
+
+
+def _require(cond: bool, key: str, msg: str) -> None:
+    if not cond:
+        raise ConfigError(f"{key}: {msg}")
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0
+    """Run seed: every direction, batch and basis derives from it."""
+    steps: int = 100
+    """Number of ZO steps every client takes."""
+    out_dir: str = "runs/default"
+    """Run directory: log, metrics, checkpoints."""
+    threads: int = 0
+    """torch intra-op threads per process; 0 = leave torch's default."""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    def __post_init__(self) -> None:
+        _require(self.seed >= 0, "run.seed", f"must be >= 0, got {self.seed}")
+        _require(self.steps >= 1, "run.steps", f"must be >= 1, got {self.steps}")
+        _require(self.threads >= 0, "run.threads", f"must be >= 0, got {self.threads}")
+        _require(bool(self.out_dir), "run.out_dir", "must not be empty")
+
+
+@dataclass
+class ZOConfig:
+    direction: Literal["subcge", "gaussian"] = "subcge"
+    """Direction family: subcge (low-rank canonical coordinates) or gaussian (MeZO)."""
+    eps: float = 1e-3
+    """Perturbation scale: scalar = (L(θ+εz) − L(θ−εz)) / 2ε."""
+    lr: float = 10.0
+    """Peak learning rate; an update is θ ← θ − lr(step)·w·scalar·z."""
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = 0
+    aggregate: Literal["sum", "mean"] = "sum"
+    """w = 1 (sum over clients: progress per step grows with N) or 1/N (mean: lower variance)."""
+    perturbations: int = 1
+    """Messages (k = 0..K-1) each client originates per step."""
+    trainable: list[str] = field(default_factory=lambda: ["*layers.*.weight", "*.h.*.weight"])
+    """fnmatch patterns of parameter names that train; only 2-D matrices are taken."""
+
+    def __post_init__(self) -> None:
+        _require(self.eps > 0, "zo.eps", f"must be > 0, got {self.eps}")
+        _require(self.lr >= 0, "zo.lr", f"must be >= 0, got {self.lr}")
+        _require(self.warmup_steps >= 0, "zo.warmup_steps", "must be >= 0")
+        _require(1 <= self.perturbations <= 64, "zo.perturbations", "must be in 1..64")
+        _require(len(self.trainable) > 0, "zo.trainable", "needs at least one pattern")
+
+
+@dataclass
+class SubspaceConfig:
+    rank: int = 32
+    """r: columns of U (m×r) and V (k×r) per matrix; the core is r×r."""
+    refresh: int = 1000
+    """Steps per basis epoch: U, V are redrawn at step multiples of this."""
+    merge_every: int = 1
+    """Merge W ← W + U·S·Vᵀ every this many steps (and always at a refresh); must divide refresh."""
+
+    def __post_init__(self) -> None:
+        _require(1 <= self.rank <= 4096, "subspace.rank", f"must be in 1..4096, got {self.rank}")
+        _require(self.refresh >= 1, "subspace.refresh", f"must be >= 1, got {self.refresh}")
+        _require(self.merge_every >= 1, "subspace.merge_every", "must be >= 1")
+        _require(
+            self.refresh % self.merge_every == 0,
+            "subspace.merge_every",
+            f"must divide subspace.refresh={self.refresh}, got {self.merge_every}",
+        )
+
+
+@dataclass
+class FloodConfig:
+    hops_per_step: int = 0
+    """Hops per step; 0 = the diameter (every step completes before the next one)."""
+    max_scalar: float = 1e6
+    """Frames carrying |scalar| above this are rejected."""
+    step_window: int = 64
+    """Frames with a step further than this ahead of the receiver's step are rejected."""
+
+    def __post_init__(self) -> None:
+        _require(self.hops_per_step >= 0, "flood.hops_per_step", "must be >= 0 (0 = diameter)")
+        _require(self.max_scalar > 0, "flood.max_scalar", "must be > 0")
+        _require(self.step_window >= 1, "flood.step_window", "must be >= 1")
+
+
+TOPOLOGY_KINDS = (
+    "ring", "grid", "torus", "complete", "star", "tree",
+    "random_regular", "erdos_renyi", "watts_strogatz", "file",
+)
+
+
+@dataclass
+class TopologyConfig:
+    kind: Literal[
+        "ring", "grid", "torus", "complete", "star", "tree",
+        "random_regular", "erdos_renyi", "watts_strogatz", "file",
+    ] = "ring"
+    nodes: int = 4
+    """Number of clients (topology nodes 0..N-1 = ranks 1..N)."""
+    rows: int = 0
+    """grid/torus rows; 0 = as square as possible."""
+    degree: int = 3
+    """random_regular degree."""
+    p: float = 0.3
+    """erdos_renyi edge probability / watts_strogatz rewiring probability."""
+    k: int = 4
+    """watts_strogatz neighbours per node."""
+    seed: int = 0
+    """Seed of the random graph builders."""
+    file: str = ""
+    """Edge-list YAML (kind = file); relative paths resolve against the config file, then topologies/."""
+
+    def __post_init__(self) -> None:
+        _require(self.nodes >= 1, "topology.nodes", f"must be >= 1, got {self.nodes}")
+        _require(self.rows >= 0, "topology.rows", "must be >= 0")
+        _require(0.0 <= self.p <= 1.0, "topology.p", f"must be in [0, 1], got {self.p}")
+        _require(self.kind != "file" or bool(self.file), "topology.file", "is required when kind = file")
+
+
+@dataclass
+class TaskConfig:
+    name: str = "rt"
+    """Registered task name (rt, sst2, rte, boolq, synthetic, ...)."""
+    data_files: dict[str, str] = field(default_factory=dict)
+    """Optional local files per split, e.g. {train: a.csv, test: b.csv}."""
+    train_examples: int = 1000
+    dev_examples: int = 500
+    test_examples: int = 1000
+    batch_size: int = 16
+    """Examples per client per step."""
+    max_tokens: int = 64
+    """Input text is cut to this many tokens before the template is applied."""
+
+    def __post_init__(self) -> None:
+        for key in ("train_examples", "dev_examples", "test_examples"):
+            _require(getattr(self, key) >= 0, f"task.{key}", "must be >= 0")
+        _require(self.batch_size >= 1, "task.batch_size", "must be >= 1")
+        _require(self.max_tokens >= 4, "task.max_tokens", "must be >= 4")
+
+
+@dataclass
+class ModelConfig:
+    name: str = "smollm2-135m"
+    """Hub id, local directory, 'smollm2-135m' (the PyPI-shipped GGUF) or 'tiny' (random, for tests)."""
+    gguf_file: str = ""
+    """GGUF file name inside `name` when it is a directory."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "cpu"
+    """cpu, cuda, or cuda:N."""
+    tiny: dict[str, int] = field(default_factory=dict)
+    """Overrides of the tiny random model's config (hidden_size, num_hidden_layers, ...)."""
+
+    def __post_init__(self) -> None:
+        _require(bool(self.name), "model.name", "must not be empty")
+        _require(
+            self.device == "cpu" or self.device.startswith("cuda"),
+            "model.device", f"must be cpu, cuda or cuda:N, got {self.device!r}",
+        )
+
+
+@dataclass
+class EvalConfig:
+    every: int = 10
+    """Score the consensus model every this many steps (0 = only at the end)."""
+    batch_size: int = 32
+    attach: int = 0
+    """Topology node the evaluator attaches to as a leaf."""
+
+    def __post_init__(self) -> None:
+        _require(self.every >= 0, "eval.every", "must be >= 0")
+        _require(self.batch_size >= 1, "eval.batch_size", "must be >= 1")
+        _require(self.attach >= 0, "eval.attach", "must be >= 0")
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 50
+    """Write a full checkpoint (state + HF model dir) every this many steps (0 = only at the end)."""
+    hf_model: bool = True
+    """Also materialize a save_pretrained directory."""
+    resume: bool = True
+    """Resume from the run directory's latest checkpoint + log when one exists."""
+
+    def __post_init__(self) -> None:
+        _require(self.every >= 0, "checkpoint.every", "must be >= 0")
+
+
+@dataclass
+class TransportConfig:
+    backend: Literal["gloo"] = "gloo"
+    timeout_s: float = 300.0
+    """Process-group timeout: a silent peer fails the run after this long."""
+
+    def __post_init__(self) -> None:
+        _require(self.timeout_s > 0, "transport.timeout_s", "must be > 0")
+
+
+@dataclass
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    zo: ZOConfig = field(default_factory=ZOConfig)
+    subspace: SubspaceConfig = field(default_factory=SubspaceConfig)
+    flood: FloodConfig = field(default_factory=FloodConfig)
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    transport: TransportConfig = field(default_factory=TransportConfig)
+    source: str = field(default="", compare=False)
+    """Path of the YAML this came from ('' if built in code); not a user key."""
+
+    def __post_init__(self) -> None:
+        _require(
+            self.eval.attach < self.topology.nodes,
+            "eval.attach", f"must name a node in 0..{self.topology.nodes - 1}, got {self.eval.attach}",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("source")
+        return d
+
+
+SECTIONS: dict[str, type] = {
+    f.name: f.default_factory().__class__  # type: ignore[misc]
+    for f in dataclasses.fields(Config)
+    if f.name != "source"
+}
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(tp)))
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check `value` against the annotation `tp`; int -> float is the only implicit conversion."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"{key}: must be one of {', '.join(map(str, allowed))}; got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for alt in typing.get_args(tp):
+            if alt is type(None) and value is None:
+                return None
+            try:
+                return _coerce(value, alt, key)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(f"{key}: {value!r} matches none of {tp}")
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: must be a list of {_type_name(item)}, got {value!r}")
+        return [_coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        kt, vt = typing.get_args(tp)
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}: must be a mapping, got {value!r}")
+        return {_coerce(k, kt, key): _coerce(v, vt, f"{key}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: must be true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: must be an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: must be a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: must be a string, got {value!r}")
+        return value
+    raise ConfigError(f"{key}: unsupported type {tp}")  # a schema bug, not user input
+
+
+def _build_section(name: str, cls: type, values: Any) -> Any:
+    if values is None:
+        values = {}
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{name}: must be a mapping of keys, got {values!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in fields:
+            raise ConfigError(
+                f"unknown key '{name}.{key}' (allowed in {name}: {', '.join(sorted(fields))})"
+            )
+        kwargs[key] = _coerce(value, hints[key], f"{name}.{key}")
+    return cls(**kwargs)
+
+
+def from_dict(data: Mapping[str, Any], source: str = "") -> Config:
+    """Build and validate a Config from a nested mapping (the YAML document)."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config must be a mapping of sections, got {type(data).__name__}")
+    for name in data:
+        if name not in SECTIONS:
+            raise ConfigError(f"unknown section '{name}' (allowed: {', '.join(SECTIONS)})")
+    sections = {name: _build_section(name, cls, data.get(name)) for name, cls in SECTIONS.items()}
+    return Config(**sections, source=source)
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """'section.field=value' -> (section, field, YAML-parsed value)."""
+    key, sep, raw = text.partition("=")
+    if not sep or "." not in key:
+        raise ConfigError(f"override {text!r} must look like section.field=value")
+    section, _, name = key.strip().partition(".")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{key}: value {raw!r} is not valid YAML ({e.__class__.__name__})") from None
+    return section, name, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Return a copy of `data` with each `section.field=value` applied (validated later)."""
+    out = {k: dict(v or {}) for k, v in data.items()}
+    for text in overrides:
+        section, name, value = parse_override(text)
+        if section not in SECTIONS:
+            raise ConfigError(f"unknown section '{section}' in {text!r} (allowed: {', '.join(SECTIONS)})")
+        out.setdefault(section, {})[name] = value
+    return out
+
+
+def load(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Load a YAML config (or the defaults when path is None) and apply overrides."""
+    data: dict[str, Any] = {}
+    source = ""
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(p)!r} does not exist")
+        try:
+            loaded = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p}: not valid YAML: {str(e).splitlines()[0]}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, Mapping):
+            raise ConfigError(f"{p}: must be a mapping of sections")
+        data = dict(loaded)
+        source = str(p.resolve())
+    data = apply_overrides(data, overrides or [])
+    return from_dict(data, source=source)
+
+
+def dump(cfg: Config) -> str:
+    """The config as YAML (what a run records next to its log)."""
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

@@ -1,0 +1,99 @@
+"""Every random choice of a run, derived from explicit integer keys; never a global RNG.
+
+Owns:
+- `derive(run_seed, origin, step, k)`: the 64-bit seed of one message;
+- `hash_u64(key, counters)`: a counter-based integer hash (SplitMix64 finaliser over a keyed
+  counter), vectorised with numpy uint64 so it gives the same bits on any machine and device;
+- `generator(*keys)`: a numpy Generator (PCG64) for CPU-side draws such as batch sampling;
+- `orthonormal_basis(run_seed, epoch, matrix, rows, rank)`: the SubCGE basis, drawn in float64 on
+  the CPU from a fixed torch generator, orthonormalised by QR with a sign convention and rounded
+  to float32. The rounding makes last-bit differences between LAPACK builds vanish in all but
+  astronomically rare cases, so clients on different machines agree on the basis.
+
+Assumes: keys are non-negative Python ints below 2**64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: SplitMix64's increment
+
+# Domain tags keep independent streams apart (a message seed never equals a basis seed).
+TAG_MESSAGE = 0x5EED_F100D
+TAG_BASIS = 0xBA515
+TAG_BATCH = 0xBA7C4
+TAG_GAUSSIAN = 0x6A055
+
+
+def _mix(x: int) -> int:
+    """SplitMix64 finaliser on a Python int (bijective on 64 bits)."""
+    x &= MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def combine(*keys: int) -> int:
+    """Hash a tuple of non-negative ints into one 64-bit value (order-sensitive)."""
+    h = 0
+    for key in keys:
+        if key < 0:
+            raise ValueError(f"rng keys must be non-negative, got {key}")
+        h = _mix(h ^ _mix((key + _GOLDEN) & MASK64))
+        h = (h + _GOLDEN) & MASK64
+    return h
+
+
+def derive(run_seed: int, origin: int, step: int, k: int = 0) -> int:
+    """The seed of message (origin, step, k) in run `run_seed`: a 64-bit integer."""
+    return combine(TAG_MESSAGE, run_seed, origin, step, k)
+
+
+def hash_u64(key: int, counters: np.ndarray) -> np.ndarray:
+    """Counter-based hash: uint64 array of SplitMix64(key, counter) for each counter.
+
+    Shape of the result equals counters.shape. Integer arithmetic only (wraps mod 2**64), so the
+    output is the same on every platform.
+    """
+    c = np.asarray(counters, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        x = c * np.uint64(_GOLDEN) + np.uint64(_mix(key))
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def uniform_ints(key: int, counters: np.ndarray, high: int) -> np.ndarray:
+    """Integers in [0, high) from the hash (high ≪ 2**64, so the modulo bias is below 2**-40)."""
+    return (hash_u64(key, counters) % np.uint64(high)).astype(np.int64)
+
+
+def generator(*keys: int) -> np.random.Generator:
+    """A numpy Generator seeded from explicit keys (for CPU draws: batches, data splits)."""
+    return np.random.Generator(np.random.PCG64(combine(*keys)))
+
+
+def torch_generator(*keys: int) -> torch.Generator:
+    """A CPU torch Generator seeded from explicit keys (fixed algorithm: Mersenne Twister)."""
+    g = torch.Generator(device="cpu")
+    g.manual_seed(combine(*keys) & ((1 << 63) - 1))
+    return g
+
+
+def orthonormal_basis(run_seed: int, epoch: int, matrix: int, rows: int, rank: int) -> torch.Tensor:
+    """A rows×rank float32 CPU tensor with orthonormal columns, fixed by (run_seed, epoch, matrix).
+
+    Drawn as a float64 Gaussian from a keyed CPU generator, orthonormalised with QR, each column's
+    sign fixed so the diagonal of R is positive (QR is unique up to those signs).
+    """
+    if rank > rows:
+        raise ValueError(f"subspace rank {rank} exceeds matrix dimension {rows}")
+    g = torch_generator(TAG_BASIS, run_seed, epoch, matrix, rows)
+    a = torch.randn(rows, rank, generator=g, dtype=torch.float64)
+    q, r = torch.linalg.qr(a, mode="reduced")
+    signs = torch.sign(torch.diagonal(r))
+    signs[signs == 0] = 1.0
+    return (q * signs).to(torch.float32).contiguous()

@@ -350,12 +350,17 @@ def parse_override(text: str) -> tuple[str, str, Any]:
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Return a copy of `data` with each `section.field=value` applied (validated later)."""
-    out = {k: dict(v or {}) for k, v in data.items()}
+    out = {k: dict(v) if isinstance(v, Mapping) else v for k, v in data.items()}
     for text in overrides:
         section, name, value = parse_override(text)
         if section not in SECTIONS:
             raise ConfigError(f"unknown section '{section}' in {text!r} (allowed: {', '.join(SECTIONS)})")
-        out.setdefault(section, {})[name] = value
+        current = out.get(section)
+        if current is None:
+            current = out[section] = {}
+        if not isinstance(current, dict):
+            raise ConfigError(f"{section}: must be a mapping of keys, got {current!r}")
+        current[name] = value
     return out
 
 

@@ -1,0 +1,164 @@
+"""The flood as a pure state machine over integer neighbour ids.
+
+Owns: which messages a node has seen, what it still owes each neighbour, when a step is complete,
+and forgetting old steps. It knows nothing of bytes, processes or models: a hop is
+`outbox()` on every node, delivery, then `receive()` on every node, driven by the caller.
+
+Rules (DESIGN.md §1, §2):
+- a message new to this node is forwarded to every neighbour except those known to have it
+  (the one it came from, any other that also sent it, and any we already sent it to);
+- a step is complete when it holds all `per_origin` messages of every member origin;
+- steps are handed out for application strictly in order, each once; after that every message of
+  an applied step is a duplicate by construction (completeness means we saw all of them), so the
+  node forgets the step's ids and only remembers `applied_through`.
+Two copies of one id that differ in seed or scalar are a protocol violation (`FloodError`).
+
+Assumes: message ids were validated by the codec (origin < n_origins, k < per_origin).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from seedflood.message import Message
+
+MessageId = tuple[int, int, int]  # (origin, step, k)
+
+
+class FloodError(RuntimeError):
+    """The flood reached a state the protocol forbids (conflicting copies, incomplete due step)."""
+
+
+@dataclass
+class FloodStats:
+    originated: int = 0
+    received: int = 0
+    new: int = 0
+    duplicates: int = 0
+    forwarded: int = 0
+
+
+class Flood:
+    def __init__(
+        self,
+        node: int,
+        peers: Sequence[int],
+        members: Iterable[int],
+        per_origin: int = 1,
+    ) -> None:
+        self.node = node
+        self.peers: tuple[int, ...] = tuple(sorted(peers))
+        self.members: frozenset[int] = frozenset(members)
+        self.per_origin = per_origin
+        self.applied_through = -1  # every step <= this was handed out and forgotten
+        self.stats = FloodStats()
+        self._store: dict[int, dict[MessageId, Message]] = {}  # step -> id -> message
+        self._known: dict[MessageId, set[int]] = {}  # id -> peers that have it
+        self._pending: dict[int, dict[MessageId, Message]] = {p: {} for p in self.peers}
+
+    # -- traffic -------------------------------------------------------------------------------
+    def originate(self, messages: Iterable[Message]) -> None:
+        """Add this node's own messages; they go to every neighbour."""
+        for m in messages:
+            if m.origin != self.node:
+                raise FloodError(f"node {self.node} cannot originate a message of origin {m.origin}")
+            if not self._add(m, source=None):
+                raise FloodError(f"message {m.id} originated twice")
+            self.stats.originated += 1
+
+    def receive(self, peer: int, messages: Iterable[Message]) -> list[Message]:
+        """Take a neighbour's messages; returns those new to this node."""
+        if peer not in self._pending:
+            raise FloodError(f"node {self.node} received from {peer}, which is not a neighbour")
+        new = []
+        for m in messages:
+            self.stats.received += 1
+            if self._add(m, source=peer):
+                new.append(m)
+                self.stats.new += 1
+            else:
+                self.stats.duplicates += 1
+        return new
+
+    def outbox(self) -> dict[int, list[Message]]:
+        """What to send each neighbour this hop (canonically ordered); clears it."""
+        out = {}
+        for peer, pending in self._pending.items():
+            msgs = sorted(pending.values())
+            for m in msgs:
+                known = self._known.get(m.id)
+                if known is not None:
+                    known.add(peer)
+            pending.clear()
+            out[peer] = msgs
+            self.stats.forwarded += len(msgs)
+        return out
+
+    def _add(self, m: Message, source: int | None) -> bool:
+        """Record m; True if it is new. Queues it for every neighbour not known to have it."""
+        if m.step <= self.applied_through:
+            return False  # its step is complete and applied: we have seen it
+        step = self._store.setdefault(m.step, {})
+        old = step.get(m.id)
+        if old is not None:
+            if old != m:
+                raise FloodError(f"conflicting copies of message {m.id}: {old} vs {m}")
+            if source is not None:
+                self._known[m.id].add(source)
+                self._pending[source].pop(m.id, None)
+            return False
+        step[m.id] = m
+        known = {source} if source is not None else set()
+        self._known[m.id] = known
+        for p in self.peers:
+            if p not in known:
+                self._pending[p][m.id] = m
+        return True
+
+    # -- completeness --------------------------------------------------------------------------
+    def count(self, step: int) -> int:
+        return len(self._store.get(step, ()))
+
+    def is_complete(self, step: int) -> bool:
+        """All messages of `step` from every member origin are here (or it was applied)."""
+        if step <= self.applied_through:
+            return True
+        have = self._store.get(step, {})
+        return len(have) >= len(self.members) * self.per_origin and all(
+            (o, step, k) in have for o in self.members for k in range(self.per_origin)
+        )
+
+    def missing(self, step: int) -> list[MessageId]:
+        have = self._store.get(step, {})
+        return [
+            (o, step, k)
+            for o in sorted(self.members)
+            for k in range(self.per_origin)
+            if (o, step, k) not in have
+        ]
+
+    def pop_step(self, step: int) -> list[Message]:
+        """Hand out the next step's messages in canonical order and forget its ids."""
+        if step != self.applied_through + 1:
+            raise FloodError(f"steps are applied in order: expected {self.applied_through + 1}, got {step}")
+        if not self.is_complete(step):
+            raise FloodError(f"step {step} is not complete at node {self.node}: missing {self.missing(step)[:8]}")
+        msgs = sorted(m for m in self._store.pop(step, {}).values() if m.origin in self.members)
+        for m in msgs:
+            self._known.pop(m.id, None)
+        self.applied_through = step
+        return msgs
+
+    def pop_ready(self, upto: int) -> list[tuple[int, list[Message]]]:
+        """Pop every consecutive complete step up to `upto` (for followers such as the evaluator)."""
+        out = []
+        while self.applied_through < upto and self.is_complete(self.applied_through + 1):
+            s = self.applied_through + 1
+            out.append((s, self.pop_step(s)))
+        return out
+
+    @property
+    def idle(self) -> bool:
+        """Nothing owed to any neighbour."""
+        return not any(self._pending.values())

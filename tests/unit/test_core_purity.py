@@ -1,0 +1,38 @@
+"""The pure core never reaches for the outside world (DESIGN.md §7)."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CORE = ["config", "rng", "directions", "zo", "message", "flooding", "replay", "topology"]
+FORBIDDEN = ("torch.distributed", "transformers", "datasets")
+SRC = Path(__file__).resolve().parents[2] / "src" / "seedflood"
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_core_module_source_has_no_forbidden_import(module):
+    tree = ast.parse((SRC / f"{module}.py").read_text())
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            assert not name.startswith(FORBIDDEN), f"{module}.py imports {name}"
+
+
+def test_importing_the_core_loads_none_of_them():
+    code = (
+        "import sys\n"
+        + "".join(f"import seedflood.{m}\n" for m in CORE)
+        # torch imports torch.distributed itself, so that one is guarded by the source check above.
+        + "bad = [m for m in sys.modules if m.split('.')[0] in ('transformers', 'datasets')]\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

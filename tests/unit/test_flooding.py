@@ -1,0 +1,146 @@
+"""The flood state machine on many graphs, driven hop by hop in lockstep (no processes)."""
+
+import math
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seedflood import rng, topology
+from seedflood.flooding import Flood, FloodError
+from seedflood.message import Message
+
+
+def graphs():
+    out = []
+    for n in (2, 3, 5, 8, 16, 33, 64):
+        out += [topology.ring(n), topology.complete(n), topology.star(n), topology.tree(n)]
+    out += [topology.grid(16), topology.grid(12, rows=3), topology.torus(16), topology.torus(64),
+            topology.random_regular(16, 3, seed=1), topology.erdos_renyi(32, 0.15, seed=2),
+            topology.watts_strogatz(40, 4, 0.1, seed=3), topology.grid(7)]
+    return out
+
+
+def msg(origin, step, k=0):
+    return Message.make(origin, step, rng.derive(0, origin, step, k), 0.25 + origin, k)
+
+
+class Lockstep:
+    """Every node of a graph flooding in synchronous hops; records first arrivals per message."""
+
+    def __init__(self, top, per_origin=1):
+        self.top = top
+        self.nodes = {i: Flood(i, top.neighbors(i), range(top.n), per_origin) for i in top.nodes}
+        self.arrivals: Counter = Counter()  # (node, id) -> times it was new
+        self.hops = 0
+        self.sent = 0
+
+    def originate(self, step, per_origin=1):
+        for i, f in self.nodes.items():
+            f.originate([msg(i, step, k) for k in range(per_origin)])
+
+    def hop(self):
+        outs = {i: f.outbox() for i, f in self.nodes.items()}
+        for src, per_peer in outs.items():
+            for dst, msgs in per_peer.items():
+                self.sent += len(msgs)
+                for m in self.nodes[dst].receive(src, msgs):
+                    self.arrivals[(dst, m.id)] += 1
+        self.hops += 1
+
+
+@pytest.mark.parametrize("top", graphs(), ids=lambda t: f"{t.name}-{t.n}")
+def test_full_flood_delivers_everything_exactly_once_within_diameter(top):
+    net = Lockstep(top)
+    net.originate(step=0)
+    for _ in range(top.diameter):
+        net.hop()
+    for i, f in net.nodes.items():
+        assert f.is_complete(0), f"node {i} incomplete after {top.diameter} hops"
+    # Every node got every foreign message exactly once.
+    assert all(c == 1 for c in net.arrivals.values())
+    assert len(net.arrivals) == top.n * (top.n - 1)
+    # Each message crosses each edge at most once per direction; a flood needs at least n-1 sends.
+    assert top.n - 1 <= net.sent / top.n <= 2 * len(top.edges)
+    # ...and the diameter is tight: with one hop fewer some node is incomplete (n > 1).
+    if top.diameter > 0:
+        net2 = Lockstep(top)
+        net2.originate(step=0)
+        for _ in range(top.diameter - 1):
+            net2.hop()
+        assert not all(f.is_complete(0) for f in net2.nodes.values())
+    # Further hops carry nothing: the flood is quiescent.
+    net.hop()
+    assert all(f.idle for f in net.nodes.values())
+
+
+@pytest.mark.parametrize("top", [topology.ring(16), topology.torus(64), topology.tree(31),
+                                 topology.grid(16), topology.watts_strogatz(40, 4, 0.1, seed=3)],
+                         ids=lambda t: f"{t.name}-{t.n}")
+@pytest.mark.parametrize("hops", [1, 2, 3])
+def test_delayed_flooding_completes_within_ceil_diameter_over_h_steps(top, hops):
+    steps, delay = 12, math.ceil(top.diameter / hops)
+    net = Lockstep(top, per_origin=2)
+    for t in range(steps + delay):
+        if t < steps:
+            net.originate(t, per_origin=2)
+        for _ in range(hops):
+            net.hop()
+        due = t - delay + 1  # a step originated at t is complete after its delay-th step
+        for f in net.nodes.values():
+            for s in range(f.applied_through + 1, min(due, steps - 1) + 1):
+                got = f.pop_step(s)
+                assert [m.id for m in got] == sorted((o, s, k) for o in range(top.n) for k in range(2))
+    assert all(f.applied_through == steps - 1 for f in net.nodes.values())
+    assert all(c == 1 for c in net.arrivals.values())
+
+
+@given(st.integers(2, 24), st.integers(0, 10**6), st.integers(1, 4))
+@settings(max_examples=60, deadline=None)
+def test_random_graphs_flood_exactly_once(n, seed, hops):
+    top = topology.erdos_renyi(n, 0.3, seed=seed)
+    net = Lockstep(top)
+    net.originate(0)
+    for _ in range(hops * math.ceil(top.diameter / hops)):
+        net.hop()
+    assert all(f.is_complete(0) for f in net.nodes.values())
+    assert all(c == 1 for c in net.arrivals.values())
+
+
+def test_steps_pop_in_order_and_old_ids_are_forgotten():
+    f = Flood(0, [1], members=[0, 1])
+    f.originate([msg(0, 0), msg(0, 1)])
+    f.receive(1, [msg(1, 1)])
+    assert not f.is_complete(0)
+    with pytest.raises(FloodError, match="in order"):
+        f.pop_step(1)
+    with pytest.raises(FloodError, match="not complete"):
+        f.pop_step(0)
+    f.receive(1, [msg(1, 0)])
+    assert [m.id for m in f.pop_step(0)] == [(0, 0, 0), (1, 0, 0)]
+    assert 0 not in f._store and all(i[1] != 0 for i in f._known)
+    # A late copy of an applied step is a duplicate, never new.
+    assert f.receive(1, [msg(1, 0)]) == []
+    assert [s for s, _ in f.pop_ready(5)] == [1]
+
+
+def test_outbox_skips_the_sender_and_known_peers():
+    f = Flood(0, [1, 2, 3], members=range(4))
+    f.receive(1, [msg(1, 0)])
+    f.receive(2, [msg(1, 0)])  # the same message also came from 2
+    out = f.outbox()
+    assert out[1] == [] and out[2] == [] and [m.id for m in out[3]] == [(1, 0, 0)]
+    assert f.outbox() == {1: [], 2: [], 3: []}
+
+
+def test_conflicting_copies_and_foreign_peers_are_errors():
+    f = Flood(0, [1], members=range(2))
+    f.receive(1, [msg(1, 0)])
+    evil = Message.make(1, 0, msg(1, 0).seed, 99.0)
+    with pytest.raises(FloodError, match="conflicting"):
+        f.receive(1, [evil])
+    with pytest.raises(FloodError, match="not a neighbour"):
+        f.receive(5, [msg(1, 1)])
+    with pytest.raises(FloodError, match="cannot originate"):
+        f.originate([msg(1, 2)])

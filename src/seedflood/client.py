@@ -82,6 +82,7 @@ class Client:
             self.drain()
 
     def step(self, t: int) -> None:
+        self.transport.counter.step = t
         own = []
         for k in range(self.cfg.zo.perturbations):
             seed = rng.derive(self.cfg.run.seed, self.node, t, k)
@@ -98,6 +99,7 @@ class Client:
         """After the last step: hop until every step is applied (only with delayed flooding)."""
         last = self.cfg.run.steps - 1
         for t in range(self.cfg.run.steps, self.cfg.run.steps + self.delay):
+            self.transport.counter.step = t
             for _ in range(self.hops):
                 self.hop(t)
             self.apply_through(min(t - self.delay, last))

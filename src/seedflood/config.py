@@ -39,6 +39,8 @@ class RunConfig:
     threads: int = 0
     """torch intra-op threads per process; 0 = leave torch's default."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    hash_steps: bool = False
+    """Hash every client's state after every step (a consensus check; costs O(d) per step)."""
 
     def __post_init__(self) -> None:
         _require(self.seed >= 0, "run.seed", f"must be >= 0, got {self.seed}")
@@ -138,6 +140,9 @@ class TopologyConfig:
         _require(self.nodes >= 1, "topology.nodes", f"must be >= 1, got {self.nodes}")
         _require(self.rows >= 0, "topology.rows", "must be >= 0")
         _require(0.0 <= self.p <= 1.0, "topology.p", f"must be in [0, 1], got {self.p}")
+        _require(self.seed >= 0, "topology.seed", f"must be >= 0, got {self.seed}")
+        _require(self.k >= 2, "topology.k", f"must be >= 2, got {self.k}")
+        _require(self.degree >= 1, "topology.degree", f"must be >= 1, got {self.degree}")
         _require(self.kind != "file" or bool(self.file), "topology.file", "is required when kind = file")
 
 
@@ -261,7 +266,7 @@ def _type_name(tp: Any) -> str:
 
 
 def _coerce(value: Any, tp: Any, key: str) -> Any:
-    """Check `value` against the annotation `tp`; int -> float is the only implicit conversion."""
+    """Check `value` against the annotation `tp`; int or numeric text -> float are the only conversions."""
     origin = typing.get_origin(tp)
     if origin is Literal:
         allowed = typing.get_args(tp)
@@ -297,6 +302,12 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             raise ConfigError(f"{key}: must be an integer, got {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str):
+            # PyYAML follows YAML 1.1, which reads "1e-3" (no dot) as a string: accept it.
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: must be a number, got {value!r}")
         return float(value)

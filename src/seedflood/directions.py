@@ -100,6 +100,11 @@ class Direction(ABC):
         """Canonical state beyond the parameters (hashed and checkpointed with them)."""
         return {}
 
+    def effective_tensors(self) -> dict[str, torch.Tensor]:
+        """Trainable tensors as the model computes with them (pending updates folded into
+        copies; the canonical state is untouched), for exporting a plain model."""
+        return {n: p.detach() for n, p in zip(self.names, self.params)}
+
     def load_extra_state(self, state: dict[str, torch.Tensor]) -> None:
         """Restore what extra_state returned."""
 
@@ -278,6 +283,17 @@ class SubCGE(Direction):
                 p.data.copy_((p.data.float() + delta).to(p.dtype))
         self.S.zero_()
         self.S_epoch = None
+
+    def effective_tensors(self) -> dict[str, torch.Tensor]:
+        if self.S_epoch is None:
+            return super().effective_tensors()
+        bs = self.basis(self.S_epoch)
+        out = {}
+        for j, (name, p) in enumerate(zip(self.names, self.params)):
+            r = int(self.ranks[j])
+            delta = (bs.u[j] @ self.S[j, :r, :r].to(p.device)) @ bs.v[j].T
+            out[name] = (p.detach().float() + delta).to(p.dtype)
+        return out
 
     def extra_state(self) -> dict[str, torch.Tensor]:
         epoch = -1 if self.S_epoch is None else self.S_epoch

@@ -20,6 +20,7 @@ def test_yaml_and_overrides(tmp_path):
     assert cfg.run.steps == 7 and cfg.topology.kind == "grid" and cfg.topology.nodes == 9
     assert cfg.zo.trainable == ["a.*", "b.*"] and cfg.model.tiny == {"hidden_size": 32}
     assert cfg.source == str(p.resolve())
+    assert config.load(None, ["zo.lr=1e-3"]).zo.lr == 1e-3  # YAML 1.1 reads 1e-3 as text
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,207 @@
+"""The launcher environment and the process group.
+
+Owns:
+- `World`: who this process is (rank, world size, local rank, rendezvous address) as read from
+  torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), else SLURM (SLURM_PROCID,
+  SLURM_NTASKS, SLURM_LOCALID, the first host of SLURM_JOB_NODELIST), else a single process.
+  Rank 0 is the evaluator; rank r >= 1 is client topology node r - 1.
+- `check_world`: a one-line WorldError when the launch does not fit the topology.
+- `process_group`: a gloo process group with the configured timeout, torn down in `finally`
+  without anything that can block on a dead peer.
+- `free_port`, `set_threads`, `barrier`.
+
+Assumes: every process of a run sees the same MASTER_ADDR/MASTER_PORT (under SLURM without
+MASTER_PORT the port derives from SLURM_JOB_ID, so all tasks of a job agree without talking).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+
+from seedflood.config import TransportConfig
+
+log = logging.getLogger(__name__)
+
+Launcher = Literal["torchrun", "slurm", "env", "single"]
+DEFAULT_PORT = 29500  # torch's own default
+
+
+class WorldError(ValueError):
+    """The launch environment is malformed or does not fit the run; one line."""
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int
+    world_size: int
+    local_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0
+    """0 = pick a free port at init (single process only)."""
+    launcher: Launcher = "single"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.world_size:
+            raise WorldError(f"rank {self.rank} is outside world size {self.world_size}")
+        if not 0 <= self.master_port <= 65535:
+            raise WorldError(f"master port {self.master_port} is not a TCP port")
+        if self.world_size > 1 and self.master_port == 0:
+            raise WorldError(f"world size {self.world_size} needs MASTER_PORT")
+
+    @property
+    def is_evaluator(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def client_node(self) -> int:
+        """Topology node of this client: rank - 1 (the evaluator gets -1 = transport.EVALUATOR)."""
+        return self.rank - 1
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> World:
+        env = environ
+        if "RANK" in env or "WORLD_SIZE" in env:  # torchrun, or any launcher that sets them
+            single = _int(env, "WORLD_SIZE") == 1
+            return cls(
+                rank=_int(env, "RANK"),
+                world_size=_int(env, "WORLD_SIZE"),
+                local_rank=_int(env, "LOCAL_RANK", 0),
+                master_addr=_str(env, "MASTER_ADDR", "127.0.0.1" if single else None),
+                master_port=_int(env, "MASTER_PORT", 0 if single else None),
+                launcher="torchrun" if "TORCHELASTIC_RUN_ID" in env else "env",
+            )
+        if "SLURM_PROCID" in env:
+            nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+            host = expand_nodelist(nodelist)[0] if nodelist else "127.0.0.1"
+            # Without MASTER_PORT every task derives the same port from the job id
+            # (20000..39999, below the usual ephemeral range).
+            job = _int(env, "SLURM_JOB_ID", -1)
+            port = 20000 + job % 20000 if job >= 0 else DEFAULT_PORT
+            ntasks = "SLURM_NTASKS" if "SLURM_NTASKS" in env else "SLURM_NPROCS"
+            return cls(
+                rank=_int(env, "SLURM_PROCID"),
+                world_size=_int(env, ntasks),
+                local_rank=_int(env, "SLURM_LOCALID", 0),
+                master_addr=_str(env, "MASTER_ADDR", host),
+                master_port=_int(env, "MASTER_PORT", port),
+                launcher="slurm",
+            )
+        return cls(rank=0, world_size=1)
+
+
+def _str(env: Mapping[str, str], name: str, default: str | None = None) -> str:
+    if name in env and env[name]:
+        return env[name]
+    if default is None:
+        raise WorldError(f"{name} is not set (a multi-process launch needs it)")
+    return default
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    text = _str(env, name, None if default is None else str(default))
+    try:
+        return int(text)
+    except ValueError:
+        raise WorldError(f"{name}={text!r} is not an integer") from None
+
+
+def expand_nodelist(text: str) -> list[str]:
+    """SLURM hostlist -> hosts: 'node[1-3,5]' -> node1 node2 node3 node5, 'a,b' -> a b,
+    'n[01-02]-ib' -> n01-ib n02-ib (zero padding kept; several bracket groups multiply)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text + ","):  # split on commas outside brackets
+        depth += (ch == "[") - (ch == "]")
+        if depth < 0 or (ch == "," and depth == 0 and i == start):
+            raise WorldError(f"malformed SLURM nodelist {text!r}")
+        if ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    if depth != 0:
+        raise WorldError(f"malformed SLURM nodelist {text!r}")
+    return [host for part in parts for host in _expand(part, text)]
+
+
+def _expand(pattern: str, text: str) -> list[str]:
+    m = re.search(r"\[([^\[\]]*)\]", pattern)
+    if m is None:
+        return [pattern]
+    head, tail = pattern[: m.start()], pattern[m.end() :]
+    hosts = []
+    for item in m.group(1).split(","):
+        lo, dash, hi = item.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()) or (dash and int(hi) < int(lo)):
+            raise WorldError(f"malformed SLURM nodelist {text!r}")
+        for v in range(int(lo), int(hi) + 1) if dash else [int(lo)]:
+            hosts += _expand(f"{head}{v:0{len(lo)}d}{tail}", text)
+    return hosts
+
+
+def check_world(world: World, n_clients: int) -> None:
+    """Raise WorldError unless the launch has exactly n_clients clients + 1 evaluator."""
+    need = n_clients + 1
+    if world.world_size != need:
+        how = {
+            "slurm": f"srun --ntasks {need}",
+            "env": f"WORLD_SIZE={need}",
+        }.get(world.launcher, f"torchrun --nproc-per-node {need}")
+        raise WorldError(
+            f"world size {world.world_size} does not match topology: {n_clients} clients + 1 "
+            f"evaluator = {need} processes (launch with {how})"
+        )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free right now (another process may still take it before we bind)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def set_threads(n: int) -> None:
+    """torch intra-op threads; 0 leaves torch's default (run.threads)."""
+    if n > 0:
+        torch.set_num_threads(n)
+
+
+@contextmanager
+def process_group(world: World, cfg: TransportConfig) -> Iterator[World]:
+    """Initialise the default gloo process group for `world`; destroy it on the way out.
+
+    The rendezvous is an explicit TCPStore on master_addr:master_port hosted by rank 0. The
+    group timeout (cfg.timeout_s) bounds every wait on a silent peer. Teardown is
+    destroy_process_group only (no final barrier: a dead peer would make it hang); failures
+    there are logged, never raised over the error that is already leaving the block.
+    """
+    port = world.master_port or free_port()
+    timeout = timedelta(seconds=cfg.timeout_s)
+    store = dist.TCPStore(
+        world.master_addr, port, world.world_size, is_master=world.rank == 0, timeout=timeout
+    )
+    dist.init_process_group(
+        cfg.backend, store=store, rank=world.rank, world_size=world.world_size, timeout=timeout
+    )
+    log.debug("rank %d/%d: process group up via %s:%d", world.rank, world.world_size, world.master_addr, port)
+    try:
+        yield world
+    finally:
+        try:
+            dist.destroy_process_group()
+        except Exception as e:  # a dead peer may have broken the group already
+            log.warning("rank %d: process group teardown failed: %s", world.rank, e)
+
+
+def barrier(timeout_s: float) -> None:
+    """Wait for every rank, at most timeout_s; raises naming the ranks that did not arrive
+    (gloo's monitored_barrier). Optional: use it where all ranks are known to be alive."""
+    dist.monitored_barrier(timeout=timedelta(seconds=timeout_s), wait_all_ranks=True)

@@ -1,0 +1,319 @@
+"""In-memory transport (hops, byte counts, failures, evaluator inbox) and runtime's launcher parsing.
+
+Threads only, no processes: every test finishes in milliseconds (timeouts bound the failures).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from seedflood.runtime import World, WorldError, check_world, expand_nodelist, free_port
+from seedflood.transport import (
+    EVALUATOR,
+    HEADER,
+    ByteCounter,
+    InMemoryNetwork,
+    MemoryTransport,
+    Transport,
+    TransportError,
+)
+
+
+def ring(n: int) -> dict[int, list[int]]:
+    return {i: [(i - 1) % n, (i + 1) % n] for i in range(n)}
+
+
+def frame(src: int, dst: int, hop: int) -> bytes:
+    """Distinct per edge and hop, sizes 0..~40 bytes; every third hop empty."""
+    return b"" if hop % 3 == 0 else f"{src}>{dst}@{hop}".encode() * (1 + (src + hop) % 3)
+
+
+def run_nodes(net: InMemoryNetwork, body: Callable[[MemoryTransport], object], timeout: float = 10):
+    """Run body(endpoint) on one thread per node; returns {node: result or exception}."""
+    results: dict[int, object] = {}
+    endpoints = {n: net.endpoint(n) for n in sorted(net.neighbors)}
+
+    def target(n: int) -> None:
+        try:
+            with endpoints[n] as t:
+                results[n] = body(t)
+        except BaseException as e:  # noqa: BLE001 - reported to the test
+            results[n] = e
+
+    threads = [threading.Thread(target=target, args=(n,), daemon=True) for n in endpoints]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout)
+    assert not any(th.is_alive() for th in threads), "a node thread hung"
+    return results
+
+
+HOPS = 7
+
+
+def hops(t: MemoryTransport) -> list[dict[int, bytes]]:
+    got = []
+    for h in range(HOPS):
+        t.counter.step = h // 2  # two hops per step
+        got.append(t.exchange({p: frame(t.node, p, h) for p in t.peers}))
+    return got
+
+
+def test_ring_of_five_exchanges_frames_and_counts_bytes_exactly():
+    net = InMemoryNetwork(ring(5), timeout_s=5)
+    results = run_nodes(net, hops)
+    for n, got in results.items():
+        assert not isinstance(got, BaseException), got
+        assert got == [{p: frame(p, n, h) for p in ((n - 1) % 5, (n + 1) % 5)} for h in range(HOPS)]
+    counter = net.counter()
+    expect_edge = {
+        (a, b): sum(HEADER + len(frame(a, b, h)) for h in range(HOPS))
+        for a in range(5) for b in ((a - 1) % 5, (a + 1) % 5)
+    }
+    assert counter.per_edge_total() == expect_edge
+    expect_step: dict[int, int] = {}
+    for (a, b) in expect_edge:
+        for h in range(HOPS):
+            expect_step[h // 2] = expect_step.get(h // 2, 0) + HEADER + len(frame(a, b, h))
+    assert counter.per_step_total() == expect_step
+    assert counter.total() == sum(expect_edge.values())
+    assert counter.mean_bytes_per_edge_per_step() == pytest.approx(
+        sum(expect_edge.values()) / (10 * 4)  # 10 directed edges, steps 0..3
+    )
+    assert all(isinstance(e, Transport) for e in net._endpoints.values())
+
+
+def test_byte_counter_rows_round_trip_and_merge():
+    a, b = ByteCounter(), ByteCounter()
+    a.add(0, 1, 10)
+    a.step = 1
+    a.add(0, 1, 5)
+    a.add(0, EVALUATOR, 100)
+    b.add(1, 0, 7)
+    m = ByteCounter.merged([a, b])
+    assert m.rows() == [(0, 0, 1, 10), (0, 1, 0, 7), (1, 0, -1, 100), (1, 0, 1, 5)]
+    assert ByteCounter.from_rows(m.rows()).rows() == m.rows()
+    assert m.per_edge_total() == {(0, 1): 15, (1, 0): 7, (0, EVALUATOR): 100}
+    assert m.per_step_total() == {0: 17, 1: 105}
+    assert m.per_step_total(include_evaluator=False) == {0: 17, 1: 5}
+    assert m.mean_bytes_per_edge_per_step() == 22 / (2 * 2)
+    assert m.mean_bytes_per_edge_per_step(include_evaluator=True) == 122 / (3 * 2)
+    assert ByteCounter().mean_bytes_per_edge_per_step() == 0.0
+
+
+def test_a_failing_node_makes_the_others_raise_not_hang():
+    net = InMemoryNetwork(ring(5), timeout_s=30)  # a hang would show as ~30 s
+
+    def body(t: MemoryTransport) -> None:
+        for h in range(10):
+            if t.node == 2 and h == 3:
+                raise ValueError("boom")
+            t.exchange({p: b"x" for p in t.peers})
+
+    start = time.monotonic()
+    results = run_nodes(net, body)
+    assert time.monotonic() - start < 5
+    assert isinstance(results[2], ValueError)
+    for n in (0, 1, 3, 4):
+        assert isinstance(results[n], TransportError), results[n]
+    assert "peer node 2" in str(results[1]) and "aborted" in str(results[1])
+
+
+def test_a_silent_node_times_out_its_neighbours():
+    net = InMemoryNetwork({0: [1], 1: [0]}, timeout_s=0.2)
+    a = net.endpoint(0)
+    net.endpoint(1)  # never speaks
+    start = time.monotonic()
+    with pytest.raises(TransportError, match=r"node 0: receive from peer node 1 failed: no frame within 0.2 s"):
+        a.exchange({1: b"hi"})
+    assert 0.15 < time.monotonic() - start < 2
+
+
+def test_kill_fails_the_node_and_its_neighbours_cascade():
+    net = InMemoryNetwork({0: [1], 1: [0, 2], 2: [1]}, timeout_s=30)
+    net.kill(2)
+    results = run_nodes(net, lambda t: [t.exchange({p: b"f" for p in t.peers}) for _ in range(2)])
+    assert str(results[2]) == "node 2: node 2 was killed"
+    assert str(results[1]) == "node 1: receive from peer node 2 failed: node 2 was killed"
+    # node 0 still got node 1's first frame, then saw node 1 go down.
+    assert str(results[0]) == "node 0: receive from peer node 1 failed: node 1 aborted"
+
+
+def test_cut_link_fails_only_its_receiver_and_stays_failed():
+    net = InMemoryNetwork({0: [1], 1: [0]}, timeout_s=30)
+    net.cut(1, 0)
+    a, b = net.endpoint(0), net.endpoint(1)
+    with pytest.raises(TransportError, match=r"node 0: receive from peer node 1 failed: link 1 -> 0 was cut"):
+        a.exchange({1: b"x"})  # sent to node 1 before failing
+    assert b.exchange({0: b"lost"}) == {0: b"x"}
+    with pytest.raises(TransportError, match=r"link 1 -> 0 was cut"):
+        a.exchange({1: b"y"})
+
+
+def test_mutator_sees_every_frame_and_changes_what_arrives():
+    seen = []
+
+    def flip_last(src: int, dst: int, hop: int, data: bytes) -> bytes:
+        seen.append((src, dst, hop))
+        return data[:-1] + bytes([data[-1] ^ 0xFF]) if (src, hop) == (1, 1) and data else data
+
+    net = InMemoryNetwork({0: [1], 1: [0]}, timeout_s=5, mutate=flip_last)
+    results = run_nodes(net, lambda t: [t.exchange({1 - t.node: b"ab"}) for _ in range(2)])
+    assert results[0] == [{1: b"ab"}, {1: b"a\x9d"}]
+    assert results[1] == [{0: b"ab"}, {0: b"ab"}]
+    assert sorted(seen) == [(0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1)]
+    assert net.counter().per_edge_total() == {(0, 1): 20, (1, 0): 20}  # counted as sent
+
+
+def test_evaluator_inbox_receives_pushes_in_order_then_end_of_stream():
+    net = InMemoryNetwork(ring(3), timeout_s=5, attach=1)
+    inbox = net.evaluator_inbox()
+    pushed = [b"", b"one", bytes(range(256)) * 3]
+
+    def body(t: MemoryTransport) -> None:
+        for h in range(3):
+            t.exchange({})
+            if t.node == 1:
+                t.push(pushed[h])
+        if t.node == 0:
+            with pytest.raises(ValueError, match="not the evaluator's attach node"):
+                t.push(b"x")
+
+    results = run_nodes(net, body)
+    assert all(r is None for r in results.values()), results
+    assert list(inbox) == pushed
+    assert inbox.get(timeout=0) is None  # stays ended
+    edges = net.counter().per_edge_total()
+    assert edges[(1, EVALUATOR)] == sum(HEADER + len(f) for f in pushed) + HEADER  # + end marker
+
+
+def test_evaluator_inbox_reports_a_failed_sender_and_timeouts():
+    net = InMemoryNetwork({0: [1], 1: [0]}, timeout_s=5, attach=0)
+    inbox = net.evaluator_inbox()
+    with pytest.raises(TimeoutError, match="no frame from attach node 0 within 0.01 s"):
+        inbox.get(timeout=0.01)
+    t = net.endpoint(0)
+    t.push(b"a")
+    t.close(abort=True)
+    assert inbox.get(timeout=1) == b"a"
+    for _ in range(2):
+        with pytest.raises(TransportError, match="stream from attach node 0 failed: node 0 aborted"):
+            inbox.get(timeout=1)
+
+
+def test_bad_networks_and_frames_are_rejected():
+    with pytest.raises(ValueError, match="symmetric"):
+        InMemoryNetwork({0: [1], 1: []})
+    with pytest.raises(ValueError, match="symmetric"):
+        InMemoryNetwork({0: [0]})
+    with pytest.raises(ValueError, match="attach node 7"):
+        InMemoryNetwork({0: [1], 1: [0]}, attach=7)
+    net = InMemoryNetwork({0: [1], 1: [0]})
+    t = net.endpoint(0)
+    with pytest.raises(ValueError, match="already has an endpoint"):
+        net.endpoint(0)
+    with pytest.raises(ValueError, match=r"non-neighbours \[5\]"):
+        t.exchange({5: b"x"})
+    with pytest.raises(ValueError, match="no evaluator"):
+        net.evaluator_inbox()
+    t.close()
+    with pytest.raises(TransportError, match="closed"):
+        t.exchange({})
+
+
+# --- runtime: launcher environments -------------------------------------------------------------
+
+
+def test_world_from_torchrun_env():
+    env = {
+        "RANK": "3", "WORLD_SIZE": "5", "LOCAL_RANK": "1", "MASTER_ADDR": "10.0.0.2",
+        "MASTER_PORT": "29511", "TORCHELASTIC_RUN_ID": "none",
+    }
+    w = World.from_env(env)
+    assert w == World(3, 5, 1, "10.0.0.2", 29511, "torchrun")
+    assert (w.is_evaluator, w.client_node) == (False, 2)
+    assert World.from_env({**env, "RANK": "0"}).is_evaluator
+
+
+def test_world_from_plain_env_and_single():
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "evaluator", "MASTER_PORT": "1234"}
+    assert World.from_env(env) == World(0, 2, 0, "evaluator", 1234, "env")
+    assert World.from_env({}) == World(0, 1, 0, "127.0.0.1", 0, "single")
+    assert World.from_env({"RANK": "0", "WORLD_SIZE": "1"}).world_size == 1
+    assert World.from_env({}).client_node == EVALUATOR
+
+
+def test_world_from_slurm_env():
+    env = {
+        "SLURM_PROCID": "4", "SLURM_NTASKS": "9", "SLURM_LOCALID": "0",
+        "SLURM_JOB_NODELIST": "gpu[07-08,11],login", "SLURM_JOB_ID": "123456",
+    }
+    w = World.from_env(env)
+    assert w == World(4, 9, 0, "gpu07", 20000 + 123456 % 20000, "slurm")
+    w = World.from_env({**env, "MASTER_ADDR": "head", "MASTER_PORT": "4000"})
+    assert (w.master_addr, w.master_port) == ("head", 4000)
+    assert World.from_env({"SLURM_PROCID": "0", "SLURM_NPROCS": "2", "SLURM_NODELIST": "a,b"}).master_addr == "a"
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"RANK": "1", "WORLD_SIZE": "4"}, "MASTER_ADDR is not set"),
+        ({"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "h"}, "MASTER_PORT is not set"),
+        ({"RANK": "x", "WORLD_SIZE": "4", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, "RANK='x' is not an integer"),
+        ({"RANK": "4", "WORLD_SIZE": "4", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, "rank 4 is outside world size 4"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "70000"}, "not a TCP port"),
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n[1-"}, "malformed SLURM nodelist"),
+    ],
+)
+def test_world_errors_are_one_line(env, message):
+    with pytest.raises(WorldError, match=message) as info:
+        World.from_env(env)
+    assert "\n" not in str(info.value)
+
+
+def test_expand_nodelist():
+    assert expand_nodelist("node[1-3,5]") == ["node1", "node2", "node3", "node5"]
+    assert expand_nodelist("a,b") == ["a", "b"]
+    assert expand_nodelist("n[08-10]-ib,x") == ["n08-ib", "n09-ib", "n10-ib", "x"]
+    assert expand_nodelist("r[1-2]n[3,4]") == ["r1n3", "r1n4", "r2n3", "r2n4"]
+    assert expand_nodelist("single") == ["single"]
+    for bad in ("a[1-", "a]", "a,,b", "a[x]", "a[3-1]", "a[]"):
+        with pytest.raises(WorldError, match="malformed SLURM nodelist"):
+            expand_nodelist(bad)
+
+
+def test_check_world_messages():
+    check_world(World(0, 5, master_port=1, launcher="torchrun"), 4)
+    with pytest.raises(WorldError) as info:
+        check_world(World(1, 4, master_port=1, launcher="torchrun"), 4)
+    assert str(info.value) == (
+        "world size 4 does not match topology: 4 clients + 1 evaluator = 5 processes "
+        "(launch with torchrun --nproc-per-node 5)"
+    )
+    with pytest.raises(WorldError, match=r"\(launch with srun --ntasks 9\)"):
+        check_world(World(0, 3, master_port=1, launcher="slurm"), 8)
+    with pytest.raises(WorldError, match=r"1 evaluator = 3 processes \(launch with torchrun"):
+        check_world(World.from_env({}), 2)
+
+
+def test_free_port_is_bindable():
+    import socket
+
+    port = free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+
+
+def test_gloo_transport_needs_a_process_group():
+    from seedflood.transport import GlooTransport
+
+    with pytest.raises(TransportError, match="no process group"):
+        GlooTransport(0, [1])
+    with pytest.raises(ValueError, match="lists itself"):
+        GlooTransport(0, [0, 1])

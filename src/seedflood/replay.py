@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -70,15 +70,20 @@ class Applier:
         return n
 
 
-def state_hash(model: nn.Module, direction: Direction | None = None) -> str:
-    """sha256 over every parameter and buffer (name order, raw bytes) plus pending direction state."""
+def tensors_hash(tensors: Mapping[str, torch.Tensor]) -> str:
+    """sha256 over tensors in sorted name order: per tensor `name|dtype|shape`, then its raw bytes
+    (so bf16 and fp32 copies of the same values hash differently)."""
     h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy())  # a view, no copy
+    return h.hexdigest()
+
+
+def state_hash(model: nn.Module, direction: Direction | None = None) -> str:
+    """The canonical state's hash: every parameter and buffer plus pending direction state."""
     tensors = dict(model.state_dict())
     if direction is not None:
         tensors.update(direction.extra_state())
-    for name in sorted(tensors):
-        t = tensors[name].detach().cpu().contiguous()
-        h.update(name.encode())
-        h.update(str(t.dtype).encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
+    return tensors_hash(tensors)

@@ -260,8 +260,8 @@ def erdos_renyi(n: int, p: float, seed: int = 0) -> Topology:
 def watts_strogatz(n: int, k: int, p: float, seed: int = 0) -> Topology:
     """Ring lattice with k/2 neighbours on each side, each edge rewired with probability p."""
     name = f"watts_strogatz{n}_k{k}_p{p:g}_s{seed}"
-    if k < 2 or k % 2 or k > n:
-        raise _fail(name, f"k must be even and in 2..{n} (nodes), got {k}")
+    if k < 2 or k % 2 or k >= n:
+        raise _fail(name, f"k must be even and in 2..{n - 1} (below the node count), got {k}")
     if not 0.0 <= p <= 1.0:
         raise _fail(name, f"p must be in [0, 1], got {p}")
     _check_seed(name, seed)

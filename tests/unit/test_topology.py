@@ -120,7 +120,7 @@ def test_erdos_renyi_and_watts_strogatz(n: int, seed: int) -> None:
     er = T.erdos_renyi(n, 0.3, seed)
     assert_well_formed(er)
     assert T.erdos_renyi(n, 0.3, seed) == er
-    if n >= 4:
+    if n > 4:  # k = 4 neighbours need at least 5 nodes (k = n is rejected below)
         ws = T.watts_strogatz(n, 4, 0.2, seed)
         assert_well_formed(ws)
         assert T.watts_strogatz(n, 4, 0.2, seed) == ws
@@ -150,6 +150,7 @@ def test_erdos_renyi_resamples_until_connected() -> None:
         (lambda: T.random_regular(8, 3, -1), "seed must be an integer >= 0"),
         (lambda: T.watts_strogatz(8, 3, 0.1), "k must be even"),
         (lambda: T.watts_strogatz(8, 10, 0.1), "k must be even"),
+        (lambda: T.watts_strogatz(4, 4, 0.1), "below the node count"),
     ],
 )
 def test_random_builder_errors(make, match: str) -> None:

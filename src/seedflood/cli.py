@@ -1,0 +1,226 @@
+"""The `seedflood` command: train | eval | replay | topology show | world-size | sweep | bench.
+
+Owns: argument parsing, turning every known bad input into one line on stderr and exit status 2,
+and printing results. Everything else lives in the modules it calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_BAD_INPUT = 2
+
+
+def _bad_input_errors() -> tuple[type[BaseException], ...]:
+    from seedflood.checkpoint import CheckpointError
+    from seedflood.config import ConfigError
+    from seedflood.directions import DirectionError
+    from seedflood.model import ModelError
+    from seedflood.runtime import WorldError
+    from seedflood.tasks import TaskError
+    from seedflood.topology import TopologyError
+
+    return (ConfigError, TopologyError, TaskError, ModelError, WorldError, CheckpointError, DirectionError)
+
+
+def _load_config(args: argparse.Namespace):
+    from seedflood import config
+
+    return config.load(args.config, args.set or [])
+
+
+def _preflight(cfg) -> int:
+    """Check everything that can be checked without loading weights; returns the world size."""
+    from seedflood import model, tasks, topology
+    from seedflood.train import topology_of
+
+    top = topology_of(cfg)
+    tasks.get(cfg.task.name)
+    model.check_source(cfg.model)
+    return topology.world_size(top)
+
+
+# -- subcommands ----------------------------------------------------------------------------------
+def cmd_train(args: argparse.Namespace) -> int:
+    from seedflood import train
+
+    cfg = _load_config(args)
+    _preflight(cfg)
+    summary = train.run(cfg)
+    if summary is not None:
+        _print_summary(summary)
+        if not summary["consensus"]:
+            return 1
+    return 0
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    from seedflood.metrics import human_bytes
+
+    final, zero = s["final"], s.get("zero_shot") or {}
+
+    def fmt(m: dict[str, Any], key: str) -> str:
+        v = m.get(key)
+        return "n/a" if v is None else f"{v:.3f}"
+
+    print(f"steps {s['steps']}, {s['clients']} clients on {s['topology']} (diameter {s['diameter']})")
+    if zero:
+        print(f"zero-shot:  accuracy {fmt(zero, 'accuracy')}  AUC {fmt(zero, 'auc')}  "
+              f"dev-threshold accuracy {fmt(zero, 'threshold_accuracy')}")
+    print(f"final:      accuracy {fmt(final, 'accuracy')}  AUC {fmt(final, 'auc')}  "
+          f"dev-threshold accuracy {fmt(final, 'threshold_accuracy')}  loss {fmt(final, 'loss')}")
+    print(f"bytes per edge per step: {s['bytes_per_edge_per_step']:.1f} "
+          f"(total {human_bytes(s['bytes_total'])} over {len(s['bytes_per_edge'])} directed edges)")
+    print(f"consensus: {'all ' + str(len(s['client_hashes'])) + ' clients equal the evaluator' if s['consensus'] else 'MISMATCH'}"
+          f" (hash {s['param_hash'][:16]})")
+    if s.get("model_dir"):
+        print(f"model directory: {s['model_dir']}")
+    print(f"message log: {s['log']}")
+
+
+def _rebuild(run_dir: Path, steps: int | None):
+    """Config, workload and number of steps applied, rebuilt from base + log."""
+    from seedflood import checkpoint as ckpt
+    from seedflood import config
+    from seedflood.replay import Applier
+    from seedflood.workload import Workload
+
+    run_dir = ckpt.find_run_dir(run_dir)
+    cfg = config.load(run_dir / "config.yaml")
+    header, records = ckpt.LogReader(run_dir / "log.bin").read()
+    if steps is not None:
+        if not 0 <= steps <= len(records):
+            raise ckpt.CheckpointError(f"--step {steps} is outside 0..{len(records)} (steps in the log)")
+        records = records[:steps]
+    w = Workload.build(cfg)
+    if header.get("base_hash") != w.loaded.base_hash:
+        raise ckpt.CheckpointError(f"{run_dir}/log.bin was written for another base model ({header.get('base_identity')})")
+    Applier(w.direction, cfg.zo, cfg.run.steps, cfg.topology.nodes).apply_all(records)
+    return cfg, w, len(records)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from seedflood.replay import state_hash
+
+    cfg, w, n = _rebuild(Path(args.run_dir), args.step)
+    digest = state_hash(w.model, w.direction)
+    if args.out:
+        from seedflood import model
+
+        model.save(w.loaded, Path(args.out), w.direction.effective_tensors())
+    print(json.dumps({"steps": n, "param_hash": digest, **({"out": args.out} if args.out else {})}))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    cfg, w, n = _rebuild(Path(args.run_dir), args.step)
+    dev = w.evaluate("dev") if w.splits.dev else None
+    m = w.evaluate("test", dev=dev)["metrics"]
+    print(json.dumps({"steps": n, **m}))
+    return 0
+
+
+def cmd_topology_show(args: argparse.Namespace) -> int:
+    from seedflood import topology
+
+    cfg = topology.parse_spec(args.spec)
+    print(topology.describe(topology.build(cfg)))
+    return 0
+
+
+def cmd_world_size(args: argparse.Namespace) -> int:
+    print(_preflight(_load_config(args)))
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from seedflood import config, sweep, train
+
+    sw = sweep.load(args.file)
+    index = args.index if args.index is not None else int(os.environ.get("SLURM_ARRAY_TASK_ID", "-1"))
+    if index < 0:
+        raise config.ConfigError("sweep: give --index or run inside a SLURM array (SLURM_ARRAY_TASK_ID)")
+    path, overrides = sweep.select(sw, index)
+    cfg = config.load(path, overrides)
+    _preflight(cfg)
+    summary = train.run(cfg)
+    if summary is not None:
+        _print_summary(summary)
+    return 0
+
+
+def cmd_sweep_summary(args: argparse.Namespace) -> int:
+    from seedflood import sweep
+
+    sw = sweep.load(args.file)
+    print(sweep.format_table(sweep.summarize(sweep.run_dirs(sw))))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from seedflood import bench
+
+    return bench.main(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="seedflood", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def with_config(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--config", required=False, help="run config YAML (defaults when omitted)")
+        sp.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help="override a config value")
+
+    t = sub.add_parser("train", help="run this process's role (under torchrun, srun or compose)")
+    with_config(t)
+    t.set_defaults(fn=cmd_train)
+
+    for name, fn, text in (("replay", cmd_replay, "rebuild the model from base + log and print its hash"),
+                           ("eval", cmd_eval, "rebuild the model from base + log and score it")):
+        sp = sub.add_parser(name, help=text)
+        sp.add_argument("run_dir")
+        sp.add_argument("--step", type=int, help="number of logged steps to apply (default: all)")
+        if name == "replay":
+            sp.add_argument("--out", help="also write a save_pretrained model directory here")
+        sp.set_defaults(fn=fn)
+
+    top = sub.add_parser("topology", help="inspect topologies")
+    tsub = top.add_subparsers(dest="topology_command", required=True)
+    show = tsub.add_parser("show", help="nodes, edges, degrees and diameter of FILE or SPEC (e.g. ring:16)")
+    show.add_argument("spec")
+    show.set_defaults(fn=cmd_topology_show)
+
+    ws = sub.add_parser("world-size", help="check a config and print its process count (clients + evaluator)")
+    with_config(ws)
+    ws.set_defaults(fn=cmd_world_size)
+
+    sw = sub.add_parser("sweep", help="run configuration INDEX of a sweep file (default: $SLURM_ARRAY_TASK_ID)")
+    sw.add_argument("file")
+    sw.add_argument("--index", type=int)
+    sw.set_defaults(fn=cmd_sweep)
+
+    ss = sub.add_parser("sweep-summary", help="gather a sweep's results into one table")
+    ss.add_argument("file")
+    ss.set_defaults(fn=cmd_sweep_summary)
+
+    b = sub.add_parser("bench", help="measure the published figures (see benchmarks/)")
+    b.add_argument("rest", nargs=argparse.REMAINDER)
+    b.set_defaults(fn=cmd_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except _bad_input_errors() as e:
+        print(f"seedflood: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("seedflood: interrupted", file=sys.stderr)
+        return 130

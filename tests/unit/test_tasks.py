@@ -1,0 +1,169 @@
+"""tasks.py: registry, splits, shards, batches, encoding, local data files (tiny tokenizer)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+
+from seedflood import tasks as T
+from seedflood.config import TaskConfig
+from seedflood.model import _tiny_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return _tiny_tokenizer()
+
+
+def small(name: str = "synthetic", **kw) -> TaskConfig:
+    return TaskConfig(name=name, **{"train_examples": 40, "dev_examples": 10, "test_examples": 20, **kw})
+
+
+def texts(examples):
+    return [e.fields["sentence"] for e in examples]
+
+
+def test_registry_and_unknown_task():
+    assert {"rt", "sst2", "rte", "boolq", "synthetic"} <= set(T.TASKS)
+    assert T.get("rt").candidates == (" terrible", " great")
+    with pytest.raises(T.TaskError, match=r"unknown task 'nope' \(registered: boolq, rt, rte, sst2, synthetic"):
+        T.get("nope")
+
+
+def test_mezo_templates():
+    assert T.get("sst2").template({"sentence": "A fine film."}) + " great" == "A fine film. It was great"
+    rte = T.get("rte")
+    assert rte.template({"premise": "P.", "hypothesis": "H"}) + rte.candidates[0] == (
+        'P.\nDoes this mean that "H" is true? Yes or No?\nYes'
+    )
+    boolq = T.get("boolq")
+    prompt = boolq.template({"passage": "Text.", "question": "is it true"})
+    assert prompt + boolq.candidates[1] == "Text. Is it true?\nYes"
+
+
+def test_synthetic_splits_are_deterministic_and_learnable():
+    a, b = T.load_splits(small(), 3), T.load_splits(small(), 3)
+    assert a == b
+    assert (len(a.train), len(a.dev), len(a.test)) == (40, 10, 20)
+    assert texts(T.load_splits(small(), 4).train) != texts(a.train)
+    assert not set(texts(a.train)) & set(texts(a.dev))
+    for e in a.train + a.test:  # the label is the majority sentiment of the words
+        words = e.fields["sentence"].split()
+        pos = sum(w in T._POS for w in words)
+        neg = sum(w in T._NEG for w in words)
+        assert e.label == int(pos > neg) and (pos + neg) % 2 == 1
+
+
+def test_rt_splits_disjoint_and_balanced_enough():
+    cfg = TaskConfig(name="rt", train_examples=300, dev_examples=100, test_examples=200)
+    s = T.load_splits(cfg, 0)
+    assert (len(s.train), len(s.dev), len(s.test)) == (300, 100, 200)
+    train, dev, test = map(set, (texts(s.train), texts(s.dev), texts(s.test)))
+    assert len(train) == 300 and not (train & dev or train & test or dev & test)
+    assert 0.4 < sum(e.label for e in s.test) / len(s.test) < 0.75  # fresh ≈ 58% of the corpus
+    assert T.load_splits(cfg, 0) == s
+    with pytest.raises(T.TaskError, match="takes no task.data_files"):
+        T.load_splits(dataclasses.replace(cfg, data_files={"train": "x.csv"}), 0)
+
+
+def test_shards_partition_the_train_set():
+    train = T.load_splits(small(train_examples=43), 0).train
+    shards = [T.shard(train, c, 4) for c in range(4)]
+    assert sorted(texts(sum(shards, []))) == sorted(texts(train))
+    assert {len(s) for s in shards} == {10, 11}
+    with pytest.raises(T.TaskError, match="not in 0..3"):
+        T.shard(train, 4, 4)
+    with pytest.raises(T.TaskError, match="cannot be shared"):
+        T.shard(train[:3], 0, 4)
+
+
+def test_batches_are_pure_functions_of_seed_client_step():
+    shard = T.shard(T.load_splits(small(), 0).train, 1, 2)
+    b = T.batch_examples(shard, 7, 1, 5, 8)
+    assert b == T.batch_examples(shard, 7, 1, 5, 8)
+    assert len(b) == 8 and len(set(texts(b))) == 8
+    assert b != T.batch_examples(shard, 7, 1, 6, 8)
+    assert b != T.batch_examples(shard, 7, 0, 5, 8)
+    assert b != T.batch_examples(shard, 8, 1, 5, 8)
+    assert sorted(texts(T.batch_examples(shard, 7, 1, 5, 1000))) == sorted(texts(shard))
+
+
+def test_encode_shapes_and_option_positions(tok):
+    examples = T.load_splits(small(), 0).train[:5]
+    spec = dataclasses.replace(T.get("synthetic"), candidates=(" no", " yes", "!"))
+    batch = T.encode(examples, spec, tok, 64)
+    b, t = batch.input_ids.shape
+    assert b == 5 and batch.labels.tolist() == [e.label for e in examples]
+    assert batch.attention_mask.sum(1).tolist() == batch.lengths.tolist() and t == max(batch.lengths)
+    for i, e in enumerate(examples):
+        n = int(batch.lengths[i])
+        assert batch.input_ids[i, :n].tolist() == tok(spec.template(e.fields))["input_ids"]
+        assert (batch.input_ids[i, n:] == tok.pad_token_id).all()
+    assert batch.option_mask.sum(1).tolist() == [3, 4, 1] and not batch.single_token
+    ids, mask, pos = batch.expand()
+    assert ids.shape == (15, t + 4) and pos.shape == (15, 4)
+    for r in range(15):
+        c, n = r % 3, int(batch.lengths[r // 3])
+        opt = tok(spec.candidates[c], add_special_tokens=False)["input_ids"]
+        assert ids[r, pos[r, : len(opt)] + 1].tolist() == opt
+        assert ids[r, : n + len(opt)].tolist() == batch.input_ids[r // 3, :n].tolist() + opt
+        assert mask[r].sum() == n + len(opt) and mask[r, : n + len(opt)].all()
+    assert T.encode(examples, T.get("synthetic"), tok, 64).single_token
+
+
+def test_encode_cuts_the_text_before_the_template(tok):
+    spec = T.get("sst2")
+    long = T.Example({"sentence": "abcdefghijklmnopqrstuvwxyz"}, 1)
+    batch = T.encode([long], spec, tok, 10)  # byte tokenizer: 10 tokens = 10 characters
+    assert tok.decode(batch.input_ids[0], skip_special_tokens=True) == "abcdefghij It was"
+    assert T.encode([long], spec, tok, 10).input_ids.equal(batch.input_ids)
+
+
+def write_csv(path, header, rows):
+    path.write_text("\n".join([",".join(header)] + [",".join(map(str, r)) for r in rows]) + "\n")
+    return str(path)
+
+
+def test_local_files(tmp_path):
+    train = write_csv(tmp_path / "train.csv", ["sentence", "label"], [(f"good {i}", i % 2) for i in range(30)])
+    test = write_csv(tmp_path / "test.csv", ["sentence", "label"], [(f"ok {i}", "positive") for i in range(8)])
+    s = T.load_splits(small("sst2", data_files={"train": train, "test": test}), 0)
+    assert (len(s.train), len(s.dev), len(s.test)) == (30, 0, 8)  # capped: only 30 train rows
+    assert {e.label for e in s.test} == {1}
+
+    rte = tmp_path / "rte.tsv"
+    rte.write_text('sentence1\tsentence2\tlabel\nA "quote.\tB\tentailment\nC\tD\tnot_entailment\n')
+    s = T.load_splits(small("rte", data_files={"train": str(rte), "validation": str(rte)}), 0)
+    assert sorted((e.fields["premise"], e.label) for e in s.test) == [('A "quote.', 0), ("C", 1)]
+
+    boolq = tmp_path / "boolq.jsonl"
+    boolq.write_text("\n".join(json.dumps({"passage": "p", "question": "q", "answer": a}) for a in (True, False)))
+    s = T.load_splits(small("boolq", data_files={"train": str(boolq), "test": str(boolq)}), 0)
+    assert sorted(e.label for e in s.test) == [0, 1]
+
+
+def test_bad_data_files(tmp_path):
+    good = write_csv(tmp_path / "good.csv", ["sentence", "label"], [("a", 0)])
+    cases = {
+        "does not exist": {"train": str(tmp_path / "missing.csv"), "test": good},
+        "missing column sentence or text": {
+            "train": write_csv(tmp_path / "cols.csv", ["review", "label"], [("a", 0)]), "test": good
+        },
+        r"row 1: label 'maybe' is not one of 0..1": {
+            "train": write_csv(tmp_path / "lab.csv", ["sentence", "label"], [("a", 0), ("b", "maybe")]), "test": good
+        },
+        "needs keys train and test": {"train": good},
+        "unsupported format": {"train": write_csv(tmp_path / "x.txt", ["a"], []), "test": good},
+    }
+    for message, files in cases.items():
+        with pytest.raises(T.TaskError, match=message):
+            T.load_splits(small("sst2", data_files=files), 0)
+
+
+@pytest.mark.skipif(os.environ.get("HF_HUB_OFFLINE") != "1", reason="needs HF_HUB_OFFLINE=1 (no network)")
+def test_hub_unavailable_offline():
+    with pytest.raises(T.TaskError, match="set task.data_files"):
+        T.load_splits(small("rte"), 0)

@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-all run bench clean compose-up
+.PHONY: install test test-all test-e2e-probe run bench clean compose-up
 
 install: $(STAMP)
 
@@ -35,6 +35,13 @@ run: install
 
 bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m seedflood bench
+
+N ?= 4
+compose-up: install
+	$(BIN)/python docker/scale.py $(N) | docker compose -p seedflood -f - up --build --abort-on-container-exit --exit-code-from evaluator
+
+test-e2e-probe: install
+	SEEDFLOOD_E2E_ENTRY=probe HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests/e2e
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

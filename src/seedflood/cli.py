@@ -139,33 +139,19 @@ def cmd_world_size(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from seedflood import config, sweep, train
+    """Run configuration INDEX of a sweep: all its processes, under torchrun --standalone here."""
+    from seedflood import sweep
 
-    sw = sweep.load(args.file)
-    index = args.index if args.index is not None else int(os.environ.get("SLURM_ARRAY_TASK_ID", "-1"))
-    if index < 0:
-        raise config.ConfigError("sweep: give --index or run inside a SLURM array (SLURM_ARRAY_TASK_ID)")
-    path, overrides = sweep.select(sw, index)
-    cfg = config.load(path, overrides)
-    _preflight(cfg)
-    summary = train.run(cfg)
-    if summary is not None:
-        _print_summary(summary)
-    return 0
+    return sweep.run_index(args.file, args.index, extra=args.set, out_root=args.out_root)
 
 
 def cmd_sweep_summary(args: argparse.Namespace) -> int:
+    """One row per run of the sweep; exit status 0 once every run is done."""
     from seedflood import sweep
 
-    sw = sweep.load(args.file)
-    print(sweep.format_table(sweep.summarize(sweep.run_dirs(sw))))
-    return 0
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    from seedflood import bench
-
-    return bench.main(args.rest)
+    rows = sweep.summarize_sweep(sweep.load(args.file, out_root=args.out_root))
+    print(sweep.format_table(rows, args.format), end="")
+    return 0 if sweep.all_done(rows) else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -199,22 +185,31 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(ws)
     ws.set_defaults(fn=cmd_world_size)
 
-    sw = sub.add_parser("sweep", help="run configuration INDEX of a sweep file (default: $SLURM_ARRAY_TASK_ID)")
+    sw = sub.add_parser("sweep", help="run configuration INDEX of a sweep file, all its processes under "
+                        "torchrun on this machine (INDEX defaults to $SLURM_ARRAY_TASK_ID)")
     sw.add_argument("file")
-    sw.add_argument("--index", type=int)
+    sw.add_argument("--index", default=None, help="grid point 0..K-1 (default: $SLURM_ARRAY_TASK_ID)")
+    sw.add_argument("--out-root", default=None, help="directory for the run directories (default: the file's out_root)")
+    sw.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                    help="override applied to every run of the sweep")
     sw.set_defaults(fn=cmd_sweep)
 
     ss = sub.add_parser("sweep-summary", help="gather a sweep's results into one table")
     ss.add_argument("file")
+    ss.add_argument("--out-root", default=None, help="as given to `seedflood sweep`")
+    ss.add_argument("--format", choices=["table", "tsv", "json"], default="table")
     ss.set_defaults(fn=cmd_sweep_summary)
 
-    b = sub.add_parser("bench", help="measure the published figures (see benchmarks/)")
-    b.add_argument("rest", nargs=argparse.REMAINDER)
-    b.set_defaults(fn=cmd_bench)
+    sub.add_parser("bench", help="measure the published figures (seedflood bench --help; benchmarks/README.md)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # bench has its own parser (options must not be eaten here)
+        from seedflood import bench
+
+        return bench.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)

@@ -87,7 +87,12 @@ class Loaded:
     base_hash: str
     """weights_hash of the base model as loaded (before any update)."""
 
-    def weights_hash(model: torch.nn.Module | Mapping[str, torch.Tensor]) -> str:
+    def weights_hash(self) -> str:
+        """The hash of the model's current weights (differs from base_hash once trained)."""
+        return weights_hash(self.model)
+
+
+def weights_hash(model: torch.nn.Module | Mapping[str, torch.Tensor]) -> str:
     """sha256 of a model's state dict (replay.tensors_hash: name, dtype, shape and raw bytes)."""
     return tensors_hash(model.state_dict() if isinstance(model, torch.nn.Module) else model)
 

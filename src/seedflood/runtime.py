@@ -185,9 +185,16 @@ def process_group(world: World, cfg: TransportConfig) -> Iterator[World]:
     """
     port = world.master_port or free_port()
     timeout = timedelta(seconds=cfg.timeout_s)
+    # Under torchrun the store at MASTER_PORT is the agent's (TORCHELASTIC_USE_AGENT_STORE) and it
+    # outlives a --max-restarts restart: without a per-attempt prefix the restarted group would
+    # read the dead group's gloo addresses and fail in connectFullMesh ("Connection refused").
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     store = dist.TCPStore(
-        world.master_addr, port, world.world_size, is_master=world.rank == 0, timeout=timeout
+        world.master_addr, port, world.world_size,
+        is_master=world.rank == 0 and not agent_store, timeout=timeout,
     )
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = dist.PrefixStore(f"seedflood/attempt-{attempt}", store)
     dist.init_process_group(
         cfg.backend, store=store, rank=world.rank, world_size=world.world_size, timeout=timeout
     )

@@ -1,0 +1,146 @@
+"""docker/compose.yaml: validated offline, and its services run as local processes.
+
+There is no container engine here, so the test reads the compose file (anchors merged,
+${VAR:-default} interpolated) and starts, for every service, exactly its entrypoint + command with
+exactly its environment, with only what a container would supply replaced: service hostnames
+resolve to 127.0.0.1, the rendezvous port is a free one, the image's /work is this repository and
+the `runs` volume is a temporary directory. The run must end with the loopback run's hashes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import e2e_support as sup
+
+pytestmark = pytest.mark.e2e
+
+COMPOSE = sup.REPO / "docker" / "compose.yaml"
+SCALE = sup.REPO / "docker" / "scale.py"
+
+
+def interpolate(value: Any, env: dict[str, str]) -> Any:
+    """Compose's ${VAR}, ${VAR:-default}, ${VAR-default} and $$, recursively."""
+    if isinstance(value, dict):
+        return {k: interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def sub(m: re.Match) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name, op, default = m.group(1), m.group(2), m.group(3) or ""
+        if op == ":-":
+            return env.get(name) or default
+        if op == "-":
+            return env.get(name, default)
+        return env.get(name, "")
+
+    return re.sub(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*))?\}", sub, value)
+
+
+def services(path: Path = COMPOSE, env: dict[str, str] | None = None) -> dict[str, dict]:
+    doc = yaml.safe_load(path.read_text())
+    return interpolate(doc["services"], env or {})
+
+
+def _validators() -> list[list[str]]:
+    out = []
+    if shutil.which("docker-compose"):
+        out.append(["docker-compose", "-f", "-", "config", "-q"])
+    if shutil.which("check-jsonschema"):
+        out.append(["check-jsonschema", "--builtin-schema", "vendor.compose-spec", "-"])
+    return out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("clients", [4, 2, 7])
+def test_compose_file_validates_offline(clients: int) -> None:
+    validators = _validators()
+    if not validators:
+        pytest.skip("neither docker-compose (Debian) nor check-jsonschema (PyPI) is installed; "
+                    "run .ci/setup-e2e.sh")
+    if clients == 4:
+        text = COMPOSE.read_text()
+    else:
+        text = subprocess.run([sys.executable, str(SCALE), str(clients)], capture_output=True, text=True,
+                              check=True, timeout=60).stdout
+        svc = yaml.safe_load(text)["services"]
+        assert sorted(svc) == sorted(["evaluator", *(f"client{i}" for i in range(1, clients + 1))])
+        assert {s["environment"]["WORLD_SIZE"] for s in svc.values()} == {str(clients + 1)}
+        assert all(f"topology.nodes={clients}" in s["command"] for s in svc.values())
+    for argv in validators:
+        r = subprocess.run(argv, input=text, capture_output=True, text=True, timeout=60, cwd=COMPOSE.parent)
+        assert r.returncode == 0, f"{argv[0]}: {r.stdout}{r.stderr}"
+
+
+def test_compose_file_shape() -> None:
+    svc = services()
+    ranks = sorted(int(s["environment"]["RANK"]) for s in svc.values())
+    world = {s["environment"]["WORLD_SIZE"] for s in svc.values()}
+    assert ranks == list(range(len(svc))) and world == {str(len(svc))}
+    assert svc["evaluator"]["environment"]["RANK"] == "0"
+    assert {s["environment"]["MASTER_ADDR"] for s in svc.values()} == {"evaluator"}
+    assert all(s["volumes"] for s in svc.values()), "every service mounts the runs volume"
+
+
+def local_commands(tmp: Path, port: int) -> list[tuple[str, list[str], dict[str, str]]]:
+    """(service, argv, env) for every service, mapped from container to this machine."""
+    svc = services()
+    hostnames = set(svc) | {s.get("hostname") for s in svc.values() if s.get("hostname")}
+    cmds = []
+    for name, s in svc.items():
+        mounts = {}
+        for vol in s.get("volumes", []):
+            source, target = vol.split(":")[:2]
+            mounts[target] = tmp / source
+        workdir = s.get("working_dir", "/")
+
+        def to_local(arg: str) -> str:
+            for target, local in mounts.items():
+                arg = arg.replace(target, str(local))
+            if arg.startswith(workdir + "/"):
+                arg = str(sup.REPO / arg[len(workdir) + 1:])
+            return arg
+
+        argv = [to_local(a) for a in [*s["entrypoint"], *s["command"]]]
+        assert argv[:3] == ["python", "-m", "seedflood"], argv
+        argv[:3] = [sys.executable, "-m", sup.MODULE]
+        env = {k: str(v) for k, v in s["environment"].items()}
+        if env.get("MASTER_ADDR") in hostnames:
+            env["MASTER_ADDR"] = "127.0.0.1"
+        env["MASTER_PORT"] = str(port)
+        cmds.append((name, argv, env))
+    return cmds
+
+
+@pytest.mark.timeout(300)
+def test_compose_services_as_processes(reference_run: dict, tmp_path: Path) -> None:
+    cmds = local_commands(tmp_path, sup.free_port())
+    assert len(cmds) == 5
+    procs = sup.Procs()
+    try:
+        for name, argv, env in cmds:
+            # What the image provides: PATH with its Python; the probe's import path when swapped in.
+            full_env = {**{k: v for k, v in sup.launcher_env().items()
+                           if k in ("PATH", "PYTHONPATH", "HOME", "LANG")}, **env}
+            procs.start(argv, env=full_env, log=tmp_path / f"{name}.log")
+        codes = procs.wait_all(timeout=240)
+    finally:
+        procs.close()
+    logs = "\n".join(f"== {n}\n{sup.tail(tmp_path / f'{n}.log', 20)}" for n, _, _ in cmds)
+    assert codes == [0] * len(cmds), f"exit codes {codes}:\n{logs}"
+    out = tmp_path / "runs" / "compose"
+    summary = sup.check_run(out)
+    assert summary["param_hash"] == reference_run["param_hash"]

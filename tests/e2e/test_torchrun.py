@@ -1,0 +1,129 @@
+"""torchrun as a user runs it: one node, two nodes on one machine (c10d), and a restarted group.
+
+Each test checks that every client ends with the evaluator's parameter hash, and that the hash
+equals the one-node loopback run of the same config (the trajectory does not depend on the launch).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+import e2e_support as sup
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.timeout(300)
+def test_single_node(reference_run: dict) -> None:
+    assert len(reference_run["client_hashes"]) == 4
+
+
+@pytest.mark.timeout(300)
+def test_two_nodes_c10d_rendezvous(reference_run: dict, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    endpoint = f"127.0.0.1:{sup.free_port()}"
+    procs = sup.Procs()
+    try:
+        for node in (0, 1):
+            env = sup.launcher_env(NNODES="2", NODE_RANK=str(node), RDZV_ENDPOINT=endpoint,
+                                   RDZV_ID=f"e2e-{os.getpid()}")
+            procs.start(["launch/torchrun.sh", str(sup.DEBUG_CONFIG), *sup.sets(f"run.out_dir={out}")],
+                        env=env, log=tmp_path / f"node{node}.log")
+        codes = procs.wait_all(timeout=240)
+    finally:
+        procs.close()
+    logs = "\n".join(sup.tail(tmp_path / f"node{n}.log") for n in (0, 1))
+    assert codes == [0, 0], f"exit codes {codes}:\n{logs}"
+    # NNODES=2 splits the 5 processes 3 + 2.
+    assert "--nproc-per-node=3" in (tmp_path / "node0.log").read_text()
+    assert "--nproc-per-node=2" in (tmp_path / "node1.log").read_text()
+    summary = sup.check_run(out)
+    assert summary["param_hash"] == reference_run["param_hash"]
+
+
+def _worker_pids(agent_pid: int, rank: int) -> list[int]:
+    """Processes under the torchrun agent whose environment says RANK=rank."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) != agent_pid:
+                continue
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if f"RANK={rank}".encode() in env:
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.timeout(300)
+def test_max_restarts_resumes_from_checkpoint(entry: str, tmp_path: Path) -> None:
+    """Kill a client after the first checkpoint: torchrun restarts the group, which resumes."""
+    out = tmp_path / "run"
+    steps = 30  # long enough that the kill lands before the end
+    ref_out = tmp_path / "reference"
+    sup.run_checked(["launch/torchrun.sh", str(sup.DEBUG_CONFIG),
+                     *sup.sets(f"run.out_dir={ref_out}", f"run.steps={steps}")],
+                    env=sup.launcher_env(), log=tmp_path / "reference.log", timeout=240)
+    expected = sup.check_run(ref_out)["param_hash"]
+
+    env = sup.launcher_env(MAX_RESTARTS="2", PROBE_STEP_DELAY="0.1")
+    procs = sup.Procs()
+    try:
+        agent = procs.start(["launch/torchrun.sh", str(sup.DEBUG_CONFIG),
+                             *sup.sets(f"run.out_dir={out}", f"run.steps={steps}")],
+                            env=env, log=tmp_path / "torchrun.log")
+        deadline = time.monotonic() + 180
+        killed = []
+        while time.monotonic() < deadline and agent.poll() is None and not killed:
+            ckpt = out / "checkpoints"
+            if ckpt.is_dir() and any(ckpt.glob("*[0-9]*")):  # the first checkpoint is written
+                for pid in _worker_pids(agent.pid, rank=2):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.05)
+        (code,) = procs.wait_all(timeout=max(10.0, deadline - time.monotonic()))
+    finally:
+        procs.close()
+    log = sup.tail(tmp_path / "torchrun.log")
+    if not killed:
+        pytest.skip(f"the run ended before a client could be killed (code {code})")
+    assert code == 0, f"torchrun exited {code} after the kill:\n{log}"
+    summary = sup.check_run(out)
+    assert summary["param_hash"] == expected, "a resumed run must produce the same bits"
+
+
+@pytest.mark.timeout(300)
+def test_checkpoint_is_a_plain_hugging_face_model(reference_run: dict, tmp_path: Path) -> None:
+    """The evaluator's model directory loads with AutoModelForCausalLM, carries the trained
+    weights, and equals what `seedflood replay --out` rebuilds from base + log."""
+    import subprocess
+    import sys
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_dir = Path(reference_run["model_dir"])
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    ids = tok("a great film\n", return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.isfinite(model(ids).logits).all()
+
+    run_dir = model_dir.parents[2]
+    out = tmp_path / "replayed"
+    replay = subprocess.run([sys.executable, "-m", "seedflood", "replay", str(run_dir), "--out", str(out)],
+                            capture_output=True, text=True, timeout=180, env=sup.launcher_env())
+    assert replay.returncode == 0, replay.stderr
+    assert f'"param_hash": "{reference_run["param_hash"]}"' in replay.stdout
+    rebuilt = AutoModelForCausalLM.from_pretrained(out).state_dict()
+    saved = model.state_dict()
+    assert saved.keys() == rebuilt.keys()
+    assert all(torch.equal(saved[k], rebuilt[k]) for k in saved)

@@ -1,0 +1,179 @@
+"""Sweep files: expansion, selection by index, validation, the launch command and the summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from seedflood import sweep
+from seedflood.config import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+DEBUG_SWEEP = REPO / "launch" / "sweeps" / "debug.yaml"
+
+
+def write_sweep(tmp_path: Path, data: dict, name: str = "s.yaml") -> Path:
+    base = tmp_path / "base.yaml"
+    if not base.exists():
+        base.write_text(yaml.safe_dump({"run": {"steps": 2}, "topology": {"nodes": 3}}))
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump({"base": "base.yaml", **data}, sort_keys=False))
+    return p
+
+
+def test_debug_sweep_has_four_runs_with_own_dirs() -> None:
+    s = sweep.load(DEBUG_SWEEP)
+    runs = sweep.expand(s)
+    assert len(s) == len(runs) == 4
+    assert s.base == (REPO / "launch" / "configs" / "debug.yaml").resolve()
+    assert [r.name for r in runs] == [
+        "000_kind-ring_seed-0", "001_kind-ring_seed-1", "002_kind-complete_seed-0", "003_kind-complete_seed-1",
+    ]
+    assert len({r.out_dir for r in runs}) == 4
+    assert all(r.overrides[-1] == f"run.out_dir={r.out_dir}" for r in runs)
+    sweep.validate(s)
+
+
+def test_first_axis_varies_slowest_and_fixed_come_first(tmp_path: Path) -> None:
+    p = write_sweep(tmp_path, {"set": ["run.steps=3"], "out_root": "out",
+                               "axes": {"zo.lr": [0.5, 1], "run.seed": [7, 8, 9]}})
+    runs = sweep.expand(sweep.load(p), extra=["eval.every=1"])
+    assert [r.point for r in runs][:4] == [
+        (("zo.lr", 0.5), ("run.seed", 7)), (("zo.lr", 0.5), ("run.seed", 8)),
+        (("zo.lr", 0.5), ("run.seed", 9)), (("zo.lr", 1), ("run.seed", 7)),
+    ]
+    assert runs[1].overrides == ("run.steps=3", "eval.every=1", "zo.lr=0.5", "run.seed=8",
+                                 "run.out_dir=out/001_lr-0.5_seed-8")
+
+
+@pytest.mark.parametrize("value", [0, 1.5, 1e-06, True, "ring", "a b"])
+def test_override_values_parse_back(value: object) -> None:
+    assert yaml.safe_load(sweep._format_value(value)) == value
+
+
+def test_no_axes_is_one_run(tmp_path: Path) -> None:
+    s = sweep.load(write_sweep(tmp_path, {}))
+    assert len(s) == 1 and sweep.expand(s)[0].name == "000"
+
+
+def test_select_by_index_and_array_task_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = sweep.load(DEBUG_SWEEP)
+    assert sweep.select(s, 2).name == "002_kind-complete_seed-0"
+    assert sweep.select(s, "3").index == 3
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
+    assert sweep.select(s).index == 1
+    monkeypatch.delenv("SLURM_ARRAY_TASK_ID")
+    with pytest.raises(sweep.SweepError, match="SLURM_ARRAY_TASK_ID"):
+        sweep.select(s)
+    with pytest.raises(sweep.SweepError, match="out of range.*4 runs"):
+        sweep.select(s, 4)
+    with pytest.raises(sweep.SweepError, match="integer"):
+        sweep.select(s, "x")
+
+
+@pytest.mark.parametrize("data, match", [
+    ({"axes": {"nosection.x": [1]}}, "unknown section"),
+    ({"axes": {"seed": [1]}}, "section.field"),
+    ({"axes": {"run.seed": []}}, "non-empty list"),
+    ({"axes": {"run.seed": [[1]]}}, "scalars"),
+    ({"axes": {"run.out_dir": ["a"]}}, "out_root"),
+    ({"axes": [1, 2]}, "must map"),
+    ({"set": "run.steps=1"}, "list of section.field=value"),
+    ({"extra": 1}, "unknown key 'extra'"),
+])
+def test_bad_sweep_files(tmp_path: Path, data: dict, match: str) -> None:
+    with pytest.raises(sweep.SweepError, match=match):
+        sweep.load(write_sweep(tmp_path, data))
+
+
+def test_missing_file_and_base(tmp_path: Path) -> None:
+    with pytest.raises(sweep.SweepError, match="does not exist"):
+        sweep.load(tmp_path / "nope.yaml")
+    (tmp_path / "b.yaml").write_text("axes: {}\n")
+    with pytest.raises(sweep.SweepError, match="'base'"):
+        sweep.load(tmp_path / "b.yaml")
+    assert issubclass(sweep.SweepError, ConfigError)  # the CLI maps it to exit status 2
+
+
+def test_validate_names_the_bad_run(tmp_path: Path) -> None:
+    s = sweep.load(write_sweep(tmp_path, {"axes": {"topology.nodes": [2, 0]}}))
+    with pytest.raises(sweep.SweepError, match=r"run 1 \(001_nodes-0\).*topology.nodes"):
+        sweep.validate(s)
+
+
+def test_launch_argv_sizes_the_world_per_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = sweep.load(write_sweep(tmp_path, {"axes": {"topology.nodes": [2, 6]}}))
+    monkeypatch.setenv("SEEDFLOOD_MODULE", "mymod")
+    monkeypatch.setenv("MAX_RESTARTS", "3")
+    argv = sweep.launch_argv(s, sweep.select(s, 1), python="py")
+    assert argv[:6] == ["py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=7",
+                        "--max-restarts=3"]
+    assert argv[6:11] == ["-m", "mymod", "train", "--config", str(s.base)]
+    assert argv[11:] == ["--set", "topology.nodes=6", "--set", f"run.out_dir={s.out_root / '001_nodes-6'}"]
+
+
+def _finished(d: Path, hashes: list[str], param: str, final: bool = True) -> None:
+    d.mkdir(parents=True)
+    lines = [{"step": 3, "accuracy": 0.5, "loss": 1.0}]
+    if final:
+        lines.append({"step": 6, "accuracy": 0.75, "auc": 0.8, "loss": 0.5, "bytes_per_edge": 96,
+                      "param_hash": param, "final": True})
+    (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"step": 7, "acc')
+    if final:
+        (d / "summary.json").write_text(json.dumps({"param_hash": param, "client_hashes": hashes}))
+
+
+def test_summarize_statuses_and_consensus(tmp_path: Path) -> None:
+    h = "ab" * 32
+    _finished(tmp_path / "a", [h, h], h)
+    _finished(tmp_path / "b", [h, "cd" * 32], h)
+    _finished(tmp_path / "c", [], h, final=False)
+    rows = sweep.summarize([tmp_path / x for x in "abcd"])
+    assert [r["status"] for r in rows] == ["done", "done", "running", "missing"]
+    assert [r.get("consensus") for r in rows] == ["yes", "no", None, None]
+    assert rows[0]["accuracy"] == 0.75 and rows[0]["step"] == 6 and rows[2]["step"] == 3
+    assert not sweep.all_done(rows) and sweep.all_done(rows[:2]) and not sweep.all_done([])
+
+
+def test_format_table_tsv_json(tmp_path: Path) -> None:
+    h = "ab" * 32
+    _finished(tmp_path / "a", [h], h)
+    rows = sweep.summarize([tmp_path / "a", tmp_path / "missing"], names=["first", "second"])
+    table = sweep.format_table(rows).splitlines()
+    assert table[0].split() == list(sweep.COLUMNS) and len(table) == 4
+    assert "first" in table[2] and "0.75" in table[2] and h[:12] in table[2] and h[:13] not in table[2]
+    tsv = [line.split("\t") for line in sweep.format_table(rows, "tsv").splitlines()]
+    assert tsv[0] == list(sweep.COLUMNS) and len(tsv) == 3 and tsv[2][2] == "missing"
+    js = [json.loads(x) for x in sweep.format_table(rows, "json").splitlines()]
+    assert js[0]["param_hash"] == h
+    with pytest.raises(sweep.SweepError, match="format"):
+        sweep.format_table(rows, "xml")
+
+
+def test_summarize_sweep_uses_sweep_names(tmp_path: Path) -> None:
+    s = sweep.load(DEBUG_SWEEP, out_root=tmp_path)
+    h = "ef" * 32
+    _finished(tmp_path / "002_kind-complete_seed-0", [h] * 4, h)
+    rows = sweep.summarize_sweep(s)
+    assert [r["index"] for r in rows] == [0, 1, 2, 3]
+    assert [r["status"] for r in rows] == ["missing", "missing", "done", "missing"]
+    assert rows[2]["run"] == "002_kind-complete_seed-0"
+
+
+def test_run_dirs_follow_out_root(tmp_path: Path) -> None:
+    s = sweep.load(DEBUG_SWEEP, out_root=tmp_path)
+    assert sweep.run_dirs(s) == [tmp_path / r.name for r in sweep.expand(s)]
+
+
+def test_bytes_per_edge_from_summary_map(tmp_path: Path) -> None:
+    h = "ab" * 32
+    d = tmp_path / "r"
+    d.mkdir()
+    (d / "metrics.jsonl").write_text(json.dumps({"step": 6, "param_hash": h, "final": True}) + "\n")
+    (d / "summary.json").write_text(json.dumps({"param_hash": h, "client_hashes": [h],
+                                                "bytes_per_edge": {"0->1": 576, "1->0": 600}}))
+    (row,) = sweep.summarize([d])
+    assert row["bytes_per_edge"] == 600 and row["status"] == "done" and row["consensus"] == "yes"

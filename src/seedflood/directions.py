@@ -234,7 +234,10 @@ class SubCGE(Direction):
                     r = int(self.ranks[j])
                     out = out + ((x @ pb.v[j].to(x.dtype)) @ S[:r, :r].T.to(x.dtype)) @ pb.u[j].T.to(x.dtype)
                 if seed is not None:
-                    out = out + (x @ v.to(x.dtype)).unsqueeze(-1) * u.to(x.dtype)
+                    # out (…, m) += (x·v_b) ⊗ (s·σ·u_a): one in-place rank-1 update, no temporaries
+                    # of the output's size (the output is a fresh contiguous tensor of this layer).
+                    flat = out.view(-1, out.shape[-1])
+                    flat.addr_((x @ v.to(x.dtype)).reshape(-1), u.to(x.dtype))
                 return out
 
             return hook
@@ -270,17 +273,35 @@ class SubCGE(Direction):
         if self.S_epoch is not None and (last_of_epoch or (step + 1) % self.cfg.merge_every == 0):
             self.merge_all()
 
+    def _delta_factors(self, j: int, bs: _Basis) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """U·S·Vᵀ of matrix j as (U_A·S_AB) (m×|B|) and V_B (k×|B|), restricted to the rows A and
+        columns B of S that hold anything: n messages touch at most n of each, so a step with few
+        messages merges at rank ≤ n instead of r. None when S_j is zero."""
+        r = int(self.ranks[j])
+        S = self.S[j, :r, :r]
+        rows = torch.nonzero(S.any(dim=1)).flatten()
+        if rows.numel() == 0:
+            return None
+        cols = torch.nonzero(S.any(dim=0)).flatten()
+        dev = self.params[j].device
+        core = S[rows][:, cols].to(dev)
+        rows, cols = rows.to(dev), cols.to(dev)
+        return bs.u[j][:, rows] @ core, bs.v[j][:, cols]
+
     def merge_all(self) -> None:
-        """W ← W + U·S·Vᵀ for every matrix (fp32, fixed order (U·S)·Vᵀ), then S ← 0."""
+        """W ← W + U·S·Vᵀ for every matrix (fp32, fixed order), then S ← 0. O(r·d) at most."""
         if self.S_epoch is None:
             return
         bs = self.basis(self.S_epoch)
         with torch.no_grad():
             for j, p in enumerate(self.params):
-                r = int(self.ranks[j])
-                S = self.S[j, :r, :r].to(p.device)
-                delta = (bs.u[j] @ S) @ bs.v[j].T  # m×k, fp32
-                p.data.copy_((p.data.float() + delta).to(p.dtype))
+                f = self._delta_factors(j, bs)
+                if f is None:
+                    continue
+                if p.dtype == torch.float32:
+                    p.data.addmm_(f[0], f[1].T)  # in place: no m×k temporary
+                else:
+                    p.data.copy_(torch.addmm(p.data.float(), f[0], f[1].T).to(p.dtype))
         self.S.zero_()
         self.S_epoch = None
 
@@ -290,9 +311,9 @@ class SubCGE(Direction):
         bs = self.basis(self.S_epoch)
         out = {}
         for j, (name, p) in enumerate(zip(self.names, self.params)):
-            r = int(self.ranks[j])
-            delta = (bs.u[j] @ self.S[j, :r, :r].to(p.device)) @ bs.v[j].T
-            out[name] = (p.detach().float() + delta).to(p.dtype)
+            f = self._delta_factors(j, bs)
+            w = p.detach().float()
+            out[name] = (w if f is None else torch.addmm(w, f[0], f[1].T)).to(p.dtype)
         return out
 
     def extra_state(self) -> dict[str, torch.Tensor]:

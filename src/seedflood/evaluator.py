@@ -60,7 +60,8 @@ def restore(w: Workload, run_dir: Path, records: list[tuple[int, list[Message]]]
             params = dict(w.model.named_parameters())
             for name in w.direction.names:
                 params[name].data.copy_(state[name])
-            w.direction.load_extra_state({k: v for k, v in state.items() if k.startswith(("subcge.",))})
+            extra = set(w.direction.extra_state())
+            w.direction.load_extra_state({k: v for k, v in state.items() if k in extra})
             start = meta["step"]
     applier.last_step = start - 1
     applier.apply_all(records[start:])

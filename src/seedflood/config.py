@@ -375,18 +375,24 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return out
 
 
+def read_yaml(path: str | Path, what: str = "config file", error: type[ConfigError] = ConfigError) -> Any:
+    """The parsed YAML document at `path`; a missing file or bad YAML raises `error` in one line."""
+    p = Path(path)
+    if not p.is_file():
+        raise error(f"{what} {str(p)!r} does not exist")
+    try:
+        return yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise error(f"{p}: not valid YAML: {str(e).splitlines()[0]}") from None
+
+
 def load(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Load a YAML config (or the defaults when path is None) and apply overrides."""
     data: dict[str, Any] = {}
     source = ""
     if path is not None:
         p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {str(p)!r} does not exist")
-        try:
-            loaded = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{p}: not valid YAML: {str(e).splitlines()[0]}") from None
+        loaded = read_yaml(p)
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, Mapping):

@@ -149,12 +149,7 @@ def from_dict(data: Any, *, root: Path | None = None, out_root: str | Path | Non
 def load(path: str | Path, *, out_root: str | Path | None = None) -> Sweep:
     """Read a sweep file; `base` resolves against the file's directory."""
     p = Path(path)
-    if not p.is_file():
-        raise SweepError(f"sweep file {str(p)!r} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise SweepError(f"{p}: not valid YAML: {str(e).splitlines()[0]}") from None
+    data = config_mod.read_yaml(p, "sweep file", SweepError)
     return from_dict(data, root=p.resolve().parent, out_root=out_root, source=str(p))
 
 

@@ -137,8 +137,8 @@ class Evaluator:
         self.log_bytes += self.log.append(step, msgs)
         self.next_step += 1
         done = self.next_step
-        self.progress.update(1, scalar=msgs[0].scalar, log=human_bytes(self.log_bytes), **(
-            {"acc": self.last["accuracy"]} if self.last else {}))
+        shown = {"loss": self.last["loss"], "acc": self.last["accuracy"]} if self.last else {}
+        self.progress.update(1, scalar=msgs[0].scalar, log=human_bytes(self.log_bytes), **shown)
         if self.cfg.eval.every and done % self.cfg.eval.every == 0 and done < self.cfg.run.steps:
             self.score(done)
         if self.cfg.checkpoint.every and done % self.cfg.checkpoint.every == 0 and done < self.cfg.run.steps:

@@ -48,6 +48,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; run files are meant to be shared
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -68,6 +69,7 @@ def atomic_dir(path: Path) -> Iterator[Path]:
     """Yield a temporary sibling directory; on success it replaces `path` in one rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    tmp.chmod(0o755)  # mkdtemp makes 0700
     try:
         yield tmp
         if path.exists():

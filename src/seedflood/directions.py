@@ -276,7 +276,8 @@ class SubCGE(Direction):
     def _delta_factors(self, j: int, bs: _Basis) -> tuple[torch.Tensor, torch.Tensor] | None:
         """U·S·Vᵀ of matrix j as (U_A·S_AB) (m×|B|) and V_B (k×|B|), restricted to the rows A and
         columns B of S that hold anything: n messages touch at most n of each, so a step with few
-        messages merges at rank ≤ n instead of r. None when S_j is zero."""
+        messages merges at rank ≤ n instead of r (above r/2 the full factors are used as they are).
+        The choice is a function of S alone, so every client makes the same one. None when S_j = 0."""
         r = int(self.ranks[j])
         S = self.S[j, :r, :r]
         rows = torch.nonzero(S.any(dim=1)).flatten()
@@ -284,6 +285,8 @@ class SubCGE(Direction):
             return None
         cols = torch.nonzero(S.any(dim=0)).flatten()
         dev = self.params[j].device
+        if 2 * max(rows.numel(), cols.numel()) > r:  # dense enough: gathering would cost more
+            return bs.u[j] @ S.to(dev), bs.v[j]
         core = S[rows][:, cols].to(dev)
         rows, cols = rows.to(dev), cols.to(dev)
         return bs.u[j][:, rows] @ core, bs.v[j][:, cols]

@@ -25,7 +25,7 @@ from seedflood import topology as topo
 from seedflood.client import Client
 from seedflood.config import Config
 from seedflood.evaluator import Evaluator, restore
-from seedflood.message import Message, encode
+from seedflood.message import Message, decode, encode
 from seedflood.metrics import human_bytes, setup_logging
 from seedflood.replay import Applier, state_hash
 from seedflood.transport import ByteCounter, EvaluatorInbox, GlooTransport
@@ -52,11 +52,9 @@ def _resume_records(cfg: Config) -> list[tuple[int, list[Message]]]:
 
 def _broadcast_records(records: list[tuple[int, list[Message]]]) -> list[tuple[int, list[Message]]]:
     """Rank 0's resume log to every rank, as message frames (a few bytes per message)."""
-    from seedflood import message
-
     payload = [[(s, encode(m)) for s, m in records]] if dist.get_rank() == 0 else [None]
     dist.broadcast_object_list(payload, src=0)
-    return [(s, message.decode(f)) for s, f in payload[0]]
+    return [(s, decode(f)) for s, f in payload[0]]
 
 
 def run(cfg: Config, environ: dict[str, str] | None = None) -> dict[str, Any] | None:

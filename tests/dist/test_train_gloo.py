@@ -63,6 +63,12 @@ def test_processes_match_the_in_memory_reference(run_world, procs_ok, tmp_path, 
         # ...and at an intermediate step it equals the checkpoint the evaluator wrote then.
         meta = json.loads((tmp_path / kind / "checkpoints" / "step_000006" / "meta.json").read_text())
         assert meta["param_hash"] == reference_hash
+        # `seedflood eval` rebuilds the same model and scores it as the evaluator did at the end.
+        scored = subprocess.run([sys.executable, "-m", "seedflood", "eval", str(tmp_path / kind)],
+                                capture_output=True, text=True, timeout=120)
+        assert scored.returncode == 0, scored.stderr
+        got = json.loads(scored.stdout.strip().splitlines()[-1])
+        assert got["steps"] == 6 and got["accuracy"] == s["final"]["accuracy"] and got["auc"] == s["final"]["auc"]
 
 
 def test_resume_from_the_log_reproduces_the_uninterrupted_run(run_world, procs_ok, tmp_path, reference_hash):

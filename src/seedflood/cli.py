@@ -74,8 +74,9 @@ def _print_summary(s: dict[str, Any]) -> None:
               f"dev-threshold accuracy {fmt(zero, 'threshold_accuracy')}")
     print(f"final:      accuracy {fmt(final, 'accuracy')}  AUC {fmt(final, 'auc')}  "
           f"dev-threshold accuracy {fmt(final, 'threshold_accuracy')}  loss {fmt(final, 'loss')}")
+    edges = s["bytes_per_edge"]  # topology edges only; bytes_total also has the evaluator's channel
     print(f"bytes per edge per step: {s['bytes_per_edge_per_step']:.1f} "
-          f"(total {human_bytes(s['bytes_total'])} over {len(s['bytes_per_edge'])} directed edges)")
+          f"(total {human_bytes(sum(edges.values()))} over {len(edges)} directed edges)")
     print(f"consensus: {'all ' + str(len(s['client_hashes'])) + ' clients equal the evaluator' if s['consensus'] else 'MISMATCH'}"
           f" (hash {s['param_hash'][:16]})")
     if s.get("model_dir"):

@@ -63,7 +63,6 @@ class Client:
         self.applier = Applier(direction, cfg.zo, cfg.run.steps, n_clients)
         self.n_clients = n_clients
         self.listeners: list[StepListener] = []
-        self.last_scalar = 0.0
         if cfg.flood.step_window <= self.delay:
             raise ValueError(f"flood.step_window must exceed the flooding delay {self.delay}")
 
@@ -89,7 +88,6 @@ class Client:
             scalar = zo.two_point(lambda: self.loss_at(t), self.direction, seed, t, self.cfg.zo.eps)
             zo.check_scalar(scalar, self.cfg.flood.max_scalar, t)
             own.append(Message.make(self.node, t, seed, scalar, k))
-        self.last_scalar = own[0].scalar
         self.flood.originate(own)
         for _ in range(self.hops):
             self.hop(t)

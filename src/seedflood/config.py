@@ -109,12 +109,6 @@ class FloodConfig:
         _require(self.step_window >= 1, "flood.step_window", "must be >= 1")
 
 
-TOPOLOGY_KINDS = (
-    "ring", "grid", "torus", "complete", "star", "tree",
-    "random_regular", "erdos_renyi", "watts_strogatz", "file",
-)
-
-
 @dataclass
 class TopologyConfig:
     kind: Literal[

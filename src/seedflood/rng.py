@@ -66,11 +66,6 @@ def hash_u64(key: int, counters: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
-def uniform_ints(key: int, counters: np.ndarray, high: int) -> np.ndarray:
-    """Integers in [0, high) from the hash (high ≪ 2**64, so the modulo bias is below 2**-40)."""
-    return (hash_u64(key, counters) % np.uint64(high)).astype(np.int64)
-
-
 def generator(*keys: int) -> np.random.Generator:
     """A numpy Generator seeded from explicit keys (for CPU draws: batches, data splits)."""
     return np.random.Generator(np.random.PCG64(combine(*keys)))

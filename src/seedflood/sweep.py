@@ -37,6 +37,7 @@ import yaml
 
 from seedflood import config as config_mod
 from seedflood.config import ConfigError
+from seedflood.metrics import read_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -245,21 +246,9 @@ def run_index(path: str | Path, index: int | str | None = None, *, extra: Sequen
 
 def _last_final(metrics: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """(last metrics line, last line with final: true) of a metrics.jsonl; bad lines are skipped."""
-    last = final = None
-    try:
-        lines = metrics.read_text().splitlines()
-    except OSError:
-        return None, None
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a crash
-        if isinstance(rec, dict):
-            last = rec
-            if rec.get("final") is True:
-                final = rec
-    return last, final
+    records = [r for r in read_metrics(metrics) if isinstance(r, dict)]
+    finals = [r for r in records if r.get("final") is True]
+    return (records[-1] if records else None), (finals[-1] if finals else None)
 
 
 def summarize(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None) -> list[dict[str, Any]]:

@@ -203,6 +203,12 @@ def _encode(frame: bytes, inline_bytes: int) -> tuple[torch.Tensor, torch.Tensor
     )
 
 
+def _check_addressed(node: int, peers: Sequence[int], frames: Mapping[int, bytes]) -> None:
+    """A hop sends only to neighbours: anything else is a caller bug."""
+    if unknown := set(frames) - set(peers):
+        raise ValueError(f"node {node}: frames for non-neighbours {sorted(unknown)}")
+
+
 def _reason(e: BaseException) -> str:
     """First sentence of a gloo error, without its '[file.cc:123] ' prefix."""
     lines = str(e).strip().splitlines()
@@ -312,8 +318,7 @@ class GlooTransport:
 
     def exchange(self, frames: Mapping[int, bytes]) -> dict[int, bytes]:
         self._check()
-        if unknown := set(frames) - set(self.peers):
-            raise ValueError(f"node {self.node}: frames for non-neighbours {sorted(unknown)}")
+        _check_addressed(self.node, self.peers, frames)
         self._reap()
         # Post everything first: heads in, then heads (+ tails) out.
         recvs = {p: self._post(dist.irecv, self._heads[p].tensor, p, TAG_HOP) for p in self.peers}
@@ -553,8 +558,7 @@ class MemoryTransport:
 
     def exchange(self, frames: Mapping[int, bytes]) -> dict[int, bytes]:
         self._check()
-        if unknown := set(frames) - set(self.peers):
-            raise ValueError(f"node {self.node}: frames for non-neighbours {sorted(unknown)}")
+        _check_addressed(self.node, self.peers, frames)
         for p in self.peers:
             frame = bytes(frames.get(p, b""))
             self.counter.add(self.node, p, HEADER + len(frame))

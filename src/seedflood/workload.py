@@ -14,9 +14,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 
-from seedflood import directions, model, tasks
+from seedflood import directions, model, runtime, tasks
 from seedflood.config import Config
 from seedflood.directions import Direction
 
@@ -34,8 +33,7 @@ class Workload:
 
     @classmethod
     def build(cls, cfg: Config) -> Workload:
-        if cfg.run.threads:
-            torch.set_num_threads(cfg.run.threads)
+        runtime.set_threads(cfg.run.threads)
         spec = tasks.get(cfg.task.name)
         splits = tasks.load_splits(cfg.task, cfg.run.seed)
         loaded = model.load(cfg.model)

@@ -9,7 +9,6 @@ the `runs` volume is a temporary directory. The run must end with the loopback r
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess

@@ -7,7 +7,7 @@ bits after every step, on any topology, and training makes progress.
 import pytest
 import torch
 
-from seedflood import config, message, tasks, topology
+from seedflood import config, message, tasks
 from seedflood import model as M
 from seedflood.simulation import simulate
 from seedflood.workload import Workload

@@ -2,25 +2,43 @@
 
 Owns: the schema of a run (every key a user can write), parsing YAML and `section.field=value`
 overrides, and validation. Each component receives only its own section. Any unknown key, wrong
-type or out-of-range value raises `ConfigError` with one line naming the key and what is allowed.
+type, non-finite number, duplicate YAML key or out-of-range value raises `ConfigError` with one
+line naming the key and what is allowed.
 
-Assumes nothing about the environment: pure Python + yaml.
+Validation has two layers. Types are checked by pydantic (strict: a bool must be a bool, an int
+must not be a float or a bool, a float takes an int but never inf/nan, unknown keys are refused)
+against the section dataclasses' own annotations; its errors are rewritten here into this
+module's one-line messages. Ranges and cross-field rules live in each dataclass's `__post_init__`,
+which raises `ConfigError` itself, so building a section in code checks them too.
+
+YAML is read with a SafeLoader that also resolves YAML 1.2 floats without a dot (`1e-3`, which
+PyYAML's YAML 1.1 would read as text) and refuses a key written twice in one mapping.
+
+Assumes nothing about the environment: pure Python + yaml + pydantic (no torch, no network).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
+import functools
+import re
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
+import pydantic
 import yaml
+from pydantic_core import ErrorDetails
 
 
 class ConfigError(ValueError):
     """A configuration problem; the message is one line naming the key."""
+
+    def __init__(self, message: str) -> None:
+        # One line whatever went into it (a key or value quoted from a file may hold a newline).
+        super().__init__(str(message).replace("\r", "\\r").replace("\n", "\\n"))
 
 
 def _require(cond: bool, key: str, msg: str) -> None:
@@ -252,64 +270,89 @@ SECTIONS: dict[str, type] = {
 }
 
 
+def flat(d: Mapping[str, Any]) -> dict[str, Any]:
+    """{section: {key: value}} -> {"section.key": value}, the names `--set` takes.
+
+    One level only: a mapping-valued field (model.tiny, task.data_files) stays one value, and a
+    top-level entry that is not a mapping keeps its own name.
+    """
+    out: dict[str, Any] = {}
+    for name, section in d.items():
+        if isinstance(section, Mapping):
+            for key, value in section.items():
+                out[f"{name}.{key}"] = value
+        else:
+            out[str(name)] = section
+    return out
+
+
+# --- type validation (pydantic) ------------------------------------------------------------------
+
+_STRICT = pydantic.ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+@functools.cache
+def _fields_model(cls: type) -> type[pydantic.BaseModel]:
+    """A pydantic model with the fields and annotations of the section dataclass `cls`.
+
+    Every field defaults to None and is left out of the result unless the input set it, so the
+    defaults stay the dataclass's own and `__post_init__` runs (raising ConfigError) on `cls(**set)`.
+    """
+    hints = typing.get_type_hints(cls)
+    fields: dict[str, Any] = {f.name: (hints[f.name], None) for f in dataclasses.fields(cls)}
+    return pydantic.create_model(f"{cls.__name__}Fields", __config__=_STRICT, **fields)
+
+
 def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
+    if typing.get_origin(tp) is Literal:
         return "one of " + ", ".join(map(str, typing.get_args(tp)))
     return getattr(tp, "__name__", str(tp))
 
 
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    """Check `value` against the annotation `tp`; int or numeric text -> float are the only conversions."""
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        allowed = typing.get_args(tp)
-        if value not in allowed:
-            raise ConfigError(f"{key}: must be one of {', '.join(map(str, allowed))}; got {value!r}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        errors = []
-        for alt in typing.get_args(tp):
-            if alt is type(None) and value is None:
-                return None
-            try:
-                return _coerce(value, alt, key)
-            except ConfigError as e:
-                errors.append(str(e))
-        raise ConfigError(f"{key}: {value!r} matches none of {tp}")
-    if origin is list:
-        (item,) = typing.get_args(tp)
-        if not isinstance(value, list):
-            raise ConfigError(f"{key}: must be a list of {_type_name(item)}, got {value!r}")
-        return [_coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        kt, vt = typing.get_args(tp)
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{key}: must be a mapping, got {value!r}")
-        return {_coerce(k, kt, key): _coerce(v, vt, f"{key}.{k}") for k, v in value.items()}
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key}: must be true or false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key}: must be an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, str):
-            # PyYAML follows YAML 1.1, which reads "1e-3" (no dot) as a string: accept it.
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key}: must be a number, got {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{key}: must be a string, got {value!r}")
-        return value
-    raise ConfigError(f"{key}: unsupported type {tp}")  # a schema bug, not user input
+def _annotation(cls: type, loc: tuple[int | str, ...]) -> Any:
+    """The annotation a pydantic error location points at inside section `cls`."""
+    is_key = loc[-1] == "[key]"  # (field, ..., bad_key, "[key]"): the mapping's key type
+    tp: Any = typing.get_type_hints(cls)[loc[0]]
+    for _ in (loc[1:-2] if is_key else loc[1:]):
+        tp = (typing.get_args(tp) or (Any,))[-1]  # list[X] -> X, dict[K, V] -> V
+    return (typing.get_args(tp) or (Any,))[0] if is_key else tp
+
+
+def _key(name: str, loc: tuple[int | str, ...]) -> str:
+    """'section.field', 'section.field[3]' or 'section.field.sub'; a bad mapping key names the mapping."""
+    parts = loc[:-2] if loc[-1] == "[key]" else loc
+    return name + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
+
+
+_MESSAGES = {
+    "bool_type": "must be true or false",
+    "int_type": "must be an integer",
+    "float_type": "must be a number",
+    "finite_number": "must be a finite number",
+    "string_type": "must be a string",
+    "dict_type": "must be a mapping",
+}
+
+
+def _message(name: str, cls: type, err: ErrorDetails) -> str:
+    """One pydantic error as this module's one-line message."""
+    loc, kind, value = err["loc"], err["type"], err.get("input")
+    if kind in ("extra_forbidden", "invalid_key"):
+        allowed = ", ".join(sorted(f.name for f in dataclasses.fields(cls)))
+        return f"unknown key '{name}.{loc[0]}' (allowed in {name}: {allowed})"
+    key, tp = _key(name, loc), _annotation(cls, loc)
+    if kind == "literal_error":
+        allowed = ", ".join(map(str, typing.get_args(tp)))
+        return f"{key}: must be one of {allowed}; got {value!r}"
+    if kind == "list_type":
+        (item,) = typing.get_args(tp) or (Any,)
+        return f"{key}: must be a list of {_type_name(item)}, got {value!r}"
+    what = _MESSAGES.get(kind)
+    if what is None:  # a kind this schema does not produce today: pydantic's own one-line text
+        what = str(err["msg"]).splitlines()[0]
+    if loc[-1] == "[key]":
+        what = "keys " + what
+    return f"{key}: {what}, got {value!r}"
 
 
 def _build_section(name: str, cls: type, values: Any) -> Any:
@@ -317,16 +360,13 @@ def _build_section(name: str, cls: type, values: Any) -> Any:
         values = {}
     if not isinstance(values, Mapping):
         raise ConfigError(f"{name}: must be a mapping of keys, got {values!r}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in values.items():
-        if key not in fields:
-            raise ConfigError(
-                f"unknown key '{name}.{key}' (allowed in {name}: {', '.join(sorted(fields))})"
-            )
-        kwargs[key] = _coerce(value, hints[key], f"{name}.{key}")
-    return cls(**kwargs)
+    try:
+        checked = _fields_model(cls).model_validate(dict(values))
+    except pydantic.ValidationError as e:
+        order = {k: i for i, k in enumerate(values)}
+        first = min(e.errors(), key=lambda err: order.get(err["loc"][0], len(order)))  # as written
+        raise ConfigError(_message(name, cls, first)) from None
+    return cls(**{k: getattr(checked, k) for k in checked.model_fields_set})
 
 
 def from_dict(data: Mapping[str, Any], source: str = "") -> Config:
@@ -340,14 +380,74 @@ def from_dict(data: Mapping[str, Any], source: str = "") -> Config:
     return Config(**sections, source=source)
 
 
+# --- YAML -----------------------------------------------------------------------------------------
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader + the YAML 1.2 floats YAML 1.1 reads as text: 1e-3, 2E5, 1.5e3, .5e-2."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?|[-+]?\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+class _DuplicateKey(yaml.YAMLError):
+    """A key written twice in one YAML mapping; `key` is its dotted path in the document."""
+
+    def __init__(self, key: str, line: int, first: int) -> None:
+        super().__init__(f"duplicate key '{key}' at line {line} (first at line {first})")
+        self.key, self.line, self.first = key, line, first
+
+
+def _check_duplicates(node: yaml.Node, path: str, seen: set[int]) -> None:
+    """Raise _DuplicateKey for the first mapping in `node` that names a scalar key twice."""
+    if id(node) in seen:  # an alias: already walked (and recursive anchors must not loop)
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first_line: dict[tuple[str, str], int] = {}
+        for key_node, value_node in node.value:
+            child = path
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                child = f"{path}.{key_node.value}" if path else str(key_node.value)
+                ident = (key_node.tag, key_node.value)
+                line = key_node.start_mark.line + 1
+                if ident in first_line:
+                    raise _DuplicateKey(child, line, first_line[ident])
+                first_line[ident] = line
+            _check_duplicates(value_node, child, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_duplicates(item, f"{path}[{i}]", seen)
+
+
+def _parse_yaml(text: str, path: str = "") -> Any:
+    """One YAML document (None if empty) read with `_Loader`; keys are named under `path`."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_duplicates(node, path, set())
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def parse_override(text: str) -> tuple[str, str, Any]:
     """'section.field=value' -> (section, field, YAML-parsed value)."""
     key, sep, raw = text.partition("=")
     if not sep or "." not in key:
         raise ConfigError(f"override {text!r} must look like section.field=value")
-    section, _, name = key.strip().partition(".")
+    key = key.strip()
+    section, _, name = key.partition(".")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = _parse_yaml(raw, key) if raw.strip() else ""
+    except _DuplicateKey as e:
+        raise ConfigError(f"{key}: value {raw!r} has duplicate key '{e.key}'") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{key}: value {raw!r} is not valid YAML ({e.__class__.__name__})") from None
     return section, name, value
@@ -370,12 +470,15 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 
 def read_yaml(path: str | Path, what: str = "config file", error: type[ConfigError] = ConfigError) -> Any:
-    """The parsed YAML document at `path`; a missing file or bad YAML raises `error` in one line."""
+    """The parsed YAML document at `path`; a missing file, bad YAML or a key written twice in one
+    mapping raises `error` in one line. Floats like `1e-3` read as floats (YAML 1.2)."""
     p = Path(path)
     if not p.is_file():
         raise error(f"{what} {str(p)!r} does not exist")
     try:
-        return yaml.safe_load(p.read_text())
+        return _parse_yaml(p.read_text())
+    except _DuplicateKey as e:
+        raise error(f"{p}: line {e.line}: duplicate key '{e.key}' (first at line {e.first})") from None
     except yaml.YAMLError as e:
         raise error(f"{p}: not valid YAML: {str(e).splitlines()[0]}") from None
 

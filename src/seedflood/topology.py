@@ -8,14 +8,17 @@ Owns:
   tree, random_regular, erdos_renyi, watts_strogatz, file);
 - `parse_spec(text)`: the command-line form (`ring:16`, `torus:8x16`, `erdos_renyi:32:p=0.2:seed=3`,
   or a YAML path);
-- the edge-list YAML format (`load_yaml`, `dump_yaml`) of the files in the repository's
-  `topologies/` directory;
+- the edge-list YAML format (`load_yaml`, `dump_yaml`) of the named graphs in the repository's
+  top-level `topologies/` directory, shipped in the wheel as package data (`TOPOLOGY_DIR` finds
+  them in either place);
 - the rank mapping of DESIGN §2: rank 0 is the evaluator, topology node i is rank i + 1;
 - `describe(top)`: the text of `seedflood topology show`.
 
-Assumes: pure Python + numpy + networkx + yaml. Random builders take an explicit integer seed and
-are deterministic for a given networkx version; a graph that must stay fixed across versions
-belongs in an edge-list file. Every problem raises `TopologyError` with one line naming the
+Assumes: pure Python + numpy + networkx + yaml. Builders are networkx generators relabelled to
+0..n-1 in the order each builder documents (grid and torus: row-major); the shipped edge-list
+files pin that numbering. Random builders take an explicit integer seed and are deterministic for
+a given networkx version; a graph that must stay fixed across versions belongs in an edge-list
+file. Every problem raises `TopologyError` with one line naming the
 topology (or file) and what is wrong.
 """
 
@@ -25,6 +28,7 @@ import numbers
 from collections.abc import Callable, Iterable
 from dataclasses import InitVar, dataclass, field
 from functools import cached_property
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +38,18 @@ import yaml
 
 from seedflood.config import ConfigError, TopologyConfig
 
-# The repository's named graphs (src/seedflood/topology.py -> <repo>/topologies).
-TOPOLOGY_DIR = Path(__file__).resolve().parents[2] / "topologies"
+
+def _shipped_dir() -> Path:
+    """The named graphs: package data `seedflood/topologies/` in an installed wheel (setup.cfg maps
+    the package `seedflood.topologies` to the top-level `topologies/` directory), else the source
+    checkout's `topologies/` (an editable install imports seedflood from `src/`, which has no copy)."""
+    packaged = resources.files("seedflood") / "topologies"
+    if isinstance(packaged, Path) and packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "topologies"
+
+
+TOPOLOGY_DIR = _shipped_dir()
 
 EVALUATOR_RANK = 0
 MAX_TRIES = 100
@@ -156,62 +170,70 @@ def _normalise_edges(where: str, n: int, edges: Iterable[Any]) -> tuple[Edge, ..
 # ----------------------------------------------------------------------------------- builders
 
 
+def _check_size(name: str, n: int) -> None:
+    # The generators below would quietly build an empty graph (or raise their own error) for n < 1.
+    if not _is_int(n) or n < 1:
+        raise _fail(name, f"needs at least 1 node, got {n!r}")
+
+
+def _from_networkx(name: str, n: int, g: nx.Graph) -> Topology:
+    """A generator's graph as a Topology; its nodes must already be the integers 0..n-1."""
+    return Topology(name, n, tuple(g.edges))
+
+
 def ring(n: int) -> Topology:
-    # n = 2 would give the edge (0, 1) twice and n = 1 a self loop: the set keeps what is real.
-    edges = {(min(i, (i + 1) % n), max(i, (i + 1) % n)) for i in range(n) if n > 1}
-    return Topology(f"ring{n}", n, tuple(edges))
+    """nx.cycle_graph: node i is joined to i ± 1 mod n. A cycle needs 3 nodes: below that the ring
+    is the path (one node; two nodes and one edge), with no self loop or doubled edge."""
+    _check_size(f"ring{n}", n)
+    return _from_networkx(f"ring{n}", n, nx.cycle_graph(n) if n > 2 else nx.path_graph(n))
 
 
-def _mesh(rows: int, cols: int, wrap: bool) -> set[Edge]:
-    """Edges of a rows×cols mesh; node (r, c) is r*cols + c. With wrap, each dimension closes into
-    a cycle, except dimensions of size 1 (self loops) or 2 (the wrap edge already exists)."""
-    edges = set()
-    for r in range(rows):
-        for c in range(cols):
-            v = r * cols + c
-            if c + 1 < cols:
-                edges.add((v, v + 1))
-            elif wrap and cols > 2:
-                edges.add((r * cols, v))
-            if r + 1 < rows:
-                edges.add((v, v + cols))
-            elif wrap and rows > 2:
-                edges.add((c, v))
-    return edges
+def _mesh(rows: int, cols: int, periodic: bool) -> nx.Graph:
+    """nx.grid_2d_graph relabelled row-major: node (r, c) becomes r*cols + c (the sorted order of
+    the (r, c) labels). With periodic, each dimension closes into a cycle, except dimensions of size
+    1 (a self loop) or 2 (the wrap edge already exists): networkx skips those itself."""
+    g = nx.grid_2d_graph(rows, cols, periodic=periodic)
+    return nx.convert_node_labels_to_integers(g, ordering="sorted")
 
 
 def _factor(kind: str, n: int, rows: int) -> tuple[int, int]:
     """rows×cols = n; rows = 0 picks the most square factorisation (rows <= cols)."""
+    _check_size(kind, n)
     if rows == 0:
         rows = max(d for d in range(1, int(n**0.5) + 1) if n % d == 0)
-    if n % rows:
+    if rows < 1 or n % rows:
         raise _fail(kind, f"{n} nodes cannot be split into {rows} rows")
     return rows, n // rows
 
 
 def grid(n: int, rows: int = 0) -> Topology:
+    """nx.grid_2d_graph, rows×cols, node r*cols + c."""
     rows, cols = _factor("grid", n, rows)
-    return Topology(f"grid{rows}x{cols}", n, tuple(_mesh(rows, cols, wrap=False)))
+    return _from_networkx(f"grid{rows}x{cols}", n, _mesh(rows, cols, periodic=False))
 
 
 def torus(n: int, rows: int = 0) -> Topology:
+    """nx.grid_2d_graph(periodic=True), rows×cols, node r*cols + c."""
     rows, cols = _factor("torus", n, rows)
-    return Topology(f"torus{rows}x{cols}", n, tuple(_mesh(rows, cols, wrap=True)))
+    return _from_networkx(f"torus{rows}x{cols}", n, _mesh(rows, cols, periodic=True))
 
 
 def complete(n: int) -> Topology:
-    return Topology(f"complete{n}", n, tuple((i, j) for i in range(n) for j in range(i + 1, n)))
+    """nx.complete_graph."""
+    _check_size(f"complete{n}", n)
+    return _from_networkx(f"complete{n}", n, nx.complete_graph(n))
 
 
 def star(n: int) -> Topology:
-    """Node 0 is the centre."""
-    return Topology(f"star{n}", n, tuple((0, i) for i in range(1, n)))
+    """nx.star_graph(n - 1): node 0 is the centre, 1..n-1 the leaves."""
+    _check_size(f"star{n}", n)
+    return _from_networkx(f"star{n}", n, nx.star_graph(n - 1))
 
 
 def tree(n: int) -> Topology:
-    """Binary tree in heap order: node i's children are 2i+1 and 2i+2."""
-    edges = ((i, c) for i in range(n) for c in (2 * i + 1, 2 * i + 2) if c < n)
-    return Topology(f"tree{n}", n, tuple(edges))
+    """nx.full_rary_tree(2, n): a binary tree in heap order, node i's children are 2i+1 and 2i+2."""
+    _check_size(f"tree{n}", n)
+    return _from_networkx(f"tree{n}", n, nx.full_rary_tree(2, n))
 
 
 def _attempt_seed(seed: int, attempt: int) -> int:
@@ -322,7 +344,12 @@ SPEC_FORMS = (
     "or the name of a file in topologies/ (e.g. ring16)"
 )
 _SPEC_OPTIONS: dict[str, tuple[str, ...]] = {
-    "ring": (), "grid": (), "torus": (), "complete": (), "star": (), "tree": (),
+    "ring": (),
+    "grid": (),
+    "torus": (),
+    "complete": (),
+    "star": (),
+    "tree": (),
     "random_regular": ("degree", "seed"),
     "erdos_renyi": ("p", "seed"),
     "watts_strogatz": ("k", "p", "seed"),

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
+import sys
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -30,7 +34,10 @@ def test_debug_sweep_has_four_runs_with_own_dirs() -> None:
     assert len(s) == len(runs) == 4
     assert s.base == (REPO / "launch" / "configs" / "debug.yaml").resolve()
     assert [r.name for r in runs] == [
-        "000_kind-ring_seed-0", "001_kind-ring_seed-1", "002_kind-complete_seed-0", "003_kind-complete_seed-1",
+        "000_kind-ring_seed-0",
+        "001_kind-ring_seed-1",
+        "002_kind-complete_seed-0",
+        "003_kind-complete_seed-1",
     ]
     assert len({r.out_dir for r in runs}) == 4
     assert all(r.overrides[-1] == f"run.out_dir={r.out_dir}" for r in runs)
@@ -38,15 +45,23 @@ def test_debug_sweep_has_four_runs_with_own_dirs() -> None:
 
 
 def test_first_axis_varies_slowest_and_fixed_come_first(tmp_path: Path) -> None:
-    p = write_sweep(tmp_path, {"set": ["run.steps=3"], "out_root": "out",
-                               "axes": {"zo.lr": [0.5, 1], "run.seed": [7, 8, 9]}})
+    p = write_sweep(
+        tmp_path, {"set": ["run.steps=3"], "out_root": "out", "axes": {"zo.lr": [0.5, 1], "run.seed": [7, 8, 9]}}
+    )
     runs = sweep.expand(sweep.load(p), extra=["eval.every=1"])
     assert [r.point for r in runs][:4] == [
-        (("zo.lr", 0.5), ("run.seed", 7)), (("zo.lr", 0.5), ("run.seed", 8)),
-        (("zo.lr", 0.5), ("run.seed", 9)), (("zo.lr", 1), ("run.seed", 7)),
+        (("zo.lr", 0.5), ("run.seed", 7)),
+        (("zo.lr", 0.5), ("run.seed", 8)),
+        (("zo.lr", 0.5), ("run.seed", 9)),
+        (("zo.lr", 1), ("run.seed", 7)),
     ]
-    assert runs[1].overrides == ("run.steps=3", "eval.every=1", "zo.lr=0.5", "run.seed=8",
-                                 "run.out_dir=out/001_lr-0.5_seed-8")
+    assert runs[1].overrides == (
+        "run.steps=3",
+        "eval.every=1",
+        "zo.lr=0.5",
+        "run.seed=8",
+        "run.out_dir=out/001_lr-0.5_seed-8",
+    )
 
 
 @pytest.mark.parametrize("value", [0, 1.5, 1e-06, True, "ring", "a b"])
@@ -74,16 +89,19 @@ def test_select_by_index_and_array_task_id(tmp_path: Path, monkeypatch: pytest.M
         sweep.select(s, "x")
 
 
-@pytest.mark.parametrize("data, match", [
-    ({"axes": {"nosection.x": [1]}}, "unknown section"),
-    ({"axes": {"seed": [1]}}, "section.field"),
-    ({"axes": {"run.seed": []}}, "non-empty list"),
-    ({"axes": {"run.seed": [[1]]}}, "scalars"),
-    ({"axes": {"run.out_dir": ["a"]}}, "out_root"),
-    ({"axes": [1, 2]}, "must map"),
-    ({"set": "run.steps=1"}, "list of section.field=value"),
-    ({"extra": 1}, "unknown key 'extra'"),
-])
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        ({"axes": {"nosection.x": [1]}}, "unknown section"),
+        ({"axes": {"seed": [1]}}, "section.field"),
+        ({"axes": {"run.seed": []}}, "non-empty list"),
+        ({"axes": {"run.seed": [[1]]}}, "scalars"),
+        ({"axes": {"run.out_dir": ["a"]}}, "out_root"),
+        ({"axes": [1, 2]}, "must map"),
+        ({"set": "run.steps=1"}, "list of section.field=value"),
+        ({"extra": 1}, "unknown key 'extra'"),
+    ],
+)
 def test_bad_sweep_files(tmp_path: Path, data: dict, match: str) -> None:
     with pytest.raises(sweep.SweepError, match=match):
         sweep.load(write_sweep(tmp_path, data))
@@ -109,21 +127,114 @@ def test_launch_argv_sizes_the_world_per_run(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("SEEDFLOOD_MODULE", "mymod")
     monkeypatch.setenv("MAX_RESTARTS", "3")
     argv = sweep.launch_argv(s, sweep.select(s, 1), python="py")
-    assert argv[:6] == ["py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=7",
-                        "--max-restarts=3"]
+    assert argv[:6] == ["py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=7", "--max-restarts=3"]
     assert argv[6:11] == ["-m", "mymod", "train", "--config", str(s.base)]
     assert argv[11:] == ["--set", "topology.nodes=6", "--set", f"run.out_dir={s.out_root / '001_nodes-6'}"]
 
 
+def test_run_index_checks_the_run_before_torchrun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = write_sweep(tmp_path, {"out_root": str(tmp_path / "out"), "axes": {"run.seed": [0, 1]}})
+    monkeypatch.setenv("SEEDFLOOD_MODULE", "mymod")
+    calls: list[list[str]] = []
+    status = {"preflight": 2}
+
+    def fake_run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess:
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, status["preflight"])
+
+    def fake_call(argv: list[str]) -> int:
+        calls.append(argv)
+        return 0
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(subprocess, "call", fake_call)
+    loaded = sweep.load(s)
+    run = sweep.select(loaded, 1)
+    check = sweep.preflight_argv(loaded, run)
+    assert check[:6] == [sys.executable, "-m", "mymod", "world-size", "--config", str(loaded.base)]
+    assert check[6:] == ["--set", "run.seed=1", "--set", f"run.out_dir={run.out_dir}"]
+    # A failing check: its status, and nothing started or written.
+    assert sweep.run_index(s, 1) == 2
+    assert calls == [check] and not (tmp_path / "out").exists()
+    status["preflight"] = 0
+    calls.clear()
+    assert sweep.run_index(s, 1) == 0
+    assert calls == [check, sweep.launch_argv(loaded, run)]
+    assert (run.out_dir / "sweep-run.json").is_file()
+
+
+SRC = REPO / "src" / "seedflood"
+
+
+def _writer_keys(module: Path, function: str, variable: str) -> set[str]:
+    """The literal keys of the dict `function` assigns to `variable` in `module` (`**extra` skipped)."""
+    tree = ast.parse(module.read_text())
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef) and fn.name == function:
+            for node in ast.walk(fn):
+                if (
+                    isinstance(node, ast.Assign)
+                    and isinstance(node.value, ast.Dict)
+                    and any(isinstance(t, ast.Name) and t.id == variable for t in node.targets)
+                ):
+                    return {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+    raise AssertionError(f"no `{variable} = {{...}}` in {module.name}:{function}")
+
+
+# Values for the fields the evaluator (metrics.jsonl, Evaluator.score) and seedflood.train
+# (summary.json, _evaluate) write; `_finished` writes exactly the fields the writers' source names
+# (None where no value is given here), so a reader that relies on a field nobody writes gets nothing.
+SAMPLE = {
+    "step": 3,
+    "accuracy": 0.5,
+    "loss": 1.0,
+    "auc": 0.6,
+    "log_bytes": 400,
+    "steps": 6,
+    "clients": 2,
+    "param_hash": "",
+    "client_hashes": [],
+    "consensus": True,
+    "bytes_per_edge": {"0->1": 576, "1->0": 600},  # run totals per directed topology edge
+    "bytes_per_edge_per_step": 98.0,  # (576 + 600) / 2 edges / 6 steps
+    "bytes_total": 1476,
+}
+
+
+@cache
+def metrics_keys() -> frozenset[str]:
+    return frozenset(_writer_keys(SRC / "evaluator.py", "score", "record"))
+
+
+@cache
+def summary_keys() -> frozenset[str]:
+    return frozenset(_writer_keys(SRC / "train.py", "_evaluate", "summary"))
+
+
+def test_summary_reads_what_the_writers_write() -> None:
+    # The final line is score(..., final=True, param_hash=...): its extra keys come from Evaluator.run.
+    assert set(sweep.METRIC_KEYS) <= metrics_keys() | {"param_hash"}
+    assert {"param_hash", "client_hashes", "bytes_per_edge_per_step"} <= summary_keys()
+
+
 def _finished(d: Path, hashes: list[str], param: str, final: bool = True) -> None:
     d.mkdir(parents=True)
-    lines = [{"step": 3, "accuracy": 0.5, "loss": 1.0}]
-    if final:
-        lines.append({"step": 6, "accuracy": 0.75, "auc": 0.8, "loss": 0.5, "bytes_per_edge": 96,
-                      "param_hash": param, "final": True})
+    line = {k: SAMPLE.get(k) for k in metrics_keys()}
+    lines = [line]
+    if final:  # Evaluator.run: score(..., final=True, param_hash=...)
+        lines.append({**line, "step": 6, "accuracy": 0.75, "auc": 0.8, "loss": 0.5, "final": True, "param_hash": param})
     (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"step": 7, "acc')
     if final:
-        (d / "summary.json").write_text(json.dumps({"param_hash": param, "client_hashes": hashes}))
+        (d / "summary.json").write_text(
+            json.dumps(
+                {
+                    **{k: SAMPLE.get(k) for k in summary_keys()},
+                    "param_hash": param,
+                    "client_hashes": hashes,
+                    "consensus": set(hashes) == {param},
+                }
+            )
+        )
 
 
 def test_summarize_statuses_and_consensus(tmp_path: Path) -> None:
@@ -168,12 +279,11 @@ def test_run_dirs_follow_out_root(tmp_path: Path) -> None:
     assert sweep.run_dirs(s) == [tmp_path / r.name for r in sweep.expand(s)]
 
 
-def test_bytes_per_edge_from_summary_map(tmp_path: Path) -> None:
+def test_bytes_per_edge_per_step_from_summary(tmp_path: Path) -> None:
     h = "ab" * 32
-    d = tmp_path / "r"
-    d.mkdir()
-    (d / "metrics.jsonl").write_text(json.dumps({"step": 6, "param_hash": h, "final": True}) + "\n")
-    (d / "summary.json").write_text(json.dumps({"param_hash": h, "client_hashes": [h],
-                                                "bytes_per_edge": {"0->1": 576, "1->0": 600}}))
-    (row,) = sweep.summarize([d])
-    assert row["bytes_per_edge"] == 600 and row["status"] == "done" and row["consensus"] == "yes"
+    _finished(tmp_path / "r", [h, h], h)
+    (row,) = sweep.summarize([tmp_path / "r"])
+    assert row["bytes_per_edge_per_step"] == 98.0 and "bytes_per_edge" not in row
+    assert row["status"] == "done" and row["consensus"] == "yes" and row["clients"] == 2
+    table = sweep.format_table([row], "tsv").splitlines()
+    assert table[1].split("\t")[table[0].split("\t").index("bytes_per_edge_per_step")] == "98"

@@ -61,6 +61,33 @@ def test_complete_star_tree(n: int) -> None:
         assert {2 * i + 1, 2 * i + 2} & set(range(n)) <= set(t.neighbors(i))
 
 
+def _row_major(g: nx.Graph, cols: int) -> set[tuple[int, int]]:
+    """Edges of a networkx (r, c)-labelled mesh with node (r, c) numbered r*cols + c."""
+    return {tuple(sorted((r * cols + c, s * cols + d))) for (r, c), (s, d) in g.edges}
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 16, 31])
+def test_builders_equal_networkx_generators(n: int) -> None:
+    # Same graphs and the same numbering as the generators they name (see each builder's docstring).
+    def edges(g: nx.Graph) -> set[tuple[int, int]]:
+        return {tuple(sorted(e)) for e in g.edges if e[0] != e[1]}
+
+    assert set(T.ring(n).edges) == edges(nx.cycle_graph(n))
+    assert set(T.complete(n).edges) == edges(nx.complete_graph(n))
+    assert set(T.star(n).edges) == edges(nx.star_graph(n - 1))
+    assert set(T.tree(n).edges) == edges(nx.full_rary_tree(2, n))
+    for rows in (r for r in range(1, n + 1) if n % r == 0):
+        cols = n // rows
+        assert set(T.grid(n, rows).edges) == _row_major(nx.grid_2d_graph(rows, cols), cols)
+        assert set(T.torus(n, rows).edges) == _row_major(nx.grid_2d_graph(rows, cols, periodic=True), cols)
+
+
+@pytest.mark.parametrize("make", [T.ring, T.grid, T.torus, T.complete, T.star, T.tree])
+def test_builders_reject_empty(make) -> None:
+    with pytest.raises(TopologyError, match=r"^topology \w+: needs at least 1 node, got 0$"):
+        make(0)
+
+
 @pytest.mark.parametrize("n, diameter", [(1, 0), (2, 1), (3, 2), (4, 3), (7, 4), (15, 6), (16, 7)])
 def test_tree_diameter(n: int, diameter: int) -> None:
     assert T.tree(n).diameter == diameter
@@ -268,11 +295,27 @@ def test_shipped_files(name: str) -> None:
     assert T.dump_yaml(top) == path.read_text()  # byte-exact: regenerating changes nothing
 
 
-def test_shipped_files_match_builders() -> None:
-    load = lambda name: T.load_yaml(T.TOPOLOGY_DIR / f"{name}.yaml")  # noqa: E731
-    assert load("torus8x16").edges == T.torus(128, 8).edges
-    assert load("tree15").edges == T.tree(15).edges
-    assert {load("random_regular16_d3").degree(v) for v in range(16)} == {3}
+@pytest.mark.parametrize(
+    "name, build",
+    [
+        ("ring16", lambda: T.ring(16)),
+        ("ring8", lambda: T.ring(8)),
+        ("grid4x4", lambda: T.grid(16)),
+        ("torus8x16", lambda: T.torus(128, 8)),
+        ("complete8", lambda: T.complete(8)),
+        ("star8", lambda: T.star(8)),
+        ("tree15", lambda: T.tree(15)),
+    ],
+)
+def test_shipped_files_match_builders(name: str, build) -> None:
+    # The files pin node numbering: a builder change that renumbers nodes breaks them.
+    path = T.TOPOLOGY_DIR / f"{name}.yaml"
+    assert T.dump_yaml(build()) == path.read_text()
+
+
+def test_shipped_random_regular_is_regular() -> None:
+    top = T.load_yaml(T.TOPOLOGY_DIR / "random_regular16_d3.yaml")
+    assert {top.degree(v) for v in top.nodes} == {3}
 
 
 @given(n=st.integers(1, 30), seed=st.integers(0, 1000))

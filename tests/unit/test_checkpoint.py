@@ -1,0 +1,427 @@
+"""checkpoint.py: torn tail vs corruption in the message log, the check hook, the settings
+fingerprint, durability, and checkpoint integrity (sha256, fallback, prune, atomic_dir).
+
+Every test works on a few hundred bytes under tmp_path and runs in milliseconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from seedflood import checkpoint as ckpt
+from seedflood import message
+from seedflood.checkpoint import CheckpointError, LogReader, LogWriter
+from seedflood.message import Limits, Message
+
+N = 3  # messages per step
+REC = 8 + message.HEADER_SIZE + N * message.RECORD_SIZE  # bytes of one record on disk (96)
+TRAJ = {"run.seed": 0, "zo.lr": 10.0, "zo.eps": 1e-3, "n_clients": N, "delay": 0}
+
+
+def header(**traj: object) -> dict:
+    return {"base_identity": "tiny", "base_hash": "abc", "trajectory": {**TRAJ, **traj}, "config": {"run": {"seed": 0}}}
+
+
+def msgs(step: int) -> list[Message]:
+    return [Message.make(o, step, seed=1000 * step + o, scalar=0.5 * o - step) for o in range(N)]
+
+
+def write_log(path: Path, steps: int) -> int:
+    """A log of `steps` records; returns the byte offset of record 0."""
+    w = LogWriter(path, header())
+    for s in range(steps):
+        w.append(s, msgs(s))
+    w.close()
+    return path.stat().st_size - steps * REC
+
+
+def rec_at(start: int, step: int) -> int:
+    return start + step * REC
+
+
+def flipped(data: bytes, i: int, bit: int) -> bytes:
+    b = bytearray(data)
+    b[i] ^= 1 << bit
+    return bytes(b)
+
+
+def limits_check(step: int, ms: list[Message]) -> None:
+    """What the evaluator's check does: wire limits per message, exactly N messages."""
+    lim = Limits(n_origins=N, min_step=step, max_step=step, seed_of=lambda o, s, k: 1000 * s + o)
+    for m in ms:
+        lim.check(m)
+    if len(ms) != N:
+        raise ValueError(f"step {step} carries {len(ms)} messages, expected {N}")
+
+
+def flips(off: int) -> list[tuple[int, int]]:
+    """(byte, bit) to flip in the record at `off`: every bit of the 24 header bytes (step,
+    length, frame header: where the torn-vs-corrupt logic lives), one bit of each message byte
+    (all of them fall to the CRC), so the loop stays in the hundreds."""
+    head = 8 + message.HEADER_SIZE
+    return [(off + i, b) for i in range(head) for b in range(8)] + [(off + i, i % 8) for i in range(head, REC)]
+
+
+def snapshot(path: Path) -> tuple[bytes, int]:
+    return path.read_bytes(), path.stat().st_mtime_ns
+
+
+# -- the log: round trip, torn tail ---------------------------------------------------------------
+def test_round_trip_and_header(tmp_path: Path) -> None:
+    p = tmp_path / "log.bin"
+    write_log(p, 5)
+    reader = LogReader(p)
+    head, records = reader.read(check=limits_check)
+    assert head == json.loads(json.dumps(header()))
+    assert ckpt.read_header(p) == head
+    assert records == [(s, msgs(s)) for s in range(5)]
+    assert reader.torn == 0
+
+
+def test_torn_tail_at_every_byte_of_the_final_record(tmp_path: Path) -> None:
+    p = tmp_path / "log.bin"
+    start = write_log(p, 4)
+    full = p.read_bytes()
+    last = rec_at(start, 3)
+    for cut in range(1, REC):
+        p.write_bytes(full[: last + cut])
+        reader = LogReader(p)
+        _, records = reader.read(check=limits_check)
+        assert [s for s, _ in records] == [0, 1, 2], cut
+        assert reader.torn == cut
+        w = LogWriter(p, header(), check=limits_check)
+        assert (w.next_step, w.dropped_tail) == (3, cut)
+        assert p.stat().st_size == last  # cut off before anything is appended
+        w.append(3, msgs(3))
+        w.close()
+        assert p.read_bytes() == full, cut
+
+
+# -- the log: corruption is an error, never a short read -----------------------------------------
+def test_bit_flip_anywhere_in_a_middle_record_names_it(tmp_path: Path) -> None:
+    p = tmp_path / "log.bin"
+    start = write_log(p, 5)
+    full = p.read_bytes()
+    off = rec_at(start, 2)
+    for i, bit in flips(off):
+        p.write_bytes(flipped(full, i, bit))
+        with pytest.raises(CheckpointError) as e:
+            LogReader(p).read()
+        assert f"record at byte offset {off} (step 2) is corrupt" in str(e.value), (i, bit, str(e.value))
+        assert "\n" not in str(e.value)
+
+
+def test_bit_flip_anywhere_in_the_last_complete_record_is_not_a_torn_tail(tmp_path: Path) -> None:
+    p = tmp_path / "log.bin"
+    start = write_log(p, 4)
+    full = p.read_bytes()
+    off = rec_at(start, 3)
+    for i, bit in flips(off):
+        p.write_bytes(flipped(full, i, bit))
+        with pytest.raises(CheckpointError, match=rf"record at byte offset {off} \(step 3\) is corrupt"):
+            LogReader(p).read()
+
+
+def test_crc_failure_of_the_last_record_is_an_error(tmp_path: Path) -> None:
+    p = tmp_path / "log.bin"
+    write_log(p, 3)
+    p.write_bytes(flipped(p.read_bytes(), p.stat().st_size - 1, 0))  # last byte of the last message
+    with pytest.raises(CheckpointError, match="checksum mismatch"):
+        LogReader(p).read()
+
+
+def test_length_field_of_the_last_record_grown_by_one_message_is_an_error(tmp_path: Path) -> None:
+    # A valid-looking frame length that runs past the end of the file: it would look torn,
+    # but the frame header (fully present) still says N messages.
+    p = tmp_path / "log.bin"
+    start = write_log(p, 3)
+    b = bytearray(p.read_bytes())
+    off = rec_at(start, 2)
+    b[off + 4 : off + 8] = (REC - 8 + message.RECORD_SIZE).to_bytes(4, "little")
+    p.write_bytes(bytes(b))
+    with pytest.raises(CheckpointError, match=rf"offset {off} \(step 2\).*disagrees with the frame header"):
+        LogReader(p).read()
+
+
+@pytest.mark.parametrize("garbage", [b"\xff", b"\x00\x00\x00\x00\x10", b"\x03\x00\x00\x00" + b"\x00" * 40])
+def test_trailing_garbage_is_an_error(tmp_path: Path, garbage: bytes) -> None:
+    p = tmp_path / "log.bin"
+    start = write_log(p, 3)
+    p.write_bytes(p.read_bytes() + garbage)
+    with pytest.raises(CheckpointError, match=rf"offset {rec_at(start, 3)} \(step 3\) is corrupt"):
+        LogReader(p).read()
+
+
+def _incomplete_final(b: bytearray, off: int, byte: int, cut: int) -> bytes:
+    """The log cut `cut` bytes into the record at `off`, with bit 0 of byte `off + byte` flipped."""
+    b[off + byte] ^= 1
+    return bytes(b[: off + cut])
+
+
+@pytest.mark.parametrize(
+    ("byte", "cut", "reason"),
+    [
+        (1, 3, "does not start with step 3"),  # step field, itself incomplete
+        (8 + 2, 8 + 3, "bad frame magic"),  # frame magic, itself incomplete
+        (8 + 4, 8 + 20, "unsupported frame version"),  # frame header whole, rest missing
+        (8 + 16 + 4, 8 + 16 + 30, "holds a message of step"),  # first message whole, wrong step
+        (8 + 16 + 22, 8 + 16 + 30, "holds a message of step"),  # reserved field of that message
+    ],
+)
+def test_an_incomplete_final_record_with_an_inconsistent_field_is_corrupt_not_torn(
+    tmp_path: Path,
+    byte: int,
+    cut: int,
+    reason: str,
+) -> None:
+    p = tmp_path / "log.bin"
+    start = write_log(p, 4)
+    off = rec_at(start, 3)
+    p.write_bytes(_incomplete_final(bytearray(p.read_bytes()), off, byte, cut))
+    with pytest.raises(CheckpointError, match=rf"offset {off} \(step 3\) is corrupt: .*{reason}"):
+        LogReader(p).read()
+    before = snapshot(p)
+    with pytest.raises(CheckpointError):
+        LogWriter(p, header())
+    assert snapshot(p) == before
+
+
+def test_step_out_of_sequence_is_an_error(tmp_path: Path) -> None:
+    p = tmp_path / "log.bin"
+    start = write_log(p, 3)
+    b = bytearray(p.read_bytes())
+    b[rec_at(start, 1) : rec_at(start, 1) + 4] = (2).to_bytes(4, "little")
+    p.write_bytes(bytes(b))
+    with pytest.raises(CheckpointError, match=r"\(step 1\) is corrupt: holds step 2, expected 1"):
+        LogReader(p).read()
+
+
+# -- the check hook -------------------------------------------------------------------------------
+def test_check_rejects_a_record_with_a_valid_crc_and_a_nan_scalar(tmp_path: Path) -> None:
+    p = tmp_path / "log.bin"
+    start = write_log(p, 3)
+    bad = [Message(step=3, origin=o, k=0, seed=3000 + o, scalar=math.nan if o == 1 else 1.0) for o in range(N)]
+    frame = message.encode(bad)
+    assert message.decode(frame)[1].scalar != message.decode(frame)[1].scalar  # CRC fine, NaN inside
+    p.write_bytes(p.read_bytes() + (3).to_bytes(4, "little") + len(frame).to_bytes(4, "little") + frame)
+    assert len(LogReader(p).read()[1]) == 4  # structurally whole: only the check can catch it
+    off = rec_at(start, 3)
+    with pytest.raises(CheckpointError, match=rf"offset {off} \(step 3\) is corrupt: rejected: scalar nan"):
+        LogReader(p).read(check=limits_check)
+    before = snapshot(p)
+    with pytest.raises(CheckpointError, match=rf"offset {off} \(step 3\)"):
+        LogWriter(p, header(), check=limits_check)
+    assert snapshot(p) == before
+
+
+def test_check_sees_every_whole_record_but_not_a_torn_tail(tmp_path: Path) -> None:
+    p = tmp_path / "log.bin"
+    write_log(p, 3)
+    p.write_bytes(p.read_bytes()[:-5])
+    seen: list[int] = []
+    LogReader(p).read(check=lambda s, ms: seen.append(s))
+    assert seen == [0, 1]
+
+
+# -- writer: never touches a log it refuses -------------------------------------------------------
+def test_writer_on_a_corrupt_log_raises_and_leaves_it_byte_identical(tmp_path: Path) -> None:
+    p = tmp_path / "log.bin"
+    start = write_log(p, 4)
+    p.write_bytes(flipped(p.read_bytes(), rec_at(start, 1) + 30, 3))
+    before = snapshot(p)
+    with pytest.raises(CheckpointError, match=rf"offset {rec_at(start, 1)} \(step 1\) is corrupt"):
+        LogWriter(p, header())
+    assert snapshot(p) == before
+
+
+def test_writer_with_different_settings_raises_and_leaves_the_log_byte_identical(tmp_path: Path) -> None:
+    p = tmp_path / "log.bin"
+    write_log(p, 2)
+    before = snapshot(p)
+    with pytest.raises(CheckpointError) as e:
+        LogWriter(p, header(**{"zo.lr": 5.0, "zo.eps": 1e-2}))
+    assert str(e.value) == (
+        f"{p} belongs to a different run: settings differ: zo.eps (0.001 -> 0.01), zo.lr (10.0 -> 5.0); "
+        "use a new run.out_dir or delete the directory"
+    )
+    assert snapshot(p) == before
+    # Only the informational config differs: the same run, resumed.
+    w = LogWriter(p, {**header(), "config": {"eval": {"every": 7}}})
+    assert w.next_step == 2
+    w.close()
+
+
+def test_writer_on_a_log_without_a_fingerprint_says_so(tmp_path: Path) -> None:
+    p = tmp_path / "log.bin"
+    LogWriter(p, {"run_seed": 0, "n_clients": N, "base_hash": "abc"}).close()
+    before = snapshot(p)
+    with pytest.raises(
+        CheckpointError, match=rf"^{re.escape(str(p))} was written by an older SeedFlood \(its header has no settings"
+    ):
+        LogWriter(p, header())
+    assert snapshot(p) == before
+
+
+def test_header_mismatch_names_exactly_the_differing_keys() -> None:
+    old = {"base_hash": "abc", "trajectory": {"a": 1, "b": 2, "c": 3, "t": [1, 2], "f": 10, "s": "ring:4"}}
+    new = {
+        "base_hash": "def",
+        "trajectory": {"a": 1, "b": 5, "d": 4, "t": (1, 2), "f": 10.0, "s": "ring:4"},
+        "config": {"x": 1},
+    }
+    assert ckpt.header_mismatch(old, new) == [
+        'base_hash ("abc" -> "def")',
+        "b (2 -> 5)",
+        "c (3 -> absent)",
+        "d (absent -> 4)",
+    ]
+    assert ckpt.header_mismatch(old, old) == []
+    assert ckpt.header_mismatch({**old, "config": 1}, {**old, "config": 2}) == []
+    legacy = {"run_seed": 0, "n_clients": 3, "base_hash": "def"}
+    assert ckpt.header_mismatch(legacy, new) == [
+        "trajectory (absent -> present: the log was written by an older SeedFlood)",
+    ]
+
+
+# -- writer: durability and truncation ------------------------------------------------------------
+def test_append_flushes_without_fsync_and_sync_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "log.bin"
+    w = LogWriter(p, header())
+    calls: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    for s in range(3):
+        w.append(s, msgs(s))
+    assert calls == []
+    assert len(LogReader(p).read()[1]) == 3  # flushed: a reader sees every appended step
+    w.sync()
+    assert len(calls) == 1
+    w.close()
+    assert len(calls) == 2
+
+
+def test_truncate_to_then_append(tmp_path: Path) -> None:
+    p = tmp_path / "log.bin"
+    start = write_log(p, 5)
+    w = LogWriter(p, header())
+    w.truncate_to(2)
+    assert w.next_step == 2
+    assert p.stat().st_size == rec_at(start, 2)
+    with pytest.raises(CheckpointError, match="appending step 3, expected 2"):
+        w.append(3, msgs(3))
+    w.append(2, msgs(2))
+    w.truncate_to(10)  # beyond the end: nothing to cut
+    w.close()
+    assert [s for s, _ in LogReader(p).read()[1]] == [0, 1, 2]
+
+
+def test_creating_a_log_leaves_no_temp_file(tmp_path: Path) -> None:
+    write_log(tmp_path / "log.bin", 1)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["log.bin"]
+
+
+# -- checkpoints ---------------------------------------------------------------------------------
+def make_ckpt(run: Path, step: int) -> Path:
+    d = ckpt.checkpoint_dir(run, step)
+    with ckpt.atomic_dir(d) as tmp:
+        sha = ckpt.save_state(tmp / "state.pt", {"w": torch.arange(64, dtype=torch.float32) + step})
+        ckpt.atomic_write_text(tmp / "meta.json", json.dumps({"step": step, "state_sha256": sha}))
+    return d
+
+
+def test_save_state_returns_the_sha256_and_load_state_checks_it(tmp_path: Path) -> None:
+    p = tmp_path / "state.pt"
+    sha = ckpt.save_state(p, {"w": torch.ones(3)})
+    assert sha == hashlib.sha256(p.read_bytes()).hexdigest()
+    assert torch.equal(ckpt.load_state(p, sha)["w"], torch.ones(3))
+    assert torch.equal(ckpt.load_state(p)["w"], torch.ones(3))
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(str(p))}: checksum mismatch \(file corrupt\)$"):
+        ckpt.load_state(p, "0" * 64)
+
+
+def test_a_flipped_bit_in_tensor_data_is_caught_and_the_previous_checkpoint_used(tmp_path: Path) -> None:
+    run = tmp_path
+    c10, c20 = make_ckpt(run, 10), make_ckpt(run, 20)
+    state = c20 / "state.pt"
+    data = state.read_bytes()
+    at = data.index((torch.arange(64, dtype=torch.float32) + 20).numpy().tobytes()) + 4 * 7
+    state.write_bytes(flipped(data, at, 0))
+    corrupt = state.read_bytes()
+    assert not torch.equal(torch.load(state, weights_only=True)["w"], torch.arange(64) + 20.0)  # loads silently
+
+    assert ckpt.verify(c10) is None
+    assert ckpt.verify(c20) == f"{state}: checksum mismatch (file corrupt)"
+    meta = json.loads((c20 / "meta.json").read_text())
+    with pytest.raises(CheckpointError, match="checksum mismatch"):
+        ckpt.load_state(state, meta["state_sha256"])
+    found, skipped = ckpt.usable_checkpoint(run, 100)
+    assert found == c10
+    assert len(skipped) == 1 and "step_000020" in skipped[0] and "checksum mismatch" in skipped[0]
+    assert state.read_bytes() == corrupt  # reported, never modified or deleted
+    assert ckpt.usable_checkpoint(run, 15) == (c10, [])
+    assert ckpt.usable_checkpoint(run, 9) == (None, [])
+
+
+def test_verify_reasons(tmp_path: Path) -> None:
+    c = make_ckpt(tmp_path, 5)
+    meta = json.loads((c / "meta.json").read_text())
+    (c / "meta.json").write_text(json.dumps({"step": 5}))
+    assert "state_sha256" in ckpt.verify(c)
+    (c / "meta.json").write_text(json.dumps({**meta, "step": 6}))
+    assert "does not match the directory name" in ckpt.verify(c)
+    (c / "meta.json").write_text("{not json")
+    assert "not valid JSON" in ckpt.verify(c)
+    (c / "meta.json").write_text(json.dumps(meta))
+    (c / "state.pt").unlink()
+    assert ckpt.verify(c) == f"{c / 'state.pt'} is missing"
+
+
+def test_checkpoints_newest_first_and_only_complete(tmp_path: Path) -> None:
+    for s in (5, 100, 20):
+        make_ckpt(tmp_path, s)
+    (tmp_path / "checkpoints" / "step_000200").mkdir()  # no meta.json: incomplete
+    (tmp_path / "checkpoints" / ".step_000300.tmp").mkdir()
+    assert [p.name for p in ckpt.checkpoints(tmp_path)] == ["step_000100", "step_000020", "step_000005"]
+    assert ckpt.checkpoints(tmp_path / "nothing") == []
+
+
+def test_prune_keeps_the_newest_and_the_latest_target(tmp_path: Path) -> None:
+    for s in (10, 20, 30, 40, 50):
+        make_ckpt(tmp_path, s)
+    ckpt.mark_latest(tmp_path, ckpt.checkpoint_dir(tmp_path, 20))
+    ckpt.prune(tmp_path, keep=2)
+    assert [p.name for p in ckpt.checkpoints(tmp_path)] == ["step_000050", "step_000040", "step_000020"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "LATEST",
+        "step_000020",
+        "step_000040",
+        "step_000050",
+    ]
+    ckpt.prune(tmp_path, keep=0)
+    assert [p.name for p in ckpt.checkpoints(tmp_path)] == ["step_000020"]
+    assert ckpt.latest(tmp_path) == ckpt.checkpoint_dir(tmp_path, 20)
+
+
+def test_atomic_dir_leaves_no_trace_when_the_body_raises(tmp_path: Path) -> None:
+    target = tmp_path / "step_000001"
+    with pytest.raises(RuntimeError):
+        with ckpt.atomic_dir(target) as tmp:
+            (tmp / "state.pt").write_bytes(b"half")
+            raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+    make_ckpt(tmp_path, 1)
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    with pytest.raises(RuntimeError):
+        with ckpt.atomic_dir(ckpt.checkpoint_dir(tmp_path, 1)) as tmp:
+            (tmp / "meta.json").write_text("{}")
+            raise RuntimeError("boom")
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+    assert ckpt.verify(ckpt.checkpoint_dir(tmp_path, 1)) is None

@@ -1,5 +1,9 @@
 """GlooTransport and EvaluatorInbox between real processes: 1 evaluator + 4 clients on a ring.
 
+Bytes are counted at the step each call passes (4 hops per step, then one empty hop at a later
+step, after the last push, where the end-of-stream marker must be counted too); the evaluator
+checks its inbox's progress hook (`on_frame` from the receiver thread, `received`).
+
 The module is also its own worker: `python test_transport_gloo.py ring|kill` runs one rank
 (RANK/WORLD_SIZE/MASTER_* set by the `run_world` fixture) and prints one JSON line.
 """
@@ -36,16 +40,26 @@ def pushed(hop: int) -> bytes:
 
 
 def worker(scenario: str) -> int:
+    import threading
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
     from seedflood.config import TransportConfig
-    from seedflood.runtime import World, barrier, process_group
-    from seedflood.transport import ByteCounter, EvaluatorInbox, GlooTransport, TransportError
+    from seedflood.gloo import EvaluatorInbox, GlooTransport
+    from seedflood.runtime import World, process_group
+    from seedflood.transport import ByteCounter, TransportError
 
     world = World.from_env()
     timeout = 20.0 if scenario == "ring" else 60.0  # kill: failures must beat the timeout by far
     report: dict[str, object] = {"rank": world.rank}
     with process_group(world, TransportConfig(timeout_s=timeout)):
         if world.is_evaluator:
-            inbox = EvaluatorInbox(src_rank=ATTACH + 1, src_node=ATTACH, inline_bytes=INLINE)
+            calls: list[tuple[str, int]] = []  # (calling thread, inbox.received at the call)
+            inbox = EvaluatorInbox(
+                src_rank=ATTACH + 1, src_node=ATTACH, inline_bytes=INLINE,
+                on_frame=lambda: calls.append((threading.current_thread().name, inbox.received)),
+            )
             frames: list[bytes] = []
             try:
                 for f in inbox:
@@ -54,6 +68,10 @@ def worker(scenario: str) -> int:
                 report["error"] = str(e)
             report["frames_ok"] = frames == [pushed(h) for h in range(len(frames))]
             report["frames"] = len(frames)
+            # The hook ran once per frame, on the receiver thread, after counting it; all of
+            # that happened before the end of stream (or the failure) reached us.
+            report["hook_ok"] = calls == [("seedflood-inbox", i + 1) for i in range(len(frames))]
+            report["received"] = inbox.received
         else:
             node = world.client_node
             counter = ByteCounter()
@@ -68,16 +86,22 @@ def worker(scenario: str) -> int:
                         if scenario == "kill" and node == 2 and hop == 5:
                             print(json.dumps({"rank": world.rank, "died_at": time.time()}), flush=True)
                             os.kill(os.getpid(), signal.SIGKILL)
-                        counter.step = hop // 4
-                        got = transport.exchange({p: frame(node, p, hop) for p in transport.peers})
+                        step = hop // 4
+                        got = transport.exchange({p: frame(node, p, hop) for p in transport.peers}, step)
                         bad += [(p, hop) for p in transport.peers if got[p] != frame(p, node, hop)]
                         if node == ATTACH:
-                            transport.push(pushed(hop))
+                            transport.push(pushed(hop), step)
+                    # One more (empty) hop at a later step, after the last push: the end
+                    # marker must be counted at this step, the transport's last_step.
+                    got = transport.exchange({}, HOPS // 4)
+                    bad += [(p, HOPS) for p in transport.peers if got[p] != b""]
+                    report["last_step"] = transport.last_step
             except TransportError as e:
                 report.update(error=str(e), raised_at=time.time())
             report.update(bad=bad, rows=counter.rows(), hop_ms=1e3 * (time.perf_counter() - start) / HOPS)
         if scenario == "ring":
-            barrier(timeout)  # all ranks alive here: exercises monitored_barrier beside our tags
+            # All ranks alive here: monitored_barrier's small tags must coexist with ours.
+            dist.monitored_barrier(timeout=timedelta(seconds=timeout), wait_all_ranks=True)
     print(json.dumps(report), flush=True)
     return 0
 
@@ -87,10 +111,10 @@ def test_ring_exchanges_pushes_and_counts(run_world, procs_ok):
     procs = run_world([sys.executable, __file__, "ring"], N + 1, timeout_s=60)
     procs_ok(procs)
     evaluator, *clients = [p.last_json() for p in procs]
-    assert evaluator == {"rank": 0, "frames_ok": True, "frames": HOPS}
+    assert evaluator == {"rank": 0, "frames_ok": True, "frames": HOPS, "hook_ok": True, "received": HOPS}
     for rank, r in enumerate(clients, start=1):
         node = rank - 1
-        assert "error" not in r and r["bad"] == [], r
+        assert "error" not in r and r["bad"] == [] and r["last_step"] == HOPS // 4, r
         expect = {}
         for hop in range(HOPS):
             for p in neighbours(node):
@@ -99,8 +123,10 @@ def test_ring_exchanges_pushes_and_counts(run_world, procs_ok):
             if node == ATTACH:
                 key = (hop // 4, node, -1)
                 expect[key] = expect.get(key, 0) + 8 + len(pushed(hop))
+        for p in neighbours(node):
+            expect[(HOPS // 4, node, p)] = 8  # the final empty hop
         if node == ATTACH:
-            expect[(HOPS // 4 - 1, node, -1)] += 8  # the end-of-stream marker
+            expect[(HOPS // 4, node, -1)] = 8  # the end-of-stream marker, at last_step
         assert {tuple(k): n for *k, n in r["rows"]} == expect
 
 
@@ -117,6 +143,7 @@ def test_killed_peer_makes_neighbours_raise_at_once(run_world):
     assert "error" in reports[1]  # node 0 fails through the cascade
     assert "evaluator: stream from attach node 0 (rank 1) failed" in reports[0]["error"]
     assert reports[0]["frames_ok"]  # an in-order prefix (an aborted sender may lose its last pushes)
+    assert reports[0]["hook_ok"] and reports[0]["received"] == reports[0]["frames"]
 
 
 @pytest.mark.dist
@@ -126,8 +153,8 @@ def test_single_process_group_comes_up_and_down():
     from seedflood.config import TransportConfig
     from seedflood.runtime import World, process_group
 
-    with process_group(World.from_env({}), TransportConfig(timeout_s=10)) as world:
-        assert dist.is_initialized() and dist.get_world_size() == 1 and world.is_evaluator
+    with process_group(World.from_env({}), TransportConfig(timeout_s=10)) as group:
+        assert dist.is_initialized() and dist.get_world_size() == 1 and group.world.is_evaluator
     assert not dist.is_initialized()
 
 

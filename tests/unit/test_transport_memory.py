@@ -1,5 +1,8 @@
 """In-memory transport (hops, byte counts, failures, evaluator inbox) and runtime's launcher parsing.
 
+Also pins the transport layer's boundaries: steps are explicit arguments, the inbox reports
+progress (`received`, `on_frame`), and only seedflood.gloo imports torch.distributed.
+
 Threads only, no processes: every test finishes in milliseconds (timeouts bound the failures).
 """
 
@@ -11,16 +14,9 @@ from collections.abc import Callable
 
 import pytest
 
+from seedflood.memory import InMemoryNetwork, MemoryTransport
 from seedflood.runtime import World, WorldError, check_world, expand_nodelist, free_port
-from seedflood.transport import (
-    EVALUATOR,
-    HEADER,
-    ByteCounter,
-    InMemoryNetwork,
-    MemoryTransport,
-    Transport,
-    TransportError,
-)
+from seedflood.transport import EVALUATOR, HEADER, ByteCounter, Inbox, Transport, TransportError
 
 
 def ring(n: int) -> dict[int, list[int]]:
@@ -59,8 +55,7 @@ HOPS = 7
 def hops(t: MemoryTransport) -> list[dict[int, bytes]]:
     got = []
     for h in range(HOPS):
-        t.counter.step = h // 2  # two hops per step
-        got.append(t.exchange({p: frame(t.node, p, h) for p in t.peers}))
+        got.append(t.exchange({p: frame(t.node, p, h) for p in t.peers}, h // 2))  # two hops per step
     return got
 
 
@@ -90,11 +85,10 @@ def test_ring_of_five_exchanges_frames_and_counts_bytes_exactly():
 
 def test_byte_counter_rows_round_trip_and_merge():
     a, b = ByteCounter(), ByteCounter()
-    a.add(0, 1, 10)
-    a.step = 1
-    a.add(0, 1, 5)
-    a.add(0, EVALUATOR, 100)
-    b.add(1, 0, 7)
+    a.add(0, 0, 1, 10)
+    a.add(1, 0, 1, 5)
+    a.add(1, 0, EVALUATOR, 100)
+    b.add(0, 1, 0, 7)
     m = ByteCounter.merged([a, b])
     assert m.rows() == [(0, 0, 1, 10), (0, 1, 0, 7), (1, 0, -1, 100), (1, 0, 1, 5)]
     assert ByteCounter.from_rows(m.rows()).rows() == m.rows()
@@ -113,7 +107,7 @@ def test_a_failing_node_makes_the_others_raise_not_hang():
         for h in range(10):
             if t.node == 2 and h == 3:
                 raise ValueError("boom")
-            t.exchange({p: b"x" for p in t.peers})
+            t.exchange({p: b"x" for p in t.peers}, h)
 
     start = time.monotonic()
     results = run_nodes(net, body)
@@ -130,14 +124,14 @@ def test_a_silent_node_times_out_its_neighbours():
     net.endpoint(1)  # never speaks
     start = time.monotonic()
     with pytest.raises(TransportError, match=r"node 0: receive from peer node 1 failed: no frame within 0.2 s"):
-        a.exchange({1: b"hi"})
+        a.exchange({1: b"hi"}, 0)
     assert 0.15 < time.monotonic() - start < 2
 
 
 def test_kill_fails_the_node_and_its_neighbours_cascade():
     net = InMemoryNetwork({0: [1], 1: [0, 2], 2: [1]}, timeout_s=30)
     net.kill(2)
-    results = run_nodes(net, lambda t: [t.exchange({p: b"f" for p in t.peers}) for _ in range(2)])
+    results = run_nodes(net, lambda t: [t.exchange({p: b"f" for p in t.peers}, s) for s in range(2)])
     assert str(results[2]) == "node 2: node 2 was killed"
     assert str(results[1]) == "node 1: receive from peer node 2 failed: node 2 was killed"
     # node 0 still got node 1's first frame, then saw node 1 go down.
@@ -149,10 +143,10 @@ def test_cut_link_fails_only_its_receiver_and_stays_failed():
     net.cut(1, 0)
     a, b = net.endpoint(0), net.endpoint(1)
     with pytest.raises(TransportError, match=r"node 0: receive from peer node 1 failed: link 1 -> 0 was cut"):
-        a.exchange({1: b"x"})  # sent to node 1 before failing
-    assert b.exchange({0: b"lost"}) == {0: b"x"}
+        a.exchange({1: b"x"}, 0)  # sent to node 1 before failing
+    assert b.exchange({0: b"lost"}, 0) == {0: b"x"}
     with pytest.raises(TransportError, match=r"link 1 -> 0 was cut"):
-        a.exchange({1: b"y"})
+        a.exchange({1: b"y"}, 1)
 
 
 def test_mutator_sees_every_frame_and_changes_what_arrives():
@@ -163,7 +157,7 @@ def test_mutator_sees_every_frame_and_changes_what_arrives():
         return data[:-1] + bytes([data[-1] ^ 0xFF]) if (src, hop) == (1, 1) and data else data
 
     net = InMemoryNetwork({0: [1], 1: [0]}, timeout_s=5, mutate=flip_last)
-    results = run_nodes(net, lambda t: [t.exchange({1 - t.node: b"ab"}) for _ in range(2)])
+    results = run_nodes(net, lambda t: [t.exchange({1 - t.node: b"ab"}, s) for s in range(2)])
     assert results[0] == [{1: b"ab"}, {1: b"a\x9d"}]
     assert results[1] == [{0: b"ab"}, {0: b"ab"}]
     assert sorted(seen) == [(0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1)]
@@ -177,12 +171,12 @@ def test_evaluator_inbox_receives_pushes_in_order_then_end_of_stream():
 
     def body(t: MemoryTransport) -> None:
         for h in range(3):
-            t.exchange({})
+            t.exchange({}, h)
             if t.node == 1:
-                t.push(pushed[h])
+                t.push(pushed[h], h)
         if t.node == 0:
             with pytest.raises(ValueError, match="not the evaluator's attach node"):
-                t.push(b"x")
+                t.push(b"x", 2)
 
     results = run_nodes(net, body)
     assert all(r is None for r in results.values()), results
@@ -198,7 +192,7 @@ def test_evaluator_inbox_reports_a_failed_sender_and_timeouts():
     with pytest.raises(TimeoutError, match="no frame from attach node 0 within 0.01 s"):
         inbox.get(timeout=0.01)
     t = net.endpoint(0)
-    t.push(b"a")
+    t.push(b"a", 0)
     t.close(abort=True)
     assert inbox.get(timeout=1) == b"a"
     for _ in range(2):
@@ -218,12 +212,152 @@ def test_bad_networks_and_frames_are_rejected():
     with pytest.raises(ValueError, match="already has an endpoint"):
         net.endpoint(0)
     with pytest.raises(ValueError, match=r"non-neighbours \[5\]"):
-        t.exchange({5: b"x"})
+        t.exchange({5: b"x"}, 0)
     with pytest.raises(ValueError, match="no evaluator"):
         net.evaluator_inbox()
     t.close()
     with pytest.raises(TransportError, match="closed"):
-        t.exchange({})
+        t.exchange({}, 0)
+
+
+# --- explicit steps, the inbox's progress hook, module boundaries -------------------------------
+
+
+def test_bytes_are_counted_at_the_step_passed_and_the_end_marker_at_the_last_one():
+    net = InMemoryNetwork({0: [1], 1: [0]}, timeout_s=5, attach=0)
+    seen: dict[int, list[int]] = {0: [], 1: []}  # last_step after each call, per node
+
+    def body(t: MemoryTransport) -> list[dict[int, bytes]]:
+        assert not hasattr(t.counter, "step")  # no shared "current step" left to set
+        seen[t.node].append(t.last_step)
+        got = []
+        # Steps need not be monotone or dense: each call is labelled with what the caller passes
+        # (node 1 labels its steps +10: each sender's labels are its own business).
+        for step, data in ((3, b"abc"), (1, b""), (3, b"z")):
+            got.append(t.exchange({1 - t.node: data * (1 + t.node)}, step + 10 * t.node))
+            seen[t.node].append(t.last_step)
+        if t.node == 0:
+            t.push(b"frame", 5)
+            seen[0].append(t.last_step)
+        got.append(t.exchange({}, 7))  # a hop after the last push (delayed flooding drains so)
+        seen[t.node].append(t.last_step)
+        return got
+
+    results = run_nodes(net, body)
+    assert results[0] == [{1: b"abcabc"}, {1: b""}, {1: b"zz"}, {1: b""}], results
+    assert results[1] == [{0: b"abc"}, {0: b""}, {0: b"z"}, {0: b""}], results
+    assert seen == {0: [0, 3, 1, 3, 5, 7], 1: [0, 13, 11, 13, 7]}
+    assert net._endpoints[0].counter.rows() == [
+        (1, 0, 1, HEADER),
+        (3, 0, 1, 2 * HEADER + 4),
+        (5, 0, EVALUATOR, HEADER + 5),
+        (7, 0, EVALUATOR, HEADER),  # the end-of-stream marker, at the latest step
+        (7, 0, 1, HEADER),
+    ]
+    assert net._endpoints[1].counter.rows() == [
+        (7, 1, 0, HEADER), (11, 1, 0, HEADER), (13, 1, 0, 2 * HEADER + 8),
+    ]
+    assert list(net.evaluator_inbox()) == [b"frame"]
+
+
+def test_end_marker_of_a_run_counts_at_its_last_step():
+    net = InMemoryNetwork(ring(3), timeout_s=5, attach=2)
+
+    def body(t: MemoryTransport) -> None:
+        for step in range(4):
+            t.exchange({}, step)
+            if t.node == 2:
+                t.push(b"s%d" % step, step)
+
+    assert all(r is None for r in run_nodes(net, body).values())
+    evaluator_rows = [r for r in net.counter().rows() if r[2] == EVALUATOR]
+    assert evaluator_rows == [(0, 2, -1, 10), (1, 2, -1, 10), (2, 2, -1, 10), (3, 2, -1, 10 + HEADER)]
+
+
+def test_memory_inbox_counts_frames_and_calls_on_frame_in_push():
+    net = InMemoryNetwork(ring(3), timeout_s=5, attach=1)
+    inbox = net.evaluator_inbox()
+    assert isinstance(inbox, Inbox) and inbox.received == 0 and inbox.on_frame is None
+    calls: list[tuple[str, int]] = []  # (calling thread, received at the call)
+    inbox.on_frame = lambda: calls.append((threading.current_thread().name, inbox.received))
+
+    def body(t: MemoryTransport) -> str:
+        threading.current_thread().name = f"node-{t.node}"
+        for step in range(4):
+            t.exchange({}, step)
+            if t.node == 1:
+                t.push(b"%d" % step, step)
+        return threading.current_thread().name
+
+    assert run_nodes(net, body)[1] == "node-1"
+    # One call per frame, from the pushing node's thread, after the frame was counted and queued.
+    assert calls == [("node-1", 1), ("node-1", 2), ("node-1", 3), ("node-1", 4)]
+    assert inbox.received == 4
+    assert list(inbox) == [b"0", b"1", b"2", b"3"]
+    assert inbox.received == 4 and len(calls) == 4  # the end of stream is not a frame
+
+
+def test_a_failing_on_frame_hook_breaks_neither_the_sender_nor_the_stream(caplog):
+    net = InMemoryNetwork({0: [1], 1: [0]}, timeout_s=5, attach=0)
+    inbox = net.evaluator_inbox()
+    calls = []
+
+    def hook() -> None:
+        calls.append(inbox.received)
+        raise RuntimeError("display bug")
+
+    inbox.on_frame = hook
+    t = net.endpoint(0)
+    with caplog.at_level("WARNING", logger="seedflood.transport"):
+        t.push(b"a", 0)
+        t.push(b"b", 1)
+    assert calls == [1, 2]  # still called after it failed
+    assert sum("on_frame raised" in r.getMessage() for r in caplog.records) == 1  # logged once
+    t.close(abort=True)
+    assert inbox.get(timeout=1) == b"a" and inbox.get(timeout=1) == b"b"
+    with pytest.raises(TransportError, match="node 0 aborted"):
+        inbox.get(timeout=1)
+    assert inbox.received == 2  # a failure is not a frame either
+
+
+def test_inbox_hook_can_be_given_at_construction():
+    calls = []
+    inbox = Inbox("test", on_frame=lambda: calls.append(1))
+    inbox._put(b"x")
+    assert (calls, inbox.received, inbox.get(timeout=0)) == ([1], 1, b"x")
+
+
+def _imports(path) -> list[str]:
+    import ast
+
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+    return names
+
+
+def test_only_the_gloo_module_imports_torch_distributed():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[2] / "src" / "seedflood"
+    for module in ("transport", "memory"):
+        bad = [n for n in _imports(src / f"{module}.py") if n.split(".")[0] == "torch"]
+        assert bad == [], f"{module}.py imports {bad}"
+    assert "torch.distributed" in _imports(src / "gloo.py")
+    # Neither module pulls torch in at all, so the run-time check is meaningful (torch itself
+    # imports torch.distributed, which is why the core purity test only checks sources).
+    code = (
+        "import sys, seedflood.transport, seedflood.memory\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 # --- runtime: launcher environments -------------------------------------------------------------
@@ -311,7 +445,7 @@ def test_free_port_is_bindable():
 
 
 def test_gloo_transport_needs_a_process_group():
-    from seedflood.transport import GlooTransport
+    from seedflood.gloo import GlooTransport
 
     with pytest.raises(TransportError, match="no process group"):
         GlooTransport(0, [1])

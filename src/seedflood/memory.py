@@ -1,0 +1,185 @@
+"""The in-process backend of `seedflood.transport`: threads of one process, with fault injection.
+
+Owns `InMemoryNetwork` (one directed FIFO queue per edge, plus the evaluator's `Inbox`),
+`MemoryTransport` (one node's endpoint) and `Mutator` (a frame rewriter for fault injection).
+Used by tests, the in-memory simulation and the benchmarks; it mirrors GlooTransport's
+semantics and byte counting exactly (HEADER + frame, once, at the sender, at the step the
+caller passes; the end marker at `last_step`), so figures from either backend agree.
+
+Assumes: each endpoint is driven from one thread; all endpoints live in one process. Imports no
+torch.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from seedflood.transport import _EOS, EVALUATOR, HEADER, ByteCounter, Inbox, TransportError, _check_addressed
+
+
+class _Failure:
+    """Poison placed in a queue: the receiver raises TransportError with this reason."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+Mutator = Callable[[int, int, int, bytes], bytes]
+"""(src, dst, hop, frame) -> frame as delivered; hop counts the sender's exchanges from 0;
+dst is EVALUATOR (-1) for pushes."""
+
+
+class InMemoryNetwork:
+    """Transports between threads of one process, one directed FIFO queue per edge.
+
+    Semantics mirror gloo: sends never wait, a receive waits for the peer's frame; a closed,
+    aborted or killed node poisons its out-edges, so its neighbours raise TransportError at once
+    (after any frames it did send), and a silent one makes them raise after `timeout_s`.
+    Use endpoints as context managers so an exception in one node thread cascades instead of
+    leaving the others waiting. Fault injection: `kill(node)`, `cut(src, dst)`, `mutate`.
+    """
+
+    def __init__(
+        self,
+        neighbors: Mapping[int, Sequence[int]],
+        timeout_s: float = 10.0,
+        *,
+        attach: int | None = None,
+        mutate: Mutator | None = None,
+    ) -> None:
+        self.neighbors = {n: tuple(sorted(set(ps))) for n, ps in neighbors.items()}
+        for n, ps in self.neighbors.items():
+            for p in ps:
+                if p == n or n not in self.neighbors.get(p, ()):
+                    raise ValueError(f"neighbours must be symmetric without self loops: {n} -> {p}")
+        if attach is not None and attach not in self.neighbors:
+            raise ValueError(f"attach node {attach} is not in the network")
+        self.timeout_s = timeout_s
+        self.attach = attach
+        self.mutate = mutate
+        self._queues: dict[tuple[int, int], queue.SimpleQueue[bytes | _Failure]] = {
+            (n, p): queue.SimpleQueue() for n, ps in self.neighbors.items() for p in ps
+        }
+        self._inbox = Inbox(f"attach node {attach}") if attach is not None else None
+        self._endpoints: dict[int, MemoryTransport] = {}
+        self._dead: dict[int, str] = {}  # node -> reason it was killed
+        self._cut: set[tuple[int, int]] = set()  # (src, dst) links that drop frames
+
+    def endpoint(self, node: int, counter: ByteCounter | None = None) -> MemoryTransport:
+        if node not in self.neighbors:
+            raise ValueError(f"node {node} is not in the network")
+        if node in self._endpoints:
+            raise ValueError(f"node {node} already has an endpoint")
+        self._endpoints[node] = MemoryTransport(self, node, counter or ByteCounter())
+        return self._endpoints[node]
+
+    def evaluator_inbox(self) -> Inbox:
+        """The evaluator's queue; set `on_frame` on it to hear of each push (called in push)."""
+        if self._inbox is None:
+            raise ValueError("network has no evaluator (pass attach=node)")
+        return self._inbox
+
+    def counter(self) -> ByteCounter:
+        """All endpoints' counts merged."""
+        return ByteCounter.merged([e.counter for e in self._endpoints.values()])
+
+    def kill(self, node: int) -> None:
+        """Crash `node`: its own calls and every receive from it raise from now on."""
+        self._poison(node, f"node {node} was killed", inbound=True)
+        self._dead[node] = f"node {node} was killed"
+
+    def cut(self, src: int, dst: int) -> None:
+        """Fail the link src -> dst: dst's next receive from src raises; later frames are lost."""
+        self._cut.add((src, dst))
+        self._queues[(src, dst)].put(_Failure(f"link {src} -> {dst} was cut"))
+
+    def _poison(self, node: int, reason: str, inbound: bool = False, stream: bool = True) -> None:
+        for p in self.neighbors[node]:
+            self._queues[(node, p)].put(_Failure(reason))
+            if inbound:
+                self._queues[(p, node)].put(_Failure(reason))
+        if stream and node == self.attach and self._inbox is not None:
+            self._inbox._put(TransportError(f"evaluator: stream from attach node {node} failed: {reason}"))
+
+    def _send(self, src: int, dst: int, hop: int, frame: bytes) -> None:
+        if (src, dst) in self._cut:
+            return
+        if self.mutate is not None:
+            frame = self.mutate(src, dst, hop, frame)
+        self._queues[(src, dst)].put(frame)
+
+    def _recv(self, src: int, dst: int, deadline: float) -> bytes:
+        try:
+            item = self._queues[(src, dst)].get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise TransportError(
+                f"node {dst}: receive from peer node {src} failed: no frame within {self.timeout_s} s"
+            ) from None
+        if isinstance(item, _Failure):
+            self._queues[(src, dst)].put(item)  # stays failed, like a closed gloo pair
+            raise TransportError(f"node {dst}: receive from peer node {src} failed: {item.reason}")
+        return item
+
+
+class MemoryTransport:
+    """One node's endpoint of an InMemoryNetwork (use from one thread)."""
+
+    def __init__(self, network: InMemoryNetwork, node: int, counter: ByteCounter) -> None:
+        self.network = network
+        self.node = node
+        self.peers = network.neighbors[node]
+        self.counter = counter
+        self.hop = 0  # exchanges so far: the Mutator's `hop`
+        self.last_step = 0  # step of the latest exchange/push: the end marker is counted there
+        self._closed = False
+
+    def __enter__(self) -> MemoryTransport:
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        self.close(abort=exc_type is not None)
+
+    def _check(self) -> None:
+        if reason := self.network._dead.get(self.node):
+            raise TransportError(f"node {self.node}: {reason}")
+        if self._closed:
+            raise TransportError(f"node {self.node}: transport is closed")
+
+    def exchange(self, frames: Mapping[int, bytes], step: int) -> dict[int, bytes]:
+        self._check()
+        _check_addressed(self.node, self.peers, frames)
+        self.last_step = step
+        for p in self.peers:
+            frame = bytes(frames.get(p, b""))
+            self.counter.add(step, self.node, p, HEADER + len(frame))
+            self.network._send(self.node, p, self.hop, frame)
+        deadline = time.monotonic() + self.network.timeout_s
+        out = {p: self.network._recv(p, self.node, deadline) for p in self.peers}
+        self.hop += 1
+        return out
+
+    def push(self, frame: bytes, step: int) -> None:
+        self._check()
+        inbox = self.network._inbox
+        if inbox is None or self.node != self.network.attach:
+            raise ValueError(f"node {self.node} is not the evaluator's attach node")
+        self.last_step = step
+        frame = bytes(frame)
+        self.counter.add(step, self.node, EVALUATOR, HEADER + len(frame))
+        if self.network.mutate is not None:
+            frame = self.network.mutate(self.node, EVALUATOR, self.hop, frame)
+        inbox._put(frame)  # queues, counts `received`, calls `on_frame` here (never raises)
+
+    def close(self, abort: bool = False) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        reason = f"node {self.node} {'aborted' if abort else 'closed'}"
+        inbox = self.network._inbox
+        is_attach = self.node == self.network.attach and inbox is not None
+        if is_attach and not abort and self.node not in self.network._dead:
+            self.counter.add(self.last_step, self.node, EVALUATOR, HEADER)  # the end marker, as gloo
+            inbox._put(_EOS)  # type: ignore[union-attr]
+        self.network._poison(self.node, reason, stream=abort)

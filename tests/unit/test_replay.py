@@ -1,5 +1,7 @@
-"""Canonical-order application: any arrival order of the same messages gives the same bits."""
+"""Canonical-order application (any arrival order of the same messages gives the same bits) and
+the lr schedule as a pure function of (step, config, total steps)."""
 
+import math
 import random
 
 import pytest
@@ -7,12 +9,24 @@ import torch
 from torch import nn
 
 from seedflood import rng
-from seedflood.config import SubspaceConfig, ZOConfig
+from seedflood.config import Config, RunConfig, SubspaceConfig, TopologyConfig, ZOConfig
 from seedflood.directions import build
 from seedflood.message import Message
-from seedflood.replay import Applier, ReplayError, lr_at, state_hash
+from seedflood.protocol import Protocol
+from seedflood.replay import Applier, ReplayError, state_hash
 
 torch.set_num_threads(1)
+
+
+def protocol(zo: ZOConfig, steps: int = 6, n_origins: int = 5) -> Protocol:
+    """The run protocol of a config with these zo settings, `steps` steps and N clients."""
+    cfg = Config(zo=zo, run=RunConfig(steps=steps), topology=TopologyConfig(nodes=n_origins))
+    return Protocol.of(cfg, diameter=1)
+
+
+def lr_at(step: int, zo: ZOConfig, total_steps: int) -> float:
+    """lr(step) of a fresh protocol built from (zo, total_steps): the schedule under test."""
+    return protocol(zo, steps=total_steps).lr_at(step)
 
 
 def model():
@@ -31,20 +45,49 @@ def messages(steps=6, origins=5):
     }
 
 
-@pytest.mark.parametrize("family", ["gaussian", "subcge"])
+# Arrival-order cases: (family, subspace rank, origins per step). With SubCGE a message adds one
+# fp32 value per matrix into the r×r core at a coordinate drawn from r² cells, so rank 1 puts every
+# message of a step into the same cell and rank 2 puts ~n/4 into each: fp32 addition is not
+# associative, so only the canonical sort makes those sums agree. Gaussian adds coef·z to every entry.
+ORDER_CASES = [("gaussian", 4, 12), ("subcge", 1, 40), ("subcge", 2, 40)]
+
+
+def _fp32_sums_depend_on_order(values: list[float], orders: list[list[int]]) -> bool:
+    """Whether summing `values` in float32 in the given orders gives more than one result: the
+    precondition that makes an arrival-order test able to see a missing sort."""
+    results = set()
+    for order in orders:
+        acc = torch.zeros((), dtype=torch.float32)
+        for i in order:
+            acc += torch.tensor(values[i], dtype=torch.float32)
+        results.add(float(acc))
+    return len(results) > 1
+
+
+@pytest.mark.parametrize("family, rank, origins", ORDER_CASES)
 @pytest.mark.parametrize("merge_every", [1, 3])
-def test_any_arrival_order_gives_identical_bits(family, merge_every):
+def test_any_arrival_order_gives_identical_bits(family, rank, origins, merge_every):
+    """Applier.apply sorts each step canonically: shuffled arrivals end in one hash. Guards the
+    `sorted(messages)` in Applier.apply (removing it makes these hashes differ)."""
     zo = ZOConfig(direction=family, trainable=["*"], lr=1e-3)
-    sub = SubspaceConfig(rank=4, refresh=3, merge_every=merge_every)
+    sub = SubspaceConfig(rank=rank, refresh=3, merge_every=merge_every)
+    steps = messages(origins=origins)
+    orders = []
+    for trial in range(6):
+        order = list(range(origins))
+        random.Random(trial).shuffle(order)
+        orders.append(order)
+    assert len({tuple(o) for o in orders}) == len(orders)
+    # The test must be able to fail: step 0's coefficients summed in fp32 in these orders disagree.
+    coefs = [-1e-3 * m.scalar for m in steps[0]]
+    assert _fp32_sums_depend_on_order(coefs, orders)
     hashes = set()
-    for trial in range(4):
+    for order in orders:
         m = model()
         d = build(m, zo, sub, run_seed=9)
-        a = Applier(d, zo, total_steps=6, n_origins=5)
-        for s, msgs in messages().items():
-            shuffled = list(msgs)
-            random.Random(trial).shuffle(shuffled)
-            a.apply(s, shuffled)
+        a = Applier(d, protocol(zo, steps=6, n_origins=origins))
+        for s, msgs in steps.items():
+            a.apply(s, [msgs[i] for i in order])
         hashes.add(state_hash(m, d))
     assert len(hashes) == 1
 
@@ -55,7 +98,7 @@ def test_updates_change_the_model_and_order_of_steps_is_enforced(family):
     m = model()
     d = build(m, zo, SubspaceConfig(rank=4), run_seed=9)
     h0 = state_hash(m, d)
-    a = Applier(d, zo, total_steps=6, n_origins=5)
+    a = Applier(d, protocol(zo))
     msgs = messages()
     a.apply(0, msgs[0])
     assert state_hash(m, d) != h0
@@ -72,23 +115,74 @@ def test_mean_aggregate_is_sum_over_n():
     for agg, lr in (("sum", 0.01 / 5), ("mean", 0.01)):
         zo = ZOConfig(direction="subcge", trainable=["*"], lr=lr, aggregate=agg)
         m = model()
-        Applier(build(m, zo, SubspaceConfig(rank=4), 9), zo, 1, 5).apply(0, msgs)
+        Applier(build(m, zo, SubspaceConfig(rank=4), 9), protocol(zo, steps=1)).apply(0, msgs)
         out.append([p.detach().clone() for p in m.parameters()])
     for x, y in zip(*out):
         assert torch.allclose(x, y, atol=1e-7)
 
 
-def test_lr_schedule_is_a_pure_function_of_step():
+def test_lr_schedule_reproduces_hand_computed_values():
+    """Warmup (step+1)/warmup, then constant / linear / cosine over total − warmup steps."""
     zo = ZOConfig(lr=2.0, schedule="linear", warmup_steps=10)
     assert lr_at(0, zo, 110) == pytest.approx(0.2)
+    assert lr_at(4, zo, 110) == pytest.approx(1.0)
     assert lr_at(9, zo, 110) == pytest.approx(2.0)
+    assert lr_at(10, zo, 110) == pytest.approx(2.0)  # decay starts after warmup: frac = 0
+    assert lr_at(35, zo, 110) == pytest.approx(1.5)  # frac = 25/100
     assert lr_at(60, zo, 110) == pytest.approx(1.0)
     assert lr_at(110, zo, 110) == pytest.approx(0.0)
+    assert lr_at(500, zo, 110) == pytest.approx(0.0)  # clamped past the end, never negative
     cos = ZOConfig(lr=1.0, schedule="cosine")
     assert lr_at(0, cos, 100) == pytest.approx(1.0)
+    assert lr_at(25, cos, 100) == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))  # 0.853553
     assert lr_at(50, cos, 100) == pytest.approx(0.5)
+    assert lr_at(75, cos, 100) == pytest.approx(0.5 * (1 + math.cos(3 * math.pi / 4)))  # 0.146447
+    assert lr_at(100, cos, 100) == pytest.approx(0.0, abs=1e-12)
+    cos_w = ZOConfig(lr=4.0, schedule="cosine", warmup_steps=4)
+    assert [lr_at(s, cos_w, 104) for s in range(4)] == pytest.approx([1.0, 2.0, 3.0, 4.0])
+    assert lr_at(54, cos_w, 104) == pytest.approx(2.0)  # half way through the 100 decay steps
     assert lr_at(7, ZOConfig(lr=3.0), 100) == 3.0
-    assert [lr_at(s, zo, 110) for s in range(110)] == [lr_at(s, zo, 110) for s in range(110)]
+    const_w = ZOConfig(lr=3.0, warmup_steps=3)
+    assert [lr_at(s, const_w, 100) for s in (0, 1, 2, 3, 99)] == pytest.approx([1.0, 2.0, 3.0, 3.0, 3.0])
+
+
+@pytest.mark.parametrize("schedule", ["constant", "linear", "cosine"])
+def test_lr_schedule_is_a_pure_function_of_step_and_config(schedule):
+    """lr(step) depends on (step, lr, schedule, warmup, total steps) only: one protocol object
+    asked in any order, a separate protocol built from an equal config, and protocols differing
+    only in fields outside the schedule all give the same values; the schedule's inputs do matter."""
+    total = 50
+    zo = ZOConfig(lr=2.0, schedule=schedule, warmup_steps=5)
+    p = protocol(zo, steps=total)
+    forward = [p.lr_at(s) for s in range(total)]
+    # The same object again, backwards and in a shuffled order: no state carried between calls.
+    assert [p.lr_at(s) for s in reversed(range(total))][::-1] == forward
+    order = list(range(total))
+    random.Random(0).shuffle(order)
+    shuffled = {s: p.lr_at(s) for s in order}
+    assert [shuffled[s] for s in range(total)] == forward
+    # Another protocol (another schedule and horizon) queried in between leaks nothing into p.
+    noise = protocol(ZOConfig(lr=9.0, schedule="linear", warmup_steps=2), steps=7)
+    interleaved = []
+    for s in range(total):
+        noise.lr_at(total - 1 - s)
+        interleaved.append(p.lr_at(s))
+    assert interleaved == forward
+    # A separate object from an equal config, and one whose other settings all differ.
+    assert [protocol(ZOConfig(lr=2.0, schedule=schedule, warmup_steps=5), steps=total).lr_at(s)
+            for s in range(total)] == forward
+    unrelated = ZOConfig(lr=2.0, schedule=schedule, warmup_steps=5, eps=0.5, aggregate="mean",
+                         direction="gaussian", perturbations=3)
+    q = protocol(unrelated, steps=total, n_origins=9)
+    assert [q.lr_at(s) for s in range(total)] == forward
+    # ...while the schedule's own inputs do change it: lr, warmup and (when decaying) the horizon.
+    assert lr_at(7, ZOConfig(lr=4.0, schedule=schedule, warmup_steps=5), total) == 2 * forward[7]
+    assert lr_at(2, ZOConfig(lr=2.0, schedule=schedule, warmup_steps=8), total) != forward[2]
+    if schedule != "constant":
+        assert lr_at(20, zo, 2 * total) != forward[20]
+        assert len(set(forward[5:])) == total - 5, "a decaying schedule changes every step"
+    else:
+        assert set(forward[5:]) == {2.0}
 
 
 def test_state_hash_sees_every_bit_and_pending_core():

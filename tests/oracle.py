@@ -1,0 +1,158 @@
+"""An independent oracle for a run's state: base model + message log, applied the simplest way.
+
+Owns: `oracle_hash(cfg, log_path)`, the state hash a run must end with according to the documented
+log format and update rule, computed without the code paths under test: no Client, Flood,
+Applier, Protocol (its lr schedule and coefficient), checkpoint reader, codec or transport. The
+log is parsed here with `struct` from its documented layout (all little-endian):
+
+  b"SEEDFLOOD-LOG 1\\n", u32 n, n bytes of JSON header; then per step a record
+  u32 step, u32 frame length, frame = 16-byte header (magic b"SFLD", u16 version = 1,
+  u16 record size = 24, u32 count, u32 crc32 of the records) + count records `<IIQfHH`
+  (origin, step, seed, scalar as float32, k, reserved = 0).
+
+and every message is applied in canonical order (step, origin, k) with the update rule of the
+README: θ ← θ − lr(step)·w·scalar·z(seed), w = 1 (zo.aggregate = sum) or 1/N (mean), lr(step) =
+linear warmup lr·(step+1)/warmup for step < warmup, then constant lr, linear lr·(1 − f) or cosine
+lr·½·(1 + cos πf) with f = min(1, (step − warmup) / max(1, steps − warmup)).
+
+What it shares with the code under test, on purpose: the model builder (`seedflood.model.load`,
+which defines the base weights), the direction family (`seedflood.directions.build`: its
+`accumulate`/`commit` define z(seed) and the merge schedule) and `seedflood.replay.state_hash`
+(the hash's definition). A bug there is not caught by this oracle; a bug in how steps travel,
+complete, are ordered, logged, read back or weighted is.
+
+Assumes: bit-identical results need the same float evaluation order as the run, which the formula
+fixes when read left to right: the coefficient is (−lr·w)·scalar in float64, rounded to float32 by
+the direction; torch ops are deterministic for a fixed thread count (run.threads is applied while
+the oracle runs, then restored). The log is strict here: any malformed byte raises OracleError
+(a finished or cleanly resumed run never holds a torn tail).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from seedflood import config as sf_config
+from seedflood import directions
+from seedflood import model as sf_model
+from seedflood.config import Config
+from seedflood.replay import state_hash
+
+LOG_MAGIC = b"SEEDFLOOD-LOG 1\n"
+FRAME_MAGIC = b"SFLD"
+FRAME_VERSION = 1
+U32 = struct.Struct("<I")
+STEP_RECORD = struct.Struct("<II")  # step, frame length
+FRAME_HEADER = struct.Struct("<4sHHII")  # magic, version, record size, count, crc32: 16 bytes
+MESSAGE = struct.Struct("<IIQfHH")  # origin, step, seed, scalar (f32), k, reserved: 24 bytes
+
+
+class OracleError(ValueError):
+    """The log is malformed, incomplete or belongs to other base weights."""
+
+
+@dataclass(frozen=True)
+class LoggedMessage:
+    origin: int
+    step: int
+    seed: int
+    scalar: float  # the float32 value as a Python float
+    k: int
+
+
+def read_log(path: str | Path) -> tuple[dict, list[tuple[int, list[LoggedMessage]]]]:
+    """The JSON header and every step record, strictly checked, in file order."""
+    data = Path(path).read_bytes()
+    if not data.startswith(LOG_MAGIC):
+        raise OracleError(f"{path}: bad log magic")
+    pos = len(LOG_MAGIC)
+    if len(data) < pos + 4:
+        raise OracleError(f"{path}: truncated header length")
+    (n,) = U32.unpack_from(data, pos)
+    pos += 4
+    if len(data) < pos + n:
+        raise OracleError(f"{path}: truncated JSON header")
+    header = json.loads(data[pos : pos + n])
+    pos += n
+    steps: list[tuple[int, list[LoggedMessage]]] = []
+    while pos < len(data):
+        if len(data) < pos + STEP_RECORD.size:
+            raise OracleError(f"{path}: truncated record header at byte {pos}")
+        step, length = STEP_RECORD.unpack_from(data, pos)
+        pos += STEP_RECORD.size
+        frame = data[pos : pos + length]
+        pos += length
+        if len(frame) != length or length < FRAME_HEADER.size:
+            raise OracleError(f"{path}: truncated or short frame of step {step}")
+        magic, version, rsize, count, crc = FRAME_HEADER.unpack_from(frame)
+        body = frame[FRAME_HEADER.size :]
+        if magic != FRAME_MAGIC or version != FRAME_VERSION or rsize != MESSAGE.size:
+            raise OracleError(f"{path}: step {step}: bad frame header {magic!r} v{version} size {rsize}")
+        if len(body) != count * MESSAGE.size:
+            raise OracleError(f"{path}: step {step}: frame holds {len(body)} bytes for {count} messages")
+        if zlib.crc32(body) != crc:
+            raise OracleError(f"{path}: step {step}: frame checksum mismatch")
+        msgs = []
+        for origin, mstep, seed, scalar, k, reserved in MESSAGE.iter_unpack(body):
+            if mstep != step or reserved != 0:
+                raise OracleError(f"{path}: step {step}: message of step {mstep} / reserved {reserved}")
+            msgs.append(LoggedMessage(origin, mstep, seed, scalar, k))
+        steps.append((step, msgs))
+    return header, steps
+
+
+def learning_rate(step: int, lr: float, schedule: str, warmup: int, total_steps: int) -> float:
+    """lr(step) as documented: warmup lr·(step+1)/warmup, then constant / linear / cosine."""
+    if warmup > 0 and step < warmup:
+        return lr * (step + 1) / warmup
+    if schedule == "constant":
+        return lr
+    f = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+    if schedule == "linear":
+        return lr * (1.0 - f)
+    if schedule == "cosine":
+        return lr * 0.5 * (1.0 + math.cos(math.pi * f))
+    raise OracleError(f"unknown lr schedule {schedule!r}")
+
+
+def oracle_hash(cfg: Config | str | Path, log_path: str | Path, upto: int | None = None) -> tuple[int, str]:
+    """(steps applied, state hash) of the base model of `cfg` after the log's steps <= `upto`
+    (all when None). `cfg` is a Config or the path of a config YAML (e.g. a run's config.yaml)."""
+    if not isinstance(cfg, Config):
+        cfg = sf_config.load(cfg)
+    header, records = read_log(log_path)
+    n_clients, per_origin = cfg.topology.nodes, cfg.zo.perturbations
+    w = 1.0 if cfg.zo.aggregate == "sum" else 1.0 / n_clients
+    threads = torch.get_num_threads()
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    try:
+        loaded = sf_model.load(cfg.model)
+        if "base_hash" in header and header["base_hash"] != loaded.base_hash:
+            raise OracleError(f"{log_path}: log is of base {header['base_hash']}, config builds {loaded.base_hash}")
+        direction = directions.build(loaded.model, cfg.zo, cfg.subspace, cfg.run.seed)
+        applied = 0
+        for i, (step, msgs) in enumerate(records):
+            if step != i:
+                raise OracleError(f"{log_path}: record {i} holds step {step}; steps run 0, 1, 2, ...")
+            if upto is not None and step > upto:
+                break
+            ids = sorted((m.origin, m.k) for m in msgs)
+            if ids != [(o, k) for o in range(n_clients) for k in range(per_origin)]:
+                raise OracleError(f"{log_path}: step {step} is not complete: holds (origin, k) {ids}")
+            lr = learning_rate(step, cfg.zo.lr, cfg.zo.schedule, cfg.zo.warmup_steps, cfg.run.steps)
+            with torch.no_grad():
+                for m in sorted(msgs, key=lambda m: (m.origin, m.k)):  # canonical order in a step
+                    direction.accumulate(step, m.seed, -lr * w * m.scalar)
+                direction.commit(step)
+            applied += 1
+        return applied, state_hash(loaded.model, direction)
+    finally:
+        torch.set_num_threads(threads)

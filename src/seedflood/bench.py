@@ -257,6 +257,7 @@ def fig_apply(opts: Options) -> dict[str, Any]:
     from seedflood import directions
     from seedflood import model as M
     from seedflood.directions import SubCGE
+    from seedflood.protocol import Protocol
     from seedflood.replay import Applier
 
     ns = [16, 64, 256, 1024]
@@ -279,7 +280,7 @@ def fig_apply(opts: Options) -> dict[str, Any]:
 
     def once(direction, msgs) -> tuple[float, float, float]:
         """(wall, cpu, merge wall) of applying one step of `msgs` on a fresh Applier."""
-        applier = Applier(direction, cfg.zo, total_steps=1, n_origins=len(msgs))
+        applier = Applier(direction, Protocol.of(_cfg([f"topology.nodes={len(msgs)}"]), 1))
         merge.total = 0.0
         w0, c0 = _now()
         applier.apply(0, msgs)
@@ -333,7 +334,8 @@ def fig_step(opts: Options) -> dict[str, Any]:
     """ZO step efficiency of one client (topology of one node): 2 × plain forward / whole step."""
     from seedflood import directions
     from seedflood.client import Client
-    from seedflood.transport import InMemoryNetwork
+    from seedflood.memory import InMemoryNetwork
+    from seedflood.protocol import Protocol
     from seedflood.workload import Workload
 
     task = ["task.name=synthetic", "task.train_examples=256", "task.dev_examples=0", "task.test_examples=8"] \
@@ -354,7 +356,7 @@ def fig_step(opts: Options) -> dict[str, Any]:
             net = InMemoryNetwork({0: []}, timeout_s=cfg.transport.timeout_s)
             transport = stack.enter_context(net.endpoint(0))
             fwd = _Timed(lambda step: w.loss(0, step))
-            c = Client(0, (), 1, 0, cfg, dirs[fam], fwd, transport)
+            c = Client(0, (), Protocol.of(cfg, 0), dirs[fam], fwd, transport)
             c.applier.apply = _Timed(c.applier.apply)  # type: ignore[method-assign]  # apply + merge
             clients[fam], timers[fam] = c, fwd
 
@@ -421,6 +423,7 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
     from seedflood import checkpoint as ckpt
     from seedflood import directions
     from seedflood import model as M
+    from seedflood.protocol import Protocol
     from seedflood.replay import Applier, state_hash
 
     steps, clients = (10, 4) if opts.quick else (50, 4)
@@ -442,8 +445,8 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
     rows, results = [], []
     with tempfile.TemporaryDirectory(prefix="seedflood-bench-") as tmp:
         log_path = Path(tmp) / "log.bin"
-        writer = ckpt.LogWriter(log_path, {"run_seed": cfg.run.seed, "n_clients": clients,
-                                           "base_hash": loaded.base_hash})
+        writer = ckpt.LogWriter(log_path, {"base_identity": loaded.identity, "base_hash": loaded.base_hash,
+                                           "trajectory": {}, "config": cfg.to_dict()})
         for s in range(steps):
             writer.append(s, _messages(s, clients, cfg.run.seed, 7))
         writer.close()
@@ -459,7 +462,7 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
                 d = directions.build(loaded.model, vcfg.zo, vcfg.subspace, vcfg.run.seed)
                 d.basis(0)  # a fresh client generates the epoch's basis: part of catching up
                 t2 = time.perf_counter()
-                Applier(d, vcfg.zo, vcfg.run.steps, clients).apply_all(records)
+                Applier(d, Protocol.of(vcfg, 1)).apply_all(records)
                 w3, c3 = _now()
                 return {"total": w3 - w0, "cpu": c3 - c0, "read": t1 - w0, "basis": t2 - t1, "apply": w3 - t2}, d
 
@@ -538,7 +541,8 @@ def fig_hop(opts: Options) -> dict[str, Any]:
     """Flood latency per hop and per step with the in-memory network, N threads on a ring."""
     from seedflood import topology as topo
     from seedflood.client import Client
-    from seedflood.transport import InMemoryNetwork
+    from seedflood.memory import InMemoryNetwork
+    from seedflood.protocol import Protocol
 
     sizes = (4, 8) if opts.quick else (8, 16, 32)
     steps = 3 if opts.quick else 5
@@ -556,7 +560,7 @@ def fig_hop(opts: Options) -> dict[str, Any]:
             try:
                 with net.endpoint(node) as tr:
                     null = _NullDirection()
-                    c = Client(node, top.neighbors(node), n, top.diameter, cfg, null,  # type: ignore[arg-type]
+                    c = Client(node, top.neighbors(node), Protocol.of(cfg, top.diameter), null,  # type: ignore[arg-type]
                                lambda step: 0.0, tr)
                     inner = c.hop
 

@@ -1,4 +1,4 @@
-"""The `seedflood` command: train | eval | replay | topology show | world-size | sweep | bench.
+"""The `seedflood` command: train | eval | replay | check | topology show | world-size | sweep | bench.
 
 Owns: argument parsing, turning every known bad input into one line on stderr and exit status 2,
 and printing results. Everything else lives in the modules it calls.
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
 
 
 def _bad_input_errors() -> tuple[type[BaseException], ...]:
@@ -23,8 +24,21 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
     from seedflood.runtime import WorldError
     from seedflood.tasks import TaskError
     from seedflood.topology import TopologyError
+    from seedflood.train import RunError
 
-    return (ConfigError, TopologyError, TaskError, ModelError, WorldError, CheckpointError, DirectionError)
+    return (ConfigError, TopologyError, TaskError, ModelError, WorldError, CheckpointError, DirectionError, RunError)
+
+
+def _run_errors() -> tuple[type[BaseException], ...]:
+    """Failures of a running process that are explained in one line (exit status 1)."""
+    from seedflood.evaluator import EvaluatorError
+    from seedflood.flooding import FloodError
+    from seedflood.message import FrameError
+    from seedflood.replay import ReplayError
+    from seedflood.transport import TransportError
+    from seedflood.zo import EstimateError
+
+    return (TransportError, FloodError, FrameError, EvaluatorError, EstimateError, ReplayError)
 
 
 def _load_config(args: argparse.Namespace):
@@ -33,14 +47,29 @@ def _load_config(args: argparse.Namespace):
     return config.load(args.config, args.set or [])
 
 
-def _preflight(cfg) -> int:
-    """Check everything that can be checked without loading weights; returns the world size."""
-    from seedflood import model, tasks, topology
+def _preflight(cfg, full: bool = True) -> int:
+    """Check everything that can be checked without loading weights; returns the world size.
+
+    `full` (the launchers' `world-size`) also loads the task's data and checks the run
+    directory a resume would continue (settings, log integrity, checkpoints), so a bad run stops
+    here, before any process starts and before anything is written.
+    """
+    from seedflood import directions, model, protocol, rundir, tasks, topology
     from seedflood.train import topology_of
+    from seedflood.workload import train_digest
 
     top = topology_of(cfg)
+    proto = protocol.Protocol.of(cfg, top.diameter)
     tasks.get(cfg.task.name)
     model.check_source(cfg.model)
+    directions.check_precision(cfg.zo, cfg.model.dtype)
+    if full:
+        splits = tasks.check(cfg.task, cfg.run.seed, top.n)
+        trajectory = protocol.trajectory(cfg, proto, train_digest(splits))
+        records = rundir.resume_records(cfg, proto, trajectory)
+        for note in rundir.checkpoint_notes(cfg, len(records)):
+            print(f"seedflood: warning: {note}; the run will fall back to an older checkpoint or the log",
+                  file=sys.stderr)
     return topology.world_size(top)
 
 
@@ -49,7 +78,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from seedflood import train
 
     cfg = _load_config(args)
-    _preflight(cfg)
+    _preflight(cfg, full=False)  # the launcher's world-size ran the full preflight; rank 0 rechecks the run dir
     summary = train.run(cfg)
     if summary is not None:
         _print_summary(summary)
@@ -84,29 +113,56 @@ def _print_summary(s: dict[str, Any]) -> None:
 
 
 def _rebuild(run_dir: Path, steps: int | None):
-    """Config, workload and number of steps applied, rebuilt from base + log."""
+    """Config, workload and number of steps applied, rebuilt from base + log.
+
+    The log header is the authority: config.yaml must describe the same trajectory (an edited
+    config.yaml is refused naming the keys), and every record passes the wire's validation.
+    """
     from seedflood import checkpoint as ckpt
-    from seedflood import config
+    from seedflood import config, protocol
     from seedflood.replay import Applier
+    from seedflood.rundir import LOG
+    from seedflood.train import topology_of
     from seedflood.workload import Workload
 
     run_dir = ckpt.find_run_dir(run_dir)
     cfg = config.load(run_dir / "config.yaml")
-    header, records = ckpt.LogReader(run_dir / "log.bin").read()
+    header = ckpt.read_header(run_dir / LOG)
+    proto = protocol.Protocol.of(cfg, topology_of(cfg).diameter)
+    w = Workload.build(cfg)
+    mine = {"trajectory": protocol.trajectory(cfg, proto, w.train_digest()), "base_hash": w.loaded.base_hash}
+    if diff := ckpt.header_mismatch(header, mine):
+        raise ckpt.CheckpointError(
+            f"{run_dir}/config.yaml does not match the settings {LOG} was written with: {', '.join(diff)}"
+        )
+    _, records = ckpt.LogReader(run_dir / LOG).read(check=proto.check_step)
     if steps is not None:
         if not 0 <= steps <= len(records):
             raise ckpt.CheckpointError(f"--step {steps} is outside 0..{len(records)} (steps in the log)")
         records = records[:steps]
-    w = Workload.build(cfg)
-    if header.get("base_hash") != w.loaded.base_hash:
-        raise ckpt.CheckpointError(f"{run_dir}/log.bin was written for another base model ({header.get('base_identity')})")
-    Applier(w.direction, cfg.zo, cfg.run.steps, cfg.topology.nodes).apply_all(records)
+    Applier(w.direction, proto).apply_all(records)
     return cfg, w, len(records)
+
+
+def _writable_dir(path: Path) -> None:
+    """Raise CheckpointError unless `path` can be created (or is a directory we can write)."""
+    import os
+
+    from seedflood.checkpoint import CheckpointError
+
+    p = path.resolve()
+    existing = next(a for a in (p, *p.parents) if a.exists())
+    if not existing.is_dir():
+        raise CheckpointError(f"cannot write {path}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CheckpointError(f"cannot write {path}: {existing} is not writable")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from seedflood.replay import state_hash
 
+    if args.out:
+        _writable_dir(Path(args.out))
     cfg, w, n = _rebuild(Path(args.run_dir), args.step)
     digest = state_hash(w.model, w.direction)
     if args.out:
@@ -114,6 +170,35 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
         model.save(w.loaded, Path(args.out), w.direction.effective_tensors())
     print(json.dumps({"steps": n, "param_hash": digest, **({"out": args.out} if args.out else {})}))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Verify a run directory without loading weights: config.yaml against the log header, every
+    log record, every checkpoint's checksum. Exit 2 naming the first problem."""
+    from seedflood import checkpoint as ckpt
+    from seedflood import config, protocol, tasks
+    from seedflood.rundir import LOG
+    from seedflood.train import topology_of
+    from seedflood.workload import train_digest
+
+    run_dir = ckpt.find_run_dir(Path(args.run_dir))
+    cfg = config.load(run_dir / "config.yaml")
+    header = ckpt.read_header(run_dir / LOG)
+    proto = protocol.Protocol.of(cfg, topology_of(cfg).diameter)
+    digest = train_digest(tasks.load_splits(cfg.task, cfg.run.seed))
+    mine = {"trajectory": protocol.trajectory(cfg, proto, digest), "base_hash": header.get("base_hash")}
+    if diff := ckpt.header_mismatch(header, mine):
+        raise ckpt.CheckpointError(
+            f"{run_dir}/config.yaml does not match the settings {LOG} was written with: {', '.join(diff)}"
+        )
+    _, records = ckpt.LogReader(run_dir / LOG).read(check=proto.check_step)
+    found = ckpt.checkpoints(run_dir)
+    bad = [f"{c}: {why}" for c in found if (why := ckpt.verify(c))]
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise ckpt.CheckpointError(bad[0] + more)
+    print(json.dumps({"ok": True, "steps": len(records), "checkpoints": [c.name for c in found]}))
     return 0
 
 
@@ -175,6 +260,10 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--out", help="also write a save_pretrained model directory here")
         sp.set_defaults(fn=fn)
 
+    ck = sub.add_parser("check", help="verify a run directory: settings, every log record, every checkpoint")
+    ck.add_argument("run_dir")
+    ck.set_defaults(fn=cmd_check)
+
     top = sub.add_parser("topology", help="inspect topologies")
     tsub = top.add_subparsers(dest="topology_command", required=True)
     show = tsub.add_parser("show", help="nodes, edges, degrees and diameter of FILE or SPEC (e.g. ring:16)")
@@ -216,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     except _bad_input_errors() as e:
         print(f"seedflood: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except _run_errors() as e:
+        print(f"seedflood: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("seedflood: interrupted", file=sys.stderr)
         return 130

@@ -81,6 +81,18 @@ class Flood:
                 self.stats.duplicates += 1
         return new
 
+    def restore(self, messages: Iterable[Message]) -> None:
+        """Hold messages that every node already has (a resume from the log): they count towards
+        completeness and are never sent. Their steps must not be applied yet."""
+        for m in messages:
+            if m.step <= self.applied_through:
+                raise FloodError(f"cannot restore message {m.id}: step {m.step} is already applied")
+            step = self._store.setdefault(m.step, {})
+            if m.id in step:
+                raise FloodError(f"message {m.id} restored twice")
+            step[m.id] = m
+            self._known[m.id] = set(self.peers)
+
     def outbox(self) -> dict[int, list[Message]]:
         """What to send each neighbour this hop (canonically ordered); clears it."""
         out = {}
@@ -117,9 +129,6 @@ class Flood:
         return True
 
     # -- completeness --------------------------------------------------------------------------
-    def count(self, step: int) -> int:
-        return len(self._store.get(step, ()))
-
     def is_complete(self, step: int) -> bool:
         """All messages of `step` from every member origin are here (or it was applied)."""
         if step <= self.applied_through:

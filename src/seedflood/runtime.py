@@ -7,8 +7,10 @@ Owns:
   Rank 0 is the evaluator; rank r >= 1 is client topology node r - 1.
 - `check_world`: a one-line WorldError when the launch does not fit the topology.
 - `process_group`: a gloo process group with the configured timeout, torn down in `finally`
-  without anything that can block on a dead peer.
-- `free_port`, `set_threads`, `barrier`.
+  without anything that can block on a dead peer; it yields a `Group` for the run's only
+  collective steps (the resume broadcast, the final reports). This module and `gloo` are the
+  only ones that touch torch.distributed.
+- `free_port`, `set_threads`.
 
 Assumes: every process of a run sees the same MASTER_ADDR/MASTER_PORT (under SLURM without
 MASTER_PORT the port derives from SLURM_JOB_ID, so all tasks of a job agree without talking).
@@ -16,20 +18,22 @@ MASTER_PORT the port derives from SLURM_JOB_ID, so all tasks of a job agree with
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
 
 from seedflood.config import TransportConfig
+from seedflood.protocol import node_of
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +69,8 @@ class World:
 
     @property
     def client_node(self) -> int:
-        """Topology node of this client: rank - 1 (the evaluator gets -1 = transport.EVALUATOR)."""
-        return self.rank - 1
+        """Topology node of this client (the evaluator gets -1 = transport.EVALUATOR)."""
+        return node_of(self.rank)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> World:
@@ -174,8 +178,44 @@ def set_threads(n: int) -> None:
         torch.set_num_threads(n)
 
 
+class Group:
+    """The collective side of a run, over the process group's store and gloo.
+
+    Only start-up and the end of a run use it, never a hop: `broadcast` (rank 0's resume log to
+    every rank) and `post` / `collect` (each client leaves its final report in the rendezvous
+    store and exits; the evaluator reads them when it has finished, however long its scoring
+    took, so finishing never waits on the slowest role as a collective would).
+    """
+
+    def __init__(self, world: World, store: dist.Store, timeout: timedelta) -> None:
+        self.world = world
+        self._store = store
+        self._timeout = timeout
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """`obj` from rank `src` on every rank (pickled; only for trusted peers of one run)."""
+        box = [obj if self.world.rank == src else None]
+        dist.broadcast_object_list(box, src=src)
+        return box[0]
+
+    def post(self, key: str, value: Any) -> None:
+        """Leave a JSON value under `key` for `collect` (returns at once)."""
+        self._store.set(f"report/{key}", json.dumps(value))
+
+    def collect(self, keys: Sequence[str], timeout_s: float | None = None) -> dict[str, Any]:
+        """The values posted under `keys`, waiting at most timeout_s (default: the group's)."""
+        names = [f"report/{k}" for k in keys]
+        timeout = timedelta(seconds=timeout_s) if timeout_s is not None else self._timeout
+        try:
+            self._store.wait(names, timeout)
+        except Exception:  # a timeout: name who is missing
+            missing = [k for k, n in zip(keys, names) if not self._store.check([n])]
+            raise WorldError(f"no final report from {', '.join(missing)} within {timeout.total_seconds():g} s") from None
+        return {k: json.loads(self._store.get(n)) for k, n in zip(keys, names)}
+
+
 @contextmanager
-def process_group(world: World, cfg: TransportConfig) -> Iterator[World]:
+def process_group(world: World, cfg: TransportConfig) -> Iterator[Group]:
     """Initialise the default gloo process group for `world`; destroy it on the way out.
 
     The rendezvous is an explicit TCPStore on master_addr:master_port hosted by rank 0. The
@@ -200,15 +240,9 @@ def process_group(world: World, cfg: TransportConfig) -> Iterator[World]:
     )
     log.debug("rank %d/%d: process group up via %s:%d", world.rank, world.world_size, world.master_addr, port)
     try:
-        yield world
+        yield Group(world, store, timeout)
     finally:
         try:
             dist.destroy_process_group()
         except Exception as e:  # a dead peer may have broken the group already
             log.warning("rank %d: process group teardown failed: %s", world.rank, e)
-
-
-def barrier(timeout_s: float) -> None:
-    """Wait for every rank, at most timeout_s; raises naming the ranks that did not arrive
-    (gloo's monitored_barrier). Optional: use it where all ranks are known to be alive."""
-    dist.monitored_barrier(timeout=timedelta(seconds=timeout_s), wait_all_ranks=True)

@@ -2,7 +2,9 @@
 
 Owns: running every client of a config through the real client loop (flooding, codec, replay)
 over an in-memory transport, one thread per client, each with its own model copy. The result
-holds each client's final hash, its per-step hashes and the traffic counters.
+holds each client's final hash, its per-step hashes, the complete steps in order (what the
+evaluator would log) and the traffic counters. A run can be stopped after some steps and
+resumed from the steps it logged, exactly as a relaunched run resumes from its log.
 
 Assumes: torch ops are deterministic for a fixed thread count; callers that compare against
 other processes pin `run.threads` (the tests use 1).
@@ -15,10 +17,13 @@ import threading
 from dataclasses import dataclass, field
 
 from seedflood import topology as topo
-from seedflood.client import Client
+from seedflood.client import Client, Records
 from seedflood.config import Config
+from seedflood.memory import InMemoryNetwork, Mutator
+from seedflood.message import Message
+from seedflood.protocol import Protocol
 from seedflood.replay import state_hash
-from seedflood.transport import ByteCounter, InMemoryNetwork, Mutator, TransportError
+from seedflood.transport import ByteCounter, TransportError
 from seedflood.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -30,6 +35,8 @@ class SimResult:
     """node -> final state hash."""
     step_hashes: dict[int, list[str]]
     """node -> hash after each applied step."""
+    records: list[tuple[int, list[Message]]]
+    """Every complete step applied (by node 0), in order: what the evaluator logs."""
     counter: ByteCounter
     workloads: dict[int, Workload] = field(repr=False)
 
@@ -39,18 +46,24 @@ def simulate(
     top: topo.Topology | None = None,
     hash_every_step: bool = True,
     mutate: Mutator | None = None,
+    stop: int | None = None,
+    resume: Records = (),
 ) -> SimResult:
-    """Run every client of `cfg` to the end; raises the first client error (others cascade).
+    """Run every client of `cfg`; raises the first client error (others cascade).
 
+    `stop`: end after this many steps without draining (a run killed there); `resume`: the
+    complete steps of an earlier run to catch up from (each client resumes as after a relaunch).
     `mutate(src, dst, hop, frame) -> frame` may corrupt traffic for fault-injection tests.
     """
     top = top or topo.build(cfg.topology)
     topo.check_nodes(top, cfg.topology.nodes)
+    protocol = Protocol.of(cfg, top.diameter)
     network = InMemoryNetwork(
         {i: top.neighbors(i) for i in top.nodes}, timeout_s=cfg.transport.timeout_s, mutate=mutate
     )
     workloads = {i: Workload.build(cfg) for i in top.nodes}
     step_hashes: dict[int, list[str]] = {i: [] for i in top.nodes}
+    records: list[tuple[int, list[Message]]] = list(resume)
     hashes: dict[int, str] = {}
     errors: list[BaseException] = []
 
@@ -58,11 +71,14 @@ def simulate(
         w = workloads[node]
         try:
             with network.endpoint(node) as transport:
-                client = Client(node, top.neighbors(node), top.n, top.diameter, cfg, w.direction,
+                client = Client(node, top.neighbors(node), protocol, w.direction,
                                 lambda step: w.loss(node, step), transport)
+                client.resume(resume)
+                if node == 0:
+                    client.listeners.append(lambda s, msgs: records.append((s, msgs)))
                 if hash_every_step:
                     client.listeners.append(lambda s, _: step_hashes[node].append(state_hash(w.model, w.direction)))
-                client.run()
+                client.run(stop)
                 hashes[node] = state_hash(w.model, w.direction)
         except BaseException as e:  # surfaced below; the transport cascades it to the others
             errors.append(e)
@@ -76,4 +92,4 @@ def simulate(
         # The root cause, not the neighbours' "peer failed" echoes of it.
         root = [e for e in errors if not isinstance(e, TransportError)]
         raise (root or errors)[0]
-    return SimResult(hashes, step_hashes, network.counter(), workloads)
+    return SimResult(hashes, step_hashes, records, network.counter(), workloads)

@@ -1,9 +1,12 @@
 """One process of a run: read the launcher's world, become the evaluator or a client, tear down.
 
-Owns the composition of a process (DESIGN.md §2): world and topology checks before anything
-expensive, the workload, the process group, resume (rank 0 reads the log and broadcasts it;
-every client catches up by replaying it, the evaluator from its checkpoint plus the log tail),
-the role's run, and the closing gather of every client's hash and byte counts into summary.json.
+Owns the composition of a process (docs/design.md §2): world and topology checks before anything
+expensive, the workload, the run's `Protocol`, the process group, resume (rank 0 checks the run
+directory and broadcasts its log; every client catches up by replaying it, the evaluator from
+its newest intact checkpoint plus the log tail), the role's run, and the end of the run: each
+client posts its report (hash, byte counts, flood stats) to the rendezvous store and exits; the
+evaluator collects them once it has scored its backlog and writes summary.json. No collective
+call waits on the evaluator, so finishing never depends on how long scoring takes.
 
 Assumes: every process gets the same config; the run directory is on storage rank 0 can write
 (clients on other hosts need no access to it: they catch up from the broadcast log).
@@ -17,21 +20,27 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch.distributed as dist
-
 from seedflood import checkpoint as ckpt
-from seedflood import runtime
+from seedflood import protocol as proto
+from seedflood import rundir, runtime
 from seedflood import topology as topo
 from seedflood.client import Client
 from seedflood.config import Config
 from seedflood.evaluator import Evaluator, restore
-from seedflood.message import Message, decode, encode
+from seedflood.gloo import EvaluatorInbox, GlooTransport
+from seedflood.message import decode, encode
 from seedflood.metrics import human_bytes, setup_logging
-from seedflood.replay import Applier, state_hash
-from seedflood.transport import ByteCounter, EvaluatorInbox, GlooTransport
+from seedflood.protocol import Protocol
+from seedflood.replay import state_hash
+from seedflood.rundir import Records
+from seedflood.transport import ByteCounter
 from seedflood.workload import Workload
 
 log = logging.getLogger(__name__)
+
+
+class RunError(RuntimeError):
+    """Rank 0 refused the run directory; every rank exits with this one line (status 2)."""
 
 
 def topology_of(cfg: Config) -> topo.Topology:
@@ -41,20 +50,8 @@ def topology_of(cfg: Config) -> topo.Topology:
     return top
 
 
-def _resume_records(cfg: Config) -> list[tuple[int, list[Message]]]:
-    """Rank 0: the logged steps to resume from (empty for a fresh run)."""
-    path = Path(cfg.run.out_dir) / "log.bin"
-    if not (cfg.checkpoint.resume and path.is_file()):
-        return []
-    _, records = ckpt.LogReader(path).read()
-    return records[: cfg.run.steps]
-
-
-def _broadcast_records(records: list[tuple[int, list[Message]]]) -> list[tuple[int, list[Message]]]:
-    """Rank 0's resume log to every rank, as message frames (a few bytes per message)."""
-    payload = [[(s, encode(m)) for s, m in records]] if dist.get_rank() == 0 else [None]
-    dist.broadcast_object_list(payload, src=0)
-    return [(s, decode(f)) for s, f in payload[0]]
+def _client_key(node: int) -> str:
+    return f"client-{node}"
 
 
 def run(cfg: Config, environ: dict[str, str] | None = None) -> dict[str, Any] | None:
@@ -62,65 +59,83 @@ def run(cfg: Config, environ: dict[str, str] | None = None) -> dict[str, Any] | 
     world = runtime.World.from_env(environ if environ is not None else os.environ)
     top = topology_of(cfg)
     runtime.check_world(world, top.n)
+    protocol = Protocol.of(cfg, top.diameter)
     role = "eval" if world.is_evaluator else f"client {world.client_node}"
     setup_logging(cfg.run.log_level, role)
-    workload = Workload.build(cfg)
-    with runtime.process_group(world, cfg.transport):
-        records = _broadcast_records(_resume_records(cfg) if world.is_evaluator else [])
+    workload = Workload.build(cfg, local_rank=world.local_rank)
+    with runtime.process_group(world, cfg.transport) as group:
+        records = _resume(cfg, protocol, workload, group)
         if world.is_evaluator:
-            return _evaluate(cfg, top, world, workload, records)
-        _client(cfg, top, world, workload, records)
+            return _evaluate(cfg, top, protocol, workload, group, records)
+        _client(cfg, top, protocol, world.client_node, workload, group, records)
         return None
 
 
-def _client(cfg: Config, top: topo.Topology, world: runtime.World, w: Workload,
-            records: list[tuple[int, list[Message]]]) -> None:
-    node = world.client_node
-    start = len(records)
-    applier = Applier(w.direction, cfg.zo, cfg.run.steps, top.n)
-    applier.apply_all(records)  # catch up: O(messages) for subcge, no checkpoint needed
+def _resume(cfg: Config, protocol: Protocol, w: Workload, group: runtime.Group) -> Records:
+    """Rank 0 decides what the run continues from and tells every rank (or why it cannot)."""
+    payload: dict[str, Any] | None = None
+    if group.world.is_evaluator:
+        trajectory = proto.trajectory(cfg, protocol, w.train_digest())
+        try:
+            records = rundir.resume_records(cfg, protocol, trajectory, w.loaded.base_hash)
+            payload = {"records": [(s, encode(m)) for s, m in records]}
+        except ckpt.CheckpointError as e:
+            payload = {"error": str(e)}
+    payload = group.broadcast(payload)
+    if "error" in payload:
+        raise RunError(payload["error"])
+    records = [(s, decode(f)) for s, f in payload["records"]]
+    for s, msgs in records:  # rank 0 validated them; a broadcast is a wire like any other
+        protocol.check_step(s, msgs)
+    return records
+
+
+def _client(cfg: Config, top: topo.Topology, protocol: Protocol, node: int, w: Workload,
+            group: runtime.Group, records: Records) -> None:
     attach = node == cfg.eval.attach
     counter = ByteCounter()
-    transport = GlooTransport(node, top.neighbors(node), topo.rank_of, counter,
-                              evaluator_rank=0 if attach else None)
+    transport = GlooTransport(node, top.neighbors(node), proto.rank_of, counter,
+                              evaluator_rank=proto.EVALUATOR_RANK if attach else None)
     step_hashes: list[str] = []
     with transport:
-        client = Client(node, top.neighbors(node), top.n, top.diameter, cfg, w.direction,
-                        lambda step: w.loss(node, step), transport)
-        client.resume_at(start)
+        client = Client(node, top.neighbors(node), protocol, w.direction, lambda step: w.loss(node, step), transport)
+        client.resume(records)  # O(messages) for subcge, no checkpoint needed
         if attach:
-            client.listeners.append(lambda s, msgs: transport.push(encode(msgs)))
+            client.listeners.append(lambda s, msgs: transport.push(encode(msgs), s))
         if cfg.run.hash_steps:
             client.listeners.append(lambda s, _: step_hashes.append(state_hash(w.model, w.direction)))
-        if start:
-            log.info("resumed at step %d by replaying %d logged steps", start, start)
-        client.run(start)
-    result = {"node": node, "hash": state_hash(w.model, w.direction), "step_hashes": step_hashes,
-              "bytes": counter.rows(), "flood": vars(client.flood.stats)}
-    dist.gather_object(result, None, dst=0)
+        if records:
+            log.info("resumed at step %d by replaying %d logged steps", len(records), len(records))
+        client.run()
+    group.post(_client_key(node), {
+        "node": node, "hash": state_hash(w.model, w.direction), "step_hashes": step_hashes,
+        "bytes": counter.rows(), "flood": vars(client.flood.stats),
+    })
 
 
-def _evaluate(cfg: Config, top: topo.Topology, world: runtime.World, w: Workload,
-              records: list[tuple[int, list[Message]]]) -> dict[str, Any]:
+def _evaluate(cfg: Config, top: topo.Topology, protocol: Protocol, w: Workload, group: runtime.Group,
+              records: Records) -> dict[str, Any]:
     run_dir = Path(cfg.run.out_dir)
-    start = restore(w, run_dir, records)
-    inbox = EvaluatorInbox(topo.rank_of(cfg.eval.attach), cfg.eval.attach)
-    evaluator = Evaluator(cfg, w, inbox, start_step=start, progress=True)
+    start = restore(w, protocol, run_dir, records)
+    header = rundir.log_header(cfg, proto.trajectory(cfg, protocol, w.train_digest()),
+                               w.loaded.identity, w.loaded.base_hash)
+    inbox = EvaluatorInbox(proto.rank_of(cfg.eval.attach), cfg.eval.attach)
+    evaluator = Evaluator(cfg, protocol, w, inbox, header, start_step=start, progress=True)
     try:
         final = evaluator.run()
     finally:
         evaluator.close()
         inbox.close()
-    results: list[Any] = [None] * world.world_size
-    dist.gather_object(None, results, dst=0)
-    clients = sorted((r for r in results if r is not None), key=lambda r: r["node"])
+    reports = group.collect([_client_key(n) for n in top.nodes])
+    clients = [reports[_client_key(n)] for n in top.nodes]
     counter = ByteCounter.from_rows([row for r in clients for row in r["bytes"]])
     per_edge = {f"{a}->{b}": n for (a, b), n in sorted(counter.per_edge_total().items()) if b >= 0}
     summary = {
-        "steps": cfg.run.steps,
+        "steps": protocol.steps,
         "clients": top.n,
         "topology": top.name,
         "diameter": top.diameter,
+        "delay": protocol.delay,
         "param_hash": final["param_hash"],
         "client_hashes": [r["hash"] for r in clients],
         "consensus": all(r["hash"] == final["param_hash"] for r in clients),
@@ -133,7 +148,7 @@ def _evaluate(cfg: Config, top: topo.Topology, world: runtime.World, w: Workload
         "final": final,
         "resumed_from_step": start,
         "model_dir": str(ckpt.latest(run_dir) / "hf") if cfg.checkpoint.hf_model else None,
-        "log": str(run_dir / "log.bin"),
+        "log": str(run_dir / rundir.LOG),
     }
     ckpt.atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, sort_keys=True))
     if not summary["consensus"]:

@@ -14,12 +14,16 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-
-from seedflood import directions, model, runtime, tasks
+from seedflood import directions, model, protocol, runtime, tasks
 from seedflood.config import Config
 from seedflood.directions import Direction
 
 log = logging.getLogger(__name__)
+
+
+def train_digest(splits: tasks.Splits) -> str:
+    """Digest of a train split: its examples' fields and labels, in order."""
+    return protocol.digest((e.fields, e.label) for e in splits.train)
 
 
 @dataclass
@@ -32,17 +36,22 @@ class Workload:
     _batch_cache: dict[tuple[int, int], Any] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def build(cls, cfg: Config) -> Workload:
+    def build(cls, cfg: Config, local_rank: int = 0) -> Workload:
+        """Everything one process needs; `local_rank` picks this process's GPU for model.device=cuda."""
         runtime.set_threads(cfg.run.threads)
         spec = tasks.get(cfg.task.name)
         splits = tasks.load_splits(cfg.task, cfg.run.seed)
-        loaded = model.load(cfg.model)
+        loaded = model.load(cfg.model, local_rank=local_rank)
         direction = directions.build(loaded.model, cfg.zo, cfg.subspace, cfg.run.seed)
         return cls(cfg, loaded, spec, splits, direction)
 
     @property
     def model(self) -> Any:
         return self.loaded.model
+
+    def train_digest(self) -> str:
+        """Digest of the train split (the data every client's batches come from)."""
+        return train_digest(self.splits)
 
     def shard(self, client: int) -> list[tasks.Example]:
         return tasks.shard(self.splits.train, client, self.cfg.topology.nodes)

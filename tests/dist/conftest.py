@@ -1,12 +1,13 @@
 """Helpers for tests that start real processes (gloo on 127.0.0.1).
 
 Fixtures:
-- `run_world(argv, nprocs, timeout_s, env=None)`: start `nprocs` copies of `argv` with the
+- `run_world(argv, nprocs, timeout_s, env=None, on_poll=None)`: start `nprocs` copies of `argv` with the
   torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT on a free port)
   set, wait for all of them, and return one `Proc` per rank in rank order. On timeout every
   process (and its children) is killed by its id and the outputs are returned with
   `timed_out=True`. A launch whose rendezvous port was taken in the meantime is retried on a
-  new port.
+  new port. `on_poll(popens)` is called about every 20 ms while they run (fault injection:
+  a test may kill or stop one of them when the run's own output shows a step was reached).
 - `procs_ok(procs)`: assert every process exited 0, showing each one's output tail otherwise.
 Workers report results as a JSON line on stdout (`Proc.last_json()`). A test module can be its
 own worker: run `[sys.executable, __file__, ...]` and keep the worker under `__main__`.
@@ -73,16 +74,23 @@ def run_world(
     timeout_s: float,
     env: Mapping[str, str] | None = None,
     retries: int = 2,
+    on_poll: Callable[[list[subprocess.Popen]], None] | None = None,
 ) -> list[Proc]:
     for attempt in range(retries + 1):
-        procs = _launch(argv, nprocs, timeout_s, env)
+        procs = _launch(argv, nprocs, timeout_s, env, on_poll)
         taken = any("address already in use" in p.stderr.lower() for p in procs)
         if not taken or attempt == retries:
             return procs
     raise AssertionError("unreachable")
 
 
-def _launch(argv: Sequence[str], nprocs: int, timeout_s: float, env: Mapping[str, str] | None) -> list[Proc]:
+def _launch(
+    argv: Sequence[str],
+    nprocs: int,
+    timeout_s: float,
+    env: Mapping[str, str] | None,
+    on_poll: Callable[[list[subprocess.Popen]], None] | None = None,
+) -> list[Proc]:
     port = free_port()
     base = {
         **os.environ,
@@ -112,6 +120,8 @@ def _launch(argv: Sequence[str], nprocs: int, timeout_s: float, env: Mapping[str
             for rank, (p, _, _) in enumerate(running):
                 if rank not in ended and p.poll() is not None:
                     ended[rank] = time.monotonic() - start
+            if on_poll is not None:
+                on_poll([p for p, _, _ in running])
             if time.monotonic() > deadline:
                 timed_out = True
                 for p, _, _ in running:

@@ -3,12 +3,17 @@
 - after every step every client's hash is identical (run.hash_steps);
 - the final hash equals the in-memory driver's, and `seedflood replay` of the evaluator's log;
 - ring, grid and complete topologies end with the same hash (topology invariance);
-- a crashed run resumes from its log and ends with the uninterrupted run's bits.
+- a crashed run resumes from its log and ends with the uninterrupted run's bits, also with
+  delayed flooding;
+- the end of a run never waits on a lagging evaluator; a killed peer is one line per survivor;
+- a resume whose settings differ is refused before anything is written.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from oracle import oracle_hash
 from seedflood import config
 from seedflood.simulation import simulate
 
@@ -54,6 +60,8 @@ def test_processes_match_the_in_memory_reference(run_world, procs_ok, tmp_path, 
     for step_hashes in zip(*s["client_step_hashes"]):
         assert len(set(step_hashes)) == 1
     assert s["bytes_per_edge_per_step"] > 0
+    # the independent oracle: a plain loop over the evaluator's log, no Client/Flood/Applier/transport
+    assert oracle_hash(tmp_path / kind / "config.yaml", tmp_path / kind / "log.bin") == (6, reference_hash)
 
     if kind == "ring":
         replay = subprocess.run([sys.executable, "-m", "seedflood", "replay", str(tmp_path / kind)],
@@ -78,6 +86,73 @@ def test_resume_from_the_log_reproduces_the_uninterrupted_run(run_world, procs_o
     second = train(run_world, procs_ok, out)  # same directory: resumes at step 3
     assert second["resumed_from_step"] == 3
     assert second["param_hash"] == reference_hash and second["consensus"]
+
+
+def test_resume_with_delayed_flooding_reproduces_the_uninterrupted_run(run_world, procs_ok, tmp_path):
+    """Ring of 4 with 1 hop per step: delay 1. 3 steps, then resumed to 6 from the 3-step log,
+    equals 6 straight steps (the resumed clients hold step 2 pending, as the uninterrupted ones did)."""
+    torch.set_num_threads(1)
+    delayed = ("flood.hops_per_step=1",)
+    cfg = config.load(DEBUG, ["run.steps=6", "run.out_dir=/nonexistent", *delayed])
+    want = set(simulate(cfg, hash_every_step=False).hashes.values())
+    out = tmp_path / "resumed"
+    first = train(run_world, procs_ok, out, "run.steps=3", *delayed)
+    assert first["delay"] == 1
+    second = train(run_world, procs_ok, out, *delayed)
+    assert second["resumed_from_step"] == 3
+    assert {second["param_hash"]} == want and second["consensus"]
+    assert oracle_hash(out / "config.yaml", out / "log.bin") == (6, second["param_hash"])
+
+
+def test_the_end_of_a_run_does_not_wait_for_a_lagging_evaluator(run_world, procs_ok, tmp_path):
+    """2 clients, a 6 s group timeout and an evaluator that scores 4000 test examples after
+    every step: it finishes long after the clients, and every process still exits 0 with a summary."""
+    out = tmp_path / "lag"
+    sets = overrides(out, "topology.nodes=2", "transport.timeout_s=6", "eval.every=1", "task.test_examples=4000")
+    procs = run_world(TRAIN + [a for o in sets for a in ("--set", o)], nprocs=3, timeout_s=300)
+    procs_ok(procs)
+    lag = procs[0].seconds - max(p.seconds for p in procs[1:])
+    assert lag > 6, f"the evaluator must lag by more than the timeout for this test to mean anything ({lag:.1f} s)"
+    assert json.loads((out / "summary.json").read_text())["consensus"]
+
+
+def test_a_killed_peer_is_reported_in_one_line_by_each_survivor(run_world, tmp_path):
+    """SIGKILL client node 2 once the log holds 2 steps: its neighbours name it in one line."""
+    out = tmp_path / "killed"
+    sets = overrides(out, "run.steps=400", "eval.every=0", "checkpoint.every=0")
+
+    header: list[int] = []  # size of the log when first seen: the header alone (written at start)
+
+    def kill_when_logged(popens: list[subprocess.Popen]) -> None:
+        log = out / "log.bin"
+        if popens[3].poll() is not None or not log.is_file():
+            return
+        size = log.stat().st_size
+        header[:] = header or [size]
+        if size >= header[0] + 2 * (8 + 16 + 4 * 24):  # two step records of 4 messages
+            os.kill(popens[3].pid, signal.SIGKILL)
+
+    procs = run_world(TRAIN + [a for o in sets for a in ("--set", o)], nprocs=5, timeout_s=240,
+                      on_poll=kill_when_logged)
+    assert procs[3].returncode == -signal.SIGKILL, procs[3].describe()
+    for p in (procs[2], procs[4]):  # nodes 1 and 3, the ring neighbours of node 2 (rank 3)
+        assert p.returncode == 1, p.describe()
+        lines = [ln for ln in p.stderr.splitlines() if ln.startswith("seedflood: error:")]
+        assert len(lines) == 1 and "peer node 2 (rank 3)" in lines[0], p.stderr[-2000:]
+        assert "Traceback" not in p.stderr, p.stderr[-2000:]
+
+
+def test_a_resume_with_changed_settings_is_refused_and_changes_nothing(run_world, procs_ok, tmp_path):
+    out = tmp_path / "changed"
+    train(run_world, procs_ok, out, "run.steps=3")
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    procs = run_world(TRAIN + [a for o in overrides(out, "zo.eps=0.05") for a in ("--set", o)], nprocs=5,
+                      timeout_s=120)
+    for p in procs:
+        assert p.returncode == 2, p.describe()
+        errors = [ln for ln in p.stderr.splitlines() if ln.startswith("seedflood: error:")]
+        assert len(errors) == 1 and "zo.eps (0.001 -> 0.05)" in errors[0], p.stderr[-2000:]
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
 
 
 def test_wrong_world_size_fails_before_training(run_world, tmp_path):

@@ -76,3 +76,52 @@ def test_world_size_and_topology_show():
 
 def test_replay_of_a_missing_run(tmp_path):
     assert "not a run directory" in one_error_line(seedflood("replay", str(tmp_path)))
+
+
+@pytest.mark.parametrize(
+    "sets, words",
+    [
+        (["zo.lr=.inf"], "zo.lr: must be a finite number"),
+        (["zo.eps=.inf"], "zo.eps: must be a finite number"),
+        (["transport.timeout_s=.inf"], "transport.timeout_s: must be a finite number"),
+        (["zo.lr=.nan"], "zo.lr: must be a finite number"),
+        (["model.tiny={hidden_size: -5}"], "hidden_size"),
+        (["task.train_examples=2"], "task.train_examples=2 is fewer than the 4 clients"),
+        (["task.test_examples=0"], "test"),
+        (["flood.hops_per_step=1", "flood.step_window=1"], "flood.step_window"),
+    ],
+)
+def test_world_size_rejects_values_that_used_to_fail_mid_run(sets, words, out):
+    """The launchers' preflight: one line, exit 2, nothing written (no run directory)."""
+    args = ["world-size", "--config", DEBUG, "--set", f"run.out_dir={out}"]
+    for s in sets:
+        args += ["--set", s]
+    line = one_error_line(seedflood(*args))
+    assert words in line, line
+    assert not out.exists()
+
+
+def test_world_size_rejects_a_bad_data_file_and_duplicate_keys(tmp_path, out):
+    data = tmp_path / "train.csv"
+    data.write_text("sentence,label\ngood film,1\nbad film,maybe\n")
+    line = one_error_line(seedflood("world-size", "--config", DEBUG, "--set", f"run.out_dir={out}",
+                                    "--set", "task.name=sst2",
+                                    "--set", f"task.data_files={{train: {data}, test: {data}}}"))
+    assert "maybe" in line or "label" in line
+    dup = tmp_path / "dup.yaml"
+    dup.write_text(Path(DEBUG).read_text() + "zo: {lr: 2.0}\n")
+    line = one_error_line(seedflood("world-size", "--config", str(dup)))
+    assert "duplicate key 'zo'" in line
+    assert not out.exists()
+
+
+def test_torchrun_launcher_stops_bad_values_before_any_process(out):
+    """launch/torchrun.sh runs the preflight first: one line, exit 2, torchrun never starts."""
+    p = subprocess.run(["launch/torchrun.sh", DEBUG, "--set", f"run.out_dir={out}", "--set", "zo.lr=.inf"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHON": sys.executable})
+    assert p.returncode == 2, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert lines == [lines[0]] and "zo.lr: must be a finite number" in lines[0], p.stderr
+    assert "torch.distributed.run" not in p.stderr
+    assert not out.exists()

@@ -144,3 +144,17 @@ def test_conflicting_copies_and_foreign_peers_are_errors():
         f.receive(5, [msg(1, 1)])
     with pytest.raises(FloodError, match="cannot originate"):
         f.originate([msg(1, 2)])
+
+
+def test_restored_messages_complete_a_step_and_are_never_sent():
+    f = Flood(0, [1, 2], members=range(3))
+    f.applied_through = 1
+    f.restore([msg(o, 2) for o in range(3)])
+    assert f.is_complete(2) and f.idle
+    assert f.outbox() == {1: [], 2: []}
+    assert f.receive(1, [msg(1, 2)]) == []  # a copy from a neighbour is a duplicate
+    assert [m.origin for m in f.pop_step(2)] == [0, 1, 2]
+    with pytest.raises(FloodError, match="already applied"):
+        f.restore([msg(0, 2)])
+    with pytest.raises(FloodError, match="restored twice"):
+        f.restore([msg(0, 3), msg(0, 3)])

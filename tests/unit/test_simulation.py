@@ -102,3 +102,30 @@ def test_a_corrupted_frame_fails_the_run_and_is_never_applied():
 
     with pytest.raises(message.FrameError, match="bad frame from node 1"):
         simulate(cfg_for("topology.nodes=4", "run.steps=4"), mutate=flip)
+
+
+@pytest.mark.parametrize("hops", [0, 1, 2])
+def test_resume_equals_the_uninterrupted_run_for_every_hops_per_step(hops):
+    """A run stopped after 3 steps and resumed from the steps it logged ends on the uninterrupted
+    run's bits, with full flooding (delay 0) and with delayed flooding (ring of 8, diameter 4:
+    2 hops -> delay 1, 1 hop -> delay 3). Also from a log that lags behind (fewer steps)."""
+    cfg = cfg_for("topology.nodes=8", "topology.kind=ring", "run.steps=6", f"flood.hops_per_step={hops}")
+    straight = simulate(cfg, hash_every_step=False)
+    assert [s for s, _ in straight.records] == list(range(6))
+    stopped = simulate(cfg, hash_every_step=False, stop=3)
+    logged = stopped.records
+    delay = {0: 0, 1: 3, 2: 1}[hops]
+    assert len(logged) == 3 - delay
+    for records in (logged, logged[:1]):
+        resumed = simulate(cfg, hash_every_step=False, resume=records)
+        assert set(resumed.hashes.values()) == set(straight.hashes.values()), (hops, len(records))
+        assert resumed.records == straight.records
+
+
+def test_resume_from_every_prefix_of_the_log_with_delay():
+    """Every prefix L of the log (including all of it) resumes to the same bits."""
+    cfg = cfg_for("topology.nodes=4", "topology.kind=ring", "run.steps=5", "flood.hops_per_step=1")  # delay 1
+    straight = simulate(cfg, hash_every_step=False)
+    for n in range(len(straight.records) + 1):
+        resumed = simulate(cfg, hash_every_step=False, resume=straight.records[:n])
+        assert set(resumed.hashes.values()) == set(straight.hashes.values()), n

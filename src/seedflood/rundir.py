@@ -1,0 +1,77 @@
+"""Whether and how a run directory may be continued under a config.
+
+Owns the decisions about an existing run directory, made before anything is written to it:
+- the header a run's log carries (base model identity and hash, the trajectory fingerprint of
+  `protocol.trajectory`, and the full config for the record);
+- `resume_records`: the complete steps to resume from. A log written under other trajectory
+  settings, a corrupt log (any record that fails the wire's validation, or corruption before
+  the end), a log longer than `run.steps`, or an existing run while `checkpoint.resume` is off
+  each raise `CheckpointError` with one line, and nothing on disk changes;
+- `checkpoint_notes`: one line per checkpoint that a resume would skip because it is corrupt.
+`seedflood world-size` (the launchers' preflight) and rank 0 of `seedflood train` both call it,
+so a bad resume stops before any process starts.
+
+Assumes: the log is the source of truth (a run is a pure function of base weights, settings and
+log); checkpoints only shorten catch-up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from seedflood import checkpoint as ckpt
+from seedflood.config import Config
+from seedflood.message import Message
+from seedflood.protocol import Protocol
+
+LOG = "log.bin"
+Records = list[tuple[int, list[Message]]]
+
+
+def log_header(cfg: Config, trajectory: dict[str, Any], base_identity: str, base_hash: str) -> dict[str, Any]:
+    return {
+        "base_identity": base_identity,
+        "base_hash": base_hash,
+        "trajectory": trajectory,
+        "config": cfg.to_dict(),
+    }
+
+
+def resume_records(
+    cfg: Config, protocol: Protocol, trajectory: dict[str, Any], base_hash: str | None = None
+) -> Records:
+    """The logged steps this run continues from ([] for a new run directory); see the module doc.
+
+    `base_hash` None (the preflight, which loads no weights) skips the base model comparison.
+    """
+    run_dir = Path(cfg.run.out_dir)
+    path = run_dir / LOG
+    if not path.is_file():
+        return []
+    if not cfg.checkpoint.resume:
+        raise ckpt.CheckpointError(
+            f"{run_dir} already holds a run and checkpoint.resume is false: choose another run.out_dir or delete it"
+        )
+    old = ckpt.read_header(path)
+    new = {"trajectory": trajectory, "base_hash": base_hash if base_hash is not None else old.get("base_hash")}
+    if diff := ckpt.header_mismatch(old, new):
+        raise ckpt.CheckpointError(
+            f"{path} belongs to a different run: settings differ: {', '.join(diff)}; "
+            "use a new run.out_dir or delete the directory"
+        )
+    _, records = ckpt.LogReader(path).read(check=protocol.check_step)
+    if len(records) > protocol.steps:
+        raise ckpt.CheckpointError(
+            f"{path} already holds {len(records)} steps, more than run.steps={protocol.steps}: "
+            f"set run.steps >= {len(records)} or use a new run.out_dir"
+        )
+    return records
+
+
+def checkpoint_notes(cfg: Config, logged: int) -> list[str]:
+    """One line per corrupt checkpoint a resume after `logged` steps would skip."""
+    run_dir = Path(cfg.run.out_dir)
+    if not run_dir.is_dir():
+        return []
+    return ckpt.usable_checkpoint(run_dir, logged)[1]

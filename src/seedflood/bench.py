@@ -166,8 +166,14 @@ def fig_bytes(opts: Options) -> dict[str, Any]:
 
     steps = 3
     common = [
-        "task.name=synthetic", "task.batch_size=2", "task.train_examples=64", "task.dev_examples=0",
-        "task.test_examples=8", "topology.kind=ring", "topology.nodes=4", f"run.steps={steps}",
+        "task.name=synthetic",
+        "task.batch_size=2",
+        "task.train_examples=64",
+        "task.dev_examples=0",
+        "task.test_examples=8",
+        "topology.kind=ring",
+        "topology.nodes=4",
+        f"run.steps={steps}",
         "run.threads=1",  # 4 client threads on shared cores: one torch thread each
     ]
     if opts.quick or opts.tiny:
@@ -200,8 +206,17 @@ def fig_bytes(opts: Options) -> dict[str, Any]:
             "rows": c.rows(),
         }
         results.append(r)
-        rows.append([label, f"{r['params']:,}", f"{r['trainable']:,}", f"{r['bytes_per_edge_per_step']:.1f}",
-                     f"{r['bytes_per_edge_per_run']:.1f}", r["bytes_total"], "yes" if r["consensus"] else "NO"])
+        rows.append(
+            [
+                label,
+                f"{r['params']:,}",
+                f"{r['trainable']:,}",
+                f"{r['bytes_per_edge_per_step']:.1f}",
+                f"{r['bytes_per_edge_per_run']:.1f}",
+                r["bytes_total"],
+                "yes" if r["consensus"] else "NO",
+            ]
+        )
         del res, w
     a, b = results
     equal = a["rows"] == b["rows"]
@@ -214,11 +229,17 @@ def fig_bytes(opts: Options) -> dict[str, Any]:
         "trainable_ratio": b["trainable"] / a["trainable"],
         "bytes_ratio": b["bytes_total"] / a["bytes_total"],
     }
-    _table(opts.out, f"bytes: traffic per directed edge, 4 clients on a ring, {steps} steps",
-           ["model", "params", "trainable d", "B/edge/step", "B/edge/run", "B total", "consensus"], rows,
-           [f"every (step, edge) count identical across the two sizes: {'yes' if equal else 'NO'}; "
+    _table(
+        opts.out,
+        f"bytes: traffic per directed edge, 4 clients on a ring, {steps} steps",
+        ["model", "params", "trainable d", "B/edge/step", "B/edge/run", "B total", "consensus"],
+        rows,
+        [
+            f"every (step, edge) count identical across the two sizes: {'yes' if equal else 'NO'}; "
             f"parameter ratio {out['param_ratio']:.1f}x (trainable {out['trainable_ratio']:.1f}x), "
-            f"byte ratio {out['bytes_ratio']:.3f}"])
+            f"byte ratio {out['bytes_ratio']:.3f}"
+        ],
+    )
     return out
 
 
@@ -305,27 +326,54 @@ def fig_apply(opts: Options) -> dict[str, Any]:
         s_wall, s_cpu, s_merge = (_stats([x[i] for x in s_runs]) for i in range(3))
         g_wall = _stats([x[0] for x in g_runs]) if g_runs else None
         g_cpu = _stats([x[1] for x in g_runs]) if g_runs else None
-        e = {"n": n, "subcge_s": s_wall, "subcge_cpu_s": s_cpu, "subcge_merge_s": s_merge,
-             "gaussian_s": g_wall, "gaussian_cpu_s": g_cpu,
-             "ratio": _ratio(g_wall, s_wall), "ratio_cpu": _ratio(g_cpu, s_cpu)}
+        e = {
+            "n": n,
+            "subcge_s": s_wall,
+            "subcge_cpu_s": s_cpu,
+            "subcge_merge_s": s_merge,
+            "gaussian_s": g_wall,
+            "gaussian_cpu_s": g_cpu,
+            "ratio": _ratio(g_wall, s_wall),
+            "ratio_cpu": _ratio(g_cpu, s_cpu),
+        }
         per_n.append(e)
-        rows.append([n, _ms(s_wall), _fmt_time(s_merge["median"]), _ms(g_wall), _x(e["ratio"]), _x(e["ratio_cpu"]),
-                     _fmt_time(g_wall["median"] / n) if g_wall else "skipped"])
+        rows.append(
+            [
+                n,
+                _ms(s_wall),
+                _fmt_time(s_merge["median"]),
+                _ms(g_wall),
+                _x(e["ratio"]),
+                _x(e["ratio_cpu"]),
+                _fmt_time(g_wall["median"] / n) if g_wall else "skipped",
+            ]
+        )
     d = sub.numel
     out = {
-        "model": opts.model, "trainable": d, "matrices": len(names), "rank": cfg.subspace.rank,
-        "threads": torch.get_num_threads(), "repeats": repeats,
-        "gaussian_budget_s": opts.gaussian_budget_s, "gaussian_spent_s": spent,
-        "subcge_basis_s": _stats(basis), "per_n": per_n,
+        "model": opts.model,
+        "trainable": d,
+        "matrices": len(names),
+        "rank": cfg.subspace.rank,
+        "threads": torch.get_num_threads(),
+        "repeats": repeats,
+        "gaussian_budget_s": opts.gaussian_budget_s,
+        "gaussian_spent_s": spent,
+        "subcge_basis_s": _stats(basis),
+        "per_n": per_n,
     }
-    _table(opts.out, f"apply: one step of n messages through Applier.apply on {opts.model} "
-           f"(d = {d:,} over {len(names)} matrices, rank {cfg.subspace.rank}, {out['threads']} threads)",
-           ["n", "subcge (wall)", "of which merge", "gaussian (wall)", "gauss/subcge wall", "cpu",
-            "gaussian per msg"], rows,
-           [f"subcge basis generation, once per epoch of {cfg.subspace.refresh} steps (not in the rows): "
+    _table(
+        opts.out,
+        f"apply: one step of n messages through Applier.apply on {opts.model} "
+        f"(d = {d:,} over {len(names)} matrices, rank {cfg.subspace.rank}, {out['threads']} threads)",
+        ["n", "subcge (wall)", "of which merge", "gaussian (wall)", "gauss/subcge wall", "cpu", "gaussian per msg"],
+        rows,
+        [
+            f"subcge basis generation, once per epoch of {cfg.subspace.refresh} steps (not in the rows): "
             f"{_ms(out['subcge_basis_s'])}",
             f"gaussian runs only while its total stays under {opts.gaussian_budget_s:.0f} s (spent {spent:.1f} s); "
-            "'skipped' sizes are not extrapolated"])
+            "'skipped' sizes are not extrapolated",
+        ],
+    )
     return out
 
 
@@ -338,15 +386,27 @@ def fig_step(opts: Options) -> dict[str, Any]:
     from seedflood.protocol import Protocol
     from seedflood.workload import Workload
 
-    task = ["task.name=synthetic", "task.train_examples=256", "task.dev_examples=0", "task.test_examples=8"] \
-        if opts.tiny else ["task.name=rt", "task.train_examples=1000", "task.dev_examples=0", "task.test_examples=8"]
+    task = (
+        ["task.name=synthetic", "task.train_examples=256", "task.dev_examples=0", "task.test_examples=8"]
+        if opts.tiny
+        else ["task.name=rt", "task.train_examples=1000", "task.dev_examples=0", "task.test_examples=8"]
+    )
     rounds = opts.repeats("step")
-    base = opts.model_overrides() + task + [
-        "task.batch_size=16", "task.max_tokens=64", "topology.nodes=1", "eval.attach=0",
-        f"run.steps={rounds + 1}",
-    ]
-    cfgs = {"subcge": _cfg(base + ["zo.direction=subcge", "zo.lr=10"]),
-            "gaussian": _cfg(base + ["zo.direction=gaussian", "zo.lr=1e-6"])}
+    base = (
+        opts.model_overrides()
+        + task
+        + [
+            "task.batch_size=16",
+            "task.max_tokens=64",
+            "topology.nodes=1",
+            "eval.attach=0",
+            f"run.steps={rounds + 1}",
+        ]
+    )
+    cfgs = {
+        "subcge": _cfg(base + ["zo.direction=subcge", "zo.lr=10"]),
+        "gaussian": _cfg(base + ["zo.direction=gaussian", "zo.lr=1e-6"]),
+    }
     w = Workload.build(cfgs["subcge"])
     gcfg = cfgs["gaussian"]
     dirs = {"subcge": w.direction, "gaussian": directions.build(w.model, gcfg.zo, gcfg.subspace, gcfg.run.seed)}
@@ -394,26 +454,66 @@ def fig_step(opts: Options) -> dict[str, Any]:
         ap = _stats([s["apply"] for s in ss])
         other = _stats([s["step"] - s["forwards"] - s["apply"] for s in ss])
         paired = _stats([2 * s["fwd"] / s["step"] for s in ss])  # each step against the forward just before it
-        e = {"step_s": st, "step_cpu_s": st_cpu, "perturbed_forward_s": pf, "apply_s": ap, "other_s": other,
-             "efficiency": 2 * f["median"] / st["median"], "efficiency_cpu": 2 * f_cpu["median"] / st_cpu["median"],
-             "efficiency_best": 2 * f["min"] / st["min"], "efficiency_paired": paired}
+        e = {
+            "step_s": st,
+            "step_cpu_s": st_cpu,
+            "perturbed_forward_s": pf,
+            "apply_s": ap,
+            "other_s": other,
+            "efficiency": 2 * f["median"] / st["median"],
+            "efficiency_cpu": 2 * f_cpu["median"] / st_cpu["median"],
+            "efficiency_best": 2 * f["min"] / st["min"],
+            "efficiency_paired": paired,
+        }
         fams[fam] = e
-        rows.append([fam, _ms(st), _ms(pf), _ms(ap), _ms(other), f"{100 * e['efficiency']:.0f}%",
-                     f"{100 * e['efficiency_cpu']:.0f}%", f"{100 * e['efficiency_best']:.0f}%",
-                     f"{100 * paired['min']:.0f}–{100 * paired['max']:.0f}%"])
+        rows.append(
+            [
+                fam,
+                _ms(st),
+                _ms(pf),
+                _ms(ap),
+                _ms(other),
+                f"{100 * e['efficiency']:.0f}%",
+                f"{100 * e['efficiency_cpu']:.0f}%",
+                f"{100 * e['efficiency_best']:.0f}%",
+                f"{100 * paired['min']:.0f}–{100 * paired['max']:.0f}%",
+            ]
+        )
     out = {
-        "model": opts.model, "task": cfgs["subcge"].task.name, "batch_size": 16, "max_tokens": 64,
-        "threads": torch.get_num_threads(), "rounds": rounds, "forward_s": f, "forward_cpu_s": f_cpu,
-        **fams, "target_subcge": 0.85,
+        "model": opts.model,
+        "task": cfgs["subcge"].task.name,
+        "batch_size": 16,
+        "max_tokens": 64,
+        "threads": torch.get_num_threads(),
+        "rounds": rounds,
+        "forward_s": f,
+        "forward_cpu_s": f_cpu,
+        **fams,
+        "target_subcge": 0.85,
     }
-    _table(opts.out, f"step: one client step on {opts.model}, task {out['task']}, batch 16, max_tokens 64, "
-           f"{out['threads']} threads; plain forward {_ms(f)}",
-           ["direction", "step (wall)", "perturbed fwd (each)", "apply", "other", "2·fwd/step wall", "cpu",
-            "best", "per round"], rows,
-           ["efficiency = 2 × plain forward / step (DESIGN target for subcge: >= 85%): ratio of medians on the wall "
+    _table(
+        opts.out,
+        f"step: one client step on {opts.model}, task {out['task']}, batch 16, max_tokens 64, "
+        f"{out['threads']} threads; plain forward {_ms(f)}",
+        [
+            "direction",
+            "step (wall)",
+            "perturbed fwd (each)",
+            "apply",
+            "other",
+            "2·fwd/step wall",
+            "cpu",
+            "best",
+            "per round",
+        ],
+        rows,
+        [
+            "efficiency = 2 × plain forward / step (DESIGN target for subcge: >= 85%): ratio of medians on the wall "
             "and CPU clocks, of minima ('best': foreign load only adds time), and the range of per-round ratios "
             "(each step against the forward measured just before it)",
-            "other = step − both perturbed forwards − apply: batch encoding, perturbation setup, flood, codec"])
+            "other = step − both perturbed forwards − apply: batch encoding, perturbation setup, flood, codec",
+        ],
+    )
     return out
 
 
@@ -445,8 +545,15 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
     rows, results = [], []
     with tempfile.TemporaryDirectory(prefix="seedflood-bench-") as tmp:
         log_path = Path(tmp) / "log.bin"
-        writer = ckpt.LogWriter(log_path, {"base_identity": loaded.identity, "base_hash": loaded.base_hash,
-                                           "trajectory": {}, "config": cfg.to_dict()})
+        writer = ckpt.LogWriter(
+            log_path,
+            {
+                "base_identity": loaded.identity,
+                "base_hash": loaded.base_hash,
+                "trajectory": {},
+                "config": cfg.to_dict(),
+            },
+        )
         for s in range(steps):
             writer.append(s, _messages(s, clients, cfg.run.seed, 7))
         writer.close()
@@ -497,29 +604,64 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
             same = state_hash(loaded.model, target) == want
             rs = {k: _stats([x[0][k] for x in rep]) for k in rep[0][0]}
             ls = {k: _stats([x[k] for x in lod]) for k in lod[0]}
-            r = {"merge_every": merge_every, "replay_s": rs, "load_s": ls, "state_bytes": state_bytes,
-                 "hash_equal": same, "ratio": _ratio(rs["total"], ls["total"]),
-                 "ratio_cpu": _ratio(rs["cpu"], ls["cpu"])}
+            r = {
+                "merge_every": merge_every,
+                "replay_s": rs,
+                "load_s": ls,
+                "state_bytes": state_bytes,
+                "hash_equal": same,
+                "ratio": _ratio(rs["total"], ls["total"]),
+                "ratio_cpu": _ratio(rs["cpu"], ls["cpu"]),
+            }
             results.append(r)
-            rows.append([merge_every, _ms(rs["total"]), _fmt_time(rs["apply"]["median"]),
-                         _fmt_time(rs["basis"]["median"]), _ms(ls["total"]), _x(r["ratio"], 1), _x(r["ratio_cpu"], 1),
-                         "yes" if same else "NO"])
+            rows.append(
+                [
+                    merge_every,
+                    _ms(rs["total"]),
+                    _fmt_time(rs["apply"]["median"]),
+                    _fmt_time(rs["basis"]["median"]),
+                    _ms(ls["total"]),
+                    _x(r["ratio"], 1),
+                    _x(r["ratio_cpu"], 1),
+                    "yes" if same else "NO",
+                ]
+            )
     reset()
     out = {
-        "model": opts.model, "steps": steps, "clients": clients, "messages": steps * clients, "repeats": repeats,
-        "trainable": sum(b.numel() for b in base.values()), "log_bytes": log_bytes,
-        "state_bytes": results[0]["state_bytes"], "size_ratio": results[0]["state_bytes"] / log_bytes,
+        "model": opts.model,
+        "steps": steps,
+        "clients": clients,
+        "messages": steps * clients,
+        "repeats": repeats,
+        "trainable": sum(b.numel() for b in base.values()),
+        "log_bytes": log_bytes,
+        "state_bytes": results[0]["state_bytes"],
+        "size_ratio": results[0]["state_bytes"] / log_bytes,
         "variants": results,
     }
-    _table(opts.out, f"catchup: {steps} steps x {clients} clients = {steps * clients} messages onto a fresh "
-           f"{opts.model} (subcge rank {cfg.subspace.rank})",
-           ["merge_every", "replay (wall)", "of which apply", "of which basis", "load state (wall)",
-            "replay/load wall", "cpu", "same hash"], rows,
-           [f"log {log_bytes:,} B vs state file {out['state_bytes']:,} B ({out['size_ratio']:,.0f}x larger)",
+    _table(
+        opts.out,
+        f"catchup: {steps} steps x {clients} clients = {steps * clients} messages onto a fresh "
+        f"{opts.model} (subcge rank {cfg.subspace.rank})",
+        [
+            "merge_every",
+            "replay (wall)",
+            "of which apply",
+            "of which basis",
+            "load state (wall)",
+            "replay/load wall",
+            "cpu",
+            "same hash",
+        ],
+        rows,
+        [
+            f"log {log_bytes:,} B vs state file {out['state_bytes']:,} B ({out['size_ratio']:,.0f}x larger)",
             "replay = read log + build direction + basis + Applier.apply_all; load = torch.load + copy_ into the "
             "model (file in the page cache)",
             "merge_every is a run setting (all clients must agree): 1 merges U·S·Vᵀ after every step, "
-            f"{steps} once at the end"])
+            f"{steps} once at the end",
+        ],
+    )
     return out
 
 
@@ -560,8 +702,14 @@ def fig_hop(opts: Options) -> dict[str, Any]:
             try:
                 with net.endpoint(node) as tr:
                     null = _NullDirection()
-                    c = Client(node, top.neighbors(node), Protocol.of(cfg, top.diameter), null,  # type: ignore[arg-type]
-                               lambda step: 0.0, tr)
+                    c = Client(
+                        node,
+                        top.neighbors(node),
+                        Protocol.of(cfg, top.diameter),
+                        null,  # type: ignore[arg-type]
+                        lambda step: 0.0,
+                        tr,
+                    )
                     inner = c.hop
 
                     def timed_hop(t: int) -> None:
@@ -595,24 +743,46 @@ def fig_hop(opts: Options) -> dict[str, Any]:
         all_hops = [x for xs in hop_times.values() for x in xs]
         c = net.counter()
         r = {
-            "nodes": n, "diameter": top.diameter, "steps": steps, "hops": hops,
-            "hop_s": _stats(all_hops), "step_s": _stats(per_step), "wall_per_hop_s": wall / hops,
+            "nodes": n,
+            "diameter": top.diameter,
+            "steps": steps,
+            "hops": hops,
+            "hop_s": _stats(all_hops),
+            "step_s": _stats(per_step),
+            "wall_per_hop_s": wall / hops,
             "bytes_per_edge_per_step": c.mean_bytes_per_edge_per_step(),
         }
         results.append(r)
-        rows.append([n, top.diameter, _ms(r["hop_s"]), _fmt_time(r["wall_per_hop_s"]), _ms(r["step_s"]),
-                     f"{r['bytes_per_edge_per_step']:.0f}"])
+        rows.append(
+            [
+                n,
+                top.diameter,
+                _ms(r["hop_s"]),
+                _fmt_time(r["wall_per_hop_s"]),
+                _ms(r["step_s"]),
+                f"{r['bytes_per_edge_per_step']:.0f}",
+            ]
+        )
     out = {"sizes": results}
-    _table(opts.out, f"hop: flooding only (no model) over the in-memory network, ring, {steps} steps, "
-           "one thread per node",
-           ["N", "diameter", "hop (per node call)", "wall/hop", "step (slowest node)", "B/edge/step"], rows,
-           ["hop = encode outbox + exchange (wait for both neighbours) + decode + receive, as Client.hop does",
-            "all nodes share one Python interpreter (GIL): this is the simulator's cost, not a network's"])
+    _table(
+        opts.out,
+        f"hop: flooding only (no model) over the in-memory network, ring, {steps} steps, one thread per node",
+        ["N", "diameter", "hop (per node call)", "wall/hop", "step (slowest node)", "B/edge/step"],
+        rows,
+        [
+            "hop = encode outbox + exchange (wait for both neighbours) + decode + receive, as Client.hop does",
+            "all nodes share one Python interpreter (GIL): this is the simulator's cost, not a network's",
+        ],
+    )
     return out
 
 
 RUNNERS: dict[str, Callable[[Options], dict[str, Any]]] = {
-    "bytes": fig_bytes, "apply": fig_apply, "step": fig_step, "catchup": fig_catchup, "hop": fig_hop,
+    "bytes": fig_bytes,
+    "apply": fig_apply,
+    "step": fig_step,
+    "catchup": fig_catchup,
+    "hop": fig_hop,
 }
 
 
@@ -620,17 +790,33 @@ RUNNERS: dict[str, Callable[[Options], dict[str, Any]]] = {
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="seedflood bench", description="Measure the figures of DESIGN.md §9.")
     p.add_argument("--quick", action="store_true", help="tiny model and small sizes (CI smoke test, seconds)")
-    p.add_argument("--only", nargs="+", choices=FIGURES, metavar="NAME",
-                   help=f"run only these figures ({', '.join(FIGURES)}); default: all")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        choices=FIGURES,
+        metavar="NAME",
+        help=f"run only these figures ({', '.join(FIGURES)}); default: all",
+    )
     p.add_argument("--json", metavar="OUT", help="also write every figure as JSON to OUT")
-    p.add_argument("--model", help=f"model for apply/step/catchup and the large side of bytes "
-                   f"(default {DEFAULT_MODEL}; 'tiny' with --quick)")
+    p.add_argument(
+        "--model",
+        help=f"model for apply/step/catchup and the large side of bytes (default {DEFAULT_MODEL}; 'tiny' with --quick)",
+    )
     p.add_argument("--repeats", type=int, default=0, help="timed repeats per measurement (default 5; 3 with --quick)")
-    p.add_argument("--gaussian-budget", type=float, default=60.0, metavar="S",
-                   help="seconds the gaussian side of 'apply' may spend in total (default 60)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch intra-op threads (default 1: on a shared machine 2+ OpenMP threads stall for "
-                   "seconds whenever another process holds a core; 0 = torch's default)")
+    p.add_argument(
+        "--gaussian-budget",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds the gaussian side of 'apply' may spend in total (default 60)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default 1: on a shared machine 2+ OpenMP threads stall for "
+        "seconds whenever another process holds a core; 0 = torch's default)",
+    )
     return p
 
 
@@ -652,14 +838,22 @@ def main(argv: list[str]) -> int:
 
 def _run(opts: Options, names: list[str], json_out: str | None) -> int:
     meta = {
-        "quick": opts.quick, "model": opts.model, "repeats": {n: opts.repeats(n) for n in names}, "figures": names,
-        "torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-        "machine": platform.machine(), "python": platform.python_version(),
+        "quick": opts.quick,
+        "model": opts.model,
+        "repeats": {n: opts.repeats(n) for n in names},
+        "figures": names,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    print(f"seedflood bench: {', '.join(names)} on {opts.model}; torch {torch.__version__}, "
-          f"{meta['threads']} threads, {meta['cpus']} CPUs; times are medians (min–max, ×repeats)",
-          file=opts.out)
+    print(
+        f"seedflood bench: {', '.join(names)} on {opts.model}; torch {torch.__version__}, "
+        f"{meta['threads']} threads, {meta['cpus']} CPUs; times are medians (min–max, ×repeats)",
+        file=opts.out,
+    )
     figures: dict[str, Any] = {}
     with _quiet():
         for name in names:

@@ -68,8 +68,9 @@ def _preflight(cfg, full: bool = True) -> int:
         trajectory = protocol.trajectory(cfg, proto, train_digest(splits))
         records = rundir.resume_records(cfg, proto, trajectory)
         for note in rundir.checkpoint_notes(cfg, len(records)):
-            print(f"seedflood: warning: {note}; the run will fall back to an older checkpoint or the log",
-                  file=sys.stderr)
+            print(
+                f"seedflood: warning: {note}; the run will fall back to an older checkpoint or the log", file=sys.stderr
+            )
     return topology.world_size(top)
 
 
@@ -98,15 +99,23 @@ def _print_summary(s: dict[str, Any]) -> None:
 
     print(f"steps {s['steps']}, {s['clients']} clients on {s['topology']} (diameter {s['diameter']})")
     if zero:
-        print(f"zero-shot:  accuracy {fmt(zero, 'accuracy')}  AUC {fmt(zero, 'auc')}  "
-              f"dev-threshold accuracy {fmt(zero, 'threshold_accuracy')}")
-    print(f"final:      accuracy {fmt(final, 'accuracy')}  AUC {fmt(final, 'auc')}  "
-          f"dev-threshold accuracy {fmt(final, 'threshold_accuracy')}  loss {fmt(final, 'loss')}")
+        print(
+            f"zero-shot:  accuracy {fmt(zero, 'accuracy')}  AUC {fmt(zero, 'auc')}  "
+            f"dev-threshold accuracy {fmt(zero, 'threshold_accuracy')}"
+        )
+    print(
+        f"final:      accuracy {fmt(final, 'accuracy')}  AUC {fmt(final, 'auc')}  "
+        f"dev-threshold accuracy {fmt(final, 'threshold_accuracy')}  loss {fmt(final, 'loss')}"
+    )
     edges = s["bytes_per_edge"]  # topology edges only; bytes_total also has the evaluator's channel
-    print(f"bytes per edge per step: {s['bytes_per_edge_per_step']:.1f} "
-          f"(total {human_bytes(sum(edges.values()))} over {len(edges)} directed edges)")
-    print(f"consensus: {'all ' + str(len(s['client_hashes'])) + ' clients equal the evaluator' if s['consensus'] else 'MISMATCH'}"
-          f" (hash {s['param_hash'][:16]})")
+    print(
+        f"bytes per edge per step: {s['bytes_per_edge_per_step']:.1f} "
+        f"(total {human_bytes(sum(edges.values()))} over {len(edges)} directed edges)"
+    )
+    print(
+        f"consensus: {'all ' + str(len(s['client_hashes'])) + ' clients equal the evaluator' if s['consensus'] else 'MISMATCH'}"
+        f" (hash {s['param_hash'][:16]})"
+    )
     if s.get("model_dir"):
         print(f"model directory: {s['model_dir']}")
     print(f"message log: {s['log']}")
@@ -194,7 +203,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
     _, records = ckpt.LogReader(run_dir / LOG).read(check=proto.check_step)
     found = ckpt.checkpoints(run_dir)
-    bad = [f"{c}: {why}" for c in found if (why := ckpt.verify(c))]
+    bad = [why for c in found if (why := ckpt.verify(c))]
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise ckpt.CheckpointError(bad[0] + more)
@@ -251,8 +260,10 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(t)
     t.set_defaults(fn=cmd_train)
 
-    for name, fn, text in (("replay", cmd_replay, "rebuild the model from base + log and print its hash"),
-                           ("eval", cmd_eval, "rebuild the model from base + log and score it")):
+    for name, fn, text in (
+        ("replay", cmd_replay, "rebuild the model from base + log and print its hash"),
+        ("eval", cmd_eval, "rebuild the model from base + log and score it"),
+    ):
         sp = sub.add_parser(name, help=text)
         sp.add_argument("run_dir")
         sp.add_argument("--step", type=int, help="number of logged steps to apply (default: all)")
@@ -274,13 +285,21 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(ws)
     ws.set_defaults(fn=cmd_world_size)
 
-    sw = sub.add_parser("sweep", help="run configuration INDEX of a sweep file, all its processes under "
-                        "torchrun on this machine (INDEX defaults to $SLURM_ARRAY_TASK_ID)")
+    sw = sub.add_parser(
+        "sweep",
+        help="run configuration INDEX of a sweep file, all its processes under "
+        "torchrun on this machine (INDEX defaults to $SLURM_ARRAY_TASK_ID)",
+    )
     sw.add_argument("file")
     sw.add_argument("--index", default=None, help="grid point 0..K-1 (default: $SLURM_ARRAY_TASK_ID)")
     sw.add_argument("--out-root", default=None, help="directory for the run directories (default: the file's out_root)")
-    sw.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                    help="override applied to every run of the sweep")
+    sw.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override applied to every run of the sweep",
+    )
     sw.set_defaults(fn=cmd_sweep)
 
     ss = sub.add_parser("sweep-summary", help="gather a sweep's results into one table")

@@ -130,8 +130,16 @@ class FloodConfig:
 @dataclass
 class TopologyConfig:
     kind: Literal[
-        "ring", "grid", "torus", "complete", "star", "tree",
-        "random_regular", "erdos_renyi", "watts_strogatz", "file",
+        "ring",
+        "grid",
+        "torus",
+        "complete",
+        "star",
+        "tree",
+        "random_regular",
+        "erdos_renyi",
+        "watts_strogatz",
+        "file",
     ] = "ring"
     nodes: int = 4
     """Number of clients (topology nodes 0..N-1 = ranks 1..N)."""
@@ -195,7 +203,8 @@ class ModelConfig:
         _require(bool(self.name), "model.name", "must not be empty")
         _require(
             self.device == "cpu" or self.device.startswith("cuda"),
-            "model.device", f"must be cpu, cuda or cuda:N, got {self.device!r}",
+            "model.device",
+            f"must be cpu, cuda or cuda:N, got {self.device!r}",
         )
 
 
@@ -254,7 +263,8 @@ class Config:
     def __post_init__(self) -> None:
         _require(
             self.eval.attach < self.topology.nodes,
-            "eval.attach", f"must name a node in 0..{self.topology.nodes - 1}, got {self.eval.attach}",
+            "eval.attach",
+            f"must name a node in 0..{self.topology.nodes - 1}, got {self.eval.attach}",
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -313,7 +323,7 @@ def _annotation(cls: type, loc: tuple[int | str, ...]) -> Any:
     """The annotation a pydantic error location points at inside section `cls`."""
     is_key = loc[-1] == "[key]"  # (field, ..., bad_key, "[key]"): the mapping's key type
     tp: Any = typing.get_type_hints(cls)[loc[0]]
-    for _ in (loc[1:-2] if is_key else loc[1:]):
+    for _ in loc[1:-2] if is_key else loc[1:]:
         tp = (typing.get_args(tp) or (Any,))[-1]  # list[X] -> X, dict[K, V] -> V
     return (typing.get_args(tp) or (Any,))[0] if is_key else tp
 
@@ -469,7 +479,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return out
 
 
-def read_yaml(path: str | Path, what: str = "config file", error: type[ConfigError] = ConfigError) -> Any:
+def read_yaml(path: str | Path, what: str = "config file", error: type[Exception] = ConfigError) -> Any:
     """The parsed YAML document at `path`; a missing file, bad YAML or a key written twice in one
     mapping raises `error` in one line. Floats like `1e-3` read as floats (YAML 1.2)."""
     p = Path(path)

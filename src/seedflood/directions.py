@@ -193,9 +193,7 @@ class _Basis:
 class SubCGE(Direction):
     """Canonical coordinates of a shared low-rank subspace per matrix (DESIGN.md §3)."""
 
-    def __init__(
-        self, model: nn.Module, names: Sequence[str], run_seed: int, cfg: SubspaceConfig
-    ) -> None:
+    def __init__(self, model: nn.Module, names: Sequence[str], run_seed: int, cfg: SubspaceConfig) -> None:
         super().__init__(model, names, run_seed)
         self.cfg = cfg
         self.modules: list[nn.Linear] = []

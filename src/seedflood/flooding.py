@@ -140,12 +140,7 @@ class Flood:
 
     def missing(self, step: int) -> list[MessageId]:
         have = self._store.get(step, {})
-        return [
-            (o, step, k)
-            for o in sorted(self.members)
-            for k in range(self.per_origin)
-            if (o, step, k) not in have
-        ]
+        return [(o, step, k) for o in sorted(self.members) for k in range(self.per_origin) if (o, step, k) not in have]
 
     def pop_step(self, step: int) -> list[Message]:
         """Hand out the next step's messages in canonical order and forget its ids."""

@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 import struct
 import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 MAGIC = b"SFLD"
 VERSION = 1
@@ -85,9 +85,7 @@ class Limits:
 
 def encode(messages: Iterable[Message]) -> bytes:
     """Pack messages into one frame (an empty iterable gives a 16-byte header-only frame)."""
-    body = b"".join(
-        RECORD.pack(m.origin, m.step, m.seed, m.scalar, m.k, 0) for m in messages
-    )
+    body = b"".join(RECORD.pack(m.origin, m.step, m.seed, m.scalar, m.k, 0) for m in messages)
     count = len(body) // RECORD_SIZE
     return HEADER.pack(MAGIC, VERSION, RECORD_SIZE, count, zlib.crc32(body)) + body
 

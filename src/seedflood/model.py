@@ -417,8 +417,14 @@ def load(cfg: ModelConfig, local_rank: int = 0) -> Loaded:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "right"
     loaded = Loaded(model, tokenizer, identity, weights_hash(model))
-    log.info("loaded %s: %.1fM parameters, %s on %s, hash %s", identity,
-             sum(p.numel() for p in model.parameters()) / 1e6, cfg.dtype, device, loaded.base_hash[:12])
+    log.info(
+        "loaded %s: %.1fM parameters, %s on %s, hash %s",
+        identity,
+        sum(p.numel() for p in model.parameters()) / 1e6,
+        cfg.dtype,
+        device,
+        loaded.base_hash[:12],
+    )
     return loaded
 
 
@@ -533,10 +539,12 @@ def evaluate(
     """
     if not examples:
         raise ValueError("evaluate needs at least one example")
-    scores = np.concatenate([
-        candidate_scores(model, encode(examples[i : i + batch_size], spec, tokenizer, max_tokens)).cpu().numpy()
-        for i in range(0, len(examples), batch_size)
-    ])
+    scores = np.concatenate(
+        [
+            candidate_scores(model, encode(examples[i : i + batch_size], spec, tokenizer, max_tokens)).cpu().numpy()
+            for i in range(0, len(examples), batch_size)
+        ]
+    )
     labels = np.array([e.label for e in examples], dtype=np.int64)
     metrics = scoring.metrics(
         scores, labels, None if dev is None else dev["scores"], None if dev is None else dev["labels"]

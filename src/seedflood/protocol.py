@@ -3,7 +3,8 @@
 Owns what a client, the evaluator, replay and resume must agree on, derived once from the config
 and the topology and then handed to each component in place of the whole `Config`:
 - who takes part: `n_origins` clients (topology nodes 0..N-1), `perturbations` messages (k) per
-  origin per step, and the rank map (rank 0 is the evaluator, node i is rank i + 1);
+  origin per step, and the rank map (topology.rank_of: rank 0 is the evaluator, node i is
+  rank i + 1), re-exported here so roles take it from the protocol;
 - what a message may be: its seed is `derive(run_seed, origin, step, k)`, its scalar is finite
   and within `max_scalar`; `limits(lo, hi)` builds the codec's check for a step window and
   `check_step` validates one complete step (every origin, every k, nothing else) wherever steps
@@ -29,18 +30,9 @@ from typing import Any
 from seedflood import rng
 from seedflood.config import Config, ConfigError
 from seedflood.message import FrameError, Limits, Message
+from seedflood.topology import EVALUATOR_RANK, node_of, rank_of  # the rank map (rank 0: evaluator)
 
-EVALUATOR_RANK = 0
-
-
-def rank_of(node: int) -> int:
-    """Process rank of topology node `node` (rank 0 is the evaluator)."""
-    return node + 1
-
-
-def node_of(rank: int) -> int:
-    """Topology node of client rank `rank` (-1 for the evaluator)."""
-    return rank - 1
+__all__ = ["EVALUATOR_RANK", "Protocol", "digest", "node_of", "rank_of", "trajectory"]
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from seedflood.config import TransportConfig
-from seedflood.protocol import node_of
+from seedflood.topology import node_of
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class World:
     @property
     def client_node(self) -> int:
         """Topology node of this client (the evaluator gets -1 = transport.EVALUATOR)."""
-        return node_of(self.rank)
+        return -1 if self.is_evaluator else node_of(self.rank)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> World:
@@ -210,7 +210,9 @@ class Group:
             self._store.wait(names, timeout)
         except Exception:  # a timeout: name who is missing
             missing = [k for k, n in zip(keys, names) if not self._store.check([n])]
-            raise WorldError(f"no final report from {', '.join(missing)} within {timeout.total_seconds():g} s") from None
+            raise WorldError(
+                f"no final report from {', '.join(missing)} within {timeout.total_seconds():g} s"
+            ) from None
         return {k: json.loads(self._store.get(n)) for k, n in zip(keys, names)}
 
 
@@ -230,14 +232,15 @@ def process_group(world: World, cfg: TransportConfig) -> Iterator[Group]:
     # read the dead group's gloo addresses and fail in connectFullMesh ("Connection refused").
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     store = dist.TCPStore(
-        world.master_addr, port, world.world_size,
-        is_master=world.rank == 0 and not agent_store, timeout=timeout,
+        world.master_addr,
+        port,
+        world.world_size,
+        is_master=world.rank == 0 and not agent_store,
+        timeout=timeout,
     )
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     store = dist.PrefixStore(f"seedflood/attempt-{attempt}", store)
-    dist.init_process_group(
-        cfg.backend, store=store, rank=world.rank, world_size=world.world_size, timeout=timeout
-    )
+    dist.init_process_group(cfg.backend, store=store, rank=world.rank, world_size=world.world_size, timeout=timeout)
     log.debug("rank %d/%d: process group up via %s:%d", world.rank, world.world_size, world.master_addr, port)
     try:
         yield Group(world, store, timeout)

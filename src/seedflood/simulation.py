@@ -71,8 +71,9 @@ def simulate(
         w = workloads[node]
         try:
             with network.endpoint(node) as transport:
-                client = Client(node, top.neighbors(node), protocol, w.direction,
-                                lambda step: w.loss(node, step), transport)
+                client = Client(
+                    node, top.neighbors(node), protocol, w.direction, lambda step: w.loss(node, step), transport
+                )
                 client.resume(resume)
                 if node == 0:
                     client.listeners.append(lambda s, msgs: records.append((s, msgs)))

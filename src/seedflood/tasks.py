@@ -197,25 +197,20 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
-def _rows(
-    table: Table, source: str, columns: Mapping[str, Sequence[str]], label_names: Sequence[str]
-) -> list[Example]:
+def _rows(table: Table, source: str, columns: Mapping[str, Sequence[str]], label_names: Sequence[str]) -> list[Example]:
     """Examples from a table: `columns` maps each field (and "label") to accepted column names."""
     picked = {}
     for name, accepted in columns.items():
         col = next((c for c in accepted if c in table), None)
         if col is None:
-            raise TaskError(
-                f"{source}: missing column {' or '.join(accepted)} (found: {', '.join(map(str, table))})"
-            )
+            raise TaskError(f"{source}: missing column {' or '.join(accepted)} (found: {', '.join(map(str, table))})")
         picked[name] = table[col]
     out = []
     for i, raw in enumerate(picked.pop("label")):
         label = _label(raw, label_names)
         if label is None:
             raise TaskError(
-                f"{source}: row {i}: label {raw!r} is not one of 0..{len(label_names) - 1} "
-                f"or {', '.join(label_names)}"
+                f"{source}: row {i}: label {raw!r} is not one of 0..{len(label_names) - 1} or {', '.join(label_names)}"
             )
         out.append(Example({k: str(v[i]).strip() for k, v in picked.items()}, label))
     return out
@@ -248,8 +243,7 @@ def _table_loader(
             unknown = set(files) - {"train", "test", "validation"}
             if unknown or "train" not in files or not ({"test", "validation"} & set(files)):
                 raise TaskError(
-                    f"task {task}: data_files needs keys train and test (or validation), got "
-                    f"{', '.join(sorted(files))}"
+                    f"task {task}: data_files needs keys train and test (or validation), got {', '.join(sorted(files))}"
                 )
             train, test = files["train"], files.get("test") or files["validation"]
             return (
@@ -328,24 +322,37 @@ def _synthetic(cfg: TaskConfig) -> Pools:
 TASKS: dict[str, TaskSpec] = {
     "rt": TaskSpec("rt", _sst2, (" terrible", " great"), ("sentence",), _rt),
     "sst2": TaskSpec(
-        "sst2", _sst2, (" terrible", " great"), ("sentence",),
+        "sst2",
+        _sst2,
+        (" terrible", " great"),
+        ("sentence",),
         _table_loader(
-            "sst2", ("nyu-mll/glue", "sst2"),
-            {"sentence": ("sentence", "text"), "label": ("label",)}, ("negative", "positive"),
+            "sst2",
+            ("nyu-mll/glue", "sst2"),
+            {"sentence": ("sentence", "text"), "label": ("label",)},
+            ("negative", "positive"),
         ),
     ),
     "rte": TaskSpec(
-        "rte", _rte, ("Yes", "No"), ("premise",),
+        "rte",
+        _rte,
+        ("Yes", "No"),
+        ("premise",),
         _table_loader(
-            "rte", ("aps/super_glue", "rte"),
+            "rte",
+            ("aps/super_glue", "rte"),
             {"premise": ("premise", "sentence1"), "hypothesis": ("hypothesis", "sentence2"), "label": ("label",)},
             ("entailment", "not_entailment"),
         ),
     ),
     "boolq": TaskSpec(
-        "boolq", _boolq, ("No", "Yes"), ("passage",),
+        "boolq",
+        _boolq,
+        ("No", "Yes"),
+        ("passage",),
         _table_loader(
-            "boolq", ("aps/super_glue", "boolq"),
+            "boolq",
+            ("aps/super_glue", "boolq"),
             {"passage": ("passage",), "question": ("question",), "label": ("label", "answer")},
             ("false", "true"),
         ),
@@ -442,9 +449,7 @@ def shard(train: Sequence[Example], client: int, n_clients: int) -> list[Example
     return list(train[client::n_clients])
 
 
-def batch_examples(
-    shard: Sequence[Example], run_seed: int, client: int, step: int, batch_size: int
-) -> list[Example]:
+def batch_examples(shard: Sequence[Example], run_seed: int, client: int, step: int, batch_size: int) -> list[Example]:
     """The batch of `client` at `step`: min(batch_size, len(shard)) distinct examples.
 
     A pure function of its arguments (each step draws independently), so a restarted client
@@ -499,16 +504,16 @@ class Batch:
         == option_ids[c, j] wherever option_mask[c, j].
         """
         b, t = self.input_ids.shape
-        c, l = self.option_ids.shape
+        c, width = self.option_ids.shape  # width: L, option tokens
         # Slots right of a row's real tokens hold filler (0 or pad): causal attention never lets a
         # real position see them, so their value does not matter.
-        ids = torch.cat([self.input_ids, self.input_ids.new_zeros(b, l)], 1).repeat_interleave(c, 0)
-        mask = torch.cat([self.attention_mask, self.attention_mask.new_zeros(b, l)], 1).repeat_interleave(c, 0)
+        ids = torch.cat([self.input_ids, self.input_ids.new_zeros(b, width)], 1).repeat_interleave(c, 0)
+        mask = torch.cat([self.attention_mask, self.attention_mask.new_zeros(b, width)], 1).repeat_interleave(c, 0)
         start = self.lengths.repeat_interleave(c)  # (B·C) first option position
-        cols = start[:, None] + torch.arange(l, device=ids.device)  # (B·C)×L
+        cols = start[:, None] + torch.arange(width, device=ids.device)  # (B·C)×L
         opt_ids = self.option_ids.repeat(b, 1)  # (B·C)×L, row b·C + c holds option c
         opt_mask = self.option_mask.repeat(b, 1)
-        rows = torch.arange(b * c, device=ids.device)[:, None].expand(-1, l)
+        rows = torch.arange(b * c, device=ids.device)[:, None].expand(-1, width)
         ids[rows[opt_mask], cols[opt_mask]] = opt_ids[opt_mask]
         mask[rows[opt_mask], cols[opt_mask]] = 1
         return ids, mask, cols - 1
@@ -526,9 +531,7 @@ def _cut(texts: list[str], tokenizer: PreTrainedTokenizerBase, max_tokens: int) 
     return [t if len(ids) <= max_tokens else tokenizer.decode(ids[:max_tokens]) for t, ids in zip(texts, enc)]
 
 
-def encode(
-    examples: Sequence[Example], spec: TaskSpec, tokenizer: PreTrainedTokenizerBase, max_tokens: int
-) -> Batch:
+def encode(examples: Sequence[Example], spec: TaskSpec, tokenizer: PreTrainedTokenizerBase, max_tokens: int) -> Batch:
     """Tokenize prompts (with the tokenizer's special tokens, e.g. BOS) and the candidates.
 
     The truncated fields are cut to `max_tokens` tokens first, then the template is applied.

@@ -36,7 +36,7 @@ import networkx as nx
 import numpy as np
 import yaml
 
-from seedflood.config import ConfigError, TopologyConfig
+from seedflood.config import ConfigError, TopologyConfig, read_yaml
 
 
 def _shipped_dir() -> Path:
@@ -419,12 +419,12 @@ def load_yaml(path: str | Path) -> Topology:
     """Read an edge-list file: `name` (optional, default the file stem), `nodes`, `edges`."""
     path = Path(path)
     where = path.name
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise _fail(where, f"cannot read {path} ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise _fail(where, f"not valid YAML: {str(e).splitlines()[0]}") from None
+    if not path.is_file():
+        raise _fail(where, f"cannot read {path} (no such file)")
+    try:  # the config's YAML reader: duplicate keys refused, YAML 1.2 floats, one line
+        data = read_yaml(path, "file")
+    except ConfigError as e:
+        raise _fail(where, str(e).removeprefix(f"{path}: ")) from None
     if not isinstance(data, dict):
         raise _fail(where, "must be a mapping with keys nodes and edges (and optionally name)")
     unknown = sorted(set(map(str, data)) - set(_YAML_KEYS))

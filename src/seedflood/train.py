@@ -90,12 +90,14 @@ def _resume(cfg: Config, protocol: Protocol, w: Workload, group: runtime.Group) 
     return records
 
 
-def _client(cfg: Config, top: topo.Topology, protocol: Protocol, node: int, w: Workload,
-            group: runtime.Group, records: Records) -> None:
+def _client(
+    cfg: Config, top: topo.Topology, protocol: Protocol, node: int, w: Workload, group: runtime.Group, records: Records
+) -> None:
     attach = node == cfg.eval.attach
     counter = ByteCounter()
-    transport = GlooTransport(node, top.neighbors(node), proto.rank_of, counter,
-                              evaluator_rank=proto.EVALUATOR_RANK if attach else None)
+    transport = GlooTransport(
+        node, top.neighbors(node), proto.rank_of, counter, evaluator_rank=proto.EVALUATOR_RANK if attach else None
+    )
     step_hashes: list[str] = []
     with transport:
         client = Client(node, top.neighbors(node), protocol, w.direction, lambda step: w.loss(node, step), transport)
@@ -107,18 +109,26 @@ def _client(cfg: Config, top: topo.Topology, protocol: Protocol, node: int, w: W
         if records:
             log.info("resumed at step %d by replaying %d logged steps", len(records), len(records))
         client.run()
-    group.post(_client_key(node), {
-        "node": node, "hash": state_hash(w.model, w.direction), "step_hashes": step_hashes,
-        "bytes": counter.rows(), "flood": vars(client.flood.stats),
-    })
+    group.post(
+        _client_key(node),
+        {
+            "node": node,
+            "hash": state_hash(w.model, w.direction),
+            "step_hashes": step_hashes,
+            "bytes": counter.rows(),
+            "flood": vars(client.flood.stats),
+        },
+    )
 
 
-def _evaluate(cfg: Config, top: topo.Topology, protocol: Protocol, w: Workload, group: runtime.Group,
-              records: Records) -> dict[str, Any]:
+def _evaluate(
+    cfg: Config, top: topo.Topology, protocol: Protocol, w: Workload, group: runtime.Group, records: Records
+) -> dict[str, Any]:
     run_dir = Path(cfg.run.out_dir)
     start = restore(w, protocol, run_dir, records)
-    header = rundir.log_header(cfg, proto.trajectory(cfg, protocol, w.train_digest()),
-                               w.loaded.identity, w.loaded.base_hash)
+    header = rundir.log_header(
+        cfg, proto.trajectory(cfg, protocol, w.train_digest()), w.loaded.identity, w.loaded.base_hash
+    )
     inbox = EvaluatorInbox(proto.rank_of(cfg.eval.attach), cfg.eval.attach)
     evaluator = Evaluator(cfg, protocol, w, inbox, header, start_step=start, progress=True)
     try:

@@ -78,6 +78,11 @@ class Workload:
             examples = examples[:limit]
         with self.direction.current():
             return model.evaluate(
-                self.model, examples, self.spec, self.loaded.tokenizer,
-                self.cfg.task.max_tokens, self.cfg.eval.batch_size, dev=dev,
+                self.model,
+                examples,
+                self.spec,
+                self.loaded.tokenizer,
+                self.cfg.task.max_tokens,
+                self.cfg.eval.batch_size,
+                dev=dev,
             )

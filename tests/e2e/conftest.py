@@ -32,7 +32,9 @@ def reference_run(entry: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
     log = out.parent / "torchrun.log"
     sup.run_checked(
         ["launch/torchrun.sh", str(sup.DEBUG_CONFIG), *sup.sets(f"run.out_dir={out}")],
-        env=sup.launcher_env(), log=log, timeout=240,
+        env=sup.launcher_env(),
+        log=log,
+        timeout=240,
     )
     return sup.check_run(out)
 

@@ -52,14 +52,20 @@ def entry_unavailable() -> str | None:
     try:
         r = subprocess.run(
             [sys.executable, "-m", MODULE, "world-size", "--config", str(DEBUG_CONFIG)],
-            capture_output=True, text=True, timeout=120, env=launcher_env(), cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=launcher_env(),
+            cwd=REPO,
         )
     except subprocess.TimeoutExpired:
         return "`seedflood world-size` timed out"
     if r.returncode != 0 or r.stdout.strip() != "5":
         tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        return (f"`python -m seedflood world-size` is not available yet ({tail}); "
-                "SEEDFLOOD_E2E_ENTRY=probe runs these tests with the stand-in")
+        return (
+            f"`python -m seedflood world-size` is not available yet ({tail}); "
+            "SEEDFLOOD_E2E_ENTRY=probe runs these tests with the stand-in"
+        )
     return None
 
 
@@ -110,11 +116,17 @@ class Procs:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, argv: Sequence[str], *, env: Mapping[str, str], log: Path,
-              cwd: Path = REPO) -> subprocess.Popen:
+    def start(self, argv: Sequence[str], *, env: Mapping[str, str], log: Path, cwd: Path = REPO) -> subprocess.Popen:
         f = open(log, "ab")
-        p = subprocess.Popen(list(argv), env=dict(env), cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, start_new_session=True)
+        p = subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            cwd=cwd,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         f.close()
         self.procs.append(p)
         return p
@@ -158,8 +170,7 @@ def tail(path: Path, n: int = 60) -> str:
     return "\n".join([line for line in lines if "debug_logger" not in line][-n:])
 
 
-def run_checked(argv: Sequence[str], *, env: Mapping[str, str], log: Path, timeout: float,
-                cwd: Path = REPO) -> None:
+def run_checked(argv: Sequence[str], *, env: Mapping[str, str], log: Path, timeout: float, cwd: Path = REPO) -> None:
     """Run to completion in its own session (killed whole on timeout); assert exit status 0."""
     procs = Procs()
     try:

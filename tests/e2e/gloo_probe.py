@@ -46,13 +46,18 @@ def world_from_env() -> tuple[int, int, str, int]:
     """(rank, world size, master address, master port) from torchrun's or SLURM's variables."""
     env = os.environ
     if "RANK" in env and "WORLD_SIZE" in env:
-        return int(env["RANK"]), int(env["WORLD_SIZE"]), env.get("MASTER_ADDR", "127.0.0.1"), int(
-            env.get("MASTER_PORT", "29500"))
+        return (
+            int(env["RANK"]),
+            int(env["WORLD_SIZE"]),
+            env.get("MASTER_ADDR", "127.0.0.1"),
+            int(env.get("MASTER_PORT", "29500")),
+        )
     if "SLURM_PROCID" in env:
         addr = env.get("MASTER_ADDR")
         if not addr:
-            hosts = subprocess.run(["scontrol", "show", "hostnames", env["SLURM_JOB_NODELIST"]],
-                                   capture_output=True, text=True, check=True).stdout.split()
+            hosts = subprocess.run(
+                ["scontrol", "show", "hostnames", env["SLURM_JOB_NODELIST"]], capture_output=True, text=True, check=True
+            ).stdout.split()
             addr = hosts[0]
         port = int(env.get("MASTER_PORT", 29500 + int(env.get("SLURM_JOB_ID", "0")) % 1000))
         return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), addr, port
@@ -68,8 +73,7 @@ def make_store(rank: int, world: int, addr: str, port: int, timeout_s: float) ->
     Without torchrun (compose, netns, srun) rank 0 hosts the store.
     """
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(addr, port, world, is_master=(rank == 0 and not agent),
-                          timeout=timedelta(seconds=timeout_s))
+    store = dist.TCPStore(addr, port, world, is_master=(rank == 0 and not agent), timeout=timedelta(seconds=timeout_s))
     return dist.PrefixStore(f"seedflood/attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
@@ -149,9 +153,15 @@ class Probe:
 
     def _metrics(self, extra: dict) -> None:
         loss = float(self.theta.double().pow(2).mean())
-        rec = {"step": extra["step"], "accuracy": 1.0 / (1.0 + loss), "auc": 0.5, "loss": loss,
-               "bytes_per_edge": self.bytes_sent, "param_hash": param_hash(self.theta),
-               "time": time.time(), **extra}
+        rec = {
+            "step": extra["step"],
+            "accuracy": 1.0 / (1.0 + loss),
+            "auc": 0.5,
+            "loss": loss,
+            "param_hash": param_hash(self.theta),
+            "time": time.time(),
+            **extra,
+        }
         with open(self.out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(rec) + "\n")
 
@@ -208,8 +218,15 @@ class Probe:
             steps = self.cfg.run.steps
             self._checkpoint(steps)
             self._metrics({"step": steps, "final": True})
-            summary = {"step": steps, "param_hash": param_hash(self.theta), "client_hashes": hashes,
-                       "world_size": self.world, "probe": True}
+            summary = {
+                "step": steps,
+                "param_hash": param_hash(self.theta),
+                "client_hashes": hashes,
+                "world_size": self.world,
+                "probe": True,
+                "steps": steps,
+                "bytes_per_edge_per_step": self.bytes_sent / max(1, steps),
+            }
             tmp = self.out / "summary.json.tmp"
             tmp.write_text(json.dumps(summary, indent=1) + "\n")
             tmp.rename(self.out / "summary.json")
@@ -222,14 +239,21 @@ def train(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config, args.set)
     rank, world, addr, port = world_from_env()
     if world != cfg.topology.nodes + 1:
-        print(f"gloo_probe: WORLD_SIZE={world} but topology.nodes={cfg.topology.nodes} needs "
-              f"{cfg.topology.nodes + 1}", file=sys.stderr)
+        print(
+            f"gloo_probe: WORLD_SIZE={world} but topology.nodes={cfg.topology.nodes} needs {cfg.topology.nodes + 1}",
+            file=sys.stderr,
+        )
         return 2
     out = Path(cfg.run.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    dist.init_process_group("gloo", store=make_store(rank, world, addr, port, cfg.transport.timeout_s),
-                            rank=rank, world_size=world, timeout=timedelta(seconds=cfg.transport.timeout_s))
+    dist.init_process_group(
+        "gloo",
+        store=make_store(rank, world, addr, port, cfg.transport.timeout_s),
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=cfg.transport.timeout_s),
+    )
     try:
         probe = Probe(cfg, rank, world)
         summary = probe.run()
@@ -237,9 +261,12 @@ def train(args: argparse.Namespace) -> int:
     finally:
         dist.destroy_process_group()
     if rank == 0:
-        print(f"gloo_probe: rank 0 done in {time.time() - t0:.1f}s from step {probe.start}: "
-              f"param_hash {summary['param_hash'][:16]} clients agree: "
-              f"{all(h == summary['param_hash'] for h in summary['client_hashes'])}", flush=True)
+        print(
+            f"gloo_probe: rank 0 done in {time.time() - t0:.1f}s from step {probe.start}: "
+            f"param_hash {summary['param_hash'][:16]} clients agree: "
+            f"{all(h == summary['param_hash'] for h in summary['client_hashes'])}",
+            flush=True,
+        )
     return 0
 
 

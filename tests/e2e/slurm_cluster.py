@@ -21,8 +21,17 @@ import time
 from pathlib import Path
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo", "srun")
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-            "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+TERMINAL = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
 
 
 def unavailable() -> str | None:
@@ -75,16 +84,26 @@ class SlurmCluster:
         key = d / "munge" / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
-        self._spawn("munged", ["munged", "-F", f"--socket={self.socket}", f"--key-file={key}",
-                               f"--pid-file={d / 'munge' / 'munged.pid'}",
-                               f"--log-file={d / 'munge' / 'munged.log'}",
-                               f"--seed-file={d / 'munge' / 'munged.seed'}", "--force"])
+        self._spawn(
+            "munged",
+            [
+                "munged",
+                "-F",
+                f"--socket={self.socket}",
+                f"--key-file={key}",
+                f"--pid-file={d / 'munge' / 'munged.pid'}",
+                f"--log-file={d / 'munge' / 'munged.log'}",
+                f"--seed-file={d / 'munge' / 'munged.seed'}",
+                "--force",
+            ],
+        )
         self._wait(lambda: self.socket.exists(), timeout, "munged socket")
         ctld_port, *node_ports = _free_ports(1 + len(self.nodes))
         host = socket.gethostname()
         nodes = "\n".join(
             f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={p} CPUs={self.cpus} "
-            f"RealMemory=4000 State=UNKNOWN" for n, p in zip(self.nodes, node_ports)
+            f"RealMemory=4000 State=UNKNOWN"
+            for n, p in zip(self.nodes, node_ports)
         )
         self.conf.write_text(f"""\
 ClusterName=sfe2e
@@ -95,12 +114,12 @@ SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=socket={self.socket}
 CredType=cred/munge
-StateSaveLocation={d / 'state'}
-SlurmdSpoolDir={d / 'spool'}/%n
-SlurmctldPidFile={d / 'slurmctld.pid'}
-SlurmdPidFile={d / 'slurmd-%n.pid'}
-SlurmctldLogFile={d / 'log' / 'slurmctld.log'}
-SlurmdLogFile={d / 'log' / 'slurmd-%n.log'}
+StateSaveLocation={d / "state"}
+SlurmdSpoolDir={d / "spool"}/%n
+SlurmctldPidFile={d / "slurmctld.pid"}
+SlurmdPidFile={d / "slurmd-%n.pid"}
+SlurmctldLogFile={d / "log" / "slurmctld.log"}
+SlurmdLogFile={d / "log" / "slurmd-%n.log"}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
@@ -116,11 +135,10 @@ JobCompType=jobcomp/none
 MailProg=/bin/true
 MinJobAge=600
 {nodes}
-PartitionName=e2e Nodes={','.join(self.nodes)} Default=YES MaxTime=30 State=UP OverSubscribe=FORCE:4
+PartitionName=e2e Nodes={",".join(self.nodes)} Default=YES MaxTime=30 State=UP OverSubscribe=FORCE:4
 """)
         self._spawn("slurmctld", ["slurmctld", "-D", "-c", "-f", str(self.conf)])
-        self._wait(lambda: self.run(["scontrol", "ping"], check=False).stdout.count("UP") > 0,
-                   timeout, "slurmctld")
+        self._wait(lambda: self.run(["scontrol", "ping"], check=False).stdout.count("UP") > 0, timeout, "slurmctld")
         for n in self.nodes:
             self._spawn(f"slurmd-{n}", ["slurmd", "-D", "-N", n, "-f", str(self.conf)])
 
@@ -148,8 +166,15 @@ PartitionName=e2e Nodes={','.join(self.nodes)} Default=YES MaxTime=30 State=UP O
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- use ---------------------------------------------------------------------------------
-    def run(self, argv: list[str], *, check: bool = True, env: dict[str, str] | None = None,
-            cwd: str | Path | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        argv: list[str],
+        *,
+        check: bool = True,
+        env: dict[str, str] | None = None,
+        cwd: str | Path | None = None,
+        timeout: float = 30,
+    ) -> subprocess.CompletedProcess:
         full_env = {**(env or self.env), "SLURM_CONF": str(self.conf)}
         r = subprocess.run(argv, capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout)
         if check and r.returncode != 0:
@@ -188,8 +213,16 @@ PartitionName=e2e Nodes={','.join(self.nodes)} Default=YES MaxTime=30 State=UP O
     # -- internals ---------------------------------------------------------------------------
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(self.dir / f"{name}.out", "ab")
-        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                           stdin=subprocess.DEVNULL, start_new_session=True))
+        self.procs.append(
+            subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
         log.close()
 
     def _wait(self, cond, timeout: float, what: str) -> None:

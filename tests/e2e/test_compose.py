@@ -68,13 +68,13 @@ def _validators() -> list[list[str]]:
 def test_compose_file_validates_offline(clients: int) -> None:
     validators = _validators()
     if not validators:
-        pytest.skip("neither docker-compose (Debian) nor check-jsonschema (PyPI) is installed; "
-                    "run .ci/setup-e2e.sh")
+        pytest.skip("neither docker-compose (Debian) nor check-jsonschema (PyPI) is installed; run .ci/setup-e2e.sh")
     if clients == 4:
         text = COMPOSE.read_text()
     else:
-        text = subprocess.run([sys.executable, str(SCALE), str(clients)], capture_output=True, text=True,
-                              check=True, timeout=60).stdout
+        text = subprocess.run(
+            [sys.executable, str(SCALE), str(clients)], capture_output=True, text=True, check=True, timeout=60
+        ).stdout
         svc = yaml.safe_load(text)["services"]
         assert sorted(svc) == sorted(["evaluator", *(f"client{i}" for i in range(1, clients + 1))])
         assert {s["environment"]["WORLD_SIZE"] for s in svc.values()} == {str(clients + 1)}
@@ -110,7 +110,7 @@ def local_commands(tmp: Path, port: int) -> list[tuple[str, list[str], dict[str,
             for target, local in mounts.items():
                 arg = arg.replace(target, str(local))
             if arg.startswith(workdir + "/"):
-                arg = str(sup.REPO / arg[len(workdir) + 1:])
+                arg = str(sup.REPO / arg[len(workdir) + 1 :])
             return arg
 
         argv = [to_local(a) for a in [*s["entrypoint"], *s["command"]]]
@@ -132,8 +132,10 @@ def test_compose_services_as_processes(reference_run: dict, tmp_path: Path) -> N
     try:
         for name, argv, env in cmds:
             # What the image provides: PATH with its Python; the probe's import path when swapped in.
-            full_env = {**{k: v for k, v in sup.launcher_env().items()
-                           if k in ("PATH", "PYTHONPATH", "HOME", "LANG")}, **env}
+            full_env = {
+                **{k: v for k, v in sup.launcher_env().items() if k in ("PATH", "PYTHONPATH", "HOME", "LANG")},
+                **env,
+            }
             procs.start(argv, env=full_env, log=tmp_path / f"{name}.log")
         codes = procs.wait_all(timeout=240)
     finally:

@@ -46,14 +46,16 @@ def netns_prefix():
 
 
 @pytest.mark.timeout(300)
-def test_five_hosts_capped_lossy_links_match_loopback(reference_run: dict, netns_prefix: str,
-                                                      tmp_path: Path) -> None:
+def test_five_hosts_capped_lossy_links_match_loopback(reference_run: dict, netns_prefix: str, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    env = sup.launcher_env(NETNS_PREFIX=netns_prefix, RATE="20mbit", LOSS="2",
-                           MASTER_PORT=str(sup.free_port()))
+    env = sup.launcher_env(NETNS_PREFIX=netns_prefix, RATE="20mbit", LOSS="2", MASTER_PORT=str(sup.free_port()))
     log = tmp_path / "netns.log"
-    sup.run_checked(["launch/netns.sh", "run", str(sup.DEBUG_CONFIG), *sup.sets(f"run.out_dir={out}")],
-                    env=env, log=log, timeout=240)
+    sup.run_checked(
+        ["launch/netns.sh", "run", str(sup.DEBUG_CONFIG), *sup.sets(f"run.out_dir={out}")],
+        env=env,
+        log=log,
+        timeout=240,
+    )
     text = log.read_text()
     assert "5 hosts" in text and "loss 2%" in text and "rate 20mbit" in text, sup.tail(log)
     summary = sup.check_run(out)

@@ -26,15 +26,25 @@ def _outputs(tmp_path: Path) -> str:
 @pytest.mark.timeout(300)
 def test_run_sbatch_two_nodes(slurm, reference_run: dict, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    r = slurm.run(["sbatch", "--parsable", "--nodes=2", "--time=5", f"--output={tmp_path}/slurm-%j.out",
-                   "launch/slurm/run.sbatch", str(sup.DEBUG_CONFIG), *sup.sets(f"run.out_dir={out}")],
-                  env=sup.launcher_env(), cwd=sup.REPO)
+    r = slurm.run(
+        [
+            "sbatch",
+            "--parsable",
+            "--nodes=2",
+            "--time=5",
+            f"--output={tmp_path}/slurm-%j.out",
+            "launch/slurm/run.sbatch",
+            str(sup.DEBUG_CONFIG),
+            *sup.sets(f"run.out_dir={out}"),
+        ],
+        env=sup.launcher_env(),
+        cwd=sup.REPO,
+    )
     job = r.stdout.strip().split(";")[0]
     states = slurm.wait_job(job, timeout=240)
     assert states == {job: ("COMPLETED", "0:0")}, f"{states}\n{_outputs(tmp_path)}\n{slurm.logs()}"
     text = "".join(p.read_text(errors="replace") for p in tmp_path.glob("slurm-*.out"))
-    assert "--nnodes=2" in text and "--nproc-per-node=3" in text and "--nproc-per-node=2" in text, \
-        _outputs(tmp_path)
+    assert "--nnodes=2" in text and "--nproc-per-node=3" in text and "--nproc-per-node=2" in text, _outputs(tmp_path)
     summary = sup.check_run(out)
     assert summary["param_hash"] == reference_run["param_hash"]
 
@@ -45,18 +55,36 @@ def test_sweep_array_and_summary(slurm, entry: str, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     n = len(sweep.load(sweep_file))
     assert n == 4
-    r = slurm.run(["sbatch", "--parsable", f"--array=0-{n - 1}", "--time=5",
-                   f"--output={tmp_path}/slurm-%A_%a.out", "launch/slurm/sweep.sbatch", str(sweep_file),
-                   "--out-root", str(runs), *sup.sets()],
-                  env=sup.launcher_env(), cwd=sup.REPO)
+    r = slurm.run(
+        [
+            "sbatch",
+            "--parsable",
+            f"--array=0-{n - 1}",
+            "--time=5",
+            f"--output={tmp_path}/slurm-%A_%a.out",
+            "launch/slurm/sweep.sbatch",
+            str(sweep_file),
+            "--out-root",
+            str(runs),
+            *sup.sets(),
+        ],
+        env=sup.launcher_env(),
+        cwd=sup.REPO,
+    )
     job = r.stdout.strip().split(";")[0]
     states = slurm.wait_job(job, timeout=360)
-    assert len(states) == n and all(s == ("COMPLETED", "0:0") for s in states.values()), \
+    assert len(states) == n and all(s == ("COMPLETED", "0:0") for s in states.values()), (
         f"{states}\n{_outputs(tmp_path)}"
+    )
     # The summary command, as a user types it.
-    res = subprocess.run([sys.executable, "-m", entry, "sweep-summary", str(sweep_file),
-                          "--out-root", str(runs), "--format", "tsv"],
-                         capture_output=True, text=True, env=sup.launcher_env(), cwd=sup.REPO, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", entry, "sweep-summary", str(sweep_file), "--out-root", str(runs), "--format", "tsv"],
+        capture_output=True,
+        text=True,
+        env=sup.launcher_env(),
+        cwd=sup.REPO,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     header, *rows = [line.split("\t") for line in res.stdout.strip().splitlines()]
     assert len(rows) == n, res.stdout

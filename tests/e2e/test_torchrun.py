@@ -6,6 +6,7 @@ equals the one-node loopback run of the same config (the trajectory does not dep
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -30,10 +31,14 @@ def test_two_nodes_c10d_rendezvous(reference_run: dict, tmp_path: Path) -> None:
     procs = sup.Procs()
     try:
         for node in (0, 1):
-            env = sup.launcher_env(NNODES="2", NODE_RANK=str(node), RDZV_ENDPOINT=endpoint,
-                                   RDZV_ID=f"e2e-{os.getpid()}")
-            procs.start(["launch/torchrun.sh", str(sup.DEBUG_CONFIG), *sup.sets(f"run.out_dir={out}")],
-                        env=env, log=tmp_path / f"node{node}.log")
+            env = sup.launcher_env(
+                NNODES="2", NODE_RANK=str(node), RDZV_ENDPOINT=endpoint, RDZV_ID=f"e2e-{os.getpid()}"
+            )
+            procs.start(
+                ["launch/torchrun.sh", str(sup.DEBUG_CONFIG), *sup.sets(f"run.out_dir={out}")],
+                env=env,
+                log=tmp_path / f"node{node}.log",
+            )
         codes = procs.wait_all(timeout=240)
     finally:
         procs.close()
@@ -63,38 +68,55 @@ def _worker_pids(agent_pid: int, rank: int) -> list[int]:
     return found
 
 
-@pytest.mark.timeout(300)
+def _scored_step(run_dir: Path) -> int:
+    """The highest step the run's own metrics.jsonl reports (-1 before the first line)."""
+    path = run_dir / "metrics.jsonl"
+    steps = [-1]
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                steps.append(int(json.loads(line)["step"]))
+            except (ValueError, KeyError, TypeError):
+                continue  # a line being written
+    return max(steps)
+
+
+@pytest.mark.timeout(400)
 def test_max_restarts_resumes_from_checkpoint(entry: str, tmp_path: Path) -> None:
-    """Kill a client after the first checkpoint: torchrun restarts the group, which resumes."""
+    """Kill a client once the run reports step 6 (of 60): torchrun restarts the group, which
+    resumes from the log and ends on the uninterrupted run's bits. The kill must land."""
     out = tmp_path / "run"
-    steps = 30  # long enough that the kill lands before the end
+    steps, kill_at = 60, 6  # eval.every and checkpoint.every are 3 in the debug config
     ref_out = tmp_path / "reference"
-    sup.run_checked(["launch/torchrun.sh", str(sup.DEBUG_CONFIG),
-                     *sup.sets(f"run.out_dir={ref_out}", f"run.steps={steps}")],
-                    env=sup.launcher_env(), log=tmp_path / "reference.log", timeout=240)
+    sup.run_checked(
+        ["launch/torchrun.sh", str(sup.DEBUG_CONFIG), *sup.sets(f"run.out_dir={ref_out}", f"run.steps={steps}")],
+        env=sup.launcher_env(),
+        log=tmp_path / "reference.log",
+        timeout=240,
+    )
     expected = sup.check_run(ref_out)["param_hash"]
 
     env = sup.launcher_env(MAX_RESTARTS="2", PROBE_STEP_DELAY="0.1")
     procs = sup.Procs()
+    killed: list[int] = []
     try:
-        agent = procs.start(["launch/torchrun.sh", str(sup.DEBUG_CONFIG),
-                             *sup.sets(f"run.out_dir={out}", f"run.steps={steps}")],
-                            env=env, log=tmp_path / "torchrun.log")
-        deadline = time.monotonic() + 180
-        killed = []
+        agent = procs.start(
+            ["launch/torchrun.sh", str(sup.DEBUG_CONFIG), *sup.sets(f"run.out_dir={out}", f"run.steps={steps}")],
+            env=env,
+            log=tmp_path / "torchrun.log",
+        )
+        deadline = time.monotonic() + 240
         while time.monotonic() < deadline and agent.poll() is None and not killed:
-            ckpt = out / "checkpoints"
-            if ckpt.is_dir() and any(ckpt.glob("*[0-9]*")):  # the first checkpoint is written
+            if _scored_step(out) >= kill_at:
                 for pid in _worker_pids(agent.pid, rank=2):
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
-            time.sleep(0.05)
+            time.sleep(0.02)
         (code,) = procs.wait_all(timeout=max(10.0, deadline - time.monotonic()))
     finally:
         procs.close()
     log = sup.tail(tmp_path / "torchrun.log")
-    if not killed:
-        pytest.skip(f"the run ended before a client could be killed (code {code})")
+    assert killed, f"the kill did not land (run reported step {_scored_step(out)}, exit {code}):\n{log}"
     assert code == 0, f"torchrun exited {code} after the kill:\n{log}"
     summary = sup.check_run(out)
     assert summary["param_hash"] == expected, "a resumed run must produce the same bits"
@@ -119,8 +141,13 @@ def test_checkpoint_is_a_plain_hugging_face_model(reference_run: dict, tmp_path:
 
     run_dir = model_dir.parents[2]
     out = tmp_path / "replayed"
-    replay = subprocess.run([sys.executable, "-m", "seedflood", "replay", str(run_dir), "--out", str(out)],
-                            capture_output=True, text=True, timeout=180, env=sup.launcher_env())
+    replay = subprocess.run(
+        [sys.executable, "-m", "seedflood", "replay", str(run_dir), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=sup.launcher_env(),
+    )
     assert replay.returncode == 0, replay.stderr
     assert f'"param_hash": "{reference_run["param_hash"]}"' in replay.stdout
     rebuilt = AutoModelForCausalLM.from_pretrained(out).state_dict()

@@ -18,7 +18,6 @@ import torch
 
 from seedflood import bench
 
-
 # The wire (message.py, transport.py): per directed edge and hop one frame of FRAME_HEADER bytes +
 # RECORD bytes per message, preceded by a LENGTH-byte length; counters include the length.
 LENGTH, FRAME_HEADER, RECORD = 8, 16, 24
@@ -71,8 +70,11 @@ def test_bytes_equal_for_two_model_sizes(report):
         assert s["consensus"] is True
         assert s["directed_edges"] == 8  # ring of 4, both directions
         assert s["bytes_per_edge_per_step_min"] == s["bytes_per_edge_per_step_max"] > 0
-    assert small["bytes_per_edge_per_run"] == large["bytes_per_edge_per_run"] == \
-        small["bytes_per_edge_per_step"] * small["steps"]
+    assert (
+        small["bytes_per_edge_per_run"]
+        == large["bytes_per_edge_per_run"]
+        == small["bytes_per_edge_per_step"] * small["steps"]
+    )
     # The analytic figure: 2 hops x (8 + 16) + 2 messages x 24 = 96 bytes (README: "96 bytes per
     # edge per step with 4 clients"), and the total over 8 directed edges and every step.
     assert ring_bytes_per_edge_per_step(4) == 96
@@ -113,7 +115,8 @@ def test_step_efficiency(report):
         # efficiency = 2 x plain forward / step, from the reported medians (wall and CPU) and minima.
         assert f["efficiency"] == pytest.approx(2 * s["forward_s"]["median"] / f["step_s"]["median"], rel=1e-12)
         assert f["efficiency_cpu"] == pytest.approx(
-            2 * s["forward_cpu_s"]["median"] / f["step_cpu_s"]["median"], rel=1e-12)
+            2 * s["forward_cpu_s"]["median"] / f["step_cpu_s"]["median"], rel=1e-12
+        )
         assert f["efficiency_best"] == pytest.approx(2 * s["forward_s"]["min"] / f["step_s"]["min"], rel=1e-12)
         # Both perturbed forwards and the apply are timed inside the step: the rest is >= 0 in
         # every round (float rounding of perf_counter differences aside), and apply <= step.

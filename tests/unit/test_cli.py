@@ -15,8 +15,14 @@ DEBUG = str(ROOT / "launch" / "configs" / "debug.yaml")
 
 def seedflood(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    return subprocess.run([sys.executable, "-m", "seedflood", *args], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT, env={**base, "HF_HUB_OFFLINE": "1", **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "seedflood", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**base, "HF_HUB_OFFLINE": "1", **(env or {})},
+    )
 
 
 def one_error_line(p: subprocess.CompletedProcess) -> str:
@@ -53,16 +59,34 @@ def test_train_rejects_bad_input_before_training(sets, words, out):
 def test_malformed_topology_file(tmp_path, out):
     bad = tmp_path / "bad.yaml"
     bad.write_text("nodes: 4\nedges: [[0, 1], [1, 1], [2, 3]]\n")
-    line = one_error_line(seedflood("train", "--config", DEBUG, "--set", f"run.out_dir={out}",
-                                    "--set", "topology.kind=file", "--set", f"topology.file={bad}"))
+    line = one_error_line(
+        seedflood(
+            "train",
+            "--config",
+            DEBUG,
+            "--set",
+            f"run.out_dir={out}",
+            "--set",
+            "topology.kind=file",
+            "--set",
+            f"topology.file={bad}",
+        )
+    )
     assert "self loop" in line
     assert not out.exists()
 
 
 def test_wrong_world_size_in_a_single_process(out):
-    line = one_error_line(seedflood("train", "--config", DEBUG, "--set", f"run.out_dir={out}",
-                                    env={"RANK": "0", "WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1",
-                                         "MASTER_PORT": "1"}))
+    line = one_error_line(
+        seedflood(
+            "train",
+            "--config",
+            DEBUG,
+            "--set",
+            f"run.out_dir={out}",
+            env={"RANK": "0", "WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"},
+        )
+    )
     assert "world size 3 does not match" in line
 
 
@@ -104,9 +128,19 @@ def test_world_size_rejects_values_that_used_to_fail_mid_run(sets, words, out):
 def test_world_size_rejects_a_bad_data_file_and_duplicate_keys(tmp_path, out):
     data = tmp_path / "train.csv"
     data.write_text("sentence,label\ngood film,1\nbad film,maybe\n")
-    line = one_error_line(seedflood("world-size", "--config", DEBUG, "--set", f"run.out_dir={out}",
-                                    "--set", "task.name=sst2",
-                                    "--set", f"task.data_files={{train: {data}, test: {data}}}"))
+    line = one_error_line(
+        seedflood(
+            "world-size",
+            "--config",
+            DEBUG,
+            "--set",
+            f"run.out_dir={out}",
+            "--set",
+            "task.name=sst2",
+            "--set",
+            f"task.data_files={{train: {data}, test: {data}}}",
+        )
+    )
     assert "maybe" in line or "label" in line
     dup = tmp_path / "dup.yaml"
     dup.write_text(Path(DEBUG).read_text() + "zo: {lr: 2.0}\n")
@@ -117,9 +151,14 @@ def test_world_size_rejects_a_bad_data_file_and_duplicate_keys(tmp_path, out):
 
 def test_torchrun_launcher_stops_bad_values_before_any_process(out):
     """launch/torchrun.sh runs the preflight first: one line, exit 2, torchrun never starts."""
-    p = subprocess.run(["launch/torchrun.sh", DEBUG, "--set", f"run.out_dir={out}", "--set", "zo.lr=.inf"],
-                       capture_output=True, text=True, timeout=120, cwd=ROOT,
-                       env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHON": sys.executable})
+    p = subprocess.run(
+        ["launch/torchrun.sh", DEBUG, "--set", f"run.out_dir={out}", "--set", "zo.lr=.inf"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHON": sys.executable},
+    )
     assert p.returncode == 2, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert lines == [lines[0]] and "zo.lr: must be a finite number" in lines[0], p.stderr

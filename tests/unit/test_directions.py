@@ -8,8 +8,7 @@ from torch import nn
 
 from seedflood import rng, zo
 from seedflood.config import SubspaceConfig, ZOConfig
-from seedflood.directions import (MIN_EPS, DirectionError, Gaussian, SubCGE, build, check_precision,
-                                  select_trainable)
+from seedflood.directions import MIN_EPS, DirectionError, Gaussian, SubCGE, build, check_precision, select_trainable
 from seedflood.replay import state_hash
 
 torch.set_num_threads(1)
@@ -29,8 +28,9 @@ class Quadratic(nn.Module):
 
     def loss(self) -> float:
         with torch.no_grad():
-            return float(sum(0.5 * ((lin(x).double() - y.double()) ** 2).sum()
-                             for lin, x, y in zip(self.layers, self.X, self.Y)))
+            return float(
+                sum(0.5 * ((lin(x).double() - y.double()) ** 2).sum() for lin, x, y in zip(self.layers, self.X, self.Y))
+            )
 
     def grads(self) -> list[torch.Tensor]:
         """The exact gradient at the current weights (call before updating them)."""
@@ -53,7 +53,7 @@ def mean_estimate(direction, model, n):
 
 def rel_err(a, b):
     num = sum(((x - y) ** 2).sum() for x, y in zip(a, b)) ** 0.5
-    return float(num / sum((y ** 2).sum() for y in b) ** 0.5)
+    return float(num / sum((y**2).sum() for y in b) ** 0.5)
 
 
 def test_gaussian_mean_estimate_matches_gradient():
@@ -186,9 +186,19 @@ def tiny_workloads():
 
     def build_for(dtype: str):
         # zo.eps is the largest threshold so every dtype builds; each test passes its own ε.
-        cfg = config.load(None, ["model.name=tiny", f"model.dtype={dtype}", "task.name=synthetic",
-                                 "task.batch_size=8", "task.dev_examples=0", "task.test_examples=0",
-                                 "run.threads=1", f"zo.eps={max(MIN_EPS.values())}"])
+        cfg = config.load(
+            None,
+            [
+                "model.name=tiny",
+                f"model.dtype={dtype}",
+                "task.name=synthetic",
+                "task.batch_size=8",
+                "task.dev_examples=0",
+                "task.test_examples=0",
+                "run.threads=1",
+                f"zo.eps={max(MIN_EPS.values())}",
+            ],
+        )
         return Workload.build(cfg)
 
     return {dtype: build_for(dtype) for dtype in ("float32", "bfloat16", "float16")}
@@ -244,5 +254,6 @@ def test_check_precision_accepts_float32_gaussian_and_eps_at_the_threshold():
     model = Quadratic().to(torch.bfloat16)
     with pytest.raises(DirectionError, match="model.dtype=bfloat16"):
         build(model, ZOConfig(direction="subcge", trainable=["*"]), SubspaceConfig(rank=3), 0)
-    assert isinstance(build(model, ZOConfig(direction="subcge", trainable=["*"], eps=1.0),
-                            SubspaceConfig(rank=3), 0), SubCGE)
+    assert isinstance(
+        build(model, ZOConfig(direction="subcge", trainable=["*"], eps=1.0), SubspaceConfig(rank=3), 0), SubCGE
+    )

@@ -205,12 +205,38 @@ def test_resume_from_the_middle_equals_the_whole_run(tmp_path, finished):
 # -- the preflight ------------------------------------------------------------------------------------
 def test_world_size_refuses_changed_settings_for_an_existing_run(run_dir, capsys):
     before = snapshot(run_dir)
-    line = one_line_exit_2(capsys, ["world-size", "--config", str(DEBUG), "--set", f"run.out_dir={run_dir}",
-                                    "--set", "run.steps=6", "--set", "zo.eps=0.05"])
+    line = one_line_exit_2(
+        capsys,
+        [
+            "world-size",
+            "--config",
+            str(DEBUG),
+            "--set",
+            f"run.out_dir={run_dir}",
+            "--set",
+            "run.steps=6",
+            "--set",
+            "zo.eps=0.05",
+        ],
+    )
     assert "zo.eps (0.001 -> 0.05)" in line
     assert snapshot(run_dir) == before
-    assert cli.main(["world-size", "--config", str(DEBUG), "--set", f"run.out_dir={run_dir}",
-                     "--set", "run.steps=8", "--set", "eval.every=1"]) == 0
+    assert (
+        cli.main(
+            [
+                "world-size",
+                "--config",
+                str(DEBUG),
+                "--set",
+                f"run.out_dir={run_dir}",
+                "--set",
+                "run.steps=8",
+                "--set",
+                "eval.every=1",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.strip() == "5"
 
 

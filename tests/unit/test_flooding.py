@@ -16,9 +16,16 @@ def graphs():
     out = []
     for n in (2, 3, 5, 8, 16, 33, 64):
         out += [topology.ring(n), topology.complete(n), topology.star(n), topology.tree(n)]
-    out += [topology.grid(16), topology.grid(12, rows=3), topology.torus(16), topology.torus(64),
-            topology.random_regular(16, 3, seed=1), topology.erdos_renyi(32, 0.15, seed=2),
-            topology.watts_strogatz(40, 4, 0.1, seed=3), topology.grid(7)]
+    out += [
+        topology.grid(16),
+        topology.grid(12, rows=3),
+        topology.torus(16),
+        topology.torus(64),
+        topology.random_regular(16, 3, seed=1),
+        topology.erdos_renyi(32, 0.15, seed=2),
+        topology.watts_strogatz(40, 4, 0.1, seed=3),
+        topology.grid(7),
+    ]
     return out
 
 
@@ -75,9 +82,17 @@ def test_full_flood_delivers_everything_exactly_once_within_diameter(top):
     assert all(f.idle for f in net.nodes.values())
 
 
-@pytest.mark.parametrize("top", [topology.ring(16), topology.torus(64), topology.tree(31),
-                                 topology.grid(16), topology.watts_strogatz(40, 4, 0.1, seed=3)],
-                         ids=lambda t: f"{t.name}-{t.n}")
+@pytest.mark.parametrize(
+    "top",
+    [
+        topology.ring(16),
+        topology.torus(64),
+        topology.tree(31),
+        topology.grid(16),
+        topology.watts_strogatz(40, 4, 0.1, seed=3),
+    ],
+    ids=lambda t: f"{t.name}-{t.n}",
+)
 @pytest.mark.parametrize("hops", [1, 2, 3])
 def test_delayed_flooding_completes_within_ceil_diameter_over_h_steps(top, hops):
     steps, delay = 12, math.ceil(top.diameter / hops)

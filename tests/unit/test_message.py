@@ -81,8 +81,9 @@ def _reframe(records):
 )
 def test_invalid_records_reject_the_whole_frame(record, words):
     good = (0, 5, rng.derive(0, 0, 5, 0), 0.25, 0, 0)
-    limits = Limits(n_origins=4, min_step=0, max_step=100, max_k=1, max_scalar=1e6,
-                    seed_of=lambda o, s, k: rng.derive(0, o, s, k))
+    limits = Limits(
+        n_origins=4, min_step=0, max_step=100, max_k=1, max_scalar=1e6, seed_of=lambda o, s, k: rng.derive(0, o, s, k)
+    )
     assert len(message.decode(_reframe([good]), limits)) == 1
     with pytest.raises(FrameError, match=words):
         message.decode(_reframe([good, record]), limits)
@@ -114,6 +115,10 @@ def test_mutated_frames_are_rejected_or_unchanged():
 
 
 def test_canonical_order_is_step_origin_k():
-    ms = [Message.make(2, 1, 0, 0.0), Message.make(0, 2, 0, 0.0), Message.make(1, 1, 0, 0.0, k=1),
-          Message.make(1, 1, 0, 0.0, k=0)]
+    ms = [
+        Message.make(2, 1, 0, 0.0),
+        Message.make(0, 2, 0, 0.0),
+        Message.make(1, 1, 0, 0.0, k=1),
+        Message.make(1, 1, 0, 0.0, k=0),
+    ]
     assert [m.id for m in sorted(ms)] == [(1, 1, 0), (1, 1, 1), (2, 1, 0), (0, 2, 0)]

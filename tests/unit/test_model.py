@@ -136,12 +136,16 @@ def test_tiny_rejects_bad_values():
         "model.tiny.intermediate_size must be an integer, got '128'": {"intermediate_size": "128"},
         "model.tiny.num_attention_heads must be an integer, got 4.0": {"num_attention_heads": 4.0},
         "model.tiny.num_key_value_heads must be an integer, got True": {"num_key_value_heads": True},
-        r"model.tiny.hidden_size \(66\) must be divisible by model.tiny.num_attention_heads \(4\)":
-            {"hidden_size": 66},
-        r"model.tiny.num_attention_heads \(6\) must be divisible by model.tiny.num_key_value_heads \(4\)":
-            {"hidden_size": 48, "num_attention_heads": 6, "num_key_value_heads": 4},
-        r"model.tiny.hidden_size / model.tiny.num_attention_heads \(head dim 5\) must be even":
-            {"hidden_size": 20, "num_attention_heads": 4},
+        r"model.tiny.hidden_size \(66\) must be divisible by model.tiny.num_attention_heads \(4\)": {"hidden_size": 66},
+        r"model.tiny.num_attention_heads \(6\) must be divisible by model.tiny.num_key_value_heads \(4\)": {
+            "hidden_size": 48,
+            "num_attention_heads": 6,
+            "num_key_value_heads": 4,
+        },
+        r"model.tiny.hidden_size / model.tiny.num_attention_heads \(head dim 5\) must be even": {
+            "hidden_size": 20,
+            "num_attention_heads": 4,
+        },
         "model.tiny.vocab_size must be >= 260": {"vocab_size": 100},
     }
     for message, tiny in cases.items():
@@ -149,8 +153,12 @@ def test_tiny_rejects_bad_values():
             M.check_source(ModelConfig(name="tiny", tiny=tiny))
         assert "\n" not in str(info.value)
     # a valid non-default shape (head dim 8, 2 query heads per key/value head) loads and scores
-    odd = M.load(ModelConfig(name="tiny", tiny={"hidden_size": 48, "num_attention_heads": 6, "num_key_value_heads": 3,
-                                                "num_hidden_layers": 1}))
+    odd = M.load(
+        ModelConfig(
+            name="tiny",
+            tiny={"hidden_size": 48, "num_attention_heads": 6, "num_key_value_heads": 3, "num_hidden_layers": 1},
+        )
+    )
     batch = T.encode([T.Example({"sentence": "good film"}, 1)], SINGLE, odd.tokenizer, 16)
     assert torch.isfinite(M.candidate_scores(odd.model, batch)).all()
 

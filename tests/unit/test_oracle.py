@@ -26,8 +26,15 @@ COMMON = ["run.threads=1", "task.train_examples=128", "task.dev_examples=0", "ta
 # schedule with warmup, mean aggregation and a delayed merge, and the Gaussian family.
 VARIANTS = {
     "debug": ["run.steps=4"],
-    "cosine-mean-merge2": ["run.steps=5", "zo.schedule=cosine", "zo.warmup_steps=2", "zo.aggregate=mean",
-                           "zo.lr=4.0", "subspace.merge_every=2", "zo.perturbations=2"],
+    "cosine-mean-merge2": [
+        "run.steps=5",
+        "zo.schedule=cosine",
+        "zo.warmup_steps=2",
+        "zo.aggregate=mean",
+        "zo.lr=4.0",
+        "subspace.merge_every=2",
+        "zo.perturbations=2",
+    ],
     "linear-gaussian": ["run.steps=3", "zo.direction=gaussian", "zo.lr=1e-3", "zo.schedule=linear"],
 }
 
@@ -93,8 +100,10 @@ def test_one_changed_scalar_changes_the_hash(run, tmp_path):
 
     def change_one(step, msgs):
         if step == 1:  # origin 2's scalar of step 1, scaled by 1.5 (a valid frame otherwise)
-            msgs = [message.Message.make(m.origin, m.step, m.seed, m.scalar * 1.5, m.k) if m.origin == 2 else m
-                    for m in msgs]
+            msgs = [
+                message.Message.make(m.origin, m.step, m.seed, m.scalar * 1.5, m.k) if m.origin == 2 else m
+                for m in msgs
+            ]
         return msgs
 
     _rewrite(log, altered, change_one)

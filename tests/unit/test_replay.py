@@ -40,8 +40,7 @@ def model():
 def messages(steps=6, origins=5):
     r = random.Random(1)
     return {
-        s: [Message.make(o, s, rng.derive(9, o, s), r.uniform(-50, 50)) for o in range(origins)]
-        for s in range(steps)
+        s: [Message.make(o, s, rng.derive(9, o, s), r.uniform(-50, 50)) for o in range(origins)] for s in range(steps)
     }
 
 
@@ -169,10 +168,12 @@ def test_lr_schedule_is_a_pure_function_of_step_and_config(schedule):
         interleaved.append(p.lr_at(s))
     assert interleaved == forward
     # A separate object from an equal config, and one whose other settings all differ.
-    assert [protocol(ZOConfig(lr=2.0, schedule=schedule, warmup_steps=5), steps=total).lr_at(s)
-            for s in range(total)] == forward
-    unrelated = ZOConfig(lr=2.0, schedule=schedule, warmup_steps=5, eps=0.5, aggregate="mean",
-                         direction="gaussian", perturbations=3)
+    assert [
+        protocol(ZOConfig(lr=2.0, schedule=schedule, warmup_steps=5), steps=total).lr_at(s) for s in range(total)
+    ] == forward
+    unrelated = ZOConfig(
+        lr=2.0, schedule=schedule, warmup_steps=5, eps=0.5, aggregate="mean", direction="gaussian", perturbations=3
+    )
     q = protocol(unrelated, steps=total, n_origins=9)
     assert [q.lr_at(s) for s in range(total)] == forward
     # ...while the schedule's own inputs do change it: lr, warmup and (when decaying) the horizon.

@@ -10,7 +10,11 @@ from seedflood import rng
 def test_derive_golden():
     assert rng.derive(0, 0, 0, 0) == 941587915991483940
     assert [rng.derive(42, o, s, k) for o, s, k in [(1, 0, 0), (0, 1, 0), (0, 0, 1), (3, 1000, 2)]] == [
-        GOLD_DERIVE[0], GOLD_DERIVE[1], GOLD_DERIVE[2], GOLD_DERIVE[3]]
+        GOLD_DERIVE[0],
+        GOLD_DERIVE[1],
+        GOLD_DERIVE[2],
+        GOLD_DERIVE[3],
+    ]
 
 
 def test_hash_golden_and_vectorised():

@@ -15,8 +15,14 @@ from seedflood.workload import Workload
 torch.set_num_threads(1)
 
 BASE = [
-    "model.name=tiny", "task.name=synthetic", "run.threads=1", "zo.lr=1.0",
-    "task.batch_size=8", "task.train_examples=256", "task.dev_examples=64", "task.test_examples=64",
+    "model.name=tiny",
+    "task.name=synthetic",
+    "run.threads=1",
+    "zo.lr=1.0",
+    "task.batch_size=8",
+    "task.train_examples=256",
+    "task.dev_examples=64",
+    "task.test_examples=64",
 ]
 
 
@@ -63,8 +69,14 @@ def test_bytes_per_edge_do_not_depend_on_model_width():
     """Messages carry (origin, step, seed, scalar): doubling the width changes no byte."""
     counts = []
     for width in (32, 64):
-        r = simulate(cfg_for("topology.nodes=4", "run.steps=3", f"model.tiny={{hidden_size: {width}, intermediate_size: {2 * width}}}"),
-                     hash_every_step=False)
+        r = simulate(
+            cfg_for(
+                "topology.nodes=4",
+                "run.steps=3",
+                f"model.tiny={{hidden_size: {width}, intermediate_size: {2 * width}}}",
+            ),
+            hash_every_step=False,
+        )
         counts.append(r.counter.rows())
     assert counts[0] == counts[1]
     assert sum(n for *_, n in counts[0]) > 0
@@ -73,8 +85,9 @@ def test_bytes_per_edge_do_not_depend_on_model_width():
 def test_delayed_flooding_keeps_clients_identical_and_is_topology_invariant():
     # ring of 8 (diameter 4) and a 2×4 grid (diameter 4) with 2 hops per step: delay 1 step on both.
     ring = simulate(cfg_for("topology.nodes=8", "topology.kind=ring", "run.steps=6", "flood.hops_per_step=2"))
-    grid = simulate(cfg_for("topology.nodes=8", "topology.kind=grid", "topology.rows=2", "run.steps=6",
-                            "flood.hops_per_step=2"))
+    grid = simulate(
+        cfg_for("topology.nodes=8", "topology.kind=grid", "topology.rows=2", "run.steps=6", "flood.hops_per_step=2")
+    )
     for r in (ring, grid):
         assert len(set(r.hashes.values())) == 1
         assert all(len(set(hs)) == 1 for hs in zip(*r.step_hashes.values()))
@@ -84,8 +97,12 @@ def test_delayed_flooding_keeps_clients_identical_and_is_topology_invariant():
 
 
 def test_gaussian_direction_consensus():
-    a = simulate(cfg_for("topology.nodes=4", "topology.kind=ring", "run.steps=3", "zo.direction=gaussian", "zo.lr=1e-3"))
-    b = simulate(cfg_for("topology.nodes=4", "topology.kind=star", "run.steps=3", "zo.direction=gaussian", "zo.lr=1e-3"))
+    a = simulate(
+        cfg_for("topology.nodes=4", "topology.kind=ring", "run.steps=3", "zo.direction=gaussian", "zo.lr=1e-3")
+    )
+    b = simulate(
+        cfg_for("topology.nodes=4", "topology.kind=star", "run.steps=3", "zo.direction=gaussian", "zo.lr=1e-3")
+    )
     assert len(set(a.hashes.values())) == 1 and a.hashes == b.hashes
 
 

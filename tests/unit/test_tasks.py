@@ -150,10 +150,12 @@ def test_bad_data_files(tmp_path):
     cases = {
         "does not exist": {"train": str(tmp_path / "missing.csv"), "test": good},
         "missing column sentence or text": {
-            "train": write_csv(tmp_path / "cols.csv", ["review", "label"], [("a", 0)]), "test": good
+            "train": write_csv(tmp_path / "cols.csv", ["review", "label"], [("a", 0)]),
+            "test": good,
         },
         r"row 1: label 'maybe' is not one of 0..1": {
-            "train": write_csv(tmp_path / "lab.csv", ["sentence", "label"], [("a", 0), ("b", "maybe")]), "test": good
+            "train": write_csv(tmp_path / "lab.csv", ["sentence", "label"], [("a", 0), ("b", "maybe")]),
+            "test": good,
         },
         "needs keys train and test": {"train": good},
         "unsupported format": {"train": write_csv(tmp_path / "x.txt", ["a"], []), "test": good},
@@ -226,15 +228,30 @@ def test_check_rejects_what_would_fail_after_launch(tmp_path):
     files = {"train": train, "test": test}
     cases = [  # (config, clients, message)
         (small(train_examples=2), 4, r"^task synthetic: task.train_examples=2 is fewer than the 4 clients"),
-        (small("sst2", data_files=files, dev_examples=0), 4, r"^task sst2: only 3 training examples are available for 4"),
+        (
+            small("sst2", data_files=files, dev_examples=0),
+            4,
+            r"^task sst2: only 3 training examples are available for 4",
+        ),
         (small(test_examples=0), 2, r"^task synthetic: task.test_examples is 0 but the evaluator needs"),
-        (small("sst2", data_files=files, train_examples=3, dev_examples=5), 3,
-         r"^task sst2: task.dev_examples=5 but no examples are left for dev after 3 train examples"),
+        (
+            small("sst2", data_files=files, train_examples=3, dev_examples=5),
+            3,
+            r"^task sst2: task.dev_examples=5 but no examples are left for dev after 3 train examples",
+        ),
         (small("sst2", data_files={**files, "test": str(tmp_path / "none.csv")}), 2, r"none.csv does not exist"),
-        (small("sst2", data_files={**files, "train": write_csv(tmp_path / "c.csv", ["review", "label"], [("a", 0)])}),
-         1, "missing column sentence or text"),
-        (small("sst2", data_files={**files, "test": write_csv(tmp_path / "l.csv", ["text", "label"], [("a", "x")])}),
-         2, r"row 0: label 'x' is not one of 0..1"),
+        (
+            small(
+                "sst2", data_files={**files, "train": write_csv(tmp_path / "c.csv", ["review", "label"], [("a", 0)])}
+            ),
+            1,
+            "missing column sentence or text",
+        ),
+        (
+            small("sst2", data_files={**files, "test": write_csv(tmp_path / "l.csv", ["text", "label"], [("a", "x")])}),
+            2,
+            r"row 0: label 'x' is not one of 0..1",
+        ),
     ]
     for cfg, clients, message in cases:
         with pytest.raises(T.TaskError, match=message) as info:

@@ -469,3 +469,10 @@ def test_core_imports_stay_pure() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_duplicate_keys_in_an_edge_list_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "dup.yaml"
+    path.write_text("nodes: 3\nedges: [[0, 1], [1, 2]]\nnodes: 4\n")
+    with pytest.raises(TopologyError, match=r"topology dup.yaml: line 3: duplicate key 'nodes'"):
+        T.load_yaml(path)

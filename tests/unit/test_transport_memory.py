@@ -68,11 +68,12 @@ def test_ring_of_five_exchanges_frames_and_counts_bytes_exactly():
     counter = net.counter()
     expect_edge = {
         (a, b): sum(HEADER + len(frame(a, b, h)) for h in range(HOPS))
-        for a in range(5) for b in ((a - 1) % 5, (a + 1) % 5)
+        for a in range(5)
+        for b in ((a - 1) % 5, (a + 1) % 5)
     }
     assert counter.per_edge_total() == expect_edge
     expect_step: dict[int, int] = {}
-    for (a, b) in expect_edge:
+    for a, b in expect_edge:
         for h in range(HOPS):
             expect_step[h // 2] = expect_step.get(h // 2, 0) + HEADER + len(frame(a, b, h))
     assert counter.per_step_total() == expect_step
@@ -255,7 +256,9 @@ def test_bytes_are_counted_at_the_step_passed_and_the_end_marker_at_the_last_one
         (7, 0, 1, HEADER),
     ]
     assert net._endpoints[1].counter.rows() == [
-        (7, 1, 0, HEADER), (11, 1, 0, HEADER), (13, 1, 0, 2 * HEADER + 8),
+        (7, 1, 0, HEADER),
+        (11, 1, 0, HEADER),
+        (13, 1, 0, 2 * HEADER + 8),
     ]
     assert list(net.evaluator_inbox()) == [b"frame"]
 
@@ -365,8 +368,12 @@ def test_only_the_gloo_module_imports_torch_distributed():
 
 def test_world_from_torchrun_env():
     env = {
-        "RANK": "3", "WORLD_SIZE": "5", "LOCAL_RANK": "1", "MASTER_ADDR": "10.0.0.2",
-        "MASTER_PORT": "29511", "TORCHELASTIC_RUN_ID": "none",
+        "RANK": "3",
+        "WORLD_SIZE": "5",
+        "LOCAL_RANK": "1",
+        "MASTER_ADDR": "10.0.0.2",
+        "MASTER_PORT": "29511",
+        "TORCHELASTIC_RUN_ID": "none",
     }
     w = World.from_env(env)
     assert w == World(3, 5, 1, "10.0.0.2", 29511, "torchrun")
@@ -384,8 +391,11 @@ def test_world_from_plain_env_and_single():
 
 def test_world_from_slurm_env():
     env = {
-        "SLURM_PROCID": "4", "SLURM_NTASKS": "9", "SLURM_LOCALID": "0",
-        "SLURM_JOB_NODELIST": "gpu[07-08,11],login", "SLURM_JOB_ID": "123456",
+        "SLURM_PROCID": "4",
+        "SLURM_NTASKS": "9",
+        "SLURM_LOCALID": "0",
+        "SLURM_JOB_NODELIST": "gpu[07-08,11],login",
+        "SLURM_JOB_ID": "123456",
     }
     w = World.from_env(env)
     assert w == World(4, 9, 0, "gpu07", 20000 + 123456 % 20000, "slurm")

@@ -1,4 +1,4 @@
-"""`seedflood bench`: measures the figures DESIGN.md §9 publishes and prints one table per figure.
+"""`seedflood bench`: measures the figures docs/design.md §11 publishes and prints one table per figure.
 
 Owns: the benchmark programs (not tests: nothing here asserts a timing). Each figure is a function
 `fig_<name>(opts) -> dict` that builds what it needs from the public modules, measures, prints a
@@ -508,7 +508,7 @@ def fig_step(opts: Options) -> dict[str, Any]:
         ],
         rows,
         [
-            "efficiency = 2 × plain forward / step (DESIGN target for subcge: >= 85%): ratio of medians on the wall "
+            "efficiency = 2 × plain forward / step (our target for subcge: >= 85%): ratio of medians on the wall "
             "and CPU clocks, of minima ('best': foreign load only adds time), and the range of per-round ratios "
             "(each step against the forward measured just before it)",
             "other = step − both perturbed forwards − apply: batch encoding, perturbation setup, flood, codec",
@@ -788,7 +788,7 @@ RUNNERS: dict[str, Callable[[Options], dict[str, Any]]] = {
 
 # -- entry -----------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="seedflood bench", description="Measure the figures of DESIGN.md §9.")
+    p = argparse.ArgumentParser(prog="seedflood bench", description="Measure the figures of docs/design.md §11.")
     p.add_argument("--quick", action="store_true", help="tiny model and small sizes (CI smoke test, seconds)")
     p.add_argument(
         "--only",

@@ -7,7 +7,7 @@ Owns: which parameters train, how a seed becomes a direction, how the model is e
   CPU generator (bit-identical on any machine; moved to the model's device). Evaluating θ + s·z
   swaps each parameter's storage for a scratch tensor θ + s·z and swaps the untouched original
   back afterwards. Applying n messages costs O(n·d).
-- `SubCGE` (DESIGN.md §3): per trainable matrix W (m×k, an nn.Linear weight) a basis U (m×r),
+- `SubCGE` (docs/design.md §3): per trainable matrix W (m×k, an nn.Linear weight) a basis U (m×r),
   V (k×r) with orthonormal columns, redrawn every `refresh` steps (an epoch) from
   (run seed, epoch, matrix index). A seed picks per matrix one core coordinate (a, b) and a sign σ
   with the counter-based hash; z restricted to W is σ·u_a·v_bᵀ. Evaluating θ + s·z adds
@@ -191,7 +191,7 @@ class _Basis:
 
 
 class SubCGE(Direction):
-    """Canonical coordinates of a shared low-rank subspace per matrix (DESIGN.md §3)."""
+    """Canonical coordinates of a shared low-rank subspace per matrix (docs/design.md §3)."""
 
     def __init__(self, model: nn.Module, names: Sequence[str], run_seed: int, cfg: SubspaceConfig) -> None:
         super().__init__(model, names, run_seed)

@@ -4,7 +4,7 @@ Owns: which messages a node has seen, what it still owes each neighbour, when a 
 and forgetting old steps. It knows nothing of bytes, processes or models: a hop is
 `outbox()` on every node, delivery, then `receive()` on every node, driven by the caller.
 
-Rules (DESIGN.md §1, §2):
+Rules (docs/design.md §1, §2):
 - a message new to this node is forwarded to every neighbour except those known to have it
   (the one it came from, any other that also sent it, and any we already sent it to);
 - a step is complete when it holds all `per_origin` messages of every member origin;

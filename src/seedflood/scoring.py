@@ -4,7 +4,7 @@ Owns: turning an N×C matrix of candidate scores (MeZO: the mean log-probability
 candidate's option tokens) and N gold labels into accuracy, mean cross-entropy, and, for binary
 tasks, the AUC of the margin score[:, 1] − score[:, 0] plus a decision threshold tuned on one split
 (dev) and applied to another (test). Threshold tuning separates label-bias recalibration from
-real separation (REFERENCE.md: most early ZO gains on rt are recalibration).
+real separation (most early ZO gains on rt are recalibration of the label bias).
 
 Assumes: pure numpy; scores are finite float arrays of shape (N, C), labels are ints in [0, C).
 Every function returns plain Python floats so the results go straight into JSON.

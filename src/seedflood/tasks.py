@@ -84,7 +84,7 @@ class TaskSpec:
 
 
 # ---------------------------------------------------------------------------------------------
-# Templates (MeZO, REFERENCE.md)
+# Templates (MeZO: Malladi et al., 2023, prompts and verbalizers of its appendix)
 
 
 def _sst2(f: Mapping[str, str]) -> str:

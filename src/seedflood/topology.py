@@ -11,7 +11,7 @@ Owns:
 - the edge-list YAML format (`load_yaml`, `dump_yaml`) of the named graphs in the repository's
   top-level `topologies/` directory, shipped in the wheel as package data (`TOPOLOGY_DIR` finds
   them in either place);
-- the rank mapping of DESIGN §2: rank 0 is the evaluator, topology node i is rank i + 1;
+- the rank mapping of docs/design.md §2: rank 0 is the evaluator, topology node i is rank i + 1;
 - `describe(top)`: the text of `seedflood topology show`.
 
 Assumes: pure Python + numpy + networkx + yaml. Builders are networkx generators relabelled to

@@ -1,4 +1,4 @@
-"""The pure core never reaches for the outside world (DESIGN.md §7)."""
+"""The pure core never reaches for the outside world (docs/design.md §10)."""
 
 import ast
 import subprocess

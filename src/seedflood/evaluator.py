@@ -92,7 +92,10 @@ class Evaluator:
         self.log = ckpt.LogWriter(self.run_dir / LOG, header, check=protocol.check_step)
         self.log.truncate_to(start_step)
         self.log_bytes = (self.run_dir / LOG).stat().st_size
-        truncate_metrics(self.run_dir / "metrics.jsonl", start_step)  # one history after a resume
+        # One history after a resume: keep the lines before start_step, and the line at start_step
+        # unless this run scores that step again (zero-shot at 0, the final score at the end).
+        rescored = start_step == 0 or start_step >= protocol.steps
+        truncate_metrics(self.run_dir / "metrics.jsonl", start_step - 1 if rescored else start_step)
         self.metrics = MetricsWriter(self.run_dir / "metrics.jsonl")
         self.progress = Progress(protocol.steps, initial=start_step, enabled=progress)
         inbox.on_frame = lambda: self.progress.advance_to(start_step + inbox.received)

@@ -245,3 +245,29 @@ def test_replay_out_to_an_unwritable_place_is_one_line(run_dir, tmp_path, capsys
     blocker.write_text("x")
     line = one_line_exit_2(capsys, ["replay", str(run_dir), "--out", str(blocker / "model")])
     assert str(blocker) in line
+
+
+def test_rescoring_a_finished_run_keeps_one_history(tmp_path, finished):
+    out = tmp_path / "again"
+    cfg = debug_cfg(out)
+    evaluate(cfg, finished[2])
+    evaluate(cfg, finished[2], start=6)  # a relaunch of a finished run only re-scores it
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 3, 6]
+
+
+def test_progress_follows_the_clients_not_the_scoring(tmp_path, finished):
+    """Frames that arrive while the evaluator is busy move the bar at once (bug: it advanced with
+    the evaluator's processing, so rate and ETA were wrong while it lagged)."""
+    cfg = debug_cfg(tmp_path / "progress")
+    w = Workload.build(cfg)
+    p = Protocol.of(cfg, build(cfg.topology).diameter)
+    header = log_header(cfg, proto.trajectory(cfg, p, w.train_digest()), w.loaded.identity, w.loaded.base_hash)
+    inbox = Inbox("test")
+    ev = Evaluator(cfg, p, w, inbox, header, progress=True)
+    try:
+        for _, msgs in finished[2][:4]:
+            inbox._put(encode(msgs))
+        assert ev.progress.bar.n == 4 and ev.next_step == 0  # nothing processed yet
+    finally:
+        ev.close()

@@ -164,3 +164,22 @@ def test_torchrun_launcher_stops_bad_values_before_any_process(out):
     assert lines == [lines[0]] and "zo.lr: must be a finite number" in lines[0], p.stderr
     assert "torch.distributed.run" not in p.stderr
     assert not out.exists()
+
+
+def test_torchrun_launcher_finds_the_project_venv_without_python_on_path(out):
+    """With PYTHON unset and no venv on PATH, launch/torchrun.sh runs the repository's .venv
+    (before: the first `python` on PATH, i.e. 'No module named seedflood')."""
+    venv = ROOT / ".venv" / "bin" / "python"
+    if not venv.exists():
+        pytest.skip("no .venv in this checkout (make install creates it)")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "VIRTUAL_ENV")}
+    env.update(PATH="/usr/bin:/bin", HF_HUB_OFFLINE="1")
+    p = subprocess.run(
+        ["launch/torchrun.sh", DEBUG, "--set", f"run.out_dir={out}", "--set", "zo.eps=.inf"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+    )
+    assert p.returncode == 2 and "zo.eps: must be a finite number" in p.stderr, p.stderr

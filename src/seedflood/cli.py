@@ -55,10 +55,9 @@ def _preflight(cfg, full: bool = True) -> int:
     here, before any process starts and before anything is written.
     """
     from seedflood import directions, model, protocol, rundir, tasks, topology
-    from seedflood.train import topology_of
     from seedflood.workload import train_digest
 
-    top = topology_of(cfg)
+    top = rundir.topology_of(cfg)
     proto = protocol.Protocol.of(cfg, top.diameter)
     tasks.get(cfg.task.name)
     model.check_source(cfg.model)
@@ -122,29 +121,16 @@ def _print_summary(s: dict[str, Any]) -> None:
 
 
 def _rebuild(run_dir: Path, steps: int | None):
-    """Config, workload and number of steps applied, rebuilt from base + log.
-
-    The log header is the authority: config.yaml must describe the same trajectory (an edited
-    config.yaml is refused naming the keys), and every record passes the wire's validation.
-    """
+    """Config, workload and number of steps applied, rebuilt from base + log (rundir.recorded_steps:
+    config.yaml must match the log header; every record passes the wire's validation)."""
     from seedflood import checkpoint as ckpt
-    from seedflood import config, protocol
+    from seedflood import rundir
     from seedflood.replay import Applier
-    from seedflood.rundir import LOG
-    from seedflood.train import topology_of
     from seedflood.workload import Workload
 
-    run_dir = ckpt.find_run_dir(run_dir)
-    cfg = config.load(run_dir / "config.yaml")
-    header = ckpt.read_header(run_dir / LOG)
-    proto = protocol.Protocol.of(cfg, topology_of(cfg).diameter)
+    cfg, proto = rundir.recorded(run_dir)
     w = Workload.build(cfg)
-    mine = {"trajectory": protocol.trajectory(cfg, proto, w.train_digest()), "base_hash": w.loaded.base_hash}
-    if diff := ckpt.header_mismatch(header, mine):
-        raise ckpt.CheckpointError(
-            f"{run_dir}/config.yaml does not match the settings {LOG} was written with: {', '.join(diff)}"
-        )
-    _, records = ckpt.LogReader(run_dir / LOG).read(check=proto.check_step)
+    records = rundir.recorded_steps(run_dir, cfg, proto, w.train_digest(), w.loaded.base_hash)
     if steps is not None:
         if not 0 <= steps <= len(records):
             raise ckpt.CheckpointError(f"--step {steps} is outside 0..{len(records)} (steps in the log)")
@@ -186,22 +172,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     """Verify a run directory without loading weights: config.yaml against the log header, every
     log record, every checkpoint's checksum. Exit 2 naming the first problem."""
     from seedflood import checkpoint as ckpt
-    from seedflood import config, protocol, tasks
-    from seedflood.rundir import LOG
-    from seedflood.train import topology_of
+    from seedflood import rundir, tasks
     from seedflood.workload import train_digest
 
-    run_dir = ckpt.find_run_dir(Path(args.run_dir))
-    cfg = config.load(run_dir / "config.yaml")
-    header = ckpt.read_header(run_dir / LOG)
-    proto = protocol.Protocol.of(cfg, topology_of(cfg).diameter)
-    digest = train_digest(tasks.load_splits(cfg.task, cfg.run.seed))
-    mine = {"trajectory": protocol.trajectory(cfg, proto, digest), "base_hash": header.get("base_hash")}
-    if diff := ckpt.header_mismatch(header, mine):
-        raise ckpt.CheckpointError(
-            f"{run_dir}/config.yaml does not match the settings {LOG} was written with: {', '.join(diff)}"
-        )
-    _, records = ckpt.LogReader(run_dir / LOG).read(check=proto.check_step)
+    run_dir = Path(args.run_dir)
+    cfg, proto = rundir.recorded(run_dir)
+    records = rundir.recorded_steps(run_dir, cfg, proto, train_digest(tasks.load_splits(cfg.task, cfg.run.seed)))
     found = ckpt.checkpoints(run_dir)
     bad = [why for c in found if (why := ckpt.verify(c))]
     if bad:

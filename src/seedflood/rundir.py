@@ -7,7 +7,10 @@ Owns the decisions about an existing run directory, made before anything is writ
   settings, a corrupt log (any record that fails the wire's validation, or corruption before
   the end), a log longer than `run.steps`, or an existing run while `checkpoint.resume` is off
   each raise `CheckpointError` with one line, and nothing on disk changes;
-- `checkpoint_notes`: one line per checkpoint that a resume would skip because it is corrupt.
+- `checkpoint_notes`: one line per checkpoint that a resume would skip because it is corrupt;
+- `recorded` / `recorded_steps`: what replay, eval and check read back: the recorded config and
+  every logged step, refusing a `config.yaml` edited away from the settings in the log header;
+- `topology_of(cfg)`: the graph a config names (a file resolves against the config's directory).
 `seedflood world-size` (the launchers' preflight) and rank 0 of `seedflood train` both call it,
 so a bad resume stops before any process starts.
 
@@ -21,12 +24,23 @@ from pathlib import Path
 from typing import Any
 
 from seedflood import checkpoint as ckpt
+from seedflood import config as config_mod
+from seedflood import topology as topo
 from seedflood.config import Config
 from seedflood.message import Message
 from seedflood.protocol import Protocol
+from seedflood.protocol import trajectory as trajectory_of
 
 LOG = "log.bin"
 Records = list[tuple[int, list[Message]]]
+
+
+def topology_of(cfg: Config) -> topo.Topology:
+    """The client graph of `cfg`, checked against `topology.nodes`."""
+    base = Path(cfg.source).parent if cfg.source else None
+    top = topo.build(cfg.topology, base_dir=base)
+    topo.check_nodes(top, cfg.topology.nodes)
+    return top
 
 
 def log_header(cfg: Config, trajectory: dict[str, Any], base_identity: str, base_hash: str) -> dict[str, Any]:
@@ -75,3 +89,25 @@ def checkpoint_notes(cfg: Config, logged: int) -> list[str]:
     if not run_dir.is_dir():
         return []
     return ckpt.usable_checkpoint(run_dir, logged)[1]
+
+
+def recorded(run_dir: Path) -> tuple[Config, Protocol]:
+    """The config a run directory recorded (config.yaml) and the protocol it implies."""
+    cfg = config_mod.load(ckpt.find_run_dir(run_dir) / "config.yaml")
+    return cfg, Protocol.of(cfg, topology_of(cfg).diameter)
+
+
+def recorded_steps(
+    run_dir: Path, cfg: Config, protocol: Protocol, train_digest: str, base_hash: str | None = None
+) -> Records:
+    """Every logged step, each validated like a frame from the wire, once config.yaml is shown to
+    describe the trajectory the log header recorded (an edited config.yaml names the keys).
+    `base_hash` None skips the base model comparison (no weights loaded)."""
+    path = run_dir / LOG
+    header = ckpt.read_header(path)
+    mine = {"trajectory": trajectory_of(cfg, protocol, train_digest), "base_hash": base_hash or header.get("base_hash")}
+    if diff := ckpt.header_mismatch(header, mine):
+        raise ckpt.CheckpointError(
+            f"{run_dir}/config.yaml does not match the settings {LOG} was written with: {', '.join(diff)}"
+        )
+    return ckpt.LogReader(path).read(check=protocol.check_step)[1]

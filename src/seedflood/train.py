@@ -43,13 +43,6 @@ class RunError(RuntimeError):
     """Rank 0 refused the run directory; every rank exits with this one line (status 2)."""
 
 
-def topology_of(cfg: Config) -> topo.Topology:
-    base = Path(cfg.source).parent if cfg.source else None
-    top = topo.build(cfg.topology, base_dir=base)
-    topo.check_nodes(top, cfg.topology.nodes)
-    return top
-
-
 def _client_key(node: int) -> str:
     return f"client-{node}"
 
@@ -57,7 +50,7 @@ def _client_key(node: int) -> str:
 def run(cfg: Config, environ: dict[str, str] | None = None) -> dict[str, Any] | None:
     """Run this process's role to the end; rank 0 returns the summary."""
     world = runtime.World.from_env(environ if environ is not None else os.environ)
-    top = topology_of(cfg)
+    top = rundir.topology_of(cfg)
     runtime.check_world(world, top.n)
     protocol = Protocol.of(cfg, top.diameter)
     role = "eval" if world.is_evaluator else f"client {world.client_node}"

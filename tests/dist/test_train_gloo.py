@@ -142,6 +142,40 @@ def test_a_killed_peer_is_reported_in_one_line_by_each_survivor(run_world, tmp_p
         assert "Traceback" not in p.stderr, p.stderr[-2000:]
 
 
+def test_a_stopped_peer_is_reported_in_one_line_after_the_timeout(run_world, tmp_path):
+    """SIGSTOP client node 2 once the log holds 2 steps: with a 5 s group timeout its neighbours
+    name it in one line each (exit 1) instead of hanging; the stopped process is then killed."""
+    out = tmp_path / "stopped"
+    sets = overrides(out, "run.steps=400", "eval.every=0", "checkpoint.every=0", "transport.timeout_s=5")
+    header: list[int] = []
+    stopped: list[bool] = []
+
+    def stop_when_logged(popens: list[subprocess.Popen]) -> None:
+        log = out / "log.bin"
+        if stopped:
+            survivors_done = all(p.poll() is not None for i, p in enumerate(popens) if i != 3)
+            if survivors_done and popens[3].poll() is None:
+                os.kill(popens[3].pid, signal.SIGKILL)  # the survivors are done: end the stopped one
+            return
+        if not log.is_file():
+            return
+        size = log.stat().st_size
+        header[:] = header or [size]
+        if size >= header[0] + 2 * (8 + 16 + 4 * 24):
+            os.kill(popens[3].pid, signal.SIGSTOP)
+            stopped.append(True)
+
+    procs = run_world(
+        TRAIN + [a for o in sets for a in ("--set", o)], nprocs=5, timeout_s=240, on_poll=stop_when_logged
+    )
+    assert stopped, "the stop must land"
+    for p in (procs[2], procs[4]):  # nodes 1 and 3, the ring neighbours of node 2 (rank 3)
+        assert p.returncode == 1, p.describe()
+        lines = [ln for ln in p.stderr.splitlines() if ln.startswith("seedflood: error:")]
+        assert len(lines) == 1 and "peer node 2 (rank 3)" in lines[0], p.stderr[-2000:]
+        assert "Traceback" not in p.stderr, p.stderr[-2000:]
+
+
 def test_a_resume_with_changed_settings_is_refused_and_changes_nothing(run_world, procs_ok, tmp_path):
     out = tmp_path / "changed"
     train(run_world, procs_ok, out, "run.steps=3")

@@ -6,7 +6,9 @@ and forgetting old steps. It knows nothing of bytes, processes or models: a hop 
 
 Rules (docs/design.md §1, §2):
 - a message new to this node is forwarded to every neighbour except those known to have it
-  (the one it came from, any other that also sent it, and any we already sent it to);
+  (the one it came from, any other that also sent it, and any we already sent it to); with
+  `routes` (topology.Topology.routes) only to the neighbours one hop further from its origin,
+  which reach every node at the same hop with fewer copies;
 - a step is complete when it holds all `per_origin` messages of every member origin;
 - steps are handed out for application strictly in order, each once; after that every message of
   an applied step is a duplicate by construction (completeness means we saw all of them), so the
@@ -18,7 +20,7 @@ Assumes: message ids were validated by the codec (origin < n_origins, k < per_or
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from seedflood.message import Message
@@ -46,9 +48,16 @@ class Flood:
         peers: Sequence[int],
         members: Iterable[int],
         per_origin: int = 1,
+        routes: Mapping[int, Sequence[int]] | None = None,
     ) -> None:
         self.node = node
         self.peers: tuple[int, ...] = tuple(sorted(peers))
+        # origin -> neighbours its messages are forwarded to (None: every neighbour)
+        self.routes: dict[int, frozenset[int]] | None = None
+        if routes is not None:
+            self.routes = {o: frozenset(ps) for o, ps in routes.items()}
+            if stray := {p for ps in self.routes.values() for p in ps} - set(self.peers):
+                raise FloodError(f"node {self.node}: routes name non-neighbours {sorted(stray)}")
         self.members: frozenset[int] = frozenset(members)
         self.per_origin = per_origin
         self.applied_through = -1  # every step <= this was handed out and forgotten
@@ -123,7 +132,8 @@ class Flood:
         step[m.id] = m
         known = {source} if source is not None else set()
         self._known[m.id] = known
-        for p in self.peers:
+        targets = self.peers if self.routes is None else self.routes.get(m.origin, ())
+        for p in targets:
             if p not in known:
                 self._pending[p][m.id] = m
         return True

@@ -133,6 +133,21 @@ class Topology:
         """Hops a flood needs to reach every node from any origin (0 for a single node)."""
         return max(self.eccentricities)
 
+    @cached_property
+    def distances(self) -> tuple[tuple[int, ...], ...]:
+        """distances[a][b]: hops on a shortest path between nodes a and b."""
+        d = dict(nx.all_pairs_shortest_path_length(self._graph))
+        return tuple(tuple(d[a][b] for b in range(self.n)) for a in range(self.n))
+
+    def routes(self, i: int) -> dict[int, tuple[int, ...]]:
+        """Per origin o: the neighbours p of node i one hop further from o (dist(o, p) =
+        dist(o, i) + 1). Forwarding o's messages only to them still delivers every message to
+        every node at hop dist(o, node), the hop full flooding delivers it, so completeness and
+        the bits are unchanged; what is saved is the copies sent back towards o or sideways
+        (on a complete graph every message then crosses N - 1 edges instead of N(N - 1))."""
+        dist = self.distances
+        return {o: tuple(p for p in self.neighbors(i) if dist[o][p] == dist[o][i] + 1) for o in self.nodes}
+
     def to_networkx(self) -> nx.Graph:
         """A fresh copy the caller may mutate."""
         return self._graph.copy()

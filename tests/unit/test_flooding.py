@@ -36,10 +36,14 @@ def msg(origin, step, k=0):
 class Lockstep:
     """Every node of a graph flooding in synchronous hops; records first arrivals per message."""
 
-    def __init__(self, top, per_origin=1):
+    def __init__(self, top, per_origin=1, routed=False):
         self.top = top
-        self.nodes = {i: Flood(i, top.neighbors(i), range(top.n), per_origin) for i in top.nodes}
+        self.nodes = {
+            i: Flood(i, top.neighbors(i), range(top.n), per_origin, routes=top.routes(i) if routed else None)
+            for i in top.nodes
+        }
         self.arrivals: Counter = Counter()  # (node, id) -> times it was new
+        self.first_hop: dict = {}  # (node, id) -> hop (1-based) at which it first arrived
         self.hops = 0
         self.sent = 0
 
@@ -54,12 +58,14 @@ class Lockstep:
                 self.sent += len(msgs)
                 for m in self.nodes[dst].receive(src, msgs):
                     self.arrivals[(dst, m.id)] += 1
+                    self.first_hop.setdefault((dst, m.id), self.hops + 1)
         self.hops += 1
 
 
+@pytest.mark.parametrize("routed", [False, True], ids=["all", "routed"])
 @pytest.mark.parametrize("top", graphs(), ids=lambda t: f"{t.name}-{t.n}")
-def test_full_flood_delivers_everything_exactly_once_within_diameter(top):
-    net = Lockstep(top)
+def test_full_flood_delivers_everything_exactly_once_within_diameter(top, routed):
+    net = Lockstep(top, routed=routed)
     net.originate(step=0)
     for _ in range(top.diameter):
         net.hop()
@@ -72,7 +78,7 @@ def test_full_flood_delivers_everything_exactly_once_within_diameter(top):
     assert top.n - 1 <= net.sent / top.n <= 2 * len(top.edges)
     # ...and the diameter is tight: with one hop fewer some node is incomplete (n > 1).
     if top.diameter > 0:
-        net2 = Lockstep(top)
+        net2 = Lockstep(top, routed=routed)
         net2.originate(step=0)
         for _ in range(top.diameter - 1):
             net2.hop()
@@ -94,9 +100,10 @@ def test_full_flood_delivers_everything_exactly_once_within_diameter(top):
     ids=lambda t: f"{t.name}-{t.n}",
 )
 @pytest.mark.parametrize("hops", [1, 2, 3])
-def test_delayed_flooding_completes_within_ceil_diameter_over_h_steps(top, hops):
+@pytest.mark.parametrize("routed", [False, True], ids=["all", "routed"])
+def test_delayed_flooding_completes_within_ceil_diameter_over_h_steps(top, hops, routed):
     steps, delay = 12, math.ceil(top.diameter / hops)
-    net = Lockstep(top, per_origin=2)
+    net = Lockstep(top, per_origin=2, routed=routed)
     for t in range(steps + delay):
         if t < steps:
             net.originate(t, per_origin=2)
@@ -109,6 +116,28 @@ def test_delayed_flooding_completes_within_ceil_diameter_over_h_steps(top, hops)
                 assert [m.id for m in got] == sorted((o, s, k) for o in range(top.n) for k in range(2))
     assert all(f.applied_through == steps - 1 for f in net.nodes.values())
     assert all(c == 1 for c in net.arrivals.values())
+
+
+@pytest.mark.parametrize("top", graphs(), ids=lambda t: f"{t.name}-{t.n}")
+def test_routed_flood_arrives_at_the_same_hop_as_full_flooding_with_fewer_copies(top):
+    full, routed = Lockstep(top), Lockstep(top, routed=True)
+    for net in (full, routed):
+        net.originate(step=0)
+        for _ in range(top.diameter + 1):
+            net.hop()
+    # Each message reaches node v at hop dist(origin, v) either way: the schedule is unchanged.
+    dist = top.distances
+    assert routed.first_hop == full.first_hop
+    assert all(h == dist[mid[0]][v] for (v, mid), h in routed.first_hop.items())
+    assert routed.sent <= full.sent
+    # Only shortest-path edges carry a message: on a complete graph that is one copy per node.
+    if top.name.startswith("complete"):
+        assert routed.sent == top.n * (top.n - 1)
+
+
+def test_routes_must_name_neighbours():
+    with pytest.raises(FloodError, match="non-neighbours"):
+        Flood(0, [1], range(3), routes={0: (1, 2)})
 
 
 @given(st.integers(2, 24), st.integers(0, 10**6), st.integers(1, 4))

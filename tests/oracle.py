@@ -46,6 +46,10 @@ from seedflood.config import Config
 from seedflood.replay import state_hash
 
 LOG_MAGIC = b"SEEDFLOOD-LOG 1\n"
+LOG_MAGIC_2 = b"SEEDFLOOD-LOG 2\n"
+FRAME_MAGIC_2 = b"SF"
+WIDTH = (0, 1, 2, 4)  # v2 layout codes -> bytes
+UINT = {0: "", 1: "B", 2: "H", 4: "I"}
 FRAME_MAGIC = b"SFLD"
 FRAME_VERSION = 1
 U32 = struct.Struct("<I")
@@ -70,8 +74,9 @@ class LoggedMessage:
 def read_log(path: str | Path) -> tuple[dict, list[tuple[int, list[LoggedMessage]]]]:
     """The JSON header and every step record, strictly checked, in file order."""
     data = Path(path).read_bytes()
-    if not data.startswith(LOG_MAGIC):
+    if not data.startswith((LOG_MAGIC, LOG_MAGIC_2)):
         raise OracleError(f"{path}: bad log magic")
+    v2 = data.startswith(LOG_MAGIC_2)
     pos = len(LOG_MAGIC)
     if len(data) < pos + 4:
         raise OracleError(f"{path}: truncated header length")
@@ -89,6 +94,9 @@ def read_log(path: str | Path) -> tuple[dict, list[tuple[int, list[LoggedMessage
         pos += STEP_RECORD.size
         frame = data[pos : pos + length]
         pos += length
+        if v2:
+            steps.append((step, _frame_v2(path, frame, length, step, header["trajectory"]["run.seed"])))
+            continue
         if len(frame) != length or length < FRAME_HEADER.size:
             raise OracleError(f"{path}: truncated or short frame of step {step}")
         magic, version, rsize, count, crc = FRAME_HEADER.unpack_from(frame)
@@ -106,6 +114,34 @@ def read_log(path: str | Path) -> tuple[dict, list[tuple[int, list[LoggedMessage
             msgs.append(LoggedMessage(origin, mstep, seed, scalar, k))
         steps.append((step, msgs))
     return header, steps
+
+
+def _frame_v2(path: str | Path, frame: bytes, length: int, step: int, run_seed: int) -> list[LoggedMessage]:
+    """A v2 frame: b"SF", u8 version 2, u8 layout (2-bit width codes: step offset, origin, k,
+    count), count, u32 base step, u32 crc32 of the header bytes after the magic and before the
+    CRC plus the records; records (offset, origin, k, scalar f32). Seeds are derived."""
+    from seedflood.rng import derive  # the documented derivation, not the codec
+
+    if len(frame) != length or length < 4 or frame[:3] != FRAME_MAGIC_2 + b"\x02":
+        raise OracleError(f"{path}: step {step}: truncated, short or not a v2 frame")
+    w_off, w_org, w_k, w_cnt = (WIDTH[(frame[3] >> s) & 3] for s in (0, 2, 4, 6))
+    head = 4 + w_cnt + 8
+    if w_cnt == 0 or length < head:
+        raise OracleError(f"{path}: step {step}: bad v2 header")
+    count = int.from_bytes(frame[4 : 4 + w_cnt], "little")
+    base, crc = struct.unpack_from("<II", frame, 4 + w_cnt)
+    rec = struct.Struct("<" + UINT[w_off] + UINT[w_org] + UINT[w_k] + "f")
+    body = frame[head:]
+    if len(body) != count * rec.size or zlib.crc32(frame[2 : head - 4] + body) != crc:
+        raise OracleError(f"{path}: step {step}: bad v2 frame length or checksum")
+    msgs = []
+    for row in rec.iter_unpack(body):
+        it = iter(row[:-1])
+        off, origin, k = (next(it) if w else 0 for w in (w_off, w_org, w_k))
+        if base + off != step:
+            raise OracleError(f"{path}: step {step}: message of step {base + off}")
+        msgs.append(LoggedMessage(origin, step, derive(run_seed, origin, step, k), row[-1], k))
+    return msgs
 
 
 def learning_rate(step: int, lr: float, schedule: str, warmup: int, total_steps: int) -> float:

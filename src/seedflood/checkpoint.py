@@ -11,18 +11,26 @@ Owns the layout of a run directory:
   summary.json                      final figures and hashes
 
 Log format (all integers little-endian):
-  b"SEEDFLOOD-LOG 1\\n", u32 n, n bytes of JSON header ("base_identity", "base_hash",
+  b"SEEDFLOOD-LOG 2\\n", u32 n, n bytes of JSON header ("base_identity", "base_hash",
   "trajectory": a flat {dotted key: value} of every setting that shapes the training trajectory,
   "config": the full config, informational), written once by temp-then-rename; then per step
-  a record: u32 step, u32 frame length, frame (message.py: 16-byte header magic/version/record
-  size/count/crc32, then 24 bytes per message; the CRC covers the messages). Steps run 0, 1, 2, ...
+  a record: u32 step, u32 frame length, frame (message.py frame v2: magic, version, layout,
+  count, base step = the record's step, crc32 over header and messages; one record of
+  origin/k/scalar per message, in canonical (origin, k) order; never empty). Steps run 0, 1, 2...
+  The log is self-describing: v2 frames carry no seeds, and the reader derives each one as
+  rng.derive(trajectory["run.seed"], origin, step, k), so a v2 log header must hold an integer
+  "run.seed" in its trajectory (the writer refuses to create one without it).
+  Logs with the magic b"SEEDFLOOD-LOG 1\\n" hold v1 frames (16-byte header, 24-byte messages with
+  their seeds) and stay readable; one log holds one frame version, the one its magic names, so a
+  writer resuming a v1 log keeps appending v1 frames.
   The log is the source of truth: a run is a pure function of base weights + settings + log.
 
 Torn tail vs corruption: only an incomplete FINAL record is a torn tail (a crash mid-append):
 fewer bytes remain than the record needs and every field that is present agrees (the step is
 the next one, the length is a valid frame length, the frame header's magic/version/count agree
-with the length, whole messages present carry that step). Readers ignore a torn tail and writers
-cut it off before appending. Anything else (a complete record failing its CRC, even the last
+with the length; v1: whole messages present carry that step; v2: the base step is that step, the
+layout has no step offsets, whole messages present are in strictly increasing (origin, k)
+order). Readers ignore a torn tail and writers cut it off before appending. Anything else (a complete record failing its CRC, even the last
 one; a bad magic; a step out of sequence; a length that disagrees with the frame header;
 trailing garbage; a record the caller's `check` rejects) raises CheckpointError naming the
 record's byte offset and step, and a writer raises before changing a byte of the file.
@@ -45,6 +53,7 @@ Assumes: one writer per run directory (the evaluator); readers may run at any ti
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -61,7 +70,11 @@ from typing import IO, Any
 from seedflood import message
 from seedflood.message import Message
 
-LOG_MAGIC = b"SEEDFLOOD-LOG 1\n"
+LOG_MAGIC = b"SEEDFLOOD-LOG 2\n"
+"""What new logs begin with: their records hold message.py v2 frames."""
+LOG_MAGIC_V1 = b"SEEDFLOOD-LOG 1\n"
+"""Logs written before frame v2: their records hold v1 frames (read and appended to as v1)."""
+_FRAME_VERSION = {LOG_MAGIC: message.VERSION_2, LOG_MAGIC_V1: message.VERSION_1}
 _U32 = struct.Struct("<I")
 _REC = struct.Struct("<II")  # step, frame length
 # Sanity bound on one record: 2**22 messages (~100 MB) per step is far beyond any real N*K.
@@ -154,10 +167,35 @@ def atomic_dir(path: Path) -> Iterator[Path]:
 
 
 # -- the log header and the settings fingerprint -------------------------------------------------
-def _read_header(f: IO[bytes], path: Path) -> tuple[dict[str, Any], int]:
-    """The JSON header and the byte offset where the first record starts."""
+@dataclass(frozen=True)
+class _Format:
+    """How a log's records are encoded: frame version, and (v2) how seeds are derived."""
+
+    version: int
+    seed_of: message.SeedOf | None  # None for v1 (its frames carry their seeds)
+
+    @classmethod
+    def of(cls, version: int, header: dict[str, Any], path: Path) -> _Format:
+        return cls(version, _seed_of(header, path) if version == message.VERSION_2 else None)
+
+
+def _seed_of(header: dict[str, Any], path: Path) -> message.SeedOf:
+    """The seed derivation of a v2 log: rng.derive(run seed from the header's trajectory, ...)."""
+    traj = header.get("trajectory")
+    run_seed = traj.get("run.seed") if isinstance(traj, dict) else None
+    if not isinstance(run_seed, int) or isinstance(run_seed, bool) or run_seed < 0:
+        raise CheckpointError(
+            f'{path}: the log header has no integer trajectory "run.seed", needed to derive message seeds'
+        )
+    from seedflood import rng  # numpy + torch: imported only when a v2 log is read or written
+
+    return functools.partial(rng.derive, run_seed)
+
+
+def _read_header(f: IO[bytes], path: Path) -> tuple[dict[str, Any], int, int]:
+    """The JSON header, the byte offset where the first record starts, and its frame version."""
     magic = f.read(len(LOG_MAGIC))
-    if magic != LOG_MAGIC:
+    if magic not in _FRAME_VERSION:
         raise CheckpointError(f"{path}: not a SeedFlood message log (bad magic)")
     raw = f.read(4)
     if len(raw) < 4:
@@ -172,7 +210,7 @@ def _read_header(f: IO[bytes], path: Path) -> tuple[dict[str, Any], int]:
         raise CheckpointError(f"{path}: log header is not valid JSON") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: log header is not a JSON object")
-    return header, len(LOG_MAGIC) + 4 + n
+    return header, len(magic) + 4 + n, _FRAME_VERSION[magic]
 
 
 def read_header(path: Path) -> dict[str, Any]:
@@ -230,7 +268,7 @@ class _Scan:
     torn: int  # bytes of an incomplete final record (0: none)
 
 
-def _scan(f: IO[bytes], path: Path, start: int, check: RecordCheck | None) -> _Scan:
+def _scan(f: IO[bytes], path: Path, start: int, fmt: _Format, check: RecordCheck | None) -> _Scan:
     """Every whole record from `start`, validated; a torn final record is measured, not returned."""
     size = os.fstat(f.fileno()).st_size
     f.seek(start)
@@ -253,29 +291,16 @@ def _scan(f: IO[bytes], path: Path, start: int, check: RecordCheck | None) -> _S
         rstep, n = _REC.unpack(head)
         if rstep != step:
             raise bad(f"holds step {rstep}, expected {step} (out of sequence)")
-        if n < message.HEADER_SIZE or (n - message.HEADER_SIZE) % message.RECORD_SIZE or n > MAX_FRAME_BYTES:
-            raise bad(f"length field {n} is not a valid frame length")
-        frame = f.read(min(n, remaining - _REC.size))
-        if len(frame) >= message.HEADER_SIZE:
-            magic, version, rsize, count, _crc = message.HEADER.unpack_from(frame)
-            if magic != message.MAGIC:
-                raise bad(f"bad frame magic {magic!r}")
-            if version != message.VERSION or rsize != message.RECORD_SIZE:
-                raise bad(f"unsupported frame version {version} / record size {rsize}")
-            if message.HEADER_SIZE + count * message.RECORD_SIZE != n:
-                raise bad(f"length field {n} disagrees with the frame header ({count} messages)")
-        elif frame[:4] != message.MAGIC[: len(frame[:4])]:
-            raise bad(f"bad frame magic {frame[:4]!r}")
-        if len(frame) < n:  # torn inside the frame: whole messages present must still fit
-            body = frame[message.HEADER_SIZE :]
-            whole = len(body) // message.RECORD_SIZE * message.RECORD_SIZE
-            for origin, mstep, _seed, _scalar, _k, reserved in message.RECORD.iter_unpack(body[:whole]):
-                if mstep != step or reserved != 0:
-                    raise bad(f"incomplete record holds a message of step {mstep} from origin {origin}")
+        frame = f.read(min(n, remaining - _REC.size)) if n <= MAX_FRAME_BYTES else b""
+        whole_frame = _check_v1 if fmt.version == message.VERSION_1 else _check_v2
+        reason = whole_frame(frame, n, step)
+        if reason:
+            raise bad(reason)
+        if len(frame) < n:  # torn inside the frame, and every byte present agrees
             scan.torn = remaining
             break
         try:
-            msgs = message.decode(frame)
+            msgs = message.decode(frame, seed_of=fmt.seed_of) if fmt.seed_of else message.decode(frame)
         except message.FrameError as e:
             raise bad(str(e)) from None
         if any(m.step != step for m in msgs):
@@ -291,6 +316,63 @@ def _scan(f: IO[bytes], path: Path, start: int, check: RecordCheck | None) -> _S
         scan.records.append((step, msgs))
         scan.ends.append(off)
     return scan
+
+
+def _check_v1(frame: bytes, n: int, step: int) -> str | None:
+    """Why the v1 frame prefix `frame` of a record of length `n` for `step` is corrupt, or None."""
+    if n < message.HEADER_SIZE or (n - message.HEADER_SIZE) % message.RECORD_SIZE or n > MAX_FRAME_BYTES:
+        return f"length field {n} is not a valid frame length"
+    if len(frame) >= message.HEADER_SIZE:
+        magic, version, rsize, count, _crc = message.HEADER.unpack_from(frame)
+        if magic != message.MAGIC:
+            return f"bad frame magic {magic!r}"
+        if version != message.VERSION_1 or rsize != message.RECORD_SIZE:
+            return f"unsupported frame version {version} / record size {rsize}"
+        if message.HEADER_SIZE + count * message.RECORD_SIZE != n:
+            return f"length field {n} disagrees with the frame header ({count} messages)"
+    elif frame[:4] != message.MAGIC[: len(frame[:4])]:
+        return f"bad frame magic {frame[:4]!r}"
+    if len(frame) < n:  # torn: whole messages present must still fit
+        body = frame[message.HEADER_SIZE :]
+        whole = len(body) // message.RECORD_SIZE * message.RECORD_SIZE
+        for origin, mstep, _seed, _scalar, _k, reserved in message.RECORD.iter_unpack(body[:whole]):
+            if mstep != step or reserved != 0:
+                return f"incomplete record holds a message of step {mstep} from origin {origin}"
+    return None
+
+
+def _check_v2(frame: bytes, n: int, step: int) -> str | None:
+    """Why the v2 frame prefix `frame` of a record of length `n` for `step` is corrupt, or None.
+
+    A log frame holds one step, so its base step is `step` and its layout has no offsets."""
+    if not message.V2_MIN_FRAME <= n <= MAX_FRAME_BYTES:
+        return f"length field {n} is not a valid frame length"
+    if frame[:2] != message.MAGIC_2[: len(frame[:2])]:
+        return f"bad frame magic {frame[:2]!r}"
+    if len(frame) > 2 and frame[2] != message.VERSION_2:
+        return f"unsupported frame version {frame[2]}"
+    if len(frame) < message.V2_PREFIX:
+        return None
+    try:
+        lay = message.Layout.of_byte(frame[3])
+    except message.FrameError as e:
+        return str(e)
+    if lay.offset:
+        return f"layout byte {frame[3]:#04x} has step offsets (a log frame holds one step)"
+    if len(frame) >= message.V2_PREFIX + lay.count:
+        count = int.from_bytes(frame[message.V2_PREFIX : message.V2_PREFIX + lay.count], "little")
+        if count == 0 or lay.header_size + count * lay.record_size != n:
+            return f"length field {n} disagrees with the frame header ({count} messages)"
+    if len(frame) >= lay.header_size - 4:
+        (base,) = _U32.unpack_from(frame, message.V2_PREFIX + lay.count)
+        if base != step:
+            return f"frame header holds step {base}"
+    if len(frame) < n and len(frame) > lay.header_size:  # torn: whole messages present must be in order
+        body = frame[lay.header_size :]
+        ids = [row[:-1] for row in lay.record.iter_unpack(body[: len(body) // lay.record_size * lay.record_size])]
+        if any(a >= b for a, b in zip(ids, ids[1:])):
+            return "incomplete record holds messages out of canonical (origin, k) order"
+    return None
 
 
 @dataclass
@@ -309,8 +391,8 @@ class LogReader:
         if not self.path.is_file():
             raise CheckpointError(f"message log {self.path} does not exist")
         with open(self.path, "rb") as f:
-            header, start = _read_header(f, self.path)
-            scan = _scan(f, self.path, start, check)
+            header, start, version = _read_header(f, self.path)
+            scan = _scan(f, self.path, start, _Format.of(version, header, self.path), check)
         self.torn = scan.torn
         return header, scan.records
 
@@ -320,7 +402,9 @@ class LogWriter:
 
     On an existing log it first checks the settings fingerprint and every record (with `check`)
     and raises CheckpointError without touching the file if either fails; then it cuts off a
-    torn tail (`dropped_tail` bytes) and continues at step `next_step`.
+    torn tail (`dropped_tail` bytes) and continues at step `next_step`, in the log's own frame
+    version (`version`: 1 for a log begun before frame v2). A new log is v2; its header must hold
+    the integer trajectory "run.seed" the reader derives seeds from.
     """
 
     def __init__(self, path: Path, header: dict[str, Any], check: RecordCheck | None = None) -> None:
@@ -328,7 +412,7 @@ class LogWriter:
         self.dropped_tail = 0
         if path.exists():
             with open(path, "rb") as f:
-                old, start = _read_header(f, path)
+                old, start, version = _read_header(f, path)
                 if "trajectory" not in old:
                     raise CheckpointError(
                         f"{path} was written by an older SeedFlood (its header has no settings fingerprint); "
@@ -342,7 +426,8 @@ class LogWriter:
                         f"{path} belongs to a different run: settings differ: {', '.join(diffs)}; "
                         "use a new run.out_dir or delete the directory"
                     )
-                scan = _scan(f, path, start, check)
+                self._fmt = _Format.of(version, old, path)
+                scan = _scan(f, path, start, self._fmt, check)
             self._start, self._ends = scan.start, scan.ends
             end = self._ends[-1] if self._ends else self._start
             self._f: IO[bytes] = open(path, "r+b")
@@ -352,6 +437,7 @@ class LogWriter:
                 self.dropped_tail = scan.torn
             self._f.seek(end)
         else:
+            self._fmt = _Format.of(message.VERSION_2, header, path)  # refuses a header without run.seed
             path.parent.mkdir(parents=True, exist_ok=True)
             body = json.dumps(header, sort_keys=True).encode()
             atomic_write_bytes(path, LOG_MAGIC + _U32.pack(len(body)) + body)
@@ -364,11 +450,26 @@ class LogWriter:
         """The step the next `append` must carry (= records in the log)."""
         return len(self._ends)
 
+    @property
+    def version(self) -> int:
+        """The frame version of this log's records."""
+        return self._fmt.version
+
     def append(self, step: int, msgs: list[Message]) -> int:
         """Write step `step` (must be the next one), flushed not fsynced; returns its size in bytes."""
         if step != self.next_step:
             raise CheckpointError(f"{self.path}: appending step {step}, expected {self.next_step}")
-        frame = message.encode(sorted(msgs))
+        seed_of = self._fmt.seed_of
+        if seed_of is not None:  # v2 stores no seeds: refuse what the reader would not reproduce
+            if not msgs:
+                raise CheckpointError(f"{self.path}: appending step {step} with no messages")
+            for m in msgs:
+                if m.step != step or seed_of(m.origin, m.step, m.k) != m.seed:
+                    raise CheckpointError(
+                        f"{self.path}: appending step {step}: message {m.id} is of another step or its seed "
+                        "is not the run's derivation"
+                    )
+        frame = message.encode(sorted(msgs), version=self._fmt.version)
         rec = _REC.pack(step, len(frame)) + frame
         self._f.write(rec)
         self._f.flush()

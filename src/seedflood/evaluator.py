@@ -136,7 +136,7 @@ class Evaluator:
         """One complete step from the attach client: validate, apply, log, maybe score/save."""
         step = self.next_step
         try:
-            msgs = message.decode(frame)
+            msgs = message.decode(frame, seed_of=self.protocol.seed)
             self.protocol.check_step(step, msgs)
         except message.FrameError as e:
             raise EvaluatorError(f"evaluator: bad frame for step {step}: {e}") from None

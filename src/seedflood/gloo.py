@@ -4,11 +4,12 @@ Owns `GlooTransport` (one client process's hops and pushes) and `EvaluatorInbox`
 receiver for the pushes). The only transport module that imports torch.distributed. Frames
 travel as CPU uint8 tensors (they are tiny, so even a GPU run keeps them on the CPU).
 
-Wire format, per frame: one message `[int64 LE length][payload[:inline_bytes - 8]]`,
+Wire format, per frame: one message `[u32 LE length][payload[:inline_bytes - 4]]`,
 received into a preallocated `inline_bytes` buffer (gloo accepts a message shorter than the
 posted buffer; it rejects a longer one), then, only for frames longer than that, one message
 with the rest, whose exact size the receiver now knows. A hop therefore costs one message per
-edge and direction in the usual case. Length -1 on the evaluator channel means end of stream.
+edge and direction in the usual case. Length 2**32 - 1 on the evaluator channel means end of
+stream (a real length is at most MAX_FRAME_BYTES = 2**30).
 Both ends of a channel must use the same inline_bytes (the default unless a test changes it).
 Counting follows `transport.ByteCounter`: HEADER + frame, once, at the sender, at the step the
 caller passes; the end marker (HEADER bytes) at `last_step`.
@@ -48,13 +49,14 @@ log = logging.getLogger(__name__)
 # so ours sit far away from 0, 1, 2, ...
 TAG_HOP = 0x5EED_0000
 TAG_EVAL = 0x5EED_0001
-_END = -1  # length header of the end-of-stream marker
+_END = 0xFFFF_FFFF  # length header of the end-of-stream marker (u32; frames are < 2**30)
+_LENGTH = struct.Struct("<I")  # the HEADER-byte length before every frame
 
 
 def _encode(frame: bytes, inline_bytes: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     """frame -> (head message, tail message or None) as CPU uint8 tensors owning a copy."""
     cut = inline_bytes - HEADER
-    head = bytearray(struct.pack("<q", len(frame))) + frame[:cut]
+    head = bytearray(_LENGTH.pack(len(frame))) + frame[:cut]
     tail = bytearray(frame[cut:]) if len(frame) > cut else None
     return (
         torch.frombuffer(head, dtype=torch.uint8),
@@ -82,7 +84,7 @@ class _HeadBuffer:
         self._np = self.tensor.numpy()
 
     def length(self) -> int:
-        return int(self._np[:HEADER].view("<i8")[0])
+        return int(self._np[:HEADER].view("<u4")[0])
 
     def payload(self, n: int) -> bytes:
         return self._np[HEADER : HEADER + n].tobytes()
@@ -230,7 +232,7 @@ class GlooTransport:
             self._pending.clear()
             return
         self.counter.add(self.last_step, self.node, EVALUATOR, HEADER)
-        end = torch.frombuffer(bytearray(struct.pack("<q", _END)), dtype=torch.uint8)
+        end = torch.frombuffer(bytearray(_LENGTH.pack(_END)), dtype=torch.uint8)
         self._pending.append((self._post(dist.isend, end, EVALUATOR, TAG_EVAL), end))
         while self._pending:
             self._wait(self._pending.popleft()[0], EVALUATOR, "push to")

@@ -1,32 +1,66 @@
-"""One ZO update as a message, and its wire format.
+"""One ZO update as a message, and its wire formats (frame v2, and v1 still decoded).
 
-Owns: `Message` (origin, step, seed, scalar, k), its fixed-width little-endian record, frames
-(a header plus records), and strict validation on decode. A frame is decoded whole or not at all:
-any problem raises `FrameError` and yields no message, so nothing from a bad frame is applied.
+Owns: `Message` (origin, step, seed, scalar, k), frames (a header plus records, little-endian),
+and strict validation on decode. A frame is decoded whole or not at all: any problem raises
+`FrameError` and yields no message, so nothing from a bad frame is applied.
 
-Wire format (all little-endian):
-  header  16 bytes: magic b"SFLD", version u16, record size u16, count u32, crc32 u32 (of records)
-  record  24 bytes: origin u32, step u32, seed u64, scalar f32, k u16, reserved u16 (= 0)
+Frame v2 (what `encode` writes): a record carries only what a receiver cannot derive.
+  empty   zero bytes: a frame with no messages is b"" (the transport's length header says 0)
+  header  magic b"SF", version u8 = 2, layout u8, count (1/2/4 bytes), base step u32, crc32 u32
+  record  step offset, origin, k (0/1/2/4 bytes each, from the layout), scalar f32
+- The layout byte holds four 2-bit width codes (0, 1, 2, 4 bytes): bits 0-1 step offset, 2-3
+  origin, 4-5 k, 6-7 count (code 0 is reserved there: a non-empty frame has a count). Widths are
+  the smallest that hold the frame's largest value (0 when every value is 0). A record's step is
+  the header's base step (the frame's smallest) + its offset. 16 clients, K = 1: a frame of one
+  step spends 0 + 1 + 0 + 4 = 5 bytes per message, one spanning up to 256 steps 6.
+- The seed does not travel: it is `seed_of(origin, step, k)` (protocol.seed = rng.derive), which
+  every receiver checked anyway. `decode` fills it in, so decoding a non-empty v2 frame needs
+  `seed_of` (argument or `Limits.seed_of`); without one it is a caller bug (ValueError).
+- The CRC-32 covers the header bytes before it (layout, count, base step) and the records.
+- One byte string per message set: the encoder's choice of widths and base is the only valid
+  one (the decoder rejects wider fields or a base above the smallest step), so a log written
+  twice from the same steps is byte-identical.
+Frame v1 (decoded, and written by `encode(..., version=1)`): 16-byte header magic b"SFLD",
+version u16 = 1, record size u16 = 24, count u32, crc32 u32 (of the records); 24-byte records
+origin u32, step u32, seed u64, scalar f32, k u16, reserved u16 (= 0). v1 begins b"SFLD": its
+third byte ("L" = 76) is never a v2 version byte, so the two are told apart by their first bytes.
+
 The scalar travels as float32: the originator rounds its own scalar the same way (`Message.make`),
 so every client applies exactly the bits that travel.
 
-Assumes: origins are topology node ids (< 2**32), steps < 2**32, k < 2**16.
+Assumes: origins and steps < 2**32, k < 2**16 (v1) or < 2**32 (v2).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+SeedOf = Callable[[int, int, int], int]  # (origin, step, k) -> seed
+
+VERSION_1 = 1
+VERSION_2 = 2
+VERSION = VERSION_2
+"""The version `encode` writes by default."""
+
+# -- v1 --
 MAGIC = b"SFLD"
-VERSION = 1
 HEADER = struct.Struct("<4sHHII")
 RECORD = struct.Struct("<IIQfHH")
-HEADER_SIZE = HEADER.size  # 16
-RECORD_SIZE = RECORD.size  # 24
+HEADER_SIZE = HEADER.size  # 16 (v1)
+RECORD_SIZE = RECORD.size  # 24 (v1)
+
+# -- v2 --
+MAGIC_2 = b"SF"
+WIDTHS = (0, 1, 2, 4)  # bytes of a field, by its 2-bit layout code
+_FMT = {0: "", 1: "B", 2: "H", 4: "I"}
+_U32 = struct.Struct("<I")
+V2_PREFIX = 4  # magic, version, layout: where the count starts
+V2_MIN_FRAME = V2_PREFIX + 1 + 8 + 4  # smallest non-empty v2 frame: 1-byte count, one 4-byte record
 
 
 class FrameError(ValueError):
@@ -61,16 +95,18 @@ class Message:
 
 @dataclass(frozen=True)
 class Limits:
-    """What a receiver accepts. `seed_of` (if given) must reproduce each message's seed."""
+    """What a receiver accepts. `seed_of` (if given) must reproduce each message's seed; a v2
+    frame's seeds are made by it."""
 
     n_origins: int
     min_step: int = 0
     max_step: int = 2**32 - 1
     max_k: int = 1
     max_scalar: float = 1e6
-    seed_of: Callable[[int, int, int], int] | None = None  # (origin, step, k) -> seed
+    seed_of: SeedOf | None = None
 
-    def check(self, m: Message) -> None:
+    def check(self, m: Message, check_seed: bool = True) -> None:
+        """Raise FrameError unless m is acceptable (`check_seed=False`: its seed was derived)."""
         if not 0 <= m.origin < self.n_origins:
             raise FrameError(f"origin {m.origin} out of range 0..{self.n_origins - 1}")
         if not self.min_step <= m.step <= self.max_step:
@@ -79,25 +115,150 @@ class Limits:
             raise FrameError(f"perturbation index k={m.k} out of range 0..{self.max_k - 1}")
         if not math.isfinite(m.scalar) or abs(m.scalar) > self.max_scalar:
             raise FrameError(f"scalar {m.scalar!r} is not finite or exceeds {self.max_scalar:g}")
-        if self.seed_of is not None and self.seed_of(m.origin, m.step, m.k) != m.seed:
+        if check_seed and self.seed_of is not None and self.seed_of(m.origin, m.step, m.k) != m.seed:
             raise FrameError(f"seed of message {m.id} does not match its derivation")
 
 
-def encode(messages: Iterable[Message]) -> bytes:
-    """Pack messages into one frame (an empty iterable gives a 16-byte header-only frame)."""
-    body = b"".join(RECORD.pack(m.origin, m.step, m.seed, m.scalar, m.k, 0) for m in messages)
-    count = len(body) // RECORD_SIZE
-    return HEADER.pack(MAGIC, VERSION, RECORD_SIZE, count, zlib.crc32(body)) + body
+# -- v2 layout -------------------------------------------------------------------------------------
+def width(value: int) -> int:
+    """Smallest of 0/1/2/4 bytes holding the non-negative `value` (0 bytes: value is 0)."""
+    if value == 0:
+        return 0
+    if value < 1 << 8:
+        return 1
+    if value < 1 << 16:
+        return 2
+    if value < 1 << 32:
+        return 4
+    raise ValueError(f"message field {value} does not fit in 4 bytes")
 
 
-def decode(frame: bytes, limits: Limits | None = None) -> list[Message]:
-    """Unpack and validate a frame; raises FrameError (and returns nothing) on any problem."""
+@dataclass(frozen=True)
+class Layout:
+    """Field widths in bytes of one v2 frame (each 0, 1, 2 or 4; count never 0)."""
+
+    offset: int
+    origin: int
+    k: int
+    count: int
+
+    @classmethod
+    def of_byte(cls, b: int) -> Layout:
+        lay = cls(*(WIDTHS[(b >> shift) & 3] for shift in (0, 2, 4, 6)))
+        if lay.count == 0:
+            raise FrameError(f"layout byte {b:#04x}: count width 0 is reserved (an empty frame is zero bytes)")
+        return lay
+
+    @property
+    def byte(self) -> int:
+        return sum(WIDTHS.index(w) << shift for w, shift in zip(self.fields, (0, 2, 4, 6)))
+
+    @property
+    def fields(self) -> tuple[int, int, int, int]:
+        return (self.offset, self.origin, self.k, self.count)
+
+    @property
+    def header_size(self) -> int:
+        """Magic, version, layout, count, base step, crc."""
+        return V2_PREFIX + self.count + 8
+
+    @property
+    def record_size(self) -> int:
+        return self.offset + self.origin + self.k + 4
+
+    @property
+    def record(self) -> struct.Struct:
+        return _record_struct(self.offset, self.origin, self.k)
+
+
+@functools.cache
+def _record_struct(w_off: int, w_org: int, w_k: int) -> struct.Struct:
+    return struct.Struct("<" + _FMT[w_off] + _FMT[w_org] + _FMT[w_k] + "f")
+
+
+def _layout_of(max_offset: int, max_origin: int, max_k: int, count: int) -> Layout:
+    return Layout(width(max_offset), width(max_origin), width(max_k), width(count))
+
+
+@dataclass(frozen=True)
+class Head:
+    """The parsed v2 header: its layout, record count, base step and CRC."""
+
+    layout: Layout
+    count: int
+    base: int
+    crc: int
+
+    @property
+    def frame_size(self) -> int:
+        return self.layout.header_size + self.count * self.layout.record_size
+
+
+def read_head(frame: bytes | memoryview) -> Head:
+    """Parse a v2 header from the start of `frame` (which may be longer); raises FrameError."""
+    if len(frame) < V2_PREFIX:
+        raise FrameError(f"frame of {len(frame)} bytes is shorter than a v2 header")
+    if bytes(frame[:2]) != MAGIC_2:
+        raise FrameError(f"bad magic {bytes(frame[:2])!r} (expected {MAGIC_2!r})")
+    if frame[2] != VERSION_2:
+        raise FrameError(f"unsupported frame version {frame[2]}")
+    layout = Layout.of_byte(frame[3])
+    if len(frame) < layout.header_size:
+        raise FrameError(f"frame of {len(frame)} bytes is shorter than its {layout.header_size}-byte header")
+    count = int.from_bytes(frame[V2_PREFIX : V2_PREFIX + layout.count], "little")
+    base, crc = struct.unpack_from("<II", frame, V2_PREFIX + layout.count)
+    return Head(layout, count, base, crc)
+
+
+# -- encode / decode -----------------------------------------------------------------------------
+def encode(messages: Iterable[Message], version: int = VERSION) -> bytes:
+    """Pack messages into one frame, in the order given (v2: no messages give b"")."""
+    if version == VERSION_1:
+        body = b"".join(RECORD.pack(m.origin, m.step, m.seed, m.scalar, m.k, 0) for m in messages)
+        count = len(body) // RECORD_SIZE
+        return HEADER.pack(MAGIC, VERSION_1, RECORD_SIZE, count, zlib.crc32(body)) + body
+    if version != VERSION_2:
+        raise ValueError(f"message.encode: unknown frame version {version}")
+    msgs = messages if isinstance(messages, Sequence) else list(messages)
+    if not msgs:
+        return b""
+    base = min(m.step for m in msgs)
+    offsets = [m.step - base for m in msgs]
+    origins = [m.origin for m in msgs]
+    ks = [m.k for m in msgs]
+    lay = _layout_of(max(offsets), max(origins), max(ks), len(msgs))
+    cols = [col for w, col in zip(lay.fields, (offsets, origins, ks)) if w] + [[m.scalar for m in msgs]]
+    rec = lay.record
+    body = b"".join(rec.pack(*row) for row in zip(*cols))
+    head = MAGIC_2 + bytes((VERSION_2, lay.byte)) + len(msgs).to_bytes(lay.count, "little") + _U32.pack(base)
+    return head + _U32.pack(zlib.crc32(body, zlib.crc32(head[2:]))) + body
+
+
+def decode(frame: bytes, limits: Limits | None = None, *, seed_of: SeedOf | None = None) -> list[Message]:
+    """Unpack and validate a v1 or v2 frame; raises FrameError (and returns nothing) on any problem.
+
+    A v2 frame's seeds come from `seed_of`, else `limits.seed_of`; a non-empty v2 frame without
+    either raises ValueError (the caller must say how seeds are derived).
+    """
+    if frame[:4] == MAGIC:
+        out = _decode_v1(frame, limits)
+    elif not frame:
+        return []
+    else:
+        derive = seed_of if seed_of is not None else (limits.seed_of if limits is not None else None)
+        if derive is None and frame[:3] == MAGIC_2 + bytes((VERSION_2,)):
+            raise ValueError("message.decode: a v2 frame carries no seeds; pass seed_of= or Limits(seed_of=...)")
+        out = _decode_v2(frame, limits, derive)
+    if len({m.id for m in out}) != len(out):
+        raise FrameError("frame repeats a message id")
+    return out
+
+
+def _decode_v1(frame: bytes, limits: Limits | None) -> list[Message]:
     if len(frame) < HEADER_SIZE:
         raise FrameError(f"frame of {len(frame)} bytes is shorter than the {HEADER_SIZE}-byte header")
     magic, version, rsize, count, crc = HEADER.unpack_from(frame)
-    if magic != MAGIC:
-        raise FrameError(f"bad magic {magic!r} (expected {MAGIC!r})")
-    if version != VERSION or rsize != RECORD_SIZE:
+    if version != VERSION_1 or rsize != RECORD_SIZE:
         raise FrameError(f"unsupported frame version {version} / record size {rsize}")
     if len(frame) != HEADER_SIZE + count * RECORD_SIZE:
         raise FrameError(f"frame length {len(frame)} does not match {count} records")
@@ -112,6 +273,39 @@ def decode(frame: bytes, limits: Limits | None = None) -> list[Message]:
         if limits is not None:
             limits.check(m)
         out.append(m)
-    if len({m.id for m in out}) != len(out):
-        raise FrameError("frame repeats a message id")
+    return out
+
+
+def _decode_v2(frame: bytes, limits: Limits | None, seed_of: SeedOf | None) -> list[Message]:
+    head = read_head(frame)
+    lay = head.layout
+    if len(frame) != head.frame_size:
+        raise FrameError(f"frame length {len(frame)} does not match {head.count} records of {lay.record_size} bytes")
+    body = memoryview(frame)[lay.header_size :]
+    if zlib.crc32(body, zlib.crc32(memoryview(frame)[2 : lay.header_size - 4])) != head.crc:
+        raise FrameError("frame checksum mismatch")
+    if head.count == 0:
+        raise FrameError("a v2 frame with a header holds at least one message (an empty frame is zero bytes)")
+    assert seed_of is not None  # decode() checked
+    present = [w > 0 for w in lay.fields[:3]]
+    out: list[Message] = []
+    max_off = max_org = max_k = 0
+    check_seed = limits is not None and limits.seed_of is not seed_of
+    for row in lay.record.iter_unpack(body):
+        it = iter(row)
+        off, origin, k = (next(it) if p else 0 for p in present)
+        scalar = row[-1]
+        step = head.base + off
+        if step >= 1 << 32:
+            raise FrameError(f"step {head.base} + {off} does not fit in 32 bits")
+        max_off, max_org, max_k = max(max_off, off), max(max_org, origin), max(max_k, k)
+        m = Message(step=step, origin=origin, k=k, seed=seed_of(origin, step, k), scalar=scalar)
+        if limits is not None:
+            limits.check(m, check_seed=check_seed)
+        out.append(m)
+    # One encoding per message set: the smallest widths, base = the smallest step.
+    if min(m.step for m in out) != head.base:
+        raise FrameError(f"base step {head.base} is not the frame's smallest step")
+    if _layout_of(max_off, max_org, max_k, head.count) != lay:
+        raise FrameError(f"layout byte {lay.byte:#04x} is not the narrowest for its records")
     return out

@@ -7,7 +7,7 @@ Owns what every backend shares, and nothing backend-specific:
   node) without slowing hops. The step is passed explicitly and only labels the byte counts.
 - `ByteCounter`: every byte handed to the backend, per directed edge and per step. These are the
   communication figures we publish, so every backend counts the same thing the same way:
-  `HEADER` (8-byte length) + the frame, once, at the sender; the end-of-stream marker `close()`
+  `HEADER` (4-byte u32 length) + the frame, once, at the sender; the end-of-stream marker `close()`
   sends to the evaluator is `HEADER` bytes at the transport's `last_step`.
 - `Inbox`: the evaluator's side of the push channel (an ordered queue that ends with the
   stream, or fails with the sender), with an `on_frame` hook and a `received` count.
@@ -34,8 +34,9 @@ log = logging.getLogger(__name__)
 
 EVALUATOR = -1
 """Node id of the evaluator in byte counts (it is rank 0, not a topology node)."""
-HEADER = 8
-"""Bytes of the int64 length that precedes every frame on the wire (counted)."""
+HEADER = 4
+"""Bytes of the u32 length that precedes every frame on the wire (counted). Frames are far below
+MAX_FRAME_BYTES (< 2**32), so 4 bytes hold any length plus the end-of-stream marker 2**32 - 1."""
 INLINE_BYTES = 64 * 1024
 """Receive buffer per peer (gloo): frames up to INLINE_BYTES - HEADER travel in one message."""
 MAX_FRAME_BYTES = 1 << 30

@@ -19,11 +19,13 @@ import time
 
 import pytest
 
+from seedflood.transport import HEADER  # 4: the u32 length before each frame
+
 N = 4  # clients; ranks 1..N, the evaluator is rank 0 and attaches to node ATTACH
 ATTACH = 0
 HOPS = 20
-INLINE = 64  # small on purpose: frames above 56 bytes take the two-message path
-SIZES = [0, 1, 55, 56, 57, 16 + 24 * 3, 300, 0, 2000]
+INLINE = 64  # small on purpose: frames above INLINE - HEADER = 60 bytes take the two-message path
+SIZES = [0, 1, 59, 60, 61, 16 + 24 * 3, 300, 0, 2000]
 
 
 def neighbours(node: int) -> list[int]:
@@ -57,7 +59,9 @@ def worker(scenario: str) -> int:
         if world.is_evaluator:
             calls: list[tuple[str, int]] = []  # (calling thread, inbox.received at the call)
             inbox = EvaluatorInbox(
-                src_rank=ATTACH + 1, src_node=ATTACH, inline_bytes=INLINE,
+                src_rank=ATTACH + 1,
+                src_node=ATTACH,
+                inline_bytes=INLINE,
                 on_frame=lambda: calls.append((threading.current_thread().name, inbox.received)),
             )
             frames: list[bytes] = []
@@ -76,8 +80,12 @@ def worker(scenario: str) -> int:
             node = world.client_node
             counter = ByteCounter()
             transport = GlooTransport(
-                node, neighbours(node), lambda n: n + 1, counter,
-                evaluator_rank=0 if node == ATTACH else None, inline_bytes=INLINE,
+                node,
+                neighbours(node),
+                lambda n: n + 1,
+                counter,
+                evaluator_rank=0 if node == ATTACH else None,
+                inline_bytes=INLINE,
             )
             bad, start = [], time.perf_counter()
             try:
@@ -119,14 +127,14 @@ def test_ring_exchanges_pushes_and_counts(run_world, procs_ok):
         for hop in range(HOPS):
             for p in neighbours(node):
                 key = (hop // 4, node, p)
-                expect[key] = expect.get(key, 0) + 8 + len(frame(node, p, hop))
+                expect[key] = expect.get(key, 0) + HEADER + len(frame(node, p, hop))
             if node == ATTACH:
                 key = (hop // 4, node, -1)
-                expect[key] = expect.get(key, 0) + 8 + len(pushed(hop))
+                expect[key] = expect.get(key, 0) + HEADER + len(pushed(hop))
         for p in neighbours(node):
-            expect[(HOPS // 4, node, p)] = 8  # the final empty hop
+            expect[(HOPS // 4, node, p)] = HEADER  # the final empty hop
         if node == ATTACH:
-            expect[(HOPS // 4, node, -1)] = 8  # the end-of-stream marker, at last_step
+            expect[(HOPS // 4, node, -1)] = HEADER  # the end-of-stream marker, at last_step
         assert {tuple(k): n for *k, n in r["rows"]} == expect
 
 

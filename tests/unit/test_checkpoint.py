@@ -7,23 +7,50 @@ Every test works on a few hundred bytes under tmp_path and runs in milliseconds.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 
 from seedflood import checkpoint as ckpt
-from seedflood import message
+from seedflood import message, rng
 from seedflood.checkpoint import CheckpointError, LogReader, LogWriter
 from seedflood.message import Limits, Message
 
 N = 3  # messages per step
-REC = 8 + message.HEADER_SIZE + N * message.RECORD_SIZE  # bytes of one record on disk (96)
 TRAJ = {"run.seed": 0, "zo.lr": 10.0, "zo.eps": 1e-3, "n_clients": N, "delay": 0}
+
+
+def seed_of(o: int, s: int, k: int) -> int:
+    return rng.derive(TRAJ["run.seed"], o, s, k)  # what a v2 log's reader derives
+
+
+@dataclass(frozen=True)
+class Fmt:
+    """One log format: its frame version and the sizes of its on-disk records."""
+
+    version: int
+    frame_header: int  # bytes of a frame's header
+    message: int  # bytes of one message in a frame
+
+    @property
+    def rec(self) -> int:
+        """Bytes of one record on disk (v1: 96, v2: 36)."""
+        return 8 + self.frame_header + N * self.message
+
+
+V1, V2 = Fmt(1, message.HEADER_SIZE, message.RECORD_SIZE), Fmt(2, 13, 5)  # v2: 3 origins, k = 0
+
+
+@pytest.fixture(params=[V1, V2], ids=["v1", "v2"])
+def fmt(request: pytest.FixtureRequest) -> Fmt:
+    return request.param
 
 
 def header(**traj: object) -> dict:
@@ -31,20 +58,31 @@ def header(**traj: object) -> dict:
 
 
 def msgs(step: int) -> list[Message]:
-    return [Message.make(o, step, seed=1000 * step + o, scalar=0.5 * o - step) for o in range(N)]
+    return [Message.make(o, step, seed=seed_of(o, step, 0), scalar=0.5 * o - step) for o in range(N)]
 
 
-def write_log(path: Path, steps: int) -> int:
-    """A log of `steps` records; returns the byte offset of record 0."""
+def start_log(path: Path, fmt: Fmt, head: dict | None = None) -> None:
+    """A log with no records: v2 as LogWriter creates it, v1 as the code before frame v2 did."""
+    if fmt.version == 2:
+        LogWriter(path, head or header()).close()
+        return
+    body = json.dumps(head or header(), sort_keys=True).encode()
+    path.write_bytes(ckpt.LOG_MAGIC_V1 + len(body).to_bytes(4, "little") + body)
+
+
+def write_log(path: Path, steps: int, fmt: Fmt = V2) -> int:
+    """A log of `steps` records (a v1 log is appended to in v1); returns the byte offset of record 0."""
+    start_log(path, fmt)
     w = LogWriter(path, header())
+    assert w.version == fmt.version
     for s in range(steps):
         w.append(s, msgs(s))
     w.close()
-    return path.stat().st_size - steps * REC
-
-
-def rec_at(start: int, step: int) -> int:
-    return start + step * REC
+    start = path.stat().st_size - steps * fmt.rec
+    assert [path.read_bytes()[start + i * fmt.rec : start + i * fmt.rec + 4] for i in range(steps)] == [
+        i.to_bytes(4, "little") for i in range(steps)
+    ]
+    return start
 
 
 def flipped(data: bytes, i: int, bit: int) -> bytes:
@@ -55,19 +93,23 @@ def flipped(data: bytes, i: int, bit: int) -> bytes:
 
 def limits_check(step: int, ms: list[Message]) -> None:
     """What the evaluator's check does: wire limits per message, exactly N messages."""
-    lim = Limits(n_origins=N, min_step=step, max_step=step, seed_of=lambda o, s, k: 1000 * s + o)
+    lim = Limits(n_origins=N, min_step=step, max_step=step, seed_of=seed_of)
     for m in ms:
         lim.check(m)
     if len(ms) != N:
         raise ValueError(f"step {step} carries {len(ms)} messages, expected {N}")
 
 
-def flips(off: int) -> list[tuple[int, int]]:
-    """(byte, bit) to flip in the record at `off`: every bit of the 24 header bytes (step,
-    length, frame header: where the torn-vs-corrupt logic lives), one bit of each message byte
-    (all of them fall to the CRC), so the loop stays in the hundreds."""
-    head = 8 + message.HEADER_SIZE
-    return [(off + i, b) for i in range(head) for b in range(8)] + [(off + i, i % 8) for i in range(head, REC)]
+def flips(off: int, fmt: Fmt) -> list[tuple[int, int]]:
+    """(byte, bit) to flip in the record at `off`: every bit of the record and frame headers
+    (step, length, frame header: where the torn-vs-corrupt logic lives), one bit of each message
+    byte (all of them fall to the CRC), so the loop stays in the hundreds."""
+    head = 8 + fmt.frame_header
+    return [(off + i, b) for i in range(head) for b in range(8)] + [(off + i, i % 8) for i in range(head, fmt.rec)]
+
+
+def rec_at(start: int, fmt: Fmt, step: int) -> int:
+    return start + step * fmt.rec
 
 
 def snapshot(path: Path) -> tuple[bytes, int]:
@@ -75,9 +117,9 @@ def snapshot(path: Path) -> tuple[bytes, int]:
 
 
 # -- the log: round trip, torn tail ---------------------------------------------------------------
-def test_round_trip_and_header(tmp_path: Path) -> None:
+def test_round_trip_and_header(tmp_path: Path, fmt: Fmt) -> None:
     p = tmp_path / "log.bin"
-    write_log(p, 5)
+    write_log(p, 5, fmt)
     reader = LogReader(p)
     head, records = reader.read(check=limits_check)
     assert head == json.loads(json.dumps(header()))
@@ -86,12 +128,12 @@ def test_round_trip_and_header(tmp_path: Path) -> None:
     assert reader.torn == 0
 
 
-def test_torn_tail_at_every_byte_of_the_final_record(tmp_path: Path) -> None:
+def test_torn_tail_at_every_byte_of_the_final_record(tmp_path: Path, fmt: Fmt) -> None:
     p = tmp_path / "log.bin"
-    start = write_log(p, 4)
+    start = write_log(p, 4, fmt)
     full = p.read_bytes()
-    last = rec_at(start, 3)
-    for cut in range(1, REC):
+    last = rec_at(start, fmt, 3)
+    for cut in range(1, fmt.rec):
         p.write_bytes(full[: last + cut])
         reader = LogReader(p)
         _, records = reader.read(check=limits_check)
@@ -106,12 +148,12 @@ def test_torn_tail_at_every_byte_of_the_final_record(tmp_path: Path) -> None:
 
 
 # -- the log: corruption is an error, never a short read -----------------------------------------
-def test_bit_flip_anywhere_in_a_middle_record_names_it(tmp_path: Path) -> None:
+def test_bit_flip_anywhere_in_a_middle_record_names_it(tmp_path: Path, fmt: Fmt) -> None:
     p = tmp_path / "log.bin"
-    start = write_log(p, 5)
+    start = write_log(p, 5, fmt)
     full = p.read_bytes()
-    off = rec_at(start, 2)
-    for i, bit in flips(off):
+    off = rec_at(start, fmt, 2)
+    for i, bit in flips(off, fmt):
         p.write_bytes(flipped(full, i, bit))
         with pytest.raises(CheckpointError) as e:
             LogReader(p).read()
@@ -119,73 +161,86 @@ def test_bit_flip_anywhere_in_a_middle_record_names_it(tmp_path: Path) -> None:
         assert "\n" not in str(e.value)
 
 
-def test_bit_flip_anywhere_in_the_last_complete_record_is_not_a_torn_tail(tmp_path: Path) -> None:
+def test_bit_flip_anywhere_in_the_last_complete_record_is_not_a_torn_tail(tmp_path: Path, fmt: Fmt) -> None:
     p = tmp_path / "log.bin"
-    start = write_log(p, 4)
+    start = write_log(p, 4, fmt)
     full = p.read_bytes()
-    off = rec_at(start, 3)
-    for i, bit in flips(off):
+    off = rec_at(start, fmt, 3)
+    for i, bit in flips(off, fmt):
         p.write_bytes(flipped(full, i, bit))
         with pytest.raises(CheckpointError, match=rf"record at byte offset {off} \(step 3\) is corrupt"):
             LogReader(p).read()
 
 
-def test_crc_failure_of_the_last_record_is_an_error(tmp_path: Path) -> None:
+def test_crc_failure_of_the_last_record_is_an_error(tmp_path: Path, fmt: Fmt) -> None:
     p = tmp_path / "log.bin"
-    write_log(p, 3)
+    write_log(p, 3, fmt)
     p.write_bytes(flipped(p.read_bytes(), p.stat().st_size - 1, 0))  # last byte of the last message
     with pytest.raises(CheckpointError, match="checksum mismatch"):
         LogReader(p).read()
 
 
-def test_length_field_of_the_last_record_grown_by_one_message_is_an_error(tmp_path: Path) -> None:
+def test_length_field_of_the_last_record_grown_by_one_message_is_an_error(tmp_path: Path, fmt: Fmt) -> None:
     # A valid-looking frame length that runs past the end of the file: it would look torn,
     # but the frame header (fully present) still says N messages.
     p = tmp_path / "log.bin"
-    start = write_log(p, 3)
+    start = write_log(p, 3, fmt)
     b = bytearray(p.read_bytes())
-    off = rec_at(start, 2)
-    b[off + 4 : off + 8] = (REC - 8 + message.RECORD_SIZE).to_bytes(4, "little")
+    off = rec_at(start, fmt, 2)
+    b[off + 4 : off + 8] = (fmt.rec - 8 + fmt.message).to_bytes(4, "little")
     p.write_bytes(bytes(b))
     with pytest.raises(CheckpointError, match=rf"offset {off} \(step 2\).*disagrees with the frame header"):
         LogReader(p).read()
 
 
 @pytest.mark.parametrize("garbage", [b"\xff", b"\x00\x00\x00\x00\x10", b"\x03\x00\x00\x00" + b"\x00" * 40])
-def test_trailing_garbage_is_an_error(tmp_path: Path, garbage: bytes) -> None:
+def test_trailing_garbage_is_an_error(tmp_path: Path, fmt: Fmt, garbage: bytes) -> None:
     p = tmp_path / "log.bin"
-    start = write_log(p, 3)
+    start = write_log(p, 3, fmt)
     p.write_bytes(p.read_bytes() + garbage)
-    with pytest.raises(CheckpointError, match=rf"offset {rec_at(start, 3)} \(step 3\) is corrupt"):
+    with pytest.raises(CheckpointError, match=rf"offset {rec_at(start, fmt, 3)} \(step 3\) is corrupt"):
         LogReader(p).read()
 
 
-def _incomplete_final(b: bytearray, off: int, byte: int, cut: int) -> bytes:
-    """The log cut `cut` bytes into the record at `off`, with bit 0 of byte `off + byte` flipped."""
-    b[off + byte] ^= 1
+def _incomplete_final(b: bytearray, off: int, byte: int, cut: int, mask: int = 1) -> bytes:
+    """The log cut `cut` bytes into the record at `off`, with byte `off + byte` xor `mask`."""
+    b[off + byte] ^= mask
     return bytes(b[: off + cut])
 
 
+INCONSISTENT = [  # (format, byte, bytes left of the final record, reason, xor mask of the byte)
+    (V1, 1, 3, "does not start with step 3", 1),  # step field, itself incomplete
+    (V1, 8 + 2, 8 + 3, "bad frame magic", 1),  # frame magic, itself incomplete
+    (V1, 8 + 4, 8 + 20, "unsupported frame version", 1),  # frame header whole, rest missing
+    (V1, 8 + 16 + 4, 8 + 16 + 30, "holds a message of step", 1),  # first message whole, wrong step
+    (V1, 8 + 16 + 22, 8 + 16 + 30, "holds a message of step", 1),  # reserved field of that message
+    (V2, 1, 3, "does not start with step 3", 1),
+    (V2, 8 + 1, 8 + 2, "bad frame magic", 1),  # frame magic, itself incomplete
+    (V2, 8 + 2, 8 + 3, "unsupported frame version", 1),  # version byte, nothing after it
+    (V2, 8 + 3, 8 + 4, "has step offsets", 1),  # layout byte: an offset width in a one-step frame
+    (V2, 8 + 3, 8 + 4, "count width 0 is reserved", 0x40),  # layout byte: no count
+    (V2, 8 + 4, 8 + 5, "disagrees with the frame header", 1),  # count, then nothing
+    (V2, 8 + 5, 8 + 9, "frame header holds step 2", 1),  # base step whole, no CRC yet
+    (V2, 8 + 13, 8 + 13 + 12, "out of canonical", 1),  # first message (origin 0 -> 1), two whole
+    (V2, 8 + 18, 8 + 13 + 10, "out of canonical", 1),  # second message's origin (1 -> 0)
+]
+
+
 @pytest.mark.parametrize(
-    ("byte", "cut", "reason"),
-    [
-        (1, 3, "does not start with step 3"),  # step field, itself incomplete
-        (8 + 2, 8 + 3, "bad frame magic"),  # frame magic, itself incomplete
-        (8 + 4, 8 + 20, "unsupported frame version"),  # frame header whole, rest missing
-        (8 + 16 + 4, 8 + 16 + 30, "holds a message of step"),  # first message whole, wrong step
-        (8 + 16 + 22, 8 + 16 + 30, "holds a message of step"),  # reserved field of that message
-    ],
+    ("fmt", "byte", "cut", "reason", "mask"), INCONSISTENT, ids=[f"v{t[0].version}-{t[3]}" for t in INCONSISTENT]
 )
 def test_an_incomplete_final_record_with_an_inconsistent_field_is_corrupt_not_torn(
     tmp_path: Path,
+    fmt: Fmt,
     byte: int,
     cut: int,
     reason: str,
+    mask: int,
 ) -> None:
     p = tmp_path / "log.bin"
-    start = write_log(p, 4)
-    off = rec_at(start, 3)
-    p.write_bytes(_incomplete_final(bytearray(p.read_bytes()), off, byte, cut))
+    start = write_log(p, 4, fmt)
+    off = rec_at(start, fmt, 3)
+    p.write_bytes(_incomplete_final(bytearray(p.read_bytes()), off, byte, cut, mask))
     with pytest.raises(CheckpointError, match=rf"offset {off} \(step 3\) is corrupt: .*{reason}"):
         LogReader(p).read()
     before = snapshot(p)
@@ -194,26 +249,27 @@ def test_an_incomplete_final_record_with_an_inconsistent_field_is_corrupt_not_to
     assert snapshot(p) == before
 
 
-def test_step_out_of_sequence_is_an_error(tmp_path: Path) -> None:
+def test_step_out_of_sequence_is_an_error(tmp_path: Path, fmt: Fmt) -> None:
     p = tmp_path / "log.bin"
-    start = write_log(p, 3)
+    start = write_log(p, 3, fmt)
     b = bytearray(p.read_bytes())
-    b[rec_at(start, 1) : rec_at(start, 1) + 4] = (2).to_bytes(4, "little")
+    b[rec_at(start, fmt, 1) : rec_at(start, fmt, 1) + 4] = (2).to_bytes(4, "little")
     p.write_bytes(bytes(b))
     with pytest.raises(CheckpointError, match=r"\(step 1\) is corrupt: holds step 2, expected 1"):
         LogReader(p).read()
 
 
 # -- the check hook -------------------------------------------------------------------------------
-def test_check_rejects_a_record_with_a_valid_crc_and_a_nan_scalar(tmp_path: Path) -> None:
+def test_check_rejects_a_record_with_a_valid_crc_and_a_nan_scalar(tmp_path: Path, fmt: Fmt) -> None:
     p = tmp_path / "log.bin"
-    start = write_log(p, 3)
-    bad = [Message(step=3, origin=o, k=0, seed=3000 + o, scalar=math.nan if o == 1 else 1.0) for o in range(N)]
-    frame = message.encode(bad)
-    assert message.decode(frame)[1].scalar != message.decode(frame)[1].scalar  # CRC fine, NaN inside
+    start = write_log(p, 3, fmt)
+    bad = [Message(step=3, origin=o, k=0, seed=seed_of(o, 3, 0), scalar=math.nan if o == 1 else 1.0) for o in range(N)]
+    frame = message.encode(bad, version=fmt.version)
+    got = message.decode(frame, seed_of=seed_of)
+    assert got[1].scalar != got[1].scalar  # CRC fine, NaN inside
     p.write_bytes(p.read_bytes() + (3).to_bytes(4, "little") + len(frame).to_bytes(4, "little") + frame)
     assert len(LogReader(p).read()[1]) == 4  # structurally whole: only the check can catch it
-    off = rec_at(start, 3)
+    off = rec_at(start, fmt, 3)
     with pytest.raises(CheckpointError, match=rf"offset {off} \(step 3\) is corrupt: rejected: scalar nan"):
         LogReader(p).read(check=limits_check)
     before = snapshot(p)
@@ -222,9 +278,9 @@ def test_check_rejects_a_record_with_a_valid_crc_and_a_nan_scalar(tmp_path: Path
     assert snapshot(p) == before
 
 
-def test_check_sees_every_whole_record_but_not_a_torn_tail(tmp_path: Path) -> None:
+def test_check_sees_every_whole_record_but_not_a_torn_tail(tmp_path: Path, fmt: Fmt) -> None:
     p = tmp_path / "log.bin"
-    write_log(p, 3)
+    write_log(p, 3, fmt)
     p.write_bytes(p.read_bytes()[:-5])
     seen: list[int] = []
     LogReader(p).read(check=lambda s, ms: seen.append(s))
@@ -232,19 +288,19 @@ def test_check_sees_every_whole_record_but_not_a_torn_tail(tmp_path: Path) -> No
 
 
 # -- writer: never touches a log it refuses -------------------------------------------------------
-def test_writer_on_a_corrupt_log_raises_and_leaves_it_byte_identical(tmp_path: Path) -> None:
+def test_writer_on_a_corrupt_log_raises_and_leaves_it_byte_identical(tmp_path: Path, fmt: Fmt) -> None:
     p = tmp_path / "log.bin"
-    start = write_log(p, 4)
-    p.write_bytes(flipped(p.read_bytes(), rec_at(start, 1) + 30, 3))
+    start = write_log(p, 4, fmt)
+    p.write_bytes(flipped(p.read_bytes(), rec_at(start, fmt, 1) + 30, 3))
     before = snapshot(p)
-    with pytest.raises(CheckpointError, match=rf"offset {rec_at(start, 1)} \(step 1\) is corrupt"):
+    with pytest.raises(CheckpointError, match=rf"offset {rec_at(start, fmt, 1)} \(step 1\) is corrupt"):
         LogWriter(p, header())
     assert snapshot(p) == before
 
 
-def test_writer_with_different_settings_raises_and_leaves_the_log_byte_identical(tmp_path: Path) -> None:
+def test_writer_with_different_settings_raises_and_leaves_the_log_byte_identical(tmp_path: Path, fmt: Fmt) -> None:
     p = tmp_path / "log.bin"
-    write_log(p, 2)
+    write_log(p, 2, fmt)
     before = snapshot(p)
     with pytest.raises(CheckpointError) as e:
         LogWriter(p, header(**{"zo.lr": 5.0, "zo.eps": 1e-2}))
@@ -261,7 +317,7 @@ def test_writer_with_different_settings_raises_and_leaves_the_log_byte_identical
 
 def test_writer_on_a_log_without_a_fingerprint_says_so(tmp_path: Path) -> None:
     p = tmp_path / "log.bin"
-    LogWriter(p, {"run_seed": 0, "n_clients": N, "base_hash": "abc"}).close()
+    start_log(p, V1, {"run_seed": 0, "n_clients": N, "base_hash": "abc"})  # as an older SeedFlood wrote it
     before = snapshot(p)
     with pytest.raises(
         CheckpointError, match=rf"^{re.escape(str(p))} was written by an older SeedFlood \(its header has no settings"
@@ -291,9 +347,67 @@ def test_header_mismatch_names_exactly_the_differing_keys() -> None:
     ]
 
 
-# -- writer: durability and truncation ------------------------------------------------------------
-def test_append_flushes_without_fsync_and_sync_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+# -- format versions ------------------------------------------------------------------------------
+V1_FIXTURE = Path(__file__).parent / "data" / "log_v1.bin"  # written by the v1 code: see data/README.md
+
+
+def test_a_committed_v1_log_and_the_same_runs_v2_log_hold_the_same_messages(tmp_path: Path) -> None:
+    head, records = LogReader(V1_FIXTURE).read()
+    assert V1_FIXTURE.read_bytes().startswith(ckpt.LOG_MAGIC_V1)
+    assert [s for s, _ in records] == [0, 1, 2, 3] and all(len(ms) == 6 for _, ms in records)  # N = 3, K = 2
+    run_seed = head["trajectory"]["run.seed"]
+    assert all(m.seed == rng.derive(run_seed, m.origin, m.step, m.k) for _, ms in records for m in ms)
     p = tmp_path / "log.bin"
+    w = LogWriter(p, head)
+    assert w.version == 2
+    for s, ms in records:
+        w.append(s, ms)
+    w.close()
+    assert p.read_bytes().startswith(ckpt.LOG_MAGIC)
+    assert LogReader(p).read() == (head, records)
+    assert p.stat().st_size < V1_FIXTURE.stat().st_size
+    # Resuming the v1 log keeps it v1 (one frame version per log) and byte-identical.
+    q = tmp_path / "v1.bin"
+    data = V1_FIXTURE.read_bytes()
+    q.write_bytes(data[: ckpt._read_header(io.BytesIO(data), q)[1]])
+    w = LogWriter(q, head)
+    assert w.version == 1
+    for s, ms in records:
+        w.append(s, ms)
+    w.close()
+    assert q.read_bytes() == data
+
+
+def test_a_new_log_without_a_run_seed_is_refused_before_writing(tmp_path: Path) -> None:
+    p = tmp_path / "log.bin"
+    head = header()
+    del head["trajectory"]["run.seed"]
+    with pytest.raises(CheckpointError, match='no integer trajectory "run.seed"'):
+        LogWriter(p, head)
+    assert not p.exists()
+
+
+def test_a_v2_log_refuses_a_message_it_could_not_reproduce(tmp_path: Path) -> None:
+    p = tmp_path / "log.bin"
+    w = LogWriter(p, header())
+    before = snapshot(p)
+    wrong = [msgs(0)[0], Message.make(1, 0, seed=12345, scalar=1.0), msgs(0)[2]]
+    with pytest.raises(CheckpointError, match=r"message \(1, 0, 0\) is of another step or its seed"):
+        w.append(0, wrong)
+    with pytest.raises(CheckpointError, match="no messages"):
+        w.append(0, [])
+    assert snapshot(p) == before
+    w.append(0, msgs(0))
+    w.close()
+    assert LogReader(p).read()[1] == [(0, msgs(0))]
+
+
+# -- writer: durability and truncation ------------------------------------------------------------
+def test_append_flushes_without_fsync_and_sync_fsyncs(
+    tmp_path: Path, fmt: Fmt, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = tmp_path / "log.bin"
+    start_log(p, fmt)
     w = LogWriter(p, header())
     calls: list[int] = []
     real = os.fsync
@@ -308,13 +422,13 @@ def test_append_flushes_without_fsync_and_sync_fsyncs(tmp_path: Path, monkeypatc
     assert len(calls) == 2
 
 
-def test_truncate_to_then_append(tmp_path: Path) -> None:
+def test_truncate_to_then_append(tmp_path: Path, fmt: Fmt) -> None:
     p = tmp_path / "log.bin"
-    start = write_log(p, 5)
+    start = write_log(p, 5, fmt)
     w = LogWriter(p, header())
     w.truncate_to(2)
     assert w.next_step == 2
-    assert p.stat().st_size == rec_at(start, 2)
+    assert p.stat().st_size == rec_at(start, fmt, 2)
     with pytest.raises(CheckpointError, match="appending step 3, expected 2"):
         w.append(3, msgs(3))
     w.append(2, msgs(2))
@@ -323,8 +437,8 @@ def test_truncate_to_then_append(tmp_path: Path) -> None:
     assert [s for s, _ in LogReader(p).read()[1]] == [0, 1, 2]
 
 
-def test_creating_a_log_leaves_no_temp_file(tmp_path: Path) -> None:
-    write_log(tmp_path / "log.bin", 1)
+def test_creating_a_log_leaves_no_temp_file(tmp_path: Path, fmt: Fmt) -> None:
+    write_log(tmp_path / "log.bin", 1, fmt)
     assert sorted(x.name for x in tmp_path.iterdir()) == ["log.bin"]
 
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from seedflood import checkpoint as ckpt
-from seedflood import cli, config
+from seedflood import cli, config, message
 from seedflood import protocol as proto
 from seedflood.evaluator import Evaluator, EvaluatorError, restore
 from seedflood.message import encode
@@ -155,10 +155,12 @@ def test_a_nan_record_with_a_valid_crc_is_refused(run_dir, capsys):
     log = run_dir / "log.bin"
     off, step = record_offsets(log)[3]
     data = bytearray(log.read_bytes())
-    body = off + 8 + 16
-    struct.pack_into("<f", data, body + 16, float("nan"))  # first record's scalar
-    count = struct.unpack_from("<I", data, off + 8 + 8)[0]
-    struct.pack_into("<I", data, off + 8 + 12, zlib.crc32(bytes(data[body : body + 24 * count])))
+    frame = off + 8
+    head = message.read_head(bytes(data[frame:]))  # a v2 frame: CRC over header (after magic) + records
+    body, crc_at = frame + head.layout.header_size, frame + head.layout.header_size - 4
+    struct.pack_into("<f", data, body + head.layout.record_size - 4, float("nan"))  # first record's scalar
+    end = body + head.count * head.layout.record_size
+    struct.pack_into("<I", data, crc_at, zlib.crc32(bytes(data[frame + 2 : crc_at]) + bytes(data[body:end])))
     log.write_bytes(bytes(data))
     before = snapshot(run_dir)
     line = one_line_exit_2(capsys, ["replay", str(run_dir)])

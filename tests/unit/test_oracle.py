@@ -8,6 +8,7 @@ as one logged scalar changes (or refuse the log when the change breaks a checksu
 
 from __future__ import annotations
 
+import functools
 import struct
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 import oracle
-from seedflood import checkpoint, config, message
+from seedflood import checkpoint, config, message, rng
 from seedflood.simulation import SimResult, simulate
 
 torch.set_num_threads(1)
@@ -39,9 +40,10 @@ VARIANTS = {
 }
 
 
-def write_log(path: Path, res: SimResult, base_hash: str) -> None:
+def write_log(path: Path, res: SimResult, base_hash: str, run_seed: int) -> None:
     """The log of a simulated run, as the evaluator writes it (LogWriter, one record per step)."""
-    header = {"base_identity": "tiny (test)", "base_hash": base_hash, "trajectory": {}, "config": {}}
+    trajectory = {"run.seed": run_seed}  # a v2 log's reader derives the seeds from it
+    header = {"base_identity": "tiny (test)", "base_hash": base_hash, "trajectory": trajectory, "config": {}}
     writer = checkpoint.LogWriter(path, header)
     for step, msgs in res.records:
         writer.append(step, msgs)
@@ -53,7 +55,7 @@ def run(request, tmp_path_factory) -> tuple[config.Config, SimResult, Path]:
     cfg = config.load(DEBUG, COMMON + VARIANTS[request.param])
     res = simulate(cfg)
     log = tmp_path_factory.mktemp(request.param) / "log.bin"
-    write_log(log, res, res.workloads[0].loaded.base_hash)
+    write_log(log, res, res.workloads[0].loaded.base_hash, cfg.run.seed)
     return cfg, res, log
 
 
@@ -81,12 +83,13 @@ def _rewrite(log: Path, out: Path, edit) -> None:
     """Copy `log` to `out` with `edit(step, messages) -> messages` applied to every record,
     re-encoded with valid frames (correct counts and checksums)."""
     data = log.read_bytes()
+    seed_of = functools.partial(rng.derive, checkpoint.read_header(log)["trajectory"]["run.seed"])
     (n,) = struct.unpack_from("<I", data, len(checkpoint.LOG_MAGIC))
     pos = len(checkpoint.LOG_MAGIC) + 4 + n
     parts = [data[:pos]]
     while pos < len(data):
         step, length = struct.unpack_from("<II", data, pos)
-        msgs = message.decode(data[pos + 8 : pos + 8 + length])
+        msgs = message.decode(data[pos + 8 : pos + 8 + length], seed_of=seed_of)
         frame = message.encode(edit(step, msgs))
         parts.append(struct.pack("<II", step, len(frame)) + frame)
         pos += 8 + length

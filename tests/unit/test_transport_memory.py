@@ -162,7 +162,7 @@ def test_mutator_sees_every_frame_and_changes_what_arrives():
     assert results[0] == [{1: b"ab"}, {1: b"a\x9d"}]
     assert results[1] == [{0: b"ab"}, {0: b"ab"}]
     assert sorted(seen) == [(0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1)]
-    assert net.counter().per_edge_total() == {(0, 1): 20, (1, 0): 20}  # counted as sent
+    assert net.counter().per_edge_total() == {(0, 1): 2 * (HEADER + 2), (1, 0): 2 * (HEADER + 2)}  # as sent
 
 
 def test_evaluator_inbox_receives_pushes_in_order_then_end_of_stream():
@@ -274,7 +274,8 @@ def test_end_marker_of_a_run_counts_at_its_last_step():
 
     assert all(r is None for r in run_nodes(net, body).values())
     evaluator_rows = [r for r in net.counter().rows() if r[2] == EVALUATOR]
-    assert evaluator_rows == [(0, 2, -1, 10), (1, 2, -1, 10), (2, 2, -1, 10), (3, 2, -1, 10 + HEADER)]
+    pushed = HEADER + 2  # b"s0"...: 2 bytes
+    assert evaluator_rows == [(0, 2, -1, pushed), (1, 2, -1, pushed), (2, 2, -1, pushed), (3, 2, -1, pushed + HEADER)]
 
 
 def test_memory_inbox_counts_frames_and_calls_on_frame_in_push():

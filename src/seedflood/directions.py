@@ -12,13 +12,19 @@ Owns: which parameters train, how a seed becomes a direction, how the model is e
   (run seed, epoch, matrix index). A seed picks per matrix one core coordinate (a, b) and a sign σ
   with the counter-based hash; z restricted to W is σ·u_a·v_bᵀ. Evaluating θ + s·z adds
   s·σ·(x·v_b)·u_aᵀ to the layer's output in a forward hook (O(tokens·(m+k)), nothing materialised).
-  Applying a message is one scalar add per matrix into an r×r accumulator S; W ← W + U·S·Vᵀ
-  (O(r·d)) at every `merge_every`-th step end and always at an epoch's last step. While S is
-  non-zero, forwards add x·V·Sᵀ·Uᵀ so the model always computes with W + U·S·Vᵀ.
+  Applying a message is one scalar add per matrix into an r×r accumulator S (a whole batch of steps
+  at once through `apply_steps`: one vectorised hash and one np.add.at per run of steps between
+  merges, O(messages)); W ← W + U·S·Vᵀ (O(r·d)) at every `merge_period`-th step end (default: once
+  per epoch) and always at an epoch's last step. While S is non-zero, forwards compute with
+  W + U·S·Vᵀ: by default materialised once per state into a second copy of the matrices
+  (`subspace.forward: materialize`), or as a low-rank term in each layer (`lowrank`).
 
 Exactness: the canonical parameters are never written during a perturbed forward, accumulation
 is fp32 in canonical order, and merges happen at steps fixed by the config, so two processes that
-apply the same messages hold the same bits (same hardware and software).
+apply the same messages hold the same bits (same hardware and software). Forwards are a pure
+function of (W, S, basis, seed, scale): W_eff and the low-rank factors are rebuilt from scratch
+whenever S or W changes (never updated incrementally), so a resumed client computes the scalars
+of the uninterrupted one.
 
 Precision (`check_precision`, called by `build` and the CLI preflight): a SubCGE perturbation adds
 ε·σ·(x·v_b)·u_a to a layer's output, entries about ε/√m of the output's scale; in bfloat16 or
@@ -27,7 +33,10 @@ rounding noise, not the direction. Keeping the perturbation in fp32 does not hel
 output is rounded to the model dtype again), so too small an ε is refused, with the smallest
 ε at which reduced-precision scalars tracked fp32 ones on the tiny model and on SmolLM2-135M.
 
-Assumes: callers evaluate under torch.inference_mode / no_grad; trainable names are fixed for a run.
+Assumes: callers evaluate under torch.inference_mode / no_grad; trainable names are fixed for a run;
+SubCGE's trainable weights are written only through the direction (or followed by
+`load_extra_state` / `invalidate`, as every restore path does): its W_eff cache is keyed on its own
+changes; updates and forwards run on one thread.
 """
 
 from __future__ import annotations
@@ -51,6 +60,11 @@ log = logging.getLogger(__name__)
 
 class DirectionError(ValueError):
     """The model does not fit the chosen direction family (one line, names the parameter)."""
+
+
+StepUpdate = tuple[int, np.ndarray, np.ndarray]
+"""One complete step for `Direction.apply_steps`: (step, seeds uint64 (n,), coefs float64 (n,)),
+messages in canonical order (origin, k); coef is c in θ ← θ + c·z(seed)."""
 
 
 # Smallest zo.eps per (direction, model dtype) at which two-point scalars computed in that dtype
@@ -124,6 +138,15 @@ class Direction(ABC):
     def commit(self, step: int) -> None:
         """End of applying step `step`: fold pending updates into θ where the schedule says."""
 
+    def apply_steps(self, steps: Sequence[StepUpdate]) -> None:
+        """Apply consecutive steps, each `(step, seeds, coefs)` with its messages in canonical
+        order (seeds uint64 (n,), coefs float64 (n,)): the same bits as `accumulate` for every
+        message followed by `commit(step)` for every step, which is what this default does."""
+        for step, seeds, coefs in steps:
+            for seed, coef in zip(seeds.tolist(), coefs.tolist()):
+                self.accumulate(step, seed, coef)
+            self.commit(step)
+
     def current(self) -> contextlib.AbstractContextManager[None]:
         """Forwards see the canonical state (including anything pending)."""
         return contextlib.nullcontext()
@@ -183,6 +206,9 @@ class Gaussian(Direction):
         self._pending = None
 
 
+_CHUNK = 4096  # messages per vectorised pass: ~20 MB of uint64 temporaries per 200 matrices
+
+
 @dataclass
 class _Basis:
     epoch: int
@@ -212,6 +238,11 @@ class SubCGE(Direction):
         self.S_epoch: int | None = None  # epoch the pending S belongs to (None = nothing pending)
         self._bases: dict[int, _Basis] = {}
         self._counters = np.arange(3 * len(self.params), dtype=np.uint64).reshape(-1, 3)
+        self.forward: str = cfg.forward
+        """How forwards see a pending S (FORWARD_MODES; "carried" only for benchmarks)."""
+        self._version = 0  # bumped by every change to S or W made here (cache key)
+        self._cache: tuple[tuple, list] | None = None  # (key, W_eff or factors) of one state
+        self._buffers: dict[int, torch.Tensor] = {}  # W_eff storage per matrix, reused across states
 
     # -- basis and coordinates -------------------------------------------------------------------
     def epoch(self, step: int) -> int:
@@ -241,47 +272,146 @@ class SubCGE(Direction):
         sign = np.where(h[:, 2] & np.uint64(1), 1.0, -1.0)
         return a, b, sign
 
+    def coordinates_many(self, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`coordinates` of n seeds at once: a, b int64 (n, J), sign float32 (n, J) in {−1, +1};
+        row i equals coordinates(seeds[i]) (same hash, vectorised over the key too)."""
+        h = rng.hash_u64_many(np.asarray(seeds, dtype=np.uint64), self._counters)  # (n, J, 3)
+        ranks = self.ranks.astype(np.uint64)
+        a = (h[..., 0] % ranks).astype(np.int64)
+        b = (h[..., 1] % ranks).astype(np.int64)
+        sign = np.where(h[..., 2] & np.uint64(1), np.float32(1.0), np.float32(-1.0))
+        return a, b, sign
+
     # -- forwards --------------------------------------------------------------------------------
+    # How forwards see a pending core S (W + U·S·Vᵀ). Every mode is a pure function of the state,
+    # so each keeps the guarantee; they differ in the last bits, so the mode is a run setting
+    # (`subspace.forward`, in the trajectory). Per state (once per applied step) and per forward:
+    #   "materialize": W_eff = W + U_A·S_AB·V_Bᵀ into reused buffers (2·r·d flops + one pass over
+    #                  W), swapped in as the weights: forwards cost nothing extra. One extra copy
+    #                  of the trainable matrices in memory.
+    #   "lowrank":     A = U_A·S_AB once per state; each layer adds (x·V_B)·Aᵀ, with a same-epoch
+    #                  perturbation folded in as one more column (one product, not two).
+    #   "carried":     the original hook x·V·Sᵀ·Uᵀ + a separate rank-1 pass (benchmarks only).
+    # SmolLM2-135M shapes, rank 32, 1 thread, CPU time (bench `tradeoff`; machine shared, load ≈ 15):
+    # at 1,024 tokens per forward materialize costs ≈ 2.4% of two forwards' GEMMs per step,
+    # lowrank ≈ 24% and carried ≈ 35% per forward (skinny GEMMs run far below peak); lowrank wins
+    # only at ≲ 128 tokens per forward (64 tokens: 15% vs 33%).
+    FORWARD_MODES = ("materialize", "lowrank", "carried")
+
+    def _state_key(self) -> tuple[int, tuple[int, ...]]:
+        """Identity of the state a cached W_eff / factor list was built from: our own version
+        counter (bumped by every change to S or W we make) and the parameters' storages (a
+        caller that swaps `p.data` invalidates it; one that writes W in place must call
+        `load_extra_state` or `invalidate`, as every restore path does)."""
+        return self._version, tuple(p.data.data_ptr() for p in self.params)
+
+    def invalidate(self) -> None:
+        """Forget cached forwards of the pending state (after writing W from outside)."""
+        self._version += 1
+        self._cache = None
+
+    def _cached(self, kind: str, build):
+        key = (kind, self._state_key())
+        if self._cache is None or self._cache[0] != key:
+            self._cache = None  # free the old copy before building the new one
+            self._cache = (key, build())
+        return self._cache[1]
+
+    def _pending_factors(self) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
+        """Per matrix (U_A·S_AB, V_B) of the pending core (None where S_j = 0), built once per state."""
+        bs = self.basis(self.S_epoch)  # type: ignore[arg-type]  # only called while S is pending
+        return self._cached("factors", lambda: [self._delta_factors(j, bs) for j in range(len(self.params))])
+
+    def _effective_weights(self) -> list[torch.Tensor | None]:
+        """Per matrix W + U_A·S_AB·V_Bᵀ in the parameter's dtype (None where S_j = 0): computed from
+        scratch from (W, S), never updated incrementally, so it is a pure function of the state."""
+
+        def build() -> list[torch.Tensor | None]:
+            bs = self.basis(self.S_epoch)  # type: ignore[arg-type]
+            out: list[torch.Tensor | None] = []
+            for j, p in enumerate(self.params):
+                f = self._delta_factors(j, bs)
+                if f is None:
+                    out.append(None)
+                    continue
+                # Written into buffers kept across states: a fresh ~0.4 GB allocation per step
+                # (SmolLM2) would pay its page faults every step. Contents are overwritten whole.
+                buf = self._buffers.get(j)
+                if buf is None or buf.shape != p.shape or buf.dtype != p.dtype or buf.device != p.device:
+                    buf = self._buffers[j] = torch.empty_like(p.data)
+                if p.dtype == torch.float32:
+                    torch.addmm(p.data, f[0], f[1].T, out=buf)  # the kernel merge_all runs in place
+                else:
+                    buf.copy_(torch.addmm(p.data.float(), f[0], f[1].T))
+                out.append(buf)
+            return out
+
+        return self._cached("weights", build)
+
     @contextlib.contextmanager
     def _hooks(self, seed: int | None, step: int, scale: float) -> Iterator[None]:
         pending = self.S_epoch is not None
         if seed is None and not pending:
             yield
             return
-        pb = self.basis(self.S_epoch) if pending else None
+        mode = self.forward
+        swapped: list[tuple[nn.Parameter, torch.Tensor]] = []
+        eff = self._effective_weights() if pending and mode == "materialize" else []
+        factors = self._pending_factors() if pending and mode == "lowrank" else []
+        pb = self.basis(self.S_epoch) if pending else None  # type: ignore[arg-type]
         if seed is not None:
             pert = self.basis(self.epoch(step))
             a, b, sign = self.coordinates(seed)
+        # Fold the perturbation into the pending product when both live in the same basis.
+        fold = seed is not None and mode == "lowrank" and pending and self.S_epoch == self.epoch(step)
         handles = []
 
         def make_hook(j: int):
             # Shapes: x (..., k), output (..., m). Low-rank terms only; W itself is never written.
-            S = self.S[j].to(self.params[j].device) if pending else None
+            S = self.S[j].to(self.params[j].device) if pending and mode == "carried" else None
+            f = factors[j] if factors else None
+            u = v = None
             if seed is not None:
                 u = pert.u[j][:, a[j]] * float(scale * sign[j])  # (m,)
                 v = pert.v[j][:, b[j]]  # (k,)
+                if fold:
+                    # U·(S + s·σ·e_a·e_bᵀ)·Vᵀ = [U_A·S_AB | s·σ·u_a]·[V_B | v_b]ᵀ: one product.
+                    f = (
+                        (u[:, None], v[:, None])
+                        if f is None
+                        else (torch.cat([f[0], u[:, None]], 1), torch.cat([f[1], v[:, None]], 1))
+                    )
+                    u = v = None
 
             def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], out: torch.Tensor) -> torch.Tensor:
                 x = inputs[0]
+                # The output is a fresh contiguous tensor of this layer: updated in place.
+                flat, xf = out.view(-1, out.shape[-1]), x.reshape(-1, x.shape[-1])  # (T, m), (T, k)
                 if S is not None:
                     r = int(self.ranks[j])
-                    out = out + ((x @ pb.v[j].to(x.dtype)) @ S[:r, :r].T.to(x.dtype)) @ pb.u[j].T.to(x.dtype)
-                if seed is not None:
-                    # out (…, m) += (x·v_b) ⊗ (s·σ·u_a): one in-place rank-1 update, no temporaries
-                    # of the output's size (the output is a fresh contiguous tensor of this layer).
-                    flat = out.view(-1, out.shape[-1])
-                    flat.addr_((x @ v.to(x.dtype)).reshape(-1), u.to(x.dtype))
+                    flat.add_(((xf @ pb.v[j].to(x.dtype)) @ S[:r, :r].T.to(x.dtype)) @ pb.u[j].T.to(x.dtype))
+                if f is not None:
+                    flat.addmm_(xf @ f[1].to(x.dtype), f[0].T.to(x.dtype))  # (T, |B|)·(|B|, m)
+                if u is not None:
+                    flat.addr_((xf @ v.to(x.dtype)), u.to(x.dtype))  # rank 1: (x·v_b) ⊗ (s·σ·u_a)
                 return out
 
             return hook
 
         try:
+            for p, w in zip(self.params, eff):
+                if w is not None:
+                    swapped.append((p, p.data))
+                    p.data = w  # a pointer swap: the forward computes with W_eff
             for j, mod in enumerate(self.modules):
-                handles.append(mod.register_forward_hook(make_hook(j)))
+                if seed is not None or (factors and factors[j] is not None) or (pending and mode == "carried"):
+                    handles.append(mod.register_forward_hook(make_hook(j)))
             yield
         finally:
             for h in handles:
                 h.remove()
+            for p, orig in swapped:
+                p.data = orig  # the canonical W was only read
 
     def perturbed(self, seed: int, step: int, scale: float) -> contextlib.AbstractContextManager[None]:
         return self._hooks(seed, step, scale)
@@ -290,20 +420,65 @@ class SubCGE(Direction):
         return self._hooks(None, 0, 0.0)
 
     # -- updates ---------------------------------------------------------------------------------
-    def accumulate(self, step: int, seed: int, coef: float) -> None:
+    def _merges_after(self, step: int) -> bool:
+        """Whether the schedule merges at the end of `step` (merge_every divides refresh, so an
+        epoch's last step is always one of these)."""
+        return (step + 1) % self.cfg.merge_period == 0 or (step + 1) % self.cfg.refresh == 0
+
+    def _open(self, step: int) -> None:
         epoch = self.epoch(step)
         if self.S_epoch is not None and self.S_epoch != epoch:
             raise DirectionError(f"pending core of epoch {self.S_epoch} was not merged before epoch {epoch}")
         self.S_epoch = epoch
+        self.invalidate()
+
+    def accumulate(self, step: int, seed: int, coef: float) -> None:
+        self._open(step)
         a, b, sign = self.coordinates(seed)
         j = torch.arange(len(self.params))
         # One fp32 add per matrix; (j, a_j, b_j) are distinct within a message, so this is exact.
         vals = torch.from_numpy(sign).to(torch.float32) * torch.tensor(coef, dtype=torch.float32)
         self.S[j, torch.from_numpy(a), torch.from_numpy(b)] += vals
 
+    def _accumulate_many(self, step: int, seeds: np.ndarray, coefs: np.ndarray) -> None:
+        """`accumulate` for n messages of one epoch in canonical order, vectorised, same bits:
+        np.add.at is unbuffered and adds its (index, value) pairs in order, so every cell of S
+        receives the same fp32 additions in the same order as the per-message loop, and each
+        value is float32(coef)·(±1) exactly, as there."""
+        n = len(seeds)
+        if n == 0:
+            return
+        self._open(step)
+        r = self.cfg.rank
+        flat_S = self.S.numpy().reshape(-1)  # a view: S is a contiguous CPU fp32 tensor
+        base = (np.arange(len(self.params), dtype=np.int64) * r * r)[None, :]  # (1, J)
+        for lo in range(0, n, _CHUNK):  # bounded temporaries: (chunk, J, 3) uint64
+            a, b, sign = self.coordinates_many(seeds[lo : lo + _CHUNK])
+            vals = sign * coefs[lo : lo + _CHUNK].astype(np.float32)[:, None]  # (c, J) fp32, exact
+            np.add.at(flat_S, (base + a * r + b).reshape(-1), vals.reshape(-1))  # message-major order
+
+    def apply_steps(self, steps: Sequence[StepUpdate]) -> None:
+        """O(messages) between merges: each run of steps up to the next merge point is accumulated
+        in one vectorised pass, then committed (merging where the schedule says)."""
+        i = 0
+        while i < len(steps):
+            j = i  # steps[i..j] end at a merge point, at an epoch change or at the end
+            while (
+                j + 1 < len(steps)
+                and not self._merges_after(steps[j][0])
+                and self.epoch(steps[j + 1][0]) == self.epoch(steps[i][0])
+            ):
+                j += 1
+            run = steps[i : j + 1]
+            seeds = np.concatenate([s for _, s, _ in run])
+            coefs = np.concatenate([c for _, _, c in run])
+            self._accumulate_many(run[-1][0], seeds, coefs)
+            for step, _, _ in run:
+                self.commit(step)  # only the last of the run can merge
+            i = j + 1
+
     def commit(self, step: int) -> None:
-        last_of_epoch = (step + 1) % self.cfg.refresh == 0
-        if self.S_epoch is not None and (last_of_epoch or (step + 1) % self.cfg.merge_every == 0):
+        if self.S_epoch is not None and self._merges_after(step):
             self.merge_all()
 
     def _delta_factors(self, j: int, bs: _Basis) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -340,6 +515,7 @@ class SubCGE(Direction):
                     p.data.copy_(torch.addmm(p.data.float(), f[0], f[1].T).to(p.dtype))
         self.S.zero_()
         self.S_epoch = None
+        self.invalidate()
 
     def effective_tensors(self) -> dict[str, torch.Tensor]:
         if self.S_epoch is None:
@@ -360,6 +536,7 @@ class SubCGE(Direction):
         self.S.copy_(state["subcge.S"])
         epoch = int(state["subcge.S_epoch"])
         self.S_epoch = None if epoch < 0 else epoch
+        self.invalidate()  # the caller has just written W too
 
 
 def build(model: nn.Module, zo: ZOConfig, subspace: SubspaceConfig, run_seed: int) -> Direction:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
-from seedflood.directions import Direction
+from seedflood.directions import Direction, StepUpdate
 from seedflood.message import Message
 from seedflood.protocol import Protocol
 
@@ -29,7 +30,11 @@ class Applier:
 
     The update of each message is θ ← θ + c·z(seed) with c = protocol.coefficient(m)
     (−lr(step)·w·scalar), accumulated in canonical order (step, origin, k) and committed per step.
+    Steps go to `Direction.apply_steps` in batches of up to BATCH_MESSAGES messages (SubCGE
+    vectorises a batch; the bits are those of one accumulate per message and one commit per step).
     """
+
+    BATCH_MESSAGES = 1 << 15  # bounds the seeds/coefs arrays held at once (~0.5 MB)
 
     def __init__(self, direction: Direction, protocol: Protocol) -> None:
         self.direction = direction
@@ -37,21 +42,43 @@ class Applier:
         self.last_step = -1
 
     def apply(self, step: int, messages: Sequence[Message]) -> None:
-        if step != self.last_step + 1:
-            raise ReplayError(f"step {step} applied out of order (last applied {self.last_step})")
-        for m in sorted(messages):
+        self.apply_all([(step, messages)])
+
+    def _prepare(self, step: int, messages: Sequence[Message], last: int) -> StepUpdate:
+        """(step, seeds, coefs) in canonical order, after checking that `step` follows `last`."""
+        if step != last + 1:
+            raise ReplayError(f"step {step} applied out of order (last applied {last})")
+        ordered = sorted(messages)
+        for m in ordered:
             if m.step != step:
                 raise ReplayError(f"message {m.id} handed in with step {step}")
-            self.direction.accumulate(step, m.seed, self.protocol.coefficient(m))
-        self.direction.commit(step)
-        self.last_step = step
+        seeds = np.fromiter((m.seed for m in ordered), dtype=np.uint64, count=len(ordered))
+        coefs = np.fromiter((self.protocol.coefficient(m) for m in ordered), dtype=np.float64, count=len(ordered))
+        return step, seeds, coefs
 
     def apply_all(self, steps: Iterable[tuple[int, Sequence[Message]]]) -> int:
-        """Apply (step, messages) pairs in order; returns the number of steps applied."""
+        """Apply (step, messages) pairs in order; returns the number of steps applied. A bad step
+        raises ReplayError after every step before it has been applied (as one by one would)."""
         n = 0
-        for step, msgs in steps:
-            self.apply(step, msgs)
-            n += 1
+        batch: list[StepUpdate] = []
+        held = 0
+
+        def flush() -> None:
+            nonlocal batch, held
+            todo, batch, held = batch, [], 0  # taken first: a failing apply is never retried
+            if todo:
+                self.direction.apply_steps(todo)
+                self.last_step = todo[-1][0]
+
+        try:
+            for step, msgs in steps:
+                batch.append(self._prepare(step, msgs, batch[-1][0] if batch else self.last_step))
+                held += len(msgs)
+                n += 1
+                if held >= self.BATCH_MESSAGES:
+                    flush()
+        finally:
+            flush()
         return n
 
 

@@ -52,6 +52,14 @@ def derive(run_seed: int, origin: int, step: int, k: int = 0) -> int:
     return combine(TAG_MESSAGE, run_seed, origin, step, k)
 
 
+def _mix_array(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser (`_mix`) elementwise on a uint64 array (wraps mod 2**64)."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
 def hash_u64(key: int, counters: np.ndarray) -> np.ndarray:
     """Counter-based hash: uint64 array of SplitMix64(key, counter) for each counter.
 
@@ -60,10 +68,15 @@ def hash_u64(key: int, counters: np.ndarray) -> np.ndarray:
     """
     c = np.asarray(counters, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        x = c * np.uint64(_GOLDEN) + np.uint64(_mix(key))
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
+        return _mix_array(c * np.uint64(_GOLDEN) + np.uint64(_mix(key)))
+
+
+def hash_u64_many(keys: np.ndarray, counters: np.ndarray) -> np.ndarray:
+    """`hash_u64(key, counters)` for every key at once: shape keys.shape + counters.shape."""
+    k = _mix_array(np.asarray(keys, dtype=np.uint64))
+    c = np.asarray(counters, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        return _mix_array(c[None] * np.uint64(_GOLDEN) + k[(...,) + (None,) * c.ndim])
 
 
 def generator(*keys: int) -> np.random.Generator:

@@ -257,3 +257,86 @@ def test_check_precision_accepts_float32_gaussian_and_eps_at_the_threshold():
     assert isinstance(
         build(model, ZOConfig(direction="subcge", trainable=["*"], eps=1.0), SubspaceConfig(rank=3), 0), SubCGE
     )
+
+
+# -- vectorised coordinates and the forward modes --------------------------------------------------
+def test_coordinates_many_equals_per_seed_coordinates():
+    """The vectorised hash is rng.hash_u64 for every key (including keys ≥ 2**63 and 0)."""
+    model = Quadratic()
+    d = SubCGE(model, select_trainable(model, ["*"]), 0, SubspaceConfig(rank=3))
+    seeds = [0, 1, 2**63, 2**64 - 1] + [rng.derive(4, o, s) for o in range(5) for s in range(20)]
+    h = rng.hash_u64_many(np.array(seeds, dtype=np.uint64), d._counters)
+    for i, s in enumerate(seeds):
+        assert (h[i] == rng.hash_u64(s, d._counters)).all()
+    a, b, sign = d.coordinates_many(np.array(seeds, dtype=np.uint64))
+    assert sign.dtype == np.float32
+    for i, s in enumerate(seeds):
+        a1, b1, s1 = d.coordinates(s)
+        assert (a[i] == a1).all() and (b[i] == b1).all() and (sign[i] == s1).all()
+
+
+def pending_direction(mode: str, merge_every: int = 4) -> tuple[Quadratic, SubCGE]:
+    model = Quadratic()
+    d = SubCGE(model, select_trainable(model, ["*"]), 5, SubspaceConfig(rank=3, refresh=8, merge_every=merge_every))
+    d.forward = mode
+    for o in range(7):
+        d.accumulate(0, rng.derive(5, o, 0), 0.05 * (o - 3))
+    d.commit(0)  # pending: merge_every = 4
+    return model, d
+
+
+@pytest.mark.parametrize("mode", SubCGE.FORWARD_MODES)
+def test_every_forward_mode_computes_with_w_plus_pending_core(mode):
+    """current() and perturbed() see W + U·S·Vᵀ (+ s·z) in every mode, W is never written, and the
+    perturbation of another epoch's basis (delayed application across a refresh) is seen too."""
+    model, d = pending_direction(mode)
+    h0 = state_hash(model, d)
+    with d.current():
+        pending = model.loss()
+    seed = rng.derive(5, 9, 1)
+    with d.perturbed(seed, 1, 0.05):
+        plus = model.loss()
+    with d.perturbed(seed, 8, 0.05):  # epoch 1: its own basis, S still of epoch 0
+        other_epoch = model.loss()
+    assert state_hash(model, d) == h0
+    d.merge_all()
+    assert pending == pytest.approx(model.loss(), rel=1e-5)
+    d.accumulate(1, seed, 0.05)
+    d.commit(1)
+    d.merge_all()
+    assert plus == pytest.approx(model.loss(), rel=1e-5)
+    model2, d2 = pending_direction(mode)
+    d2.merge_all()
+    d2.accumulate(8, seed, 0.05)
+    d2.commit(8)
+    d2.merge_all()
+    assert other_epoch == pytest.approx(model2.loss(), rel=1e-5)
+
+
+@pytest.mark.parametrize("mode", SubCGE.FORWARD_MODES)
+def test_forwards_are_a_pure_function_of_the_state_not_its_history(mode):
+    """A client that ran forwards while the state evolved (caches built and dropped) and a fresh one
+    restored from the saved state compute bit-identical losses: no stale W_eff / factors."""
+    model, d = pending_direction(mode)
+    seed = rng.derive(5, 9, 1)
+    with d.perturbed(seed, 0, 0.05):  # builds the cache of the state after step 0
+        model.loss()
+    for o in range(5):
+        d.accumulate(1, rng.derive(5, o, 1), 0.01 * (o + 1))
+    d.commit(1)
+    with d.perturbed(seed, 2, 0.05):
+        live = model.loss()
+    with d.current():
+        live_plain = model.loss()
+    saved = {n: p.detach().clone() for n, p in zip(d.names, d.params)}, d.extra_state()
+    fresh = Quadratic()
+    f = SubCGE(fresh, select_trainable(fresh, ["*"]), 5, d.cfg)
+    f.forward = mode
+    with torch.no_grad():
+        for p, n in zip(f.params, f.names):
+            p.copy_(saved[0][n])
+    f.load_extra_state(saved[1])
+    with f.perturbed(seed, 2, 0.05):
+        assert fresh.loss() == live
+    with f.current():
+        assert fresh.loss() == live_plain

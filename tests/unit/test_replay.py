@@ -197,3 +197,94 @@ def test_state_hash_sees_every_bit_and_pending_core():
     assert state_hash(m, d) == h0
     d.accumulate(0, 1, 1e-3)
     assert state_hash(m, d) != h0
+
+
+# -- the batched path ------------------------------------------------------------------------------
+def reference_apply(applier: Applier, steps) -> None:
+    """The per-message path the batched Applier must reproduce bit for bit: one `accumulate` per
+    message in canonical order, one `commit` per step (what Applier.apply did before batching)."""
+    d, p = applier.direction, applier.protocol
+    for step, msgs in steps:
+        for m in sorted(msgs):
+            d.accumulate(step, m.seed, p.coefficient(m))
+        d.commit(step)
+        applier.last_step = step
+
+
+def colliding_steps(n_steps: int, origins: int, start: int = 0):
+    """Steps whose scalars span signs and 8 orders of magnitude, so fp32 cell sums depend on order."""
+    r = random.Random(start)
+    return [
+        (
+            s,
+            [
+                Message.make(o, s, rng.derive(9, o, s), r.choice([-1, 1]) * 10 ** r.uniform(-4, 4))
+                for o in range(origins)
+            ],
+        )
+        for s in range(start, start + n_steps)
+    ]
+
+
+# (rank, refresh, merge_every): rank 1-2 put many messages into one core cell; refresh 4 crosses
+# epoch boundaries (basis redrawn, forced merges) inside one batch.
+BATCH_CASES = [(1, 4, 1), (2, 4, 2), (2, 4, 4), (2, 12, 3), (3, 6, 6)]
+
+
+@pytest.mark.parametrize("rank, refresh, merge_every", BATCH_CASES)
+def test_batched_apply_all_equals_per_message_path(rank, refresh, merge_every, monkeypatch):
+    """apply_all (vectorised accumulation between merges) gives the bits of the per-message path
+    after every prefix, including pending cores and merges at the configured steps; a small batch
+    size makes apply_all flush mid-epoch and mid-merge-interval too."""
+    zo = ZOConfig(direction="subcge", trainable=["*"], lr=1e-3)
+    sub = SubspaceConfig(rank=rank, refresh=refresh, merge_every=merge_every)
+    steps = colliding_steps(13, 40)
+    # Precondition: the test can see a reordering (fp32 sums of step 0 depend on order).
+    coefs = [-1e-3 * m.scalar for m in steps[0][1]]
+    assert _fp32_sums_depend_on_order(coefs, [list(range(40)), list(range(39, -1, -1))])
+    for batch in (1 << 15, 50):  # one flush for everything / a flush inside merge intervals
+        monkeypatch.setattr(Applier, "BATCH_MESSAGES", batch)
+        ref_m, got_m = model(), model()
+        ref = Applier(build(ref_m, zo, sub, 9), protocol(zo, steps=13, n_origins=40))
+        got = Applier(build(got_m, zo, sub, 9), protocol(zo, steps=13, n_origins=40))
+        for cut in (1, 5, 13):  # resume-like: apply_all of consecutive chunks
+            lo = ref.last_step + 1
+            reference_apply(ref, steps[lo:cut])
+            assert got.apply_all(steps[lo:cut]) == cut - lo
+            assert got.last_step == ref.last_step == cut - 1
+            assert state_hash(got_m, got.direction) == state_hash(ref_m, ref.direction), (batch, cut)
+            assert got.direction.S_epoch == ref.direction.S_epoch
+
+
+def test_batched_apply_is_a_no_op_for_the_bits_of_live_single_steps():
+    """Applier.apply (one step) and apply_all (all steps at once) end in the same hash."""
+    zo = ZOConfig(direction="subcge", trainable=["*"], lr=1e-3)
+    sub = SubspaceConfig(rank=2, refresh=6, merge_every=3)
+    steps = colliding_steps(8, 30)
+    hashes = []
+    for one_by_one in (True, False):
+        m = model()
+        a = Applier(build(m, zo, sub, 9), protocol(zo, steps=8, n_origins=30))
+        if one_by_one:
+            for s, msgs in steps:
+                a.apply(s, msgs)
+        else:
+            a.apply_all(steps)
+        hashes.append(state_hash(m, a.direction))
+    assert hashes[0] == hashes[1]
+
+
+def test_bad_step_in_a_batch_applies_the_steps_before_it():
+    """A step out of order inside apply_all raises after the earlier steps were applied, exactly
+    as applying them one by one would leave the state."""
+    zo = ZOConfig(direction="subcge", trainable=["*"], lr=1e-3)
+    sub = SubspaceConfig(rank=2, refresh=6, merge_every=3)
+    steps = colliding_steps(4, 10)
+    m, ref_m = model(), model()
+    a = Applier(build(m, zo, sub, 9), protocol(zo, steps=8, n_origins=10))
+    ref = Applier(build(ref_m, zo, sub, 9), protocol(zo, steps=8, n_origins=10))
+    with pytest.raises(ReplayError, match="out of order"):
+        a.apply_all(steps[:2] + steps[3:])
+    reference_apply(ref, steps[:2])
+    assert a.last_step == 1
+    assert state_hash(m, a.direction) == state_hash(ref_m, ref.direction)

@@ -13,18 +13,29 @@ Step t at every client:
    identical bits after every step (bounded staleness); the last `delay` steps are applied by
    `drain()`, which runs hops without originating.
 
+With `protocol.overlap` the hops of step t run on a background thread while step t+1 is
+estimated, so a step costs about max(compute, communication) instead of their sum. Step t is then:
+estimate(t) while hops(t−1) run → join them (their error is raised here) → apply t − delay →
+originate t → start hops(t). The estimates of step t cannot see what hops(t−1) complete, which is
+the extra step in `protocol.delay` (D + 1): every state change happens in the same order as in a
+plain client with delay D + 1, so the bits are exactly that client's. The flood and the transport
+are used by one thread at a time: the hop thread between its start and the join, the main thread
+(applies, listeners, pushes to the evaluator) otherwise; the join is the hand-over.
+
 Resume at step L from a log of L complete steps reproduces the state the uninterrupted client had
 when it began step L: steps < L − delay applied, steps L − delay .. L − 1 held complete but not
 yet applied (`resume`). Step L is then estimated on the same bits as in the uninterrupted run.
 
 Assumes: every client of the run shares one `Protocol`; `loss_at(step)` evaluates the current
-model (including any perturbation context) on this client's batch of `step`, a pure function of it.
+model (including any perturbation context) on this client's batch of `step`, a pure function of it;
+the transport bounds each exchange by its own timeout (so a hop thread always ends).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 
 from seedflood import message, zo
 from seedflood.directions import Direction
@@ -32,7 +43,7 @@ from seedflood.flooding import Flood, FloodError
 from seedflood.message import Message
 from seedflood.protocol import Protocol
 from seedflood.replay import Applier
-from seedflood.transport import Transport
+from seedflood.transport import Transport, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -50,18 +61,28 @@ class Client:
         direction: Direction,
         loss_at: Callable[[int], float],
         transport: Transport,
+        *,
+        routes: Mapping[int, Sequence[int]] | None = None,
+        hop_timeout_s: float | None = None,
     ) -> None:
+        """`routes` (topology.Topology.routes(node)): per origin, the neighbours to forward its
+        messages to; None = every neighbour. Either way every message arrives at the same hop.
+        `hop_timeout_s` (overlap only): how long the main thread waits for one step's hops
+        beyond its own work before it gives up on them; None = as long as the transport takes
+        (each exchange is bounded by the transport's timeout). Give hops × transport timeout."""
         self.node = node
         self.protocol = protocol
         self.direction = direction
         self.loss_at = loss_at
         self.transport = transport
-        self.flood = Flood(node, peers, range(protocol.n_origins), protocol.perturbations)
+        self.flood = Flood(node, peers, range(protocol.n_origins), protocol.perturbations, routes)
         self.applier = Applier(direction, protocol)
         self.listeners: list[StepListener] = []
         """Called with (step, messages) for each step applied beyond the resumed log."""
         self.next_step = 0
         self.logged = 0  # steps that were already in the log this client resumed from
+        self.hop_timeout_s = hop_timeout_s
+        self._inflight: _Hops | None = None  # overlap: the hops of step next_step − 1, running
 
     # -- resume --------------------------------------------------------------------------------
     def resume(self, records: Records) -> None:
@@ -85,28 +106,77 @@ class Client:
             self.step(self.next_step)
         if stop == self.protocol.steps:
             self.drain()
+        else:
+            self._join()  # a run stopped early (a kill in the tests): nothing may keep hopping
 
     def step(self, t: int) -> None:
+        if not self.protocol.overlap:
+            own = self._estimate(t)
+            self.flood.originate(own)
+            self._hops(t)
+            self.apply_through(t - self.protocol.delay)
+        else:
+            try:
+                own = self._estimate(t)  # hops(t − 1) run meanwhile
+            except BaseException:
+                self._settle()  # hand the transport back before the caller closes it
+                raise
+            self._join()
+            self.apply_through(t - self.protocol.delay)
+            self.flood.originate(own)
+            self._inflight = _Hops(self, t)
+        self.next_step = t + 1
+
+    def _estimate(self, t: int) -> list[Message]:
+        """The K messages of step t (2K forwards). With overlap, a failure of the hop thread is
+        raised before each forward, so it surfaces within one forward, not one step."""
+
+        def loss() -> float:
+            if self._inflight is not None and self._inflight.done():
+                self._join()
+            return self.loss_at(t)
+
         own = []
         for k in range(self.protocol.perturbations):
             seed = self.protocol.seed(self.node, t, k)
-            scalar = zo.two_point(lambda: self.loss_at(t), self.direction, seed, t, self.protocol.eps)
+            scalar = zo.two_point(loss, self.direction, seed, t, self.protocol.eps)
             zo.check_scalar(scalar, self.protocol.max_scalar, t)
             own.append(Message.make(self.node, t, seed, scalar, k))
-        self.flood.originate(own)
-        for _ in range(self.protocol.hops):
-            self.hop(t)
-        self.apply_through(t - self.protocol.delay)
-        self.next_step = t + 1
+        return own
 
     def drain(self) -> None:
-        """After the last step: hop until every step is applied (only with delayed flooding)."""
+        """After the last step: hop until every step is applied (only with delayed flooding or
+        overlap). After the hops of step t, steps <= t − D are complete (D = ⌈diameter/hops⌉ − 1
+        = delay − overlap: overlap's extra step comes from estimates running during hops, and
+        drain estimates nothing, so it applies each step as soon as it is complete)."""
         last = self.protocol.steps - 1
+        lag = self.protocol.delay - int(self.protocol.overlap)
+        if self._inflight is not None:
+            t = self._inflight.step
+            self._join()
+            self.apply_through(min(t - lag, last))
         while self.applier.last_step < last:
-            t = self.applier.last_step + 1 + self.protocol.delay  # local step that applies the next one
-            for _ in range(self.protocol.hops):
-                self.hop(t)
-            self.apply_through(min(t - self.protocol.delay, last))
+            t = self.applier.last_step + 1 + lag  # local step whose hops complete the next one
+            self._hops(t)
+            self.apply_through(min(t - lag, last))
+
+    def _hops(self, t: int) -> None:
+        for _ in range(self.protocol.hops):
+            self.hop(t)
+
+    def _join(self) -> None:
+        """Wait for the hops in flight (if any) and raise their error in this thread."""
+        hops, self._inflight = self._inflight, None
+        if hops is not None:
+            hops.join(self.hop_timeout_s)
+
+    def _settle(self) -> None:
+        """On an error of the main thread: let the hops in flight end (bounded) and drop their
+        own error, so the caller closes a transport no other thread is using."""
+        try:
+            self._join()
+        except Exception as e:  # the main thread's error is the one to report
+            log.debug("node %d: hops in flight also failed: %s", self.node, e)
 
     def hop(self, t: int) -> None:
         frames = {p: message.encode(msgs) for p, msgs in self.flood.outbox().items()}
@@ -133,3 +203,33 @@ class Client:
             if s >= self.logged:
                 for listener in self.listeners:
                     listener(s, msgs)
+
+
+class _Hops:
+    """The hops of one step on a daemon thread (overlap). A daemon, so a hop stuck in a broken
+    transport can never keep the process alive; the transport's timeout ends it anyway."""
+
+    def __init__(self, client: Client, step: int) -> None:
+        self.client = client
+        self.step = step
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name=f"seedflood-hops-{client.node}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.client._hops(self.step)
+        except BaseException as e:  # raised again by join() in the main thread
+            self.error = e
+
+    def done(self) -> bool:
+        return not self.thread.is_alive()
+
+    def join(self, timeout: float | None) -> None:
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise TransportError(
+                f"node {self.client.node}: the hops of step {self.step} did not finish within {timeout} s"
+            )
+        if self.error is not None:
+            raise self.error

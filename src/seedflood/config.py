@@ -98,15 +98,27 @@ class SubspaceConfig:
     """r: columns of U (m×r) and V (k×r) per matrix; the core is r×r."""
     refresh: int = 1000
     """Steps per basis epoch: U, V are redrawn at step multiples of this."""
-    merge_every: int = 1
-    """Merge W ← W + U·S·Vᵀ every this many steps (and always at a refresh); must divide refresh."""
+    merge_every: int = 0
+    """Merge W ← W + U·S·Vᵀ every this many steps (and always at a refresh); must divide refresh.
+    0 = once per epoch, at the refresh: replay and resume then cost O(messages) + one O(r·d)
+    merge per epoch, and live steps pay one W + U·S·Vᵀ per step instead of a merge (see forward)."""
+    forward: Literal["materialize", "lowrank"] = "materialize"
+    """How forwards see the pending core: `materialize` computes W + U·S·Vᵀ once per state into a
+    second copy of the trainable matrices (≈ one merge per step, then plain forwards); `lowrank`
+    adds (x·V)·(U·S)ᵀ in every layer (no extra memory; cheaper only for few tokens per forward,
+    about ≤ 128 on SmolLM2). The two differ in the last bits of every forward."""
+
+    @property
+    def merge_period(self) -> int:
+        """Steps between merges (merge_every, or refresh when merge_every is 0)."""
+        return self.merge_every or self.refresh
 
     def __post_init__(self) -> None:
         _require(1 <= self.rank <= 4096, "subspace.rank", f"must be in 1..4096, got {self.rank}")
         _require(self.refresh >= 1, "subspace.refresh", f"must be >= 1, got {self.refresh}")
-        _require(self.merge_every >= 1, "subspace.merge_every", "must be >= 1")
+        _require(self.merge_every >= 0, "subspace.merge_every", "must be >= 0 (0 = once per epoch)")
         _require(
-            self.refresh % self.merge_every == 0,
+            self.refresh % self.merge_period == 0,
             "subspace.merge_every",
             f"must divide subspace.refresh={self.refresh}, got {self.merge_every}",
         )
@@ -120,6 +132,9 @@ class FloodConfig:
     """Frames carrying |scalar| above this are rejected."""
     step_window: int = 64
     """Frames with a step further than this ahead of the receiver's step are rejected."""
+    overlap: bool = False
+    """Run the hops of step t on a background thread while step t+1's forwards compute (step
+    time → max(compute, communication)); costs one more step of staleness (protocol delay + 1)."""
 
     def __post_init__(self) -> None:
         _require(self.hops_per_step >= 0, "flood.hops_per_step", "must be >= 0 (0 = diameter)")

@@ -11,7 +11,10 @@ and the topology and then handed to each component in place of the whole `Config
   come from: the wire, the evaluator's stream, a log on disk or a resume broadcast;
 - the update rule: lr(step) (warmup, then constant / linear / cosine over `steps`) and the
   aggregation weight w (1 for sum, 1/N for mean);
-- the schedule: `hops` per step and the application `delay` = ⌈diameter / hops⌉ − 1;
+- the schedule: `hops` per step and the application `delay` = ⌈diameter / hops⌉ − 1, plus one
+  with `overlap` (the hops of step t run while step t+1 is estimated, so step t+1's estimates
+  cannot see what those hops complete: one more step of staleness, and nothing else — an
+  overlapped client produces exactly the bits of a plain client of the same delay);
 - `trajectory(...)`: every setting that changes the bits a run produces, flat and JSON-ready,
   stored in the log header so a resume or replay with other settings is refused by name.
 
@@ -57,16 +60,22 @@ class Protocol:
     max_scalar: float
     step_window: int
     """Frames may carry steps within ± this of the receiver's step."""
+    overlap: bool = False
+    """Hops of step t run on a background thread during step t+1's estimates (`delay` includes
+    the extra step). Every client of a run must agree: it changes how many hops `drain` runs."""
 
     @classmethod
     def of(cls, cfg: Config, diameter: int) -> Protocol:
         """The protocol of `cfg` on a topology of the given diameter (hops: 0 = the diameter)."""
         hops = cfg.flood.hops_per_step or max(1, diameter)
-        delay = max(0, math.ceil(diameter / hops) - 1)
+        overlap = cfg.flood.overlap
+        # Step s is complete after the hops of steps s..s+D (D = ⌈diameter/hops⌉ − 1); with
+        # overlap those of s+D end only once step s+D+1 is estimated, so it is applied there.
+        delay = max(0, math.ceil(diameter / hops) - 1) + int(overlap)
         if cfg.flood.step_window <= delay:
             raise ConfigError(
-                f"flood.step_window: must exceed the flooding delay {delay} "
-                f"(diameter {diameter}, {hops} hops per step), got {cfg.flood.step_window}"
+                f"flood.step_window: must exceed the flooding delay {delay} (diameter {diameter}, "
+                f"{hops} hops per step{', overlap' if overlap else ''}), got {cfg.flood.step_window}"
             )
         n = cfg.topology.nodes
         return cls(
@@ -83,6 +92,7 @@ class Protocol:
             delay=delay,
             max_scalar=cfg.flood.max_scalar,
             step_window=cfg.flood.step_window,
+            overlap=overlap,
         )
 
     # -- messages ------------------------------------------------------------------------------
@@ -148,6 +158,8 @@ def trajectory(cfg: Config, protocol: Protocol, train_digest: str) -> dict[str, 
     N and the delay. The train split enters by its digest (files, sizes and the split seed all
     act through it); the base weights by the hash stored next to this in the log header.
     run.steps matters only to a decaying lr schedule, so a constant-lr run may be extended.
+    flood.overlap acts only through the delay (an overlapped run has exactly the bits of a plain
+    run with the same delay), so toggling it is refused as `flood.delay (D -> D+1)`.
     """
     zo = cfg.zo
     return {
@@ -164,6 +176,7 @@ def trajectory(cfg: Config, protocol: Protocol, train_digest: str) -> dict[str, 
         "subspace.rank": cfg.subspace.rank if zo.direction == "subcge" else None,
         "subspace.refresh": cfg.subspace.refresh if zo.direction == "subcge" else None,
         "subspace.merge_every": cfg.subspace.merge_every if zo.direction == "subcge" else None,
+        "subspace.forward": cfg.subspace.forward if zo.direction == "subcge" else None,
         "flood.max_scalar": cfg.flood.max_scalar,
         "topology.nodes": protocol.n_origins,
         "flood.delay": protocol.delay,

@@ -48,16 +48,19 @@ def simulate(
     mutate: Mutator | None = None,
     stop: int | None = None,
     resume: Records = (),
+    protocol: Protocol | None = None,
 ) -> SimResult:
     """Run every client of `cfg`; raises the first client error (others cascade).
 
     `stop`: end after this many steps without draining (a run killed there); `resume`: the
     complete steps of an earlier run to catch up from (each client resumes as after a relaunch).
     `mutate(src, dst, hop, frame) -> frame` may corrupt traffic for fault-injection tests.
+    `protocol`: run under this protocol instead of the config's (e.g. a reference with another
+    delay, `dataclasses.replace(p, delay=d, overlap=False)`); the topology must fit it.
     """
     top = top or topo.build(cfg.topology)
     topo.check_nodes(top, cfg.topology.nodes)
-    protocol = Protocol.of(cfg, top.diameter)
+    protocol = protocol or Protocol.of(cfg, top.diameter)
     network = InMemoryNetwork(
         {i: top.neighbors(i) for i in top.nodes}, timeout_s=cfg.transport.timeout_s, mutate=mutate
     )
@@ -72,7 +75,14 @@ def simulate(
         try:
             with network.endpoint(node) as transport:
                 client = Client(
-                    node, top.neighbors(node), protocol, w.direction, lambda step: w.loss(node, step), transport
+                    node,
+                    top.neighbors(node),
+                    protocol,
+                    w.direction,
+                    lambda step: w.loss(node, step),
+                    transport,
+                    routes=top.routes(node),
+                    hop_timeout_s=cfg.transport.timeout_s * (protocol.hops + 1),  # every exchange may time out
                 )
                 client.resume(resume)
                 if node == 0:

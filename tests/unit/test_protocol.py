@@ -41,6 +41,16 @@ def test_step_window_must_exceed_delay():
         proto("flood.hops_per_step=1", "flood.step_window=3", diameter=4)
 
 
+@pytest.mark.parametrize(("diameter", "hops"), [(4, 0), (4, 1), (4, 2), (0, 0)])
+def test_overlap_adds_exactly_one_step_of_delay(diameter, hops):
+    plain = proto(f"flood.hops_per_step={hops}", diameter=diameter)
+    over = proto(f"flood.hops_per_step={hops}", "flood.overlap=true", diameter=diameter)
+    assert over.overlap and not plain.overlap
+    assert over.delay == plain.delay + 1 and over.hops == plain.hops
+    with pytest.raises(ConfigError, match=f"flooding delay {over.delay} .*overlap"):
+        proto(f"flood.hops_per_step={hops}", "flood.overlap=true", f"flood.step_window={over.delay}", diameter=diameter)
+
+
 def test_check_step_accepts_exactly_a_complete_valid_step():
     p = proto("zo.perturbations=2")
     good = step_messages(p, 5)

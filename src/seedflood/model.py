@@ -21,6 +21,10 @@ Owns:
 - `resolve_device(device, local_rank, device_count)`: "cuda" = this process's GPU
   (cuda:local_rank mod GPUs; clients share GPUs when there are more clients than GPUs);
 - `check_source(cfg, local_rank)`: the preflight — device, source and tiny config, no weights.
+- `map_weights(model, directory)`: parameters loaded from a directory (and the SmolLM2 cache)
+  point into a private, copy-on-write memory map of its safetensors files, so the pages training
+  never writes (embeddings, norms, non-trainable matrices; trainable ones until their first
+  update) are one copy in the page cache shared by every process on the machine.
 
 Assumes: decoder-only HF models whose `get_decoder()` accepts position_ids and a 4-D additive
 attention mask (transformers' masking_utils passes it through as is) and whose last_hidden_state
@@ -36,8 +40,10 @@ import importlib.metadata
 import importlib.util
 import json
 import logging
+import mmap
 import os
 import shutil
+import struct
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -88,6 +94,8 @@ class Loaded:
     """Where the base weights came from, e.g. "smollm2-135m-instruct (gguf Q4_1)"."""
     base_hash: str
     """weights_hash of the base model as loaded (before any update)."""
+    mapped_bytes: int = 0
+    """Parameter bytes that live in a private memory map of the weights file (`map_weights`)."""
 
 
 def weights_hash(model: torch.nn.Module | Mapping[str, torch.Tensor]) -> str:
@@ -400,32 +408,84 @@ def load(cfg: ModelConfig, local_rank: int = 0) -> Loaded:
     src = _source(cfg)
     dtype = getattr(torch, cfg.dtype)
     identity = src.identity
+    directory: Path | None = None  # where a safetensors copy of the weights lives
     if src.kind == "tiny":
         model, tokenizer = _tiny(cfg.tiny)
     elif src.kind == "gguf":
-        model, tokenizer = _from_pretrained(_gguf_dir(Path(src.where)), dtype)
+        directory = _gguf_dir(Path(src.where))
+        model, tokenizer = _from_pretrained(directory, dtype)
     elif src.kind == "dir":
+        directory = Path(src.where)
         model, tokenizer = _from_pretrained(src.where, dtype)
     else:
         model, tokenizer = _hub(src.where, cfg.gguf_file, dtype)
 
     model = model.to(device=device, dtype=dtype).eval()
     model.requires_grad_(False)
+    mapped = map_weights(model, directory) if directory is not None else 0
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ModelError(f"tokenizer of {identity} has neither a pad nor an eos token")
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "right"
-    loaded = Loaded(model, tokenizer, identity, weights_hash(model))
+    loaded = Loaded(model, tokenizer, identity, weights_hash(model), mapped)
     log.info(
-        "loaded %s: %.1fM parameters, %s on %s, hash %s",
+        "loaded %s: %.1fM parameters, %s on %s, hash %s, %.0f MB mapped from the weights file",
         identity,
         sum(p.numel() for p in model.parameters()) / 1e6,
         cfg.dtype,
         device,
         loaded.base_hash[:12],
+        mapped / 1e6,
     )
     return loaded
+
+
+_SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64}
+
+
+def map_weights(model: torch.nn.Module, directory: Path) -> int:
+    """Point each CPU parameter at the bytes of the same tensor in `directory`'s *.safetensors
+    files, mapped privately (MAP_PRIVATE: a write copies the page, the file never changes);
+    return the parameter bytes now mapped.
+
+    A parameter moves only when name, dtype and shape match and the file's bytes equal its
+    bytes (so a loader that converted anything keeps its own copy, and the model's bits cannot
+    change). Tied parameters are one Parameter object: both names follow. Pages read but never
+    written stay shared, through the page cache, by every process that maps the file: with N
+    clients on a machine the frozen part of the model is resident once, not N times.
+    """
+    params = dict(model.named_parameters())  # tied parameters appear once
+    mapped = 0
+    for path in sorted(directory.glob("*.safetensors")):
+        try:
+            with open(path, "rb") as f:
+                (size,) = struct.unpack("<Q", f.read(8))  # safetensors: u64 LE header size, JSON header, data
+                header = json.loads(f.read(size))
+                view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # MAP_PRIVATE, writable
+        except (OSError, ValueError, struct.error) as e:  # transformers read it; keep its copies
+            log.warning("not memory-mapping %s: %s", path, _first_line(e))
+            continue
+        start = 8 + size
+        for name, meta in header.items():
+            p = params.get(name)
+            if (
+                p is None
+                or not isinstance(meta, dict)
+                or p.device.type != "cpu"
+                or not p.is_contiguous()
+                or not p.numel()
+            ):
+                continue
+            dtype = _SAFETENSORS_DTYPES.get(meta.get("dtype"))
+            offset = start + meta["data_offsets"][0]
+            if dtype != p.dtype or list(meta["shape"]) != list(p.shape) or offset % p.element_size():
+                continue
+            t = torch.frombuffer(view, dtype=dtype, count=p.numel(), offset=offset).view(p.shape)  # keeps `view` alive
+            if torch.equal(t.view(-1).view(torch.uint8), p.detach().view(-1).view(torch.uint8)):  # equal bits
+                p.data = t
+                mapped += p.numel() * p.element_size()
+    return mapped
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ Owns:
   without anything that can block on a dead peer; it yields a `Group` for the run's only
   collective steps (the resume broadcast, the final reports). This module and `gloo` are the
   only ones that touch torch.distributed.
-- `free_port`, `set_threads`.
+- `free_port`; `threads_for` / `set_threads` (run.threads, with 0 = this machine's cores split
+  over the processes a launcher starts on it); `memory()` (this process's RSS / PSS / USS).
 
 Assumes: every process of a run sees the same MASTER_ADDR/MASTER_PORT (under SLURM without
 MASTER_PORT the port derives from SLURM_JOB_ID, so all tasks of a job agree without talking).
@@ -54,6 +55,9 @@ class World:
     master_port: int = 0
     """0 = pick a free port at init (single process only)."""
     launcher: Launcher = "single"
+    local_world_size: int = 1
+    """Processes the launcher starts on this machine (LOCAL_WORLD_SIZE, SLURM_NTASKS_PER_NODE; 1
+    when it does not say): run.threads = 0 shares the machine's cores among them."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world_size:
@@ -62,6 +66,8 @@ class World:
             raise WorldError(f"master port {self.master_port} is not a TCP port")
         if self.world_size > 1 and self.master_port == 0:
             raise WorldError(f"world size {self.world_size} needs MASTER_PORT")
+        if self.local_world_size < 1:
+            raise WorldError(f"local world size {self.local_world_size} is not a process count")
 
     @property
     def is_evaluator(self) -> bool:
@@ -84,6 +90,7 @@ class World:
                 master_addr=_str(env, "MASTER_ADDR", "127.0.0.1" if single else None),
                 master_port=_int(env, "MASTER_PORT", 0 if single else None),
                 launcher="torchrun" if "TORCHELASTIC_RUN_ID" in env else "env",
+                local_world_size=_int(env, "LOCAL_WORLD_SIZE", 1),
             )
         if "SLURM_PROCID" in env:
             nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
@@ -100,6 +107,7 @@ class World:
                 master_addr=_str(env, "MASTER_ADDR", host),
                 master_port=_int(env, "MASTER_PORT", port),
                 launcher="slurm",
+                local_world_size=_int(env, "SLURM_NTASKS_PER_NODE", 1),
             )
         return cls(rank=0, world_size=1)
 
@@ -172,10 +180,52 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def set_threads(n: int) -> None:
-    """torch intra-op threads; 0 leaves torch's default (run.threads)."""
+def cpus() -> int:
+    """CPUs this process may run on (its affinity mask: a cgroup or taskset limit counts)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def threads_for(n: int, local_processes: int = 1, cpu_count: int | None = None) -> int:
+    """Intra-op threads for run.threads = `n` (pure): n itself when > 0; for 0, the CPUs split
+    evenly over the `local_processes` a launcher starts on this machine, at least 1. torch's own
+    default (every core) in each of 33 processes on 2 cores would oversubscribe 33-fold, and
+    OpenMP threads that lose their core spin and stall their team for milliseconds."""
     if n > 0:
-        torch.set_num_threads(n)
+        return n
+    return max(1, (cpu_count if cpu_count is not None else cpus()) // max(1, local_processes))
+
+
+def set_threads(n: int, local_processes: int = 1) -> None:
+    """torch intra-op threads for run.threads = `n` (see threads_for). With one process per
+    machine and n = 0, torch's default is left alone (it already uses every core)."""
+    if n > 0 or local_processes > 1:
+        torch.set_num_threads(threads_for(n, local_processes))
+
+
+def threads() -> int:
+    """torch intra-op threads this process uses now."""
+    return torch.get_num_threads()
+
+
+def memory() -> dict[str, int] | None:
+    """This process's memory in bytes from /proc/self/smaps_rollup (Linux ≥ 4.14), else None:
+    rss (resident), pss (resident, each page divided by the processes that map it: what this
+    process costs the machine), uss (resident pages no other process maps: what exiting frees).
+    File pages several clients map read-only (shared libraries, a memory-mapped weights file)
+    count in full in rss, shared in pss, not at all in uss."""
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            kb = {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in f) if v.strip().endswith("kB")}
+    except (OSError, ValueError, IndexError):
+        return None
+    return {
+        "rss": kb.get("Rss", 0) * 1024,
+        "pss": kb.get("Pss", 0) * 1024,
+        "uss": (kb.get("Private_Clean", 0) + kb.get("Private_Dirty", 0)) * 1024,
+    }
 
 
 class Group:

@@ -1,11 +1,12 @@
 """One process of a run: read the launcher's world, become the evaluator or a client, tear down.
 
 Owns the composition of a process (docs/design.md §2): world and topology checks before anything
-expensive, the workload, the run's `Protocol`, the process group, resume (rank 0 checks the run
+expensive, the workload (run.threads = 0: the machine's cores split over the launcher's local
+processes), the run's `Protocol`, the process group, resume (rank 0 checks the run
 directory and broadcasts its log; every client catches up by replaying it, the evaluator from
 its newest intact checkpoint plus the log tail), the role's run, and the end of the run: each
-client posts its report (hash, byte counts, flood stats) to the rendezvous store and exits; the
-evaluator collects them once it has scored its backlog and writes summary.json. No collective
+client posts its report (hash, byte counts, flood stats, threads, memory: RSS/PSS/USS) to the
+rendezvous store and exits; the evaluator collects them once it has scored its backlog and writes summary.json. No collective
 call waits on the evaluator, so finishing never depends on how long scoring takes.
 
 Assumes: every process gets the same config; the run directory is on storage rank 0 can write
@@ -55,7 +56,7 @@ def run(cfg: Config, environ: dict[str, str] | None = None) -> dict[str, Any] | 
     protocol = Protocol.of(cfg, top.diameter)
     role = "eval" if world.is_evaluator else f"client {world.client_node}"
     setup_logging(cfg.run.log_level, role)
-    workload = Workload.build(cfg, local_rank=world.local_rank)
+    workload = Workload.build(cfg, local_rank=world.local_rank, local_processes=world.local_world_size)
     with runtime.process_group(world, cfg.transport) as group:
         records = _resume(cfg, protocol, workload, group)
         if world.is_evaluator:
@@ -77,7 +78,7 @@ def _resume(cfg: Config, protocol: Protocol, w: Workload, group: runtime.Group) 
     payload = group.broadcast(payload)
     if "error" in payload:
         raise RunError(payload["error"])
-    records = [(s, decode(f)) for s, f in payload["records"]]
+    records = [(s, decode(f, seed_of=protocol.seed)) for s, f in payload["records"]]
     for s, msgs in records:  # rank 0 validated them; a broadcast is a wire like any other
         protocol.check_step(s, msgs)
     return records
@@ -93,7 +94,16 @@ def _client(
     )
     step_hashes: list[str] = []
     with transport:
-        client = Client(node, top.neighbors(node), protocol, w.direction, lambda step: w.loss(node, step), transport)
+        client = Client(
+            node,
+            top.neighbors(node),
+            protocol,
+            w.direction,
+            lambda step: w.loss(node, step),
+            transport,
+            routes=top.routes(node),
+            hop_timeout_s=cfg.transport.timeout_s * (protocol.hops + 1),  # every exchange may time out
+        )
         client.resume(records)  # O(messages) for subcge, no checkpoint needed
         if attach:
             client.listeners.append(lambda s, msgs: transport.push(encode(msgs), s))
@@ -110,6 +120,8 @@ def _client(
             "step_hashes": step_hashes,
             "bytes": counter.rows(),
             "flood": vars(client.flood.stats),
+            "threads": runtime.threads(),
+            "memory": runtime.memory(),  # at the end of training: the weights' pages are as written as they get
         },
     )
 
@@ -147,6 +159,8 @@ def _evaluate(
         "bytes_per_edge_per_step": counter.mean_bytes_per_edge_per_step(),
         "bytes_total": counter.total(),
         "flood": [r["flood"] for r in clients],
+        "threads": [r["threads"] for r in clients],
+        "memory": {"evaluator": runtime.memory(), "clients": [r["memory"] for r in clients]},
         "zero_shot": evaluator.zero_shot or None,
         "final": final,
         "resumed_from_step": start,

@@ -36,9 +36,10 @@ class Workload:
     _batch_cache: dict[tuple[int, int], Any] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def build(cls, cfg: Config, local_rank: int = 0) -> Workload:
-        """Everything one process needs; `local_rank` picks this process's GPU for model.device=cuda."""
-        runtime.set_threads(cfg.run.threads)
+    def build(cls, cfg: Config, local_rank: int = 0, local_processes: int = 1) -> Workload:
+        """Everything one process needs; `local_rank` picks this process's GPU for model.device=cuda,
+        `local_processes` (how many the launcher started on this machine) sizes run.threads = 0."""
+        runtime.set_threads(cfg.run.threads, local_processes)
         spec = tasks.get(cfg.task.name)
         splits = tasks.load_splits(cfg.task, cfg.run.seed)
         loaded = model.load(cfg.model, local_rank=local_rank)

@@ -2,7 +2,7 @@
 
 Fixtures:
 - `run_world(argv, nprocs, timeout_s, env=None, on_poll=None)`: start `nprocs` copies of `argv` with the
-  torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT on a free port)
+  torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT on a free port)
   set, wait for all of them, and return one `Proc` per rank in rank order. On timeout every
   process (and its children) is killed by its id and the outputs are returned with
   `timed_out=True`. A launch whose rendezvous port was taken in the meantime is retried on a
@@ -97,6 +97,7 @@ def _launch(
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(port),
         "WORLD_SIZE": str(nprocs),
+        "LOCAL_WORLD_SIZE": str(nprocs),  # all on this machine, as torchrun --nproc-per-node says
         "OMP_NUM_THREADS": "1",
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
@@ -110,7 +111,9 @@ def _launch(
             p = subprocess.Popen(
                 list(argv),
                 env={**base, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-                stdout=out, stderr=err, start_new_session=True,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
             )
             running.append((p, out, err))
         deadline = start + timeout_s
@@ -134,10 +137,16 @@ def _launch(
             _kill(p)  # children a worker may have left behind
             out.seek(0)
             err.seek(0)
-            results.append(Proc(
-                rank, None if rank not in ended else code, out.read(), err.read(),
-                timed_out and rank not in ended, ended.get(rank, timeout_s),
-            ))
+            results.append(
+                Proc(
+                    rank,
+                    None if rank not in ended else code,
+                    out.read(),
+                    err.read(),
+                    timed_out and rank not in ended,
+                    ended.get(rank, timeout_s),
+                )
+            )
             out.close()
             err.close()
         return results

@@ -82,6 +82,42 @@ def test_save_load_round_trip(tiny, examples, tmp_path):
     assert torch.equal(M.candidate_scores(again.model, batch), M.candidate_scores(tiny.model, batch))
 
 
+def _file_mappings(name: str) -> list[tuple[int, int]]:
+    """Address ranges of this process's memory maps of files called `name` (Linux)."""
+    out = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 6 and parts[5].endswith("/" + name):
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                out.append((lo, hi))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="needs Linux /proc")
+def test_weights_from_a_directory_are_a_private_map_of_the_file(tiny, tmp_path):
+    """Clients on one machine share the weights file's pages: every parameter of a model loaded
+    from a directory lives in a memory map of model.safetensors, and writing to it (what a merge
+    does) copies the page instead of changing the file or another process's view."""
+    tiny.model.save_pretrained(tmp_path)
+    tiny.tokenizer.save_pretrained(tmp_path)
+    file = tmp_path / "model.safetensors"
+    before = hashlib.sha256(file.read_bytes()).hexdigest()
+    again = M.load(ModelConfig(name=str(tmp_path)))
+    params = list(again.model.parameters())  # the tied head/embedding once
+    assert again.mapped_bytes == sum(p.numel() * p.element_size() for p in params) > 0
+    maps = _file_mappings("model.safetensors")
+    for p in params:
+        lo, hi = p.data_ptr(), p.data_ptr() + p.numel() * p.element_size()
+        assert any(a <= lo and hi <= b for a, b in maps), "a parameter was copied out of the file"
+    assert again.base_hash == tiny.base_hash
+    with torch.no_grad():
+        for p in params:
+            p.add_(1.0)
+    assert hashlib.sha256(file.read_bytes()).hexdigest() == before  # copy-on-write, never the file
+    assert M.load(ModelConfig(name=str(tmp_path))).base_hash == tiny.base_hash
+
+
 @pytest.mark.parametrize("check", [M.check_source, M.load], ids=["check_source", "load"])
 def test_source_errors(check, tmp_path, monkeypatch):
     with pytest.raises(M.ModelError, match="model path /nonexistent/x does not exist"):

@@ -7,10 +7,13 @@ all of them as one JSON document.
 
 Figures (benchmarks/README.md explains each):
   bytes    bytes per edge per step and per run for two model sizes (must be equal)
-  apply    time to apply n messages of one step through Applier.apply, subcge vs gaussian
+  apply    time to apply n messages of one step through Applier.apply (subcge: accumulate, and
+           the merge on its own), vs gaussian, as fractions of one plain forward
   step     ZO step efficiency = 2 × plain forward time / client step time, subcge and gaussian
-  catchup  catch-up by replaying a message log vs loading a full state file
+  catchup  catch-up by replaying 10⁵ messages (default cadence) vs loading a full state file,
+           and vs gaussian regeneration (projected from one message)
   hop      flood latency per hop and per step with the in-memory network on rings of N nodes
+  tradeoff subcge rank x merge cadence: live per-step overhead vs catch-up time of 10⁵ messages
 
 Timing rules: shared, noisy machines. Every timed quantity is repeated, reported as the median
 with its min–max spread, and quantities that are compared are measured alternately in one run
@@ -43,8 +46,10 @@ from typing import Any
 import numpy as np
 import torch
 
-FIGURES = ("bytes", "apply", "step", "catchup", "hop")
+FIGURES = ("bytes", "apply", "step", "catchup", "hop", "tradeoff", "hops", "overlap")
 DEFAULT_MODEL = "smollm2-135m"
+PAPER_STEPS = 5000  # the paper's ZO runs: 5,000 steps
+PAPER_TARGET_BYTES = 400_000  # ≈ 400 KB per edge per run reported for SeedFlood
 _TAG_BENCH = 0xBE4C  # domain tag of the benchmark's random scalars
 
 # Two tiny widths for `bytes --quick` (and the small side of the default run).
@@ -162,7 +167,12 @@ def _messages(step: int, n_origins: int, run_seed: int, key: int):
 # -- 1. bytes --------------------------------------------------------------------------------------
 def fig_bytes(opts: Options) -> dict[str, Any]:
     """Bytes per directed edge per step and per run, 4 clients on a ring, for two model sizes."""
+    import dataclasses
+
+    from seedflood import topology as topo
+    from seedflood import wirecost
     from seedflood.simulation import simulate
+    from seedflood.transport import HEADER
 
     steps = 3
     common = [
@@ -222,12 +232,25 @@ def fig_bytes(opts: Options) -> dict[str, Any]:
     equal = a["rows"] == b["rows"]
     for r in results:
         r.pop("rows")
+    # The paper's setting: 16 clients on a ring, 5,000 steps, counted exactly by the real flood
+    # and codec without a model (wirecost; equal to a simulated run's counter row for row).
+    paper_steps = 300 if opts.quick else PAPER_STEPS
+    t0 = time.perf_counter()
+    paper = wirecost.project(topo.ring(16), paper_steps)
+    paper_wall = time.perf_counter() - t0
     out = {
         "sizes": results,
         "equal": equal,
         "param_ratio": b["params"] / a["params"],
         "trainable_ratio": b["trainable"] / a["trainable"],
         "bytes_ratio": b["bytes_total"] / a["bytes_total"],
+        "paper": {
+            "nodes": 16,
+            "steps": paper_steps,
+            "target_per_run": PAPER_TARGET_BYTES if paper_steps == PAPER_STEPS else None,
+            "settings": [dataclasses.asdict(r) for r in paper],
+            "wall_s": paper_wall,
+        },
     }
     _table(
         opts.out,
@@ -238,6 +261,17 @@ def fig_bytes(opts: Options) -> dict[str, Any]:
             f"every (step, edge) count identical across the two sizes: {'yes' if equal else 'NO'}; "
             f"parameter ratio {out['param_ratio']:.1f}x (trainable {out['trainable_ratio']:.1f}x), "
             f"byte ratio {out['bytes_ratio']:.3f}"
+        ],
+    )
+    _table(
+        opts.out,
+        f"bytes: the paper's setting, 16 clients on a ring, K = 1, {paper_steps:,} steps, per directed edge",
+        list(wirecost.HEADERS),
+        wirecost.rows(paper),
+        [
+            "v1: 24-byte records with the seed; v2: seed derived, step in the header, narrow fields "
+            f"(message.py); every frame + a {HEADER}-byte length. The paper reports about 400 KB per edge "
+            f"per run ({PAPER_STEPS:,} steps); counted in {paper_wall:.1f} s"
         ],
     )
     return out
@@ -273,50 +307,78 @@ def _x(r: float | None, digits: int = 0) -> str:
     return "skipped" if r is None else f"{r:.{digits}f}x"
 
 
+def _forward_workload(opts: Options, extra: Sequence[str] = ()):
+    """A workload whose `loss(0, step)` is one plain forward of the `step` figure's size (batch 16,
+    64 tokens; task rt, or synthetic on the tiny model), plus a timer of that forward."""
+    from seedflood.workload import Workload
+
+    task = (
+        ["task.name=synthetic", "task.train_examples=256", "task.dev_examples=0", "task.test_examples=8"]
+        if opts.tiny
+        else ["task.name=rt", "task.train_examples=1000", "task.dev_examples=0", "task.test_examples=8"]
+    )
+    cfg = _cfg(opts.model_overrides() + task + ["task.batch_size=16", "task.max_tokens=64", "topology.nodes=1", *extra])
+    w = Workload.build(cfg)
+    w.batch(0, 0)  # encoded once, outside every timing
+
+    def forward() -> tuple[float, float]:
+        """(wall, cpu) of one plain forward on the canonical state."""
+        with w.direction.current():
+            w0, c0 = _now()
+            w.loss(0, 0)
+            w1, c1 = _now()
+        return w1 - w0, c1 - c0
+
+    return w, forward
+
+
 def fig_apply(opts: Options) -> dict[str, Any]:
-    """Time of Applier.apply on one step of n messages, subcge (merge included) vs gaussian."""
+    """Applier.apply on one step of n messages, subcge (accumulate; merge timed on its own) vs
+    gaussian, each against one plain forward measured in the same run."""
     from seedflood import directions
-    from seedflood import model as M
     from seedflood.directions import SubCGE
     from seedflood.protocol import Protocol
     from seedflood.replay import Applier
 
     ns = [16, 64, 256, 1024]
     repeats = opts.repeats("apply")
-    cfg = _cfg(opts.model_overrides() + ["zo.lr=1e-4"])
-    loaded = M.load(cfg.model)
-    names = directions.select_trainable(loaded.model, cfg.zo.trainable)
-    sub = SubCGE(loaded.model, names, cfg.run.seed, cfg.subspace)
-    gau = directions.Gaussian(loaded.model, names, cfg.run.seed)
-    merge = _Timed(sub.commit)
-    sub.commit = merge  # type: ignore[method-assign]  # instance attribute: times the merge alone
+    w, forward = _forward_workload(opts, ["zo.lr=1e-4"])
+    cfg = w.cfg
+    model, names = w.model, list(w.direction.names)
+    sub = SubCGE(model, names, cfg.run.seed, cfg.subspace)  # default cadence: step 0 does not merge
+    gau = directions.Gaussian(model, names, cfg.run.seed)
     # Basis generation is a once-per-epoch cost (every `refresh` steps): timed on its own.
     basis = []
     for _ in range(min(3, repeats)):
-        fresh = SubCGE(loaded.model, names, cfg.run.seed, cfg.subspace)
+        fresh = SubCGE(model, names, cfg.run.seed, cfg.subspace)
         t0 = time.perf_counter()
         fresh.basis(0)
         basis.append(time.perf_counter() - t0)
     sub.basis(0)
 
     def once(direction, msgs) -> tuple[float, float, float]:
-        """(wall, cpu, merge wall) of applying one step of `msgs` on a fresh Applier."""
+        """(wall, cpu, merge wall) of applying one step of `msgs` on a fresh Applier; subcge's
+        pending core is then merged and timed separately (what a merge at this step costs)."""
         applier = Applier(direction, Protocol.of(_cfg([f"topology.nodes={len(msgs)}"]), 1))
-        merge.total = 0.0
         w0, c0 = _now()
         applier.apply(0, msgs)
         w1, c1 = _now()
-        return w1 - w0, c1 - c0, merge.total
+        direction.merge_all()
+        return w1 - w0, c1 - c0, time.perf_counter() - w1
 
-    # Warm-up (first allocations, first matmuls) for both families, not timed.
+    # Warm-up (first allocations, first matmuls, first forward) for everything, not timed.
+    forward()
     once(sub, _messages(0, 16, cfg.run.seed, 0))
     rate = once(gau, _messages(0, 1, cfg.run.seed, 0))[0]  # s per gaussian message, refined below
     spent = 0.0
+    fwd: list[tuple[float, float]] = []
     rows, per_n = [], []
     for n in ns:
         msgs = _messages(0, n, cfg.run.seed, n)
         s_runs, g_runs = [], []
         for r in range(repeats):
+            if n == ns[0] or (n == ns[-1] and r < 2):  # forwards interleaved with the applies
+                fwd.append(forward())
             s_runs.append(once(sub, msgs))
             # gaussian alternates with subcge while it fits the budget; one run when a run is long
             if spent + rate * n <= opts.gaussian_budget_s and (r == 0 or rate * n < 2.0):
@@ -337,15 +399,23 @@ def fig_apply(opts: Options) -> dict[str, Any]:
             "ratio_cpu": _ratio(g_cpu, s_cpu),
         }
         per_n.append(e)
+    f_wall, f_cpu = _stats([x[0] for x in fwd]), _stats([x[1] for x in fwd])
+    for e in per_n:
+        e["subcge_of_forward"] = e["subcge_s"]["median"] / f_wall["median"]
+        e["subcge_of_forward_cpu"] = e["subcge_cpu_s"]["median"] / f_cpu["median"]
+        e["merge_of_forward"] = e["subcge_merge_s"]["median"] / f_wall["median"]
+        g = e["gaussian_s"]
         rows.append(
             [
-                n,
-                _ms(s_wall),
-                _fmt_time(s_merge["median"]),
-                _ms(g_wall),
+                e["n"],
+                _ms(e["subcge_s"]),
+                f"{100 * e['subcge_of_forward']:.2f}% / {100 * e['subcge_of_forward_cpu']:.2f}%",
+                _fmt_time(e["subcge_merge_s"]["median"]),
+                f"{100 * e['merge_of_forward']:.1f}%",
+                _ms(g),
                 _x(e["ratio"]),
                 _x(e["ratio_cpu"]),
-                _fmt_time(g_wall["median"] / n) if g_wall else "skipped",
+                _fmt_time(g["median"] / e["n"]) if g else "skipped",
             ]
         )
     d = sub.numel
@@ -356,6 +426,9 @@ def fig_apply(opts: Options) -> dict[str, Any]:
         "rank": cfg.subspace.rank,
         "threads": torch.get_num_threads(),
         "repeats": repeats,
+        "forward_s": f_wall,
+        "forward_cpu_s": f_cpu,
+        "target_of_forward": 0.01,
         "gaussian_budget_s": opts.gaussian_budget_s,
         "gaussian_spent_s": spent,
         "subcge_basis_s": _stats(basis),
@@ -364,10 +437,24 @@ def fig_apply(opts: Options) -> dict[str, Any]:
     _table(
         opts.out,
         f"apply: one step of n messages through Applier.apply on {opts.model} "
-        f"(d = {d:,} over {len(names)} matrices, rank {cfg.subspace.rank}, {out['threads']} threads)",
-        ["n", "subcge (wall)", "of which merge", "gaussian (wall)", "gauss/subcge wall", "cpu", "gaussian per msg"],
+        f"(d = {d:,} over {len(names)} matrices, rank {cfg.subspace.rank}, {out['threads']} threads); "
+        f"plain forward {_ms(f_wall)}",
+        [
+            "n",
+            "subcge apply (wall)",
+            "of fwd wall/cpu",
+            "merge (own)",
+            "merge of fwd",
+            "gaussian (wall)",
+            "gauss/subcge wall",
+            "cpu",
+            "gaussian per msg",
+        ],
         rows,
         [
+            "subcge apply = coordinates + accumulate into S (vectorised); no merge (subspace.merge_every "
+            f"{cfg.subspace.merge_every or 'once per epoch'}); target < 1% of one forward. The merge "
+            "W ← W + U·S·Vᵀ of that S is timed after it, on its own: a run pays it once per merge period",
             f"subcge basis generation, once per epoch of {cfg.subspace.refresh} steps (not in the rows): "
             f"{_ms(out['subcge_basis_s'])}",
             f"gaussian runs only while its total stays under {opts.gaussian_budget_s:.0f} s (spent {spent:.1f} s); "
@@ -489,7 +576,7 @@ def fig_step(opts: Options) -> dict[str, Any]:
         "forward_s": f,
         "forward_cpu_s": f_cpu,
         **fams,
-        "target_subcge": 0.85,
+        "target_subcge": 0.95,
     }
     _table(
         opts.out,
@@ -508,7 +595,7 @@ def fig_step(opts: Options) -> dict[str, Any]:
         ],
         rows,
         [
-            "efficiency = 2 × plain forward / step (our target for subcge: >= 85%): ratio of medians on the wall "
+            "efficiency = 2 × plain forward / step (our target for subcge: >= 95%): ratio of medians on the wall "
             "and CPU clocks, of minima ('best': foreign load only adds time), and the range of per-round ratios "
             "(each step against the forward measured just before it)",
             "other = step − both perturbed forwards − apply: batch encoding, perturbation setup, flood, codec",
@@ -519,14 +606,16 @@ def fig_step(opts: Options) -> dict[str, Any]:
 
 # -- 4. catchup ------------------------------------------------------------------------------------
 def fig_catchup(opts: Options) -> dict[str, Any]:
-    """A fresh client catching up: replay base + log, vs torch.load of the trainable state."""
+    """A fresh client catching up on 10⁵ messages (16 clients × 6,250 steps; --quick: 2,000):
+    replay base + log with the default merge cadence, vs torch.load of the trainable state, vs
+    gaussian regeneration projected from one measured message."""
     from seedflood import checkpoint as ckpt
     from seedflood import directions
     from seedflood import model as M
     from seedflood.protocol import Protocol
     from seedflood.replay import Applier, state_hash
 
-    steps, clients = (10, 4) if opts.quick else (50, 4)
+    steps, clients = (125, 16) if opts.quick else (6250, 16)
     repeats = opts.repeats("catchup")
     common = opts.model_overrides() + [f"topology.nodes={clients}", "zo.lr=1e-3"]
     cfg = _cfg(common)
@@ -540,8 +629,8 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
             for n in names:
                 params[n].data.copy_(base[n])
 
-    # merge_every must divide refresh (1000): `steps` does, so that variant merges once, at the end.
-    variants = [1, steps] if cfg.subspace.refresh % steps == 0 else [1]
+    # The default cadence (docs/design.md §3); `tradeoff` projects the others.
+    variants = [cfg.subspace.merge_every]
     rows, results = [], []
     with tempfile.TemporaryDirectory(prefix="seedflood-bench-") as tmp:
         log_path = Path(tmp) / "log.bin"
@@ -550,7 +639,7 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
             {
                 "base_identity": loaded.identity,
                 "base_hash": loaded.base_hash,
-                "trajectory": {},
+                "trajectory": {"run.seed": cfg.run.seed},  # a v2 log derives seeds from it
                 "config": cfg.to_dict(),
             },
         )
@@ -626,12 +715,27 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
                     "yes" if same else "NO",
                 ]
             )
+    # Gaussian catch-up regenerates z over all d scalars per message: one message timed (twice,
+    # the faster kept), projected to the log's count (it would take hours on SmolLM2).
+    gau = directions.Gaussian(loaded.model, names, cfg.run.seed)
+    g_runs = []
+    for i in range(2):
+        t0 = time.perf_counter()
+        gau.accumulate(0, i, 1e-9)
+        gau.commit(0)
+        g_runs.append(time.perf_counter() - t0)
     reset()
+    g_msg = min(g_runs)
+    replay_med = results[0]["replay_s"]["total"]["median"]
     out = {
         "model": opts.model,
         "steps": steps,
         "clients": clients,
         "messages": steps * clients,
+        "target_s": 10.0,
+        "gaussian_per_message_s": g_msg,
+        "gaussian_projected_s": g_msg * steps * clients,
+        "speedup_vs_gaussian": g_msg * steps * clients / replay_med,
         "repeats": repeats,
         "trainable": sum(b.numel() for b in base.values()),
         "log_bytes": log_bytes,
@@ -658,8 +762,12 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
             f"log {log_bytes:,} B vs state file {out['state_bytes']:,} B ({out['size_ratio']:,.0f}x larger)",
             "replay = read log + build direction + basis + Applier.apply_all; load = torch.load + copy_ into the "
             "model (file in the page cache)",
-            "merge_every is a run setting (all clients must agree): 1 merges U·S·Vᵀ after every step, "
-            f"{steps} once at the end",
+            f"merge_every {cfg.subspace.merge_every} (0 = once per epoch of {cfg.subspace.refresh} steps: "
+            f"{-(-steps // cfg.subspace.refresh)} bases and merges); target for 10⁵ messages: "
+            f"< {out['target_s']:.0f} s; basis = epoch 0's only (later epochs' are inside apply)",
+            f"gaussian replay of the same log, projected from {_fmt_time(g_msg)} per message: "
+            f"{out['gaussian_projected_s']:,.0f} s → subcge replay is {out['speedup_vs_gaussian']:,.0f}x faster "
+            "(target >= 1,000x)",
         ],
     )
     return out
@@ -676,6 +784,9 @@ class _NullDirection:
         pass
 
     def commit(self, step: int) -> None:
+        pass
+
+    def apply_steps(self, steps: Sequence[Any]) -> None:
         pass
 
 
@@ -777,12 +888,221 @@ def fig_hop(opts: Options) -> dict[str, Any]:
     return out
 
 
+# -- 6. tradeoff -----------------------------------------------------------------------------------
+def fig_tradeoff(opts: Options) -> dict[str, Any]:
+    """Per subspace rank and merge cadence: the live per-step overhead (as a fraction of the two
+    forwards of a step) and the catch-up time of 10⁵ messages (16 clients × 6,250 steps), projected
+    from measured parts and checked against a measured replay of 100 steps."""
+    from seedflood import checkpoint as ckpt
+    from seedflood.config import SubspaceConfig
+    from seedflood.directions import SubCGE
+    from seedflood.protocol import Protocol
+    from seedflood.replay import Applier
+
+    ranks = (8, 32) if opts.quick else (8, 16, 32, 64)
+    cadences = (1, 10, 100, 1000)
+    clients, total, refresh = 16, 100_000, 1000
+    steps_total = total // clients  # 6,250
+    short = 20  # steps of the measured replay (merge_every 1 merges 20 times)
+    w, forward = _forward_workload(opts, ["zo.lr=1e-4", f"topology.nodes={clients}"])
+    model, names, seed = w.model, list(w.direction.names), w.cfg.run.seed
+    params = dict(model.named_parameters())
+    base = {n: params[n].detach().clone() for n in names}
+
+    def reset() -> None:
+        with torch.no_grad():
+            for n in names:
+                params[n].data.copy_(base[n])
+
+    def best(fn: Callable[[], Any], k: int = 2) -> float:
+        """Smallest CPU time of k calls (foreign load only adds time; CPU time moves least)."""
+        xs = []
+        for _ in range(k):
+            c0 = time.process_time()
+            fn()
+            xs.append(time.process_time() - c0)
+        return min(xs)
+
+    forward()  # warm-up
+    fwd = best(lambda: forward(), 3)
+    rows, results = [], []
+    with tempfile.TemporaryDirectory(prefix="seedflood-bench-") as tmp:
+        log_path = Path(tmp) / "log.bin"
+        header = {"base_identity": "bench", "base_hash": "", "trajectory": {"run.seed": seed}, "config": {}}
+        writer = ckpt.LogWriter(log_path, header)
+        for s in range(short):
+            writer.append(s, _messages(s, clients, seed, 11))
+        writer.close()
+        read = best(lambda: ckpt.LogReader(log_path).read()) / (short * clients)  # per message
+        proto = Protocol.of(w.cfg, 1)
+        for r in ranks:
+            sub = SubCGE(model, names, seed, SubspaceConfig(rank=r, refresh=refresh, merge_every=refresh))
+            basis = best(lambda: (sub._bases.clear(), sub.basis(0)), 1)
+            n_acc = 1024
+            seeds = np.arange(n_acc, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)  # any distinct seeds
+            coefs = _scalars(n_acc, r) * 1e-6
+            acc = best(lambda: (sub.S.zero_(), sub._accumulate_many(0, seeds, coefs))) / n_acc
+
+            def merge_after(n: int) -> float:
+                """CPU time of one merge of a core that holds n messages (touched rows/cols only)."""
+                xs = []
+                for _ in range(2):
+                    sub.S.zero_()
+                    sub._accumulate_many(0, seeds[: min(n, n_acc)], coefs[: min(n, n_acc)])
+                    c0 = time.process_time()
+                    sub.merge_all()
+                    xs.append(time.process_time() - c0)
+                    reset()
+                return min(xs)
+
+            merges = {m: merge_after(clients * m) for m in cadences}
+            # Forwards with a dense pending core (1,024 messages), per forward mode, each paired
+            # with a forward on the same weights with nothing pending (the median of the paired
+            # differences: forward times scatter by more than the effect on a shared machine).
+            sub.S.zero_()
+            sub._accumulate_many(0, seeds, coefs)
+            w.direction = sub  # forward() runs under w.direction.current()
+            pending: dict[str, dict[str, float]] = {}
+            for mode in SubCGE.FORWARD_MODES:
+                sub.forward = mode
+
+                def build() -> None:
+                    sub.invalidate()
+                    if mode == "materialize":
+                        sub._effective_weights()
+                    elif mode == "lowrank":
+                        sub._pending_factors()
+
+                b = best(build)
+                diffs = []
+                for _ in range(3):
+                    sub.S_epoch = None  # nothing pending: the plain forward
+                    sub.invalidate()
+                    c0 = time.process_time()
+                    forward()
+                    c1 = time.process_time()
+                    sub.S_epoch = 0
+                    build()  # not timed here: `b`
+                    c2 = time.process_time()
+                    forward()
+                    diffs.append((time.process_time() - c2) - (c1 - c0))
+                pending[mode] = {"build_s": b, "forward_extra_s": statistics.median(diffs)}
+            sub.merge_all()
+            reset()
+            live: dict[str, dict[int, float]] = {mode: {} for mode in SubCGE.FORWARD_MODES}
+            catch: dict[int, dict[str, float]] = {}
+            for m in cadences:
+                for mode, p in pending.items():
+                    if m == 1:  # forwards never see a pending core: one small merge per step
+                        live[mode][m] = merges[1] / (2 * fwd)
+                    else:  # two forwards with S pending + the state's build, and a merge per m steps
+                        live[mode][m] = (2 * p["forward_extra_s"] + p["build_s"] + merges[m] / m) / (2 * fwd)
+                epochs = -(-steps_total // refresh)
+
+                def project(steps: int) -> float:
+                    return steps * clients * (read + acc) + (steps // m) * merges[m] + (-(-steps // refresh)) * basis
+
+                rd = SubCGE(model, names, seed, SubspaceConfig(rank=r, refresh=refresh, merge_every=m))
+                rd.basis(0)
+                c0 = time.process_time()
+                recs = ckpt.LogReader(log_path).read()[1]
+                Applier(rd, proto).apply_all(recs)
+                measured = time.process_time() - c0
+                reset()
+                catch[m] = {
+                    "projected_s": project(steps_total),
+                    "projected_short_s": project(short) - basis,  # the measured run had its basis
+                    "measured_short_s": measured,
+                    "merges": steps_total // m,
+                    "epochs": epochs,
+                }
+                rows.append(
+                    [
+                        r,
+                        m,
+                        f"{100 * live['materialize'][m]:.1f}%",
+                        f"{100 * live['lowrank'][m]:.1f}%",
+                        f"{100 * live['carried'][m]:.1f}%",
+                        f"{catch[m]['projected_s']:.1f} s",
+                        f"{_fmt_time(catch[m]['measured_short_s'])} / {_fmt_time(catch[m]['projected_short_s'])}",
+                    ]
+                )
+            results.append(
+                {
+                    "rank": r,
+                    "basis_s": basis,
+                    "accumulate_per_message_s": acc,
+                    "merge_s": {str(m): v for m, v in merges.items()},
+                    "pending_forward": pending,
+                    "live_overhead": {mode: {str(m): v for m, v in x.items()} for mode, x in live.items()},
+                    "catchup": {str(m): v for m, v in catch.items()},
+                }
+            )
+    reset()
+    out = {
+        "model": opts.model,
+        "forward_cpu_s": fwd,
+        "read_per_message_s": read,
+        "clients": clients,
+        "messages": total,
+        "steps": steps_total,
+        "refresh": refresh,
+        "short_steps": short,
+        "ranks": results,
+    }
+    _table(
+        opts.out,
+        f"tradeoff: subspace rank x merge cadence on {opts.model}; CPU times, plain forward {_fmt_time(fwd)}",
+        [
+            "rank",
+            "merge_every",
+            "live: materialize",
+            "lowrank",
+            "carried",
+            f"catch-up {total:,} msgs (proj.)",
+            f"{short} steps meas./proj.",
+        ],
+        rows,
+        [
+            "live = extra CPU per step / two plain forwards: merge_every 1 merges a 16-message core after every "
+            "step; above 1 the forwards see W + U·S·Vᵀ (materialize: W_eff rebuilt once per step; lowrank: "
+            "(x·V)·(U·S)ᵀ per layer; carried: x·V·Sᵀ·Uᵀ, the old hook) plus one merge per merge_every steps",
+            f"catch-up = {total:,} × (read + accumulate) + merges + one basis per epoch of {refresh}; "
+            f"read {_fmt_time(read)} and accumulate per message measured here",
+        ],
+    )
+    return out
+
+
+def fig_hops(opts: Options) -> dict[str, Any]:
+    """Real gloo processes, N = 4…32: our flood hop against a bare exchange (bench_hops.py)."""
+    from seedflood import bench_hops
+
+    fig = bench_hops.fig_hops(opts.quick)
+    bench_hops.print_hops(fig, opts.out)
+    return fig
+
+
+def fig_overlap(opts: Options) -> dict[str, Any]:
+    """Real gloo processes with slowed hops: step time with flood.overlap off vs on
+    (bench_overlap.py). The hops are slowed by a sleep per exchange equal to two forwards (a
+    latency); `python -m seedflood.bench_overlap` also runs it over netns with a tbf cap."""
+    from seedflood import bench_overlap
+
+    fig = bench_overlap.fig_overlap(opts.quick, rate=None)
+    bench_overlap.print_overlap(fig, opts.out)
+    return fig
+
+
 RUNNERS: dict[str, Callable[[Options], dict[str, Any]]] = {
     "bytes": fig_bytes,
     "apply": fig_apply,
     "step": fig_step,
     "catchup": fig_catchup,
     "hop": fig_hop,
+    "tradeoff": fig_tradeoff,
+    "hops": fig_hops,
+    "overlap": fig_overlap,
 }
 
 

@@ -148,15 +148,14 @@ def _worker(opts: dict[str, Any]) -> dict[str, Any]:
             fwd = []
             gloo = GlooTransport(node, top.neighbors(node), {n: n for n in top.nodes})
             with Delayed(gloo, latency) as transport:
-                c = Client(
+                c = Client.in_topology(
+                    top,
                     node,
-                    top.neighbors(node),
                     protocol,
                     w.direction,
                     _timed(lambda s: w.loss(node, s), fwd),
                     transport,
-                    routes=top.routes(node),
-                    hop_timeout_s=cfg.transport.timeout_s * (protocol.hops + 1),
+                    cfg.transport.timeout_s,
                 )
                 steps: list[float] = []
                 wall0, cpu0 = time.perf_counter(), time.process_time()

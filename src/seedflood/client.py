@@ -43,6 +43,7 @@ from seedflood.flooding import Flood, FloodError
 from seedflood.message import Message
 from seedflood.protocol import Protocol
 from seedflood.replay import Applier
+from seedflood.topology import Topology
 from seedflood.transport import Transport, TransportError
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,30 @@ class Client:
         self.logged = 0  # steps that were already in the log this client resumed from
         self.hop_timeout_s = hop_timeout_s
         self._inflight: _Hops | None = None  # overlap: the hops of step next_step − 1, running
+
+    @classmethod
+    def in_topology(
+        cls,
+        top: Topology,
+        node: int,
+        protocol: Protocol,
+        direction: Direction,
+        loss_at: Callable[[int], float],
+        transport: Transport,
+        timeout_s: float,
+    ) -> Client:
+        """Node `node` of `top` as every runtime builds it: its neighbours, shortest-path routes,
+        and a hop thread given `timeout_s` (the transport's) per exchange of a step, plus one."""
+        return cls(
+            node,
+            top.neighbors(node),
+            protocol,
+            direction,
+            loss_at,
+            transport,
+            routes=top.routes(node),
+            hop_timeout_s=timeout_s * (protocol.hops + 1),
+        )
 
     # -- resume --------------------------------------------------------------------------------
     def resume(self, records: Records) -> None:

@@ -74,15 +74,14 @@ def simulate(
         w = workloads[node]
         try:
             with network.endpoint(node) as transport:
-                client = Client(
+                client = Client.in_topology(
+                    top,
                     node,
-                    top.neighbors(node),
                     protocol,
                     w.direction,
                     lambda step: w.loss(node, step),
                     transport,
-                    routes=top.routes(node),
-                    hop_timeout_s=cfg.transport.timeout_s * (protocol.hops + 1),  # every exchange may time out
+                    cfg.transport.timeout_s,
                 )
                 client.resume(resume)
                 if node == 0:

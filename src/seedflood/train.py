@@ -94,15 +94,8 @@ def _client(
     )
     step_hashes: list[str] = []
     with transport:
-        client = Client(
-            node,
-            top.neighbors(node),
-            protocol,
-            w.direction,
-            lambda step: w.loss(node, step),
-            transport,
-            routes=top.routes(node),
-            hop_timeout_s=cfg.transport.timeout_s * (protocol.hops + 1),  # every exchange may time out
+        client = Client.in_topology(
+            top, node, protocol, w.direction, lambda step: w.loss(node, step), transport, cfg.transport.timeout_s
         )
         client.resume(records)  # O(messages) for subcge, no checkpoint needed
         if attach:

@@ -261,7 +261,56 @@ class TransportConfig:
 
 
 @dataclass
+class AlgorithmConfig:
+    """Which training algorithm a run uses. `seedflood` is the product; the others are the
+    paper's baselines, run by `seedflood simulate` / `seedflood compare` over the same transport,
+    byte counter and evaluator (docs/design.md §12). Keys other than `name` act only on the
+    baselines that read them."""
+
+    name: Literal["seedflood", "dzsgd", "dsgd", "choco", "diloco", "mezo"] = "seedflood"
+    """seedflood (this system), dzsgd (gossip ZO: a MeZO step, then Metropolis-Hastings mixing),
+    dsgd (gossip first-order SGD), choco (CHOCO-SGD, top-k compressed), diloco (inner AdamW,
+    outer Nesterov on the averaged pseudo-gradient), mezo (one client, all the data)."""
+    lr: float = 0.0
+    """Local step size of a baseline (ZO SGD for dzsgd/mezo, SGD for dsgd/choco, inner AdamW for
+    diloco); 0 = that algorithm's default (baselines.DEFAULT_LR)."""
+    gossip_every: int = 1
+    """dzsgd/dsgd/choco: local steps between two mixing rounds."""
+    gamma: float = 0.5
+    """choco: consensus step size γ."""
+    topk: float = 0.01
+    """choco: fraction of a tensor's entries sent (top-k by magnitude of x − x̂)."""
+    inner_steps: int = 5
+    """diloco: H, inner AdamW steps per outer step."""
+    outer_lr: float = 0.7
+    """diloco: outer Nesterov learning rate."""
+    outer_momentum: float = 0.9
+    """diloco: outer Nesterov momentum."""
+    compress: Literal["none", "int8"] = "none"
+    """diloco: pseudo-gradient compression on the wire (int8: per-tensor absmax scale)."""
+    overlap: bool = False
+    """diloco: DiLoCoX's one-step-delayed overlap (apply the previous outer round's average while
+    the next H inner steps run)."""
+    lora_rank: int = 0
+    """First-order baselines (dsgd, choco, diloco): train LoRA adapters of this rank through
+    `peft` instead of the zo.trainable matrices (0 = the matrices themselves)."""
+
+    def __post_init__(self) -> None:
+        _require(self.lr >= 0, "algorithm.lr", f"must be >= 0 (0 = the algorithm's default), got {self.lr}")
+        _require(self.gossip_every >= 1, "algorithm.gossip_every", f"must be >= 1, got {self.gossip_every}")
+        _require(0 < self.gamma <= 1, "algorithm.gamma", f"must be in (0, 1], got {self.gamma}")
+        _require(0 < self.topk <= 1, "algorithm.topk", f"must be in (0, 1], got {self.topk}")
+        _require(self.inner_steps >= 1, "algorithm.inner_steps", f"must be >= 1, got {self.inner_steps}")
+        _require(self.outer_lr > 0, "algorithm.outer_lr", f"must be > 0, got {self.outer_lr}")
+        _require(
+            0 <= self.outer_momentum < 1, "algorithm.outer_momentum", f"must be in [0, 1), got {self.outer_momentum}"
+        )
+        _require(self.lora_rank >= 0, "algorithm.lora_rank", f"must be >= 0, got {self.lora_rank}")
+
+
+@dataclass
 class Config:
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     run: RunConfig = field(default_factory=RunConfig)
     zo: ZOConfig = field(default_factory=ZOConfig)
     subspace: SubspaceConfig = field(default_factory=SubspaceConfig)

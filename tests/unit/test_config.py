@@ -294,6 +294,17 @@ def test_every_setting_changed_round_trips(tmp_path):
         "checkpoint.hf_model=false",
         "checkpoint.resume=false",
         "transport.timeout_s=1e3",
+        "algorithm.name=diloco",
+        "algorithm.lr=1e-4",
+        "algorithm.gossip_every=2",
+        "algorithm.gamma=0.25",
+        "algorithm.topk=0.5",
+        "algorithm.inner_steps=3",
+        "algorithm.outer_lr=0.5",
+        "algorithm.outer_momentum=0.5",
+        "algorithm.compress=int8",
+        "algorithm.overlap=true",
+        "algorithm.lora_rank=4",
     ]
     cfg = config.load(None, overrides)
     changed = config.flat(cfg.to_dict())

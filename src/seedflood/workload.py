@@ -10,6 +10,7 @@ splits, shards and batches agree everywhere.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +41,7 @@ class Workload:
         """Everything one process needs; `local_rank` picks this process's GPU for model.device=cuda,
         `local_processes` (how many the launcher started on this machine) sizes run.threads = 0."""
         runtime.set_threads(cfg.run.threads, local_processes)
-        spec = tasks.get(cfg.task.name)
+        spec = tasks.get(cfg.task)  # the config's template/verbalizer overrides; table is built from it
         splits = tasks.load_splits(cfg.task, cfg.run.seed)
         loaded = model.load(cfg.model, local_rank=local_rank)
         direction = directions.build(loaded.model, cfg.zo, cfg.subspace, cfg.run.seed)
@@ -54,8 +55,20 @@ class Workload:
         """Digest of the train split (the data every client's batches come from)."""
         return train_digest(self.splits)
 
+    @functools.cached_property
+    def shards(self) -> list[list[tasks.Example]]:
+        """Every client's shard under task.split (iid or dirichlet), computed once per process."""
+        return tasks.client_shards(self.cfg.task, self.splits.train, self.cfg.run.seed, self.cfg.topology.nodes)
+
     def shard(self, client: int) -> list[tasks.Example]:
-        return tasks.shard(self.splits.train, client, self.cfg.topology.nodes)
+        n = self.cfg.topology.nodes
+        if not 0 <= client < n:
+            raise tasks.TaskError(f"client {client} is not in 0..{n - 1}")
+        return self.shards[client]
+
+    def label_table(self) -> str:
+        """Label counts per client (tasks.label_table), for the start-up log."""
+        return tasks.label_table(self.shards, self.spec.n_labels)
 
     def batch(self, client: int, step: int) -> tasks.Batch:
         """Client `client`'s encoded batch of `step` (cached: the ± forwards share it)."""

@@ -27,10 +27,13 @@ def texts(examples):
 
 
 def test_registry_and_unknown_task():
-    assert {"rt", "sst2", "rte", "boolq", "synthetic"} <= set(T.TASKS)
+    assert {"rt", "sst2", "rte", "cb", "boolq", "wic", "multirc", "copa", "synthetic", "table"} <= set(T.TASKS)
     assert T.get("rt").candidates == (" terrible", " great")
-    with pytest.raises(T.TaskError, match=r"unknown task 'nope' \(registered: boolq, rt, rte, sst2, synthetic"):
+    registered = "boolq, cb, copa, multirc, rt, rte, sst2, synthetic, table, wic"
+    with pytest.raises(T.TaskError, match=rf"unknown task 'nope' \(registered: {registered}\)$"):
         T.get("nope")
+    with pytest.raises(T.TaskError, match=r"unknown task 'jsonl' .*\(your own csv/jsonl files: task.name: table\)$"):
+        T.get("jsonl")
 
 
 def test_mezo_templates():

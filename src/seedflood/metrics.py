@@ -1,10 +1,18 @@
 """What a run reports: logging with the rank in every line, metrics as JSON lines, progress.
 
 Owns: the per-process logging setup, the `metrics.jsonl` writer (one flushed JSON object per
-line, so a crash loses at most the line being written), `truncate_metrics` (cut the file back to
-one history when a run resumes from an earlier step), and the evaluator's progress bar.
+line, so a crash loses at most the line being written), its optional TensorBoard sink (the same
+records' scalars as event files in `<run dir>/tb`, written synchronously with tensorboardX),
+`truncate_metrics` (cut the file back to one history when a run resumes from an earlier step),
+and the evaluator's progress bar.
+
+metrics.jsonl is the record of a run and does not depend on the sink: with or without it, the
+same records give the same bytes (the sink adds nothing to a line), so SeedFlood's metrics stay
+byte-comparable between runs. The event files are a view for `tensorboard --logdir`.
 
 Assumes: library code logs through `logging.getLogger(__name__)`; only the CLI prints.
+tensorboardX is imported only when a sink is opened; without it the sink is skipped with one
+warning and metrics.jsonl is written as always.
 """
 
 from __future__ import annotations
@@ -14,10 +22,30 @@ import logging
 import math
 import sys
 import threading
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
 from seedflood.checkpoint import atomic_write_text  # stdlib-only at import time (no torch)
+
+log = logging.getLogger(__name__)
+
+TENSORBOARD_DIR = "tb"
+"""Event files go to <run dir>/tb (`tensorboard --logdir <run dir or a parent>`)."""
+
+TENSORBOARD_SCALARS = (
+    "accuracy",
+    "loss",
+    "auc",
+    "threshold_accuracy",
+    "consensus_distance",
+    "worst_accuracy",
+    "bytes_per_edge",
+)
+"""Fields of a metrics record that become TensorBoard scalars (same tag), against its `step`."""
+
+_EVENTS_PREFIX = "events.out.tfevents."
 
 
 def setup_logging(level: str = "info", role: str = "") -> None:
@@ -45,20 +73,124 @@ def _clean(value: Any) -> Any:
     return value
 
 
-class MetricsWriter:
-    """Appends one JSON object per line to `path`, flushed after each line."""
+def _scalar(value: Any) -> float | None:
+    """A finite int/float as float; None for anything TensorBoard should not plot (bool, None, NaN)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
 
-    def __init__(self, path: Path) -> None:
+
+def _step(record: dict[str, Any]) -> int | None:
+    step = record.get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
+
+
+class TensorBoardSink:
+    """The `TENSORBOARD_SCALARS` of metrics records as TensorBoard event files in `log_dir`.
+
+    One event per record (its scalars as one Summary, x = the record's `step`), written and
+    flushed synchronously: tensorboardX's `EventsWriter` (no `SummaryWriter`, whose background
+    thread and multiprocessing queue would leave the last records unwritten at a crash and add a
+    thread to every evaluator). Each sink writes a new file; the files of one directory sort in
+    the order they were written (timestamp, then a sequence number: two sinks opened in the same
+    second would otherwise get the same name and the second would overwrite the first).
+
+    `purge_step` (a resume): a SessionLog START at that step first, so TensorBoard hides the
+    events of the earlier files at steps >= it, as `truncate_metrics` drops those lines.
+    """
+
+    def __init__(self, log_dir: Path, purge_step: int | None = None) -> None:
+        from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+        from tensorboardX.proto.summary_pb2 import Summary
+
+        self._event, self._summary = Event, Summary
+        log_dir.mkdir(parents=True, exist_ok=True)
+        seq = len(event_files(log_dir))
+        self._w = EventsWriter(str(log_dir / "events"), f".{seq:06d}")  # writes the file_version event
+        if purge_step is not None:
+            self._w.write_event(
+                Event(wall_time=time.time(), step=purge_step, session_log=SessionLog(status=SessionLog.START))
+            )
+        self._w.flush()
+
+    def write(self, record: dict[str, Any], wall_time: float | None = None) -> bool:
+        """Write the record's scalars; False (nothing written) when it has no step or no scalar."""
+        step = _step(record)
+        values = [(k, v) for k in TENSORBOARD_SCALARS if (v := _scalar(record.get(k))) is not None]
+        if step is None or not values:
+            return False
+        summary = self._summary(value=[self._summary.Value(tag=k, simple_value=v) for k, v in values])
+        t = time.time() if wall_time is None else wall_time
+        self._w.write_event(self._event(wall_time=t, step=step, summary=summary))
+        self._w.flush()
+        return True
+
+    def close(self) -> None:
+        self._w.close()
+
+
+def event_files(log_dir: Path) -> list[Path]:
+    """The TensorBoard event files in `log_dir`, in the order TensorBoard reads them (by name)."""
+    if not log_dir.is_dir():
+        return []
+    return sorted(p for p in log_dir.iterdir() if p.name.startswith(_EVENTS_PREFIX) and p.is_file())
+
+
+def open_tensorboard(log_dir: Path, purge_step: int | None = None) -> TensorBoardSink | None:
+    """A sink at `log_dir`, or None (one warning) when tensorboardX is not installed."""
+    try:
+        return TensorBoardSink(log_dir, purge_step)
+    except ImportError as e:
+        log.warning("no TensorBoard events in %s: %s (pip install tensorboardX)", log_dir, e)
+        return None
+
+
+class MetricsWriter:
+    """Appends one JSON object per line to `path`, flushed after each line.
+
+    `tensorboard` (a directory, by convention `<run dir>/tb`): also write each record's scalars
+    there (`TensorBoardSink`). When that directory already holds event files (a resume), the
+    sink purges the steps after the last line left in `path`, so TensorBoard shows the same one
+    history as metrics.jsonl after `truncate_metrics`.
+    """
+
+    def __init__(self, path: Path, tensorboard: Path | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.tensorboard: TensorBoardSink | None = None
+        if tensorboard is not None:
+            purge = None
+            if event_files(tensorboard):
+                steps = [s for r in read_metrics(path) if isinstance(r, dict) and (s := _step(r)) is not None]
+                purge = steps[-1] + 1 if steps else 0
+            self.tensorboard = open_tensorboard(tensorboard, purge)
         self._f: TextIO = open(path, "a")
 
     def write(self, record: dict[str, Any]) -> None:
-        self._f.write(json.dumps(_clean(record), sort_keys=True) + "\n")
+        clean = _clean(record)
+        self._f.write(json.dumps(clean, sort_keys=True) + "\n")
         self._f.flush()
+        if self.tensorboard is not None:
+            self.tensorboard.write(clean)
 
     def close(self) -> None:
         self._f.close()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+            self.tensorboard = None
+
+
+def export_tensorboard(records: Iterable[dict[str, Any]], log_dir: Path) -> int:
+    """Write `records` (e.g. a finished run's metrics.jsonl) as event files in `log_dir`; returns
+    the number of events written (0, and no directory, when tensorboardX is missing)."""
+    sink = open_tensorboard(log_dir)
+    if sink is None:
+        return 0
+    try:
+        return sum(sink.write(r) for r in records if isinstance(r, dict))
+    finally:
+        sink.close()
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

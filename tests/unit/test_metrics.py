@@ -1,11 +1,15 @@
-"""metrics.py: truncate_metrics keeps one history when a run resumes from an earlier step."""
+"""metrics.py: truncate_metrics keeps one history when a run resumes from an earlier step; the
+TensorBoard sink gets every scalar of every record and changes nothing in metrics.jsonl."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
-from seedflood.metrics import MetricsWriter, read_metrics, truncate_metrics
+import pytest
+
+from seedflood.metrics import MetricsWriter, export_tensorboard, read_metrics, truncate_metrics
 
 
 def test_truncate_metrics_keeps_whole_lines_up_to_the_step(tmp_path: Path) -> None:
@@ -38,3 +42,116 @@ def test_truncate_then_resume_appends_one_history(tmp_path: Path) -> None:
     w.write({"step": 20})
     w.close()
     assert [r["step"] for r in read_metrics(p)] == [0, 10, 20]
+
+
+# -- the TensorBoard sink ---------------------------------------------------------------------------
+def read_events(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Scalars per tag from every event file in `log_dir`, read as TensorBoard does: files in name
+    order, records framed and CRC-checked (TFRecord), and a SessionLog START at step s hides the
+    scalars read so far at steps >= s (a resumed run's purge)."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event, SessionLog
+    from tensorboardX.record_writer import masked_crc32c
+
+    out: dict[str, list[tuple[int, float]]] = {}
+    files = sorted(p for p in log_dir.iterdir() if p.name.startswith("events.out.tfevents."))
+    assert files, f"no event files in {log_dir}"
+    for path in files:
+        data, at = path.read_bytes(), 0
+        while at < len(data):
+            header = data[at : at + 8]
+            (n,) = struct.unpack("<Q", header)
+            assert struct.unpack("<I", data[at + 8 : at + 12])[0] == masked_crc32c(header)
+            body = data[at + 12 : at + 12 + n]
+            assert struct.unpack("<I", data[at + 12 + n : at + 16 + n])[0] == masked_crc32c(body)
+            at += 16 + n
+            event = Event.FromString(body)
+            if event.HasField("session_log") and event.session_log.status == SessionLog.START:
+                out = {tag: [(s, v) for s, v in pts if s < event.step] for tag, pts in out.items()}
+            for value in event.summary.value:
+                out.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return out
+
+
+RECORDS = [
+    {"step": 0, "accuracy": 0.5, "loss": 0.75, "auc": None, "threshold_accuracy": 0.625, "zero_shot": True},
+    {"step": 10, "accuracy": 0.625, "loss": 0.5, "auc": 0.75, "threshold_accuracy": 0.5, "bytes_per_edge": 4096},
+    {"step": 20, "accuracy": 0.75, "loss": float("nan"), "auc": 0.875, "consensus_distance": 0.25,
+     "worst_accuracy": 0.5, "final": True, "param_hash": "ab" * 32, "elapsed_seconds": 3.5},
+    {"note": "no step: not a point"},
+]  # fmt: skip
+
+
+def test_tensorboard_gets_every_scalar_against_its_step(tmp_path: Path) -> None:
+    w = MetricsWriter(tmp_path / "metrics.jsonl", tensorboard=tmp_path / "tb")
+    for r in RECORDS:
+        w.write(r)
+    w.close()
+    assert read_events(tmp_path / "tb") == {
+        "accuracy": [(0, 0.5), (10, 0.625), (20, 0.75)],
+        "loss": [(0, 0.75), (10, 0.5)],  # NaN (null in the jsonl) is no point
+        "auc": [(10, 0.75), (20, 0.875)],  # None is no point
+        "threshold_accuracy": [(0, 0.625), (10, 0.5)],
+        "bytes_per_edge": [(10, 4096.0)],
+        "consensus_distance": [(20, 0.25)],
+        "worst_accuracy": [(20, 0.5)],
+    }  # and no tag for zero_shot, final, param_hash, elapsed_seconds
+
+
+def test_the_jsonl_is_the_same_bytes_with_or_without_tensorboard(tmp_path: Path) -> None:
+    for name, tb in (("plain", None), ("with-tb", tmp_path / "with-tb" / "tb")):
+        w = MetricsWriter(tmp_path / name / "metrics.jsonl", tensorboard=tb)
+        for r in RECORDS:
+            w.write(r)
+        w.close()
+    assert (tmp_path / "with-tb" / "tb").is_dir()
+    assert (tmp_path / "plain" / "metrics.jsonl").read_bytes() == (tmp_path / "with-tb" / "metrics.jsonl").read_bytes()
+    assert sorted(p.name for p in (tmp_path / "plain").iterdir()) == ["metrics.jsonl"]  # no sink unless asked
+
+
+def test_a_resume_shows_one_history_in_tensorboard_too(tmp_path: Path) -> None:
+    p, tb = tmp_path / "metrics.jsonl", tmp_path / "tb"
+    w = MetricsWriter(p, tensorboard=tb)
+    for s in (0, 10, 20, 30):
+        w.write({"step": s, "accuracy": s / 100})
+    w.close()
+    truncate_metrics(p, 10)  # what the evaluator does when it resumes after step 10 ...
+    w = MetricsWriter(p, tensorboard=tb)  # ... in the same second: the first file must survive
+    for s in (20, 30):
+        w.write({"step": s, "accuracy": 0.5 + s / 100})
+    w.close()
+    assert len(list(tb.iterdir())) == 2
+    history = [(r["step"], r["accuracy"]) for r in read_metrics(p)]
+    assert history == [(0, 0.0), (10, 0.1), (20, 0.7), (30, 0.8)]
+    assert read_events(tb) == {"accuracy": [(s, pytest.approx(a)) for s, a in history]}
+
+
+def test_tensorboard_export_of_a_finished_run(tmp_path: Path) -> None:
+    assert export_tensorboard(RECORDS, tmp_path / "tb") == 3  # the stepless record is no event
+    assert read_events(tmp_path / "tb")["accuracy"] == [(0, 0.5), (10, 0.625), (20, 0.75)]
+
+
+def test_without_tensorboardx_the_jsonl_is_still_written(tmp_path: Path, monkeypatch, caplog) -> None:
+    monkeypatch.setitem(sys.modules, "tensorboardX.event_file_writer", None)  # import fails
+    w = MetricsWriter(tmp_path / "metrics.jsonl", tensorboard=tmp_path / "tb")
+    w.write(RECORDS[0])
+    w.close()
+    assert "pip install tensorboardX" in caplog.text
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0]
+    assert not (tmp_path / "tb").exists()
+
+
+def test_tensorboards_own_reader_finds_the_scalars(tmp_path: Path) -> None:
+    """The same files through TensorBoard's EventAccumulator (runs where `tensorboard` is installed)."""
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    w = MetricsWriter(tmp_path / "metrics.jsonl", tensorboard=tmp_path / "tb")
+    for r in RECORDS:
+        w.write(r)
+    w.close()
+    acc = accumulator.EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    assert set(acc.Tags()["scalars"]) == {
+        "accuracy", "loss", "auc", "threshold_accuracy", "bytes_per_edge", "consensus_distance", "worst_accuracy"
+    }  # fmt: skip
+    assert [(e.step, e.value) for e in acc.Scalars("accuracy")] == [(0, 0.5), (10, 0.625), (20, 0.75)]

@@ -377,9 +377,6 @@ class AlgorithmConfig:
     overlap: bool = False
     """diloco: DiLoCoX's one-step-delayed overlap (apply the previous outer round's average while
     the next H inner steps run)."""
-    lora_rank: int = 0
-    """First-order baselines (dsgd, choco, diloco): train LoRA adapters of this rank through
-    `peft` instead of the zo.trainable matrices (0 = the matrices themselves)."""
 
     def __post_init__(self) -> None:
         _require(self.lr >= 0, "algorithm.lr", f"must be >= 0 (0 = the algorithm's default), got {self.lr}")
@@ -391,7 +388,6 @@ class AlgorithmConfig:
         _require(
             0 <= self.outer_momentum < 1, "algorithm.outer_momentum", f"must be in [0, 1), got {self.outer_momentum}"
         )
-        _require(self.lora_rank >= 0, "algorithm.lora_rank", f"must be >= 0, got {self.lora_rank}")
 
 
 @dataclass

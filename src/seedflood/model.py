@@ -549,9 +549,10 @@ def _forward_packed(
     return hidden.reshape(rows * width, -1), starts.to(param.device)
 
 
-@torch.inference_mode()
-def candidate_scores(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
-    """B×C float32: mean log-probability of each candidate's option tokens after each prompt.
+def candidate_scores_grad(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
+    """`candidate_scores` with autograd on (the first-order baselines backpropagate through it).
+
+    B×C float32: mean log-probability of each candidate's option tokens after each prompt.
 
     Only the hidden states that predict option tokens go through the output head; with
     single-token candidates one forward over the prompts alone scores every candidate.
@@ -574,6 +575,10 @@ def candidate_scores(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
     tok = logp.gather(1, option_ids[real][:, None].to(device))[:, 0]  # K
     sums = torch.zeros(n * c, device=device).index_add_(0, rows.to(device), tok)
     return (sums / real.sum(dim=1).to(device)).view(n, c)
+
+
+candidate_scores = torch.inference_mode()(candidate_scores_grad)
+"""B×C float32 candidate scores without autograd (every ZO forward and every evaluation)."""
 
 
 @torch.inference_mode()

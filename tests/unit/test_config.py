@@ -311,7 +311,6 @@ def test_every_setting_changed_round_trips(tmp_path):
         "algorithm.outer_momentum=0.5",
         "algorithm.compress=int8",
         "algorithm.overlap=true",
-        "algorithm.lora_rank=4",
     ]
     cfg = config.load(None, overrides)
     changed = config.flat(cfg.to_dict())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-CORE = ["config", "rng", "directions", "zo", "message", "flooding", "replay", "topology"]
+CORE = ["config", "rng", "directions", "zo", "message", "flooding", "replay", "topology", "gossip", "tensorwire"]
 FORBIDDEN = ("torch.distributed", "transformers", "datasets")
 SRC = Path(__file__).resolve().parents[2] / "src" / "seedflood"
 

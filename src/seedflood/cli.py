@@ -1,4 +1,4 @@
-"""The `seedflood` command: train | eval | replay | check | topology show | world-size | sweep | bench.
+"""The `seedflood` command: train | simulate | eval | replay | check | topology show | world-size | sweep | bench.
 
 Owns: argument parsing, turning every known bad input into one line on stderr and exit status 2,
 and printing results. Everything else lives in the modules it calls.
@@ -59,7 +59,7 @@ def _preflight(cfg, full: bool = True) -> int:
 
     top = rundir.topology_of(cfg)
     proto = protocol.Protocol.of(cfg, top.diameter)
-    tasks.get(cfg.task.name)
+    tasks.get(cfg.task)
     model.check_source(cfg.model)
     directions.check_precision(cfg.zo, cfg.model.dtype)
     if full:
@@ -85,6 +85,58 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not summary["consensus"]:
             return 1
     return 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """The whole run of a config in this one process (sharedmodel: one model for every client;
+    baselines.run for the other algorithms, where that module exists)."""
+    from seedflood.config import ConfigError
+
+    cfg = _load_config(args)
+    if cfg.algorithm.name != "seedflood":
+        try:
+            from seedflood import baselines
+
+            run_baseline = baselines.run
+        except (ImportError, AttributeError) as e:
+            raise ConfigError(
+                f"algorithm.name={cfg.algorithm.name}: `seedflood simulate` runs only seedflood here, "
+                f"because seedflood.baselines is not available ({type(e).__name__}: {e}); "
+                "compare algorithms with `seedflood compare`"
+            ) from None
+        _preflight(cfg, full=False)
+        _print_run_summary(run_baseline(cfg, progress=True))
+        return 0
+    from seedflood import sharedmodel
+
+    _preflight(cfg, full=True)  # no launcher ran world-size first: check the data and the run dir here
+    _print_run_summary(sharedmodel.run(cfg, progress=True))
+    return 0
+
+
+def _print_run_summary(s: dict[str, Any]) -> None:
+    """A SeedFlood summary as the launched evaluator's; any other algorithm's by its contract keys."""
+    if s.get("algorithm", "seedflood") == "seedflood":
+        _print_summary(s)
+        return
+    from seedflood.metrics import human_bytes
+
+    final = s.get("final") or {}
+
+    def fmt(key: str) -> str:
+        v = final.get(key)
+        return "n/a" if v is None else f"{v:.3f}"
+
+    print(f"{s['algorithm']}: steps {s['steps']}, {s['clients']} clients on {s['topology']}")
+    print(
+        f"final:      accuracy {fmt('accuracy')}  AUC {fmt('auc')}  "
+        f"dev-threshold accuracy {fmt('threshold_accuracy')}  loss {fmt('loss')}"
+    )
+    distance = s.get("consensus_distance")
+    print(
+        f"bytes per edge per run: {human_bytes(s['bytes_per_edge_run'])}; consensus distance "
+        f"{'n/a' if distance is None else f'{distance:.4g}'}; wall {s['wall_seconds']:.1f} s"
+    )
 
 
 def _print_summary(s: dict[str, Any]) -> None:
@@ -235,6 +287,14 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="run this process's role (under torchrun, srun or compose)")
     with_config(t)
     t.set_defaults(fn=cmd_train)
+
+    sim = sub.add_parser(
+        "simulate",
+        help="run every client of a config in this one process on one shared model "
+        "(same hash, log and metrics as the launched run)",
+    )
+    with_config(sim)
+    sim.set_defaults(fn=cmd_simulate)
 
     for name, fn, text in (
         ("replay", cmd_replay, "rebuild the model from base + log and print its hash"),

@@ -9,6 +9,12 @@ so a corrupt one can fall back to the one before). It trains nothing and never t
 hop, so it cannot slow the clients down: frames wait in its inbox while it scores, and the
 progress bar follows the clients (frames received), not the scoring.
 
+Two ways to be fed: `run()` follows an inbox (the launched run: frames pushed by the attach
+client, applied to the evaluator's own model copy); or, with `apply=False` and no inbox, the
+owner of a model it shares drives it (`sharedmodel`, the one-process simulation): `begin()`,
+`take(frame)` right after the owner applied that step to the shared model, `finish()`. Both
+validate, log, score and checkpoint with the same code, so the run directory is the same.
+
 Assumes: frames arrive in step order from one attach client (the transport keeps order);
 `rundir.resume_records` has already accepted the run directory for this config.
 """
@@ -26,7 +32,7 @@ from seedflood import checkpoint as ckpt
 from seedflood import config as config_mod
 from seedflood import message, model
 from seedflood.config import Config
-from seedflood.metrics import MetricsWriter, Progress, human_bytes, truncate_metrics
+from seedflood.metrics import TENSORBOARD_DIR, MetricsWriter, Progress, human_bytes, truncate_metrics
 from seedflood.protocol import Protocol
 from seedflood.replay import Applier, state_hash
 from seedflood.rundir import LOG, Records
@@ -76,12 +82,18 @@ class Evaluator:
         cfg: Config,
         protocol: Protocol,
         workload: Workload,
-        inbox: Inbox,
+        inbox: Inbox | None,
         header: dict[str, Any],
         start_step: int = 0,
         progress: bool = True,
+        apply: bool = True,
     ) -> None:
+        """`apply` False: the workload's state is advanced by the caller (a model shared with
+        the simulated clients, `sharedmodel`), which calls `take` right after applying that step,
+        so every score and checkpoint sees the state after it; `inbox` is then None and the
+        caller moves `progress` itself."""
         self.cfg = cfg
+        self.apply = apply
         self.protocol = protocol
         self.w = workload
         self.inbox = inbox
@@ -96,9 +108,10 @@ class Evaluator:
         # unless this run scores that step again (zero-shot at 0, the final score at the end).
         rescored = start_step == 0 or start_step >= protocol.steps
         truncate_metrics(self.run_dir / "metrics.jsonl", start_step - 1 if rescored else start_step)
-        self.metrics = MetricsWriter(self.run_dir / "metrics.jsonl")
+        self.metrics = MetricsWriter(self.run_dir / "metrics.jsonl", tensorboard=self.run_dir / TENSORBOARD_DIR)
         self.progress = Progress(protocol.steps, initial=start_step, enabled=progress)
-        inbox.on_frame = lambda: self.progress.advance_to(start_step + inbox.received)
+        if inbox is not None:
+            inbox.on_frame = lambda: self.progress.advance_to(start_step + inbox.received)
         self.last: dict[str, Any] = {}
         self.zero_shot: dict[str, Any] = {}
         self.t0 = time.monotonic()
@@ -140,7 +153,8 @@ class Evaluator:
             self.protocol.check_step(step, msgs)
         except message.FrameError as e:
             raise EvaluatorError(f"evaluator: bad frame for step {step}: {e}") from None
-        self.applier.apply(step, msgs)
+        if self.apply:
+            self.applier.apply(step, msgs)
         self.log_bytes += self.log.append(step, msgs)
         self.next_step += 1
         done = self.next_step
@@ -152,9 +166,9 @@ class Evaluator:
 
     def run(self) -> dict[str, Any]:
         """Follow the stream to its end; returns the final metrics record."""
-        ckpt.atomic_write_text(self.run_dir / "config.yaml", config_mod.dump(self.cfg))
-        if self.next_step == 0:
-            self.zero_shot = self.score(0, zero_shot=True)
+        if self.inbox is None:
+            raise ValueError("Evaluator.run follows an inbox; without one call begin / take / finish")
+        self.begin()
         timeout = self.cfg.transport.timeout_s
         while self.next_step < self.protocol.steps:
             frame = self.inbox.get(timeout=timeout)
@@ -163,6 +177,18 @@ class Evaluator:
                     f"evaluator: the stream ended after step {self.next_step - 1} of {self.protocol.steps}"
                 )
             self.take(frame)
+        return self.finish()
+
+    def begin(self) -> None:
+        """Before the first step: the run's config.yaml, and the zero-shot score of a new run."""
+        ckpt.atomic_write_text(self.run_dir / "config.yaml", config_mod.dump(self.cfg))
+        if self.next_step == 0:
+            self.zero_shot = self.score(0, zero_shot=True)
+
+    def finish(self) -> dict[str, Any]:
+        """After the last step: the final score (with the state's hash) and checkpoint."""
+        if self.next_step != self.protocol.steps:
+            raise EvaluatorError(f"evaluator: finished after step {self.next_step - 1} of {self.protocol.steps}")
         self.progress.close()
         final = self.score(self.next_step, final=True, param_hash=state_hash(self.w.model, self.w.direction))
         self.save(self.next_step)

@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from seedflood import checkpoint as ckpt
 from seedflood import protocol as proto
-from seedflood import rundir, runtime
+from seedflood import rundir, runtime, wirecost
 from seedflood import topology as topo
 from seedflood.client import Client
 from seedflood.config import Config
@@ -50,6 +51,7 @@ def _client_key(node: int) -> str:
 
 def run(cfg: Config, environ: dict[str, str] | None = None) -> dict[str, Any] | None:
     """Run this process's role to the end; rank 0 returns the summary."""
+    started = time.monotonic()
     world = runtime.World.from_env(environ if environ is not None else os.environ)
     top = rundir.topology_of(cfg)
     runtime.check_world(world, top.n)
@@ -57,10 +59,14 @@ def run(cfg: Config, environ: dict[str, str] | None = None) -> dict[str, Any] | 
     role = "eval" if world.is_evaluator else f"client {world.client_node}"
     setup_logging(cfg.run.log_level, role)
     workload = Workload.build(cfg, local_rank=world.local_rank, local_processes=world.local_world_size)
+    if world.is_evaluator:
+        log.info(
+            "task %s, %s split, label counts per client:\n%s", cfg.task.name, cfg.task.split, workload.label_table()
+        )
     with runtime.process_group(world, cfg.transport) as group:
         records = _resume(cfg, protocol, workload, group)
         if world.is_evaluator:
-            return _evaluate(cfg, top, protocol, workload, group, records)
+            return _evaluate(cfg, top, protocol, workload, group, records, started)
         _client(cfg, top, protocol, world.client_node, workload, group, records)
         return None
 
@@ -120,7 +126,13 @@ def _client(
 
 
 def _evaluate(
-    cfg: Config, top: topo.Topology, protocol: Protocol, w: Workload, group: runtime.Group, records: Records
+    cfg: Config,
+    top: topo.Topology,
+    protocol: Protocol,
+    w: Workload,
+    group: runtime.Group,
+    records: Records,
+    started: float,
 ) -> dict[str, Any]:
     run_dir = Path(cfg.run.out_dir)
     start = restore(w, protocol, run_dir, records)
@@ -138,7 +150,10 @@ def _evaluate(
     clients = [reports[_client_key(n)] for n in top.nodes]
     counter = ByteCounter.from_rows([row for r in clients for row in r["bytes"]])
     per_edge = {f"{a}->{b}": n for (a, b), n in sorted(counter.per_edge_total().items()) if b >= 0}
+    consensus = all(r["hash"] == final["param_hash"] for r in clients)
+    cumulative = wirecost.cumulative_per_edge(counter, 2 * len(top.edges), protocol.steps)
     summary = {
+        "algorithm": "seedflood",
         "steps": protocol.steps,
         "clients": top.n,
         "topology": top.name,
@@ -146,7 +161,7 @@ def _evaluate(
         "delay": protocol.delay,
         "param_hash": final["param_hash"],
         "client_hashes": [r["hash"] for r in clients],
-        "consensus": all(r["hash"] == final["param_hash"] for r in clients),
+        "consensus": consensus,
         "client_step_hashes": [r["step_hashes"] for r in clients] if cfg.run.hash_steps else None,
         "bytes_per_edge": per_edge,
         "bytes_per_edge_per_step": counter.mean_bytes_per_edge_per_step(),
@@ -159,6 +174,12 @@ def _evaluate(
         "resumed_from_step": start,
         "model_dir": str(ckpt.latest(run_dir) / "hf") if cfg.checkpoint.hf_model else None,
         "log": str(run_dir / rundir.LOG),
+        # the run-directory contract every algorithm writes (seedflood compare reads these)
+        "bytes_per_edge_run": cumulative[-1] if cumulative else 0.0,
+        "bytes_per_edge_cumulative": cumulative,
+        "wall_seconds": round(time.monotonic() - started, 2),
+        "consensus_distance": 0.0 if consensus else None,  # bit-identical clients: no distance
+        "bit_identical": consensus,
     }
     ckpt.atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, sort_keys=True))
     if not summary["consensus"]:

@@ -1,18 +1,27 @@
-"""Exact wire bytes of a flooding run, without a model: the paper-setting projection of the bytes figure.
+"""Exact wire bytes of a flooding run, without a model; and the lockstep flood both it and the shared-model simulation drive.
 
-Owns `count` (the ByteCounter a run of N clients would fill) and `project` / `rows` (per directed
-edge figures, as table rows for `seedflood bench --only bytes`). It drives one real
-`flooding.Flood` per node in one process, in the client's exact schedule (client.py: originate K
-messages, `hops` hops, apply step t − delay; then drain), encodes every outbox with the real codec
-(`message.encode`, any frame version) and counts what the transport counts: `transport.HEADER` +
-frame, once per directed edge and hop, at the step the client passes. So on any graph the counter
-equals, row for row, the one `simulation.simulate` fills for a run with the same N, K, hops and
-steps (tests/unit/test_wirecost.py checks it on the tiny model).
+Owns:
+- `Lockstep`: one real `flooding.Flood` per node in one process, driven in the client's exact
+  schedule (client.py: originate K messages, `hops` hops, apply step t − delay; with overlap,
+  apply before originating; then drain). A hop is every node's outbox, then every node receives.
+  Every outbox is encoded with the real codec (`message.encode`) and counted as the transport
+  counts it: `transport.HEADER` + frame, once per directed edge and hop, at the step the client
+  passes. With `wire` (the run's `Protocol.wire_limits`) every frame is also decoded against the
+  receiver's limits and the decoded messages are delivered, exactly as a client takes them off
+  the wire; without it (the byte projection) the messages are delivered as they are and frame
+  sizes are cached by the ids they carry. A step is handed out only when every node holds the
+  same complete set (else `FloodError`). `sharedmodel` drives it with real estimates and one
+  model; `count` with placeholder messages.
+- `count` (the ByteCounter a run of N clients would fill) and `project` / `rows` (per directed
+  edge figures, as table rows for `seedflood bench --only bytes`); `cumulative_per_edge` (the
+  run-directory contract's `bytes_per_edge_cumulative`).
+So on any graph the counter equals, row for row, the one `simulation.simulate` fills for a run
+with the same N, K, hops and steps (tests/unit/test_wirecost.py checks it on the tiny model).
 
-Why it is exact without a model: a frame's size depends only on which message ids it carries
-(origin, step, k: the layout widths and the count) and never on a scalar's or a seed's value (v1
-carries a fixed-width seed, v2 none), and which ids travel is decided by the flood alone. The
-messages here carry seed 0 and scalar 1.0.
+Why `count` is exact without a model: a frame's size depends only on which message ids it
+carries (origin, step, k: the layout widths and the count) and never on a scalar's or a seed's
+value (v1 carries a fixed-width seed, v2 none), and which ids travel is decided by the flood
+alone. The messages there carry seed 0 and scalar 1.0.
 
 Assumes: the graph is connected (networkx graph with any hashable nodes, relabelled 0..n-1 in
 sorted order, or a topology.Topology). Pure: no torch.
@@ -21,7 +30,7 @@ sorted order, or a topology.Topology). Pure: no torch.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -29,10 +38,14 @@ import networkx as nx
 from seedflood import message
 from seedflood import topology as topo
 from seedflood.flooding import Flood, FloodError
-from seedflood.message import Message
-from seedflood.transport import HEADER, ByteCounter
+from seedflood.message import Limits, Message
+from seedflood.transport import EVALUATOR, HEADER, ByteCounter
 
 Graph = nx.Graph | topo.Topology
+Estimate = Callable[[int], Mapping[int, Sequence[Message]]]
+"""step t -> node -> that node's K messages of step t (what each client originates)."""
+Apply = Callable[[int, list[Message]], None]
+"""Called once per step, in order, with the complete step every node holds."""
 
 
 def as_topology(graph: Graph) -> topo.Topology:
@@ -44,9 +57,154 @@ def as_topology(graph: Graph) -> topo.Topology:
 
 
 def schedule(top: topo.Topology, hops_per_step: int) -> tuple[int, int]:
-    """(hops per step, delay) exactly as protocol.Protocol.of derives them (0 hops = the diameter)."""
+    """(hops per step, delay) exactly as protocol.Protocol.of derives them (0 hops = the diameter),
+    without overlap (which adds one step to the delay)."""
     hops = hops_per_step or max(1, top.diameter)
     return hops, max(0, math.ceil(top.diameter / hops) - 1)
+
+
+class Lockstep:
+    """Every node's real Flood, hopping in lockstep in one process (see the module doc)."""
+
+    def __init__(
+        self,
+        top: topo.Topology,
+        perturbations: int,
+        hops: int,
+        delay: int,
+        *,
+        overlap: bool = False,
+        routed: bool = True,
+        wire: Callable[[int], Limits] | None = None,
+        version: int = message.VERSION,
+        counter: ByteCounter | None = None,
+    ) -> None:
+        """`hops`, `delay`, `overlap` as in protocol.Protocol (delay includes overlap's extra
+        step). `routed`: forward along shortest paths only (topology.Topology.routes), as the
+        runtime does; False: to every neighbour not known to have a message. `wire(t)`: the
+        limits a client decodes the frames of step t's hops against (None: no decoding)."""
+        self.top = top
+        self.hops, self.delay, self.overlap = hops, delay, overlap
+        self.wire = wire
+        self.version = version
+        self.counter = counter if counter is not None else ByteCounter()
+        self.floods = [
+            Flood(i, top.neighbors(i), range(top.n), perturbations, top.routes(i) if routed else None)
+            for i in top.nodes
+        ]
+        self.applied = -1
+        """Every step <= this was handed out (at every node)."""
+        self._sizes: dict[tuple[tuple[int, int, int], ...], int] = {}  # ids in a frame -> bytes (no `wire`)
+
+    # -- resume ------------------------------------------------------------------------------------
+    def restore(self, records: Sequence[tuple[int, Sequence[Message]]]) -> int:
+        """Stand where every client of a run resumed from these L logged steps stands (as
+        client.Client.resume): steps < L − delay applied, the rest held complete by everyone and
+        never sent. Returns that cut, L − delay (at least 0): the caller applies records[:cut]."""
+        if self.applied >= 0:
+            raise FloodError("lockstep: restore must come before the first step")
+        cut = max(0, len(records) - self.delay)
+        for f in self.floods:
+            f.applied_through = cut - 1
+            for _, msgs in records[cut:]:
+                f.restore(msgs)
+        self.applied = cut - 1
+        return cut
+
+    # -- the schedule --------------------------------------------------------------------------------
+    def run(
+        self,
+        steps: int,
+        estimate: Estimate,
+        apply: Apply,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        after_step: Callable[[int], None] | None = None,
+    ) -> None:
+        """Local steps start..stop-1 of a run of `steps` (default: to the end, then drain), each:
+        estimate(t), then as client.Client.step (plain: originate, hops, apply t − delay;
+        overlap: apply t − delay, originate, hops: the hops the client runs on a thread during
+        step t+1's estimates run here before them, which changes nothing: estimates never touch
+        the flood). `after_step(t)` after each local step."""
+        stop = steps if stop is None else stop
+        for t in range(start, stop):
+            own = estimate(t)
+            if self.overlap:
+                self.apply_through(t - self.delay, apply)
+            for node, msgs in own.items():
+                self.floods[node].originate(msgs)
+            self.run_hops(t)
+            if not self.overlap:
+                self.apply_through(t - self.delay, apply)
+            if after_step is not None:
+                after_step(t)
+        if stop == steps:
+            self.drain(steps, apply, hops_in_flight=self.overlap and stop > start)
+
+    def drain(self, steps: int, apply: Apply, hops_in_flight: bool = False) -> None:
+        """client.Client.drain: after the last step, hop without originating until every step is
+        applied. The lag is delay − overlap (drain estimates nothing, so overlap's extra step is
+        not paid); `hops_in_flight`: the last step's hops ran with overlap (the client joins
+        them first and applies what they completed)."""
+        last = steps - 1
+        lag = self.delay - int(self.overlap)
+        if hops_in_flight:
+            self.apply_through(min(last - lag, last), apply)
+        while self.applied < last:
+            t = self.applied + 1 + lag  # local step whose hops complete the next one
+            self.run_hops(t)
+            self.apply_through(min(t - lag, last), apply)
+
+    def run_hops(self, t: int) -> None:
+        for _ in range(self.hops):
+            self.hop(t)
+
+    def hop(self, t: int) -> None:
+        """One hop of local step t: every node's outbox goes out (counted), then every node
+        receives from each neighbour in neighbour order (as client.Client.hop)."""
+        outboxes = [f.outbox() for f in self.floods]
+        delivered: list[dict[int, list[Message]]] = []
+        limits = self.wire(t) if self.wire is not None else None
+        for src, out in enumerate(outboxes):
+            got: dict[int, list[Message]] = {}
+            for dst, msgs in out.items():
+                if limits is None:
+                    key = tuple(m.id for m in msgs)  # the frame's size is a function of its ids
+                    size = self._sizes.get(key)
+                    if size is None:
+                        size = self._sizes[key] = HEADER + len(message.encode(msgs, version=self.version))
+                    got[dst] = msgs
+                else:
+                    frame = message.encode(msgs, version=self.version)
+                    size = HEADER + len(frame)
+                    try:
+                        got[dst] = message.decode(frame, limits)
+                    except message.FrameError as e:
+                        raise message.FrameError(f"node {dst}: bad frame from node {src} at step {t}: {e}") from None
+                self.counter.add(t, src, dst, size)
+            delivered.append(got)
+        for dst, f in enumerate(self.floods):  # every node receives after every node sent: one hop
+            for src in f.peers:
+                f.receive(src, delivered[src][dst])
+
+    def apply_through(self, upto: int, apply: Apply) -> None:
+        """Hand out every step <= upto once, in order; each must be complete at every node, with
+        the same messages everywhere (else the topology, hops or flood are wrong)."""
+        while self.applied < upto:
+            s = self.applied + 1
+            held = []
+            for f in self.floods:
+                if not f.is_complete(s):
+                    raise FloodError(
+                        f"lockstep: step {s} incomplete at node {f.node} after its hops (missing {f.missing(s)[:4]})"
+                    )
+                held.append(f.pop_step(s))
+            for f, msgs in zip(self.floods[1:], held[1:]):
+                if msgs != held[0]:
+                    raise FloodError(f"lockstep: node {f.node} holds other messages of step {s} than node 0")
+            self.applied = s
+            apply(s, held[0])
 
 
 def count(
@@ -57,57 +215,42 @@ def count(
     perturbations: int = 1,
     version: int = message.VERSION,
     routed: bool = True,
+    overlap: bool = False,
 ) -> ByteCounter:
     """Bytes handed to the transport per (step, src, dst) by a run of `steps` steps, drain included.
 
     N is the graph's node count, K = `perturbations`; `hops_per_step` 0 means full flooding (the
     diameter). `routed`: forward along shortest paths only (topology.Topology.routes), as the
-    runtime does; False: to every neighbour not known to have a message. Raises FloodError if a step is incomplete when due (cannot happen on a connected
-    graph: the delay is derived from the diameter).
+    runtime does; False: to every neighbour not known to have a message. `overlap`: the
+    schedule of flood.overlap (one more step of delay, a shorter drain). Raises FloodError if a
+    step is incomplete when due (cannot happen on a connected graph: the delay is derived from
+    the diameter).
     """
     top = as_topology(graph)
     hops, delay = schedule(top, hops_per_step)
-    n, k_max = top.n, perturbations
-    floods = [Flood(i, top.neighbors(i), range(n), k_max, top.routes(i) if routed else None) for i in top.nodes]
-    counter = ByteCounter()
-    sizes: dict[tuple[tuple[int, int, int], ...], int] = {}  # ids in a frame -> bytes on the wire
-    applied = -1
+    k_max = perturbations
+    lock = Lockstep(top, k_max, hops, delay + int(overlap), overlap=overlap, routed=routed, version=version)
 
-    def hop(t: int) -> None:
-        outboxes = [f.outbox() for f in floods]
-        for src, out in enumerate(outboxes):
-            for dst, msgs in out.items():
-                key = tuple(m.id for m in msgs)  # the frame's size is a function of its ids
-                size = sizes.get(key)
-                if size is None:
-                    size = sizes[key] = HEADER + len(message.encode(msgs, version=version))
-                counter.add(t, src, dst, size)
-        for dst, f in enumerate(floods):  # every node receives after every node sent: one hop
-            for src in f.peers:
-                f.receive(src, outboxes[src][dst])
+    def placeholders(t: int) -> dict[int, list[Message]]:
+        return {i: [Message(step=t, origin=i, k=k, seed=0, scalar=1.0) for k in range(k_max)] for i in top.nodes}
 
-    def apply_through(upto: int) -> None:
-        nonlocal applied
-        while applied < upto:
-            s = applied + 1
-            for f in floods:
-                if not f.is_complete(s):
-                    raise FloodError(f"wirecost: step {s} incomplete at node {f.node} after its hops")
-                f.pop_step(s)
-            applied = s
+    lock.run(steps, placeholders, lambda s, msgs: None)
+    return lock.counter
 
-    for t in range(steps):
-        for f in floods:
-            f.originate(Message(step=t, origin=f.node, k=k, seed=0, scalar=1.0) for k in range(k_max))
-        for _ in range(hops):
-            hop(t)
-        apply_through(t - delay)
-    while applied < steps - 1:  # client.drain: hop without originating until every step is applied
-        t = applied + 1 + delay
-        for _ in range(hops):
-            hop(t)
-        apply_through(min(t - delay, steps - 1))
-    return counter
+
+def cumulative_per_edge(counter: ByteCounter, directed_edges: int, steps: int) -> list[float]:
+    """Mean over `directed_edges` of the cumulative bytes after each step 0..steps-1 (the
+    run-directory contract's `bytes_per_edge_cumulative`). Bytes counted at local steps beyond
+    the last (the drain) are in the last entry; the evaluator's channel is not an edge."""
+    per_step = [0] * steps
+    for s, _, dst, n in counter.rows():
+        if dst != EVALUATOR and steps:
+            per_step[min(max(s, 0), steps - 1)] += n
+    out, total = [], 0
+    for n in per_step:
+        total += n
+        out.append(total / directed_edges if directed_edges else 0.0)
+    return out
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The `seedflood` command: train | simulate | eval | replay | check | topology show | world-size | sweep | bench.
+"""The `seedflood` command: train | simulate | compare | eval | replay | check | topology show | world-size | sweep | bench.
 
 Owns: argument parsing, turning every known bad input into one line on stderr and exit status 2,
 and printing results. Everything else lives in the modules it calls.
@@ -344,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument("--format", choices=["table", "tsv", "json"], default="table")
     ss.set_defaults(fn=cmd_sweep_summary)
 
+    from seedflood import compare
+
+    compare.add_parser(sub)
     sub.add_parser("bench", help="measure the published figures (seedflood bench --help; benchmarks/README.md)")
     return p
 

@@ -89,23 +89,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """The whole run of a config in this one process (sharedmodel: one model for every client;
-    baselines.run for the other algorithms, where that module exists)."""
-    from seedflood.config import ConfigError
-
+    baselines.run for the other algorithms)."""
     cfg = _load_config(args)
     if cfg.algorithm.name != "seedflood":
-        try:
-            from seedflood import baselines
+        from seedflood import baselines
 
-            run_baseline = baselines.run
-        except (ImportError, AttributeError) as e:
-            raise ConfigError(
-                f"algorithm.name={cfg.algorithm.name}: `seedflood simulate` runs only seedflood here, "
-                f"because seedflood.baselines is not available ({type(e).__name__}: {e}); "
-                "compare algorithms with `seedflood compare`"
-            ) from None
         _preflight(cfg, full=False)
-        _print_run_summary(run_baseline(cfg, progress=True))
+        _print_run_summary(baselines.run(cfg, progress=True))
         return 0
     from seedflood import sharedmodel
 

@@ -549,19 +549,12 @@ def train(cfg: Config, progress: bool = True) -> Result:
         xbar = algo.average()
         dist, rel = (0.0, 0.0) if algo.identical else gossip.consensus_distance(xs, xbar)
         flat.bind(xbar)
-        dev = w.evaluate("dev") if w.splits.dev else None
-        test = w.evaluate("test", dev=dev)
-        m = test["metrics"]
+        m = w.scores()
         losses, ctx.train_losses[:] = list(ctx.train_losses), []
         sent = ctx.counter().per_step_total(include_evaluator=False) if top is not None else {}
         record = {
             "step": step,
-            "accuracy": m["accuracy"],
-            "loss": m["loss"],
-            "auc": m["auc"],
-            "threshold_accuracy": m["threshold_accuracy"],
-            "pred_frac": m["pred_frac"],
-            "dev_accuracy": dev["metrics"]["accuracy"] if dev else None,
+            **m,
             "train_loss": sum(losses) / len(losses) if losses else None,
             "consensus_distance": dist,
             "consensus_distance_rel": rel,

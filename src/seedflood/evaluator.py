@@ -120,17 +120,10 @@ class Evaluator:
     def score(self, step: int, **extra: Any) -> dict[str, Any]:
         """Evaluate the canonical model after `step` steps; writes one metrics line."""
         t = time.monotonic()
-        dev = self.w.evaluate("dev") if self.w.splits.dev else None
-        test = self.w.evaluate("test", dev=dev)
-        m = test["metrics"]
+        m = self.w.scores()
         record = {
             "step": step,
-            "accuracy": m["accuracy"],
-            "loss": m["loss"],
-            "auc": m["auc"],
-            "threshold_accuracy": m["threshold_accuracy"],
-            "pred_frac": m["pred_frac"],
-            "dev_accuracy": dev["metrics"]["accuracy"] if dev else None,
+            **m,
             "log_bytes": self.log_bytes,
             "eval_seconds": round(time.monotonic() - t, 2),
             "elapsed_seconds": round(time.monotonic() - self.t0, 2),

@@ -85,6 +85,21 @@ class Workload:
         """L(θ) on the client's batch of `step`, under whatever perturbation context is active."""
         return float(model.loss(self.model, self.batch(client, step)))
 
+    def scores(self) -> dict[str, Any]:
+        """The current model's dev and test scores as the fields of a metrics line (the evaluator's
+        and the baselines'): test accuracy, loss, AUC, dev-threshold accuracy, prediction shares,
+        and dev accuracy (None without a dev split)."""
+        dev = self.evaluate("dev") if self.splits.dev else None
+        m = self.evaluate("test", dev=dev)["metrics"]
+        return {
+            "accuracy": m["accuracy"],
+            "loss": m["loss"],
+            "auc": m["auc"],
+            "threshold_accuracy": m["threshold_accuracy"],
+            "pred_frac": m["pred_frac"],
+            "dev_accuracy": dev["metrics"]["accuracy"] if dev else None,
+        }
+
     def evaluate(self, split: str, dev: dict[str, Any] | None = None, limit: int = 0) -> dict[str, Any]:
         """Score the canonical model (pending updates included) on a split."""
         examples = getattr(self.splits, split)

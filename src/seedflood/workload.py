@@ -91,7 +91,7 @@ class Workload:
         and dev accuracy (None without a dev split)."""
         dev = self.evaluate("dev") if self.splits.dev else None
         m = self.evaluate("test", dev=dev)["metrics"]
-        return {
+        fields = {
             "accuracy": m["accuracy"],
             "loss": m["loss"],
             "auc": m["auc"],
@@ -99,6 +99,7 @@ class Workload:
             "pred_frac": m["pred_frac"],
             "dev_accuracy": dev["metrics"]["accuracy"] if dev else None,
         }
+        return fields
 
     def evaluate(self, split: str, dev: dict[str, Any] | None = None, limit: int = 0) -> dict[str, Any]:
         """Score the canonical model (pending updates included) on a split."""

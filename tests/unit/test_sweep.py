@@ -203,7 +203,10 @@ SAMPLE = {
 
 @cache
 def metrics_keys() -> frozenset[str]:
-    return frozenset(_writer_keys(SRC / "evaluator.py", "score", "record"))
+    # Evaluator.score's record spreads Workload.scores' fields (`**m`) into its own literal keys.
+    return frozenset(
+        _writer_keys(SRC / "evaluator.py", "score", "record") | _writer_keys(SRC / "workload.py", "scores", "fields")
+    )
 
 
 @cache

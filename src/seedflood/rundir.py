@@ -10,7 +10,8 @@ Owns the decisions about an existing run directory, made before anything is writ
 - `checkpoint_notes`: one line per checkpoint that a resume would skip because it is corrupt;
 - `recorded` / `recorded_steps`: what replay, eval and check read back: the recorded config and
   every logged step, refusing a `config.yaml` edited away from the settings in the log header;
-- `topology_of(cfg)`: the graph a config names (a file resolves against the config's directory).
+- `topology_of(cfg)`: the graph a config names (a file resolves against the config's directory);
+- `summary_common`: the summary.json keys a launched and a simulated run write alike.
 `seedflood world-size` (the launchers' preflight) and rank 0 of `seedflood train` both call it,
 so a bad resume stops before any process starts.
 
@@ -20,16 +21,19 @@ log); checkpoints only shorten catch-up.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from seedflood import checkpoint as ckpt
 from seedflood import config as config_mod
 from seedflood import topology as topo
+from seedflood import wirecost
 from seedflood.config import Config
 from seedflood.message import Message
 from seedflood.protocol import Protocol
 from seedflood.protocol import trajectory as trajectory_of
+from seedflood.transport import ByteCounter
 
 LOG = "log.bin"
 Records = list[tuple[int, list[Message]]]
@@ -111,3 +115,44 @@ def recorded_steps(
             f"{run_dir}/config.yaml does not match the settings {LOG} was written with: {', '.join(diff)}"
         )
     return ckpt.LogReader(path).read(check=protocol.check_step)[1]
+
+
+def summary_common(
+    cfg: Config,
+    top: topo.Topology,
+    protocol: Protocol,
+    counter: ByteCounter,
+    final: dict[str, Any],
+    zero_shot: dict[str, Any],
+    start: int,
+    started: float,
+) -> dict[str, Any]:
+    """The summary.json keys a launched and a simulated SeedFlood run write alike: the run's shape,
+    its bytes (per directed topology edge; `counter` as the transport counted them), the final
+    and zero-shot scores, where its outputs are, and the run-directory contract that
+    `seedflood compare` reads. Callers add the keys that differ (client hashes, flood stats,
+    threads, memory, consensus). `started`: time.monotonic() at the run's start."""
+    run_dir = Path(cfg.run.out_dir)
+    cumulative = wirecost.cumulative_per_edge(counter, 2 * len(top.edges), protocol.steps)
+    common = {
+        "algorithm": "seedflood",
+        "steps": protocol.steps,
+        "clients": top.n,
+        "topology": top.name,
+        "diameter": top.diameter,
+        "delay": protocol.delay,
+        "param_hash": final["param_hash"],
+        "bytes_per_edge": {f"{a}->{b}": v for (a, b), v in sorted(counter.per_edge_total().items()) if b >= 0},
+        "bytes_per_edge_per_step": counter.mean_bytes_per_edge_per_step(),
+        "bytes_total": counter.total(),
+        "zero_shot": zero_shot or None,
+        "final": final,
+        "resumed_from_step": start,
+        "model_dir": str(ckpt.latest(run_dir) / "hf") if cfg.checkpoint.hf_model else None,
+        "log": str(run_dir / LOG),
+        # the run-directory contract every algorithm writes (seedflood compare reads these)
+        "bytes_per_edge_run": cumulative[-1] if cumulative else 0.0,
+        "bytes_per_edge_cumulative": cumulative,
+        "wall_seconds": round(time.monotonic() - started, 2),
+    }
+    return common

@@ -204,38 +204,20 @@ def run(cfg: Config, progress: bool = True) -> dict[str, Any]:
         final = evaluator.finish()
     finally:
         evaluator.close()
-    counter = sim.counter
     n = top.n
-    cumulative = wirecost.cumulative_per_edge(counter, 2 * len(top.edges), protocol.steps)
     memory = runtime.memory()
     summary = {
-        "algorithm": "seedflood",
+        **rundir.summary_common(cfg, top, protocol, sim.counter, final, evaluator.zero_shot, start, started),
         "simulated": "shared-model",  # one process, one model (launched runs do not have this key)
-        "steps": protocol.steps,
-        "clients": n,
-        "topology": top.name,
-        "diameter": top.diameter,
-        "delay": protocol.delay,
-        "param_hash": final["param_hash"],
         # One model is every client's model: equal by construction, and the flood checked that
         # every node held the same complete set of each step before it was applied.
         "client_hashes": [final["param_hash"]] * n,
         "consensus": True,
         "client_step_hashes": [step_hashes] * n if cfg.run.hash_steps else None,
-        "bytes_per_edge": {f"{a}->{b}": v for (a, b), v in sorted(counter.per_edge_total().items()) if b >= 0},
-        "bytes_per_edge_per_step": counter.mean_bytes_per_edge_per_step(),
-        "bytes_total": counter.total(),  # topology edges only: no evaluator channel here
+        # bytes_total counts topology edges only: a simulated run has no evaluator channel
         "flood": [vars(f.stats) for f in sim.lockstep.floods],
         "threads": [runtime.threads()] * n,
         "memory": {"evaluator": memory, "clients": None, "process": memory},
-        "zero_shot": evaluator.zero_shot or None,
-        "final": final,
-        "resumed_from_step": start,
-        "model_dir": str(ckpt.latest(run_dir) / "hf") if cfg.checkpoint.hf_model else None,
-        "log": str(run_dir / rundir.LOG),
-        "bytes_per_edge_run": cumulative[-1] if cumulative else 0.0,
-        "bytes_per_edge_cumulative": cumulative,
-        "wall_seconds": round(time.monotonic() - started, 2),
         "consensus_distance": 0.0,
         "bit_identical": True,
     }

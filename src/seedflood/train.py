@@ -24,7 +24,7 @@ from typing import Any
 
 from seedflood import checkpoint as ckpt
 from seedflood import protocol as proto
-from seedflood import rundir, runtime, wirecost
+from seedflood import rundir, runtime
 from seedflood import topology as topo
 from seedflood.client import Client
 from seedflood.config import Config
@@ -149,35 +149,15 @@ def _evaluate(
     reports = group.collect([_client_key(n) for n in top.nodes])
     clients = [reports[_client_key(n)] for n in top.nodes]
     counter = ByteCounter.from_rows([row for r in clients for row in r["bytes"]])
-    per_edge = {f"{a}->{b}": n for (a, b), n in sorted(counter.per_edge_total().items()) if b >= 0}
     consensus = all(r["hash"] == final["param_hash"] for r in clients)
-    cumulative = wirecost.cumulative_per_edge(counter, 2 * len(top.edges), protocol.steps)
     summary = {
-        "algorithm": "seedflood",
-        "steps": protocol.steps,
-        "clients": top.n,
-        "topology": top.name,
-        "diameter": top.diameter,
-        "delay": protocol.delay,
-        "param_hash": final["param_hash"],
+        **rundir.summary_common(cfg, top, protocol, counter, final, evaluator.zero_shot, start, started),
         "client_hashes": [r["hash"] for r in clients],
         "consensus": consensus,
         "client_step_hashes": [r["step_hashes"] for r in clients] if cfg.run.hash_steps else None,
-        "bytes_per_edge": per_edge,
-        "bytes_per_edge_per_step": counter.mean_bytes_per_edge_per_step(),
-        "bytes_total": counter.total(),
         "flood": [r["flood"] for r in clients],
         "threads": [r["threads"] for r in clients],
         "memory": {"evaluator": runtime.memory(), "clients": [r["memory"] for r in clients]},
-        "zero_shot": evaluator.zero_shot or None,
-        "final": final,
-        "resumed_from_step": start,
-        "model_dir": str(ckpt.latest(run_dir) / "hf") if cfg.checkpoint.hf_model else None,
-        "log": str(run_dir / rundir.LOG),
-        # the run-directory contract every algorithm writes (seedflood compare reads these)
-        "bytes_per_edge_run": cumulative[-1] if cumulative else 0.0,
-        "bytes_per_edge_cumulative": cumulative,
-        "wall_seconds": round(time.monotonic() - started, 2),
         "consensus_distance": 0.0 if consensus else None,  # bit-identical clients: no distance
         "bit_identical": consensus,
     }

@@ -211,7 +211,11 @@ def metrics_keys() -> frozenset[str]:
 
 @cache
 def summary_keys() -> frozenset[str]:
-    return frozenset(_writer_keys(SRC / "train.py", "_evaluate", "summary"))
+    # train._evaluate's summary spreads rundir.summary_common's keys into its own literal keys.
+    return frozenset(
+        _writer_keys(SRC / "train.py", "_evaluate", "summary")
+        | _writer_keys(SRC / "rundir.py", "summary_common", "common")
+    )
 
 
 def test_summary_reads_what_the_writers_write() -> None:

@@ -24,6 +24,10 @@ Log format (all integers little-endian):
   their seeds) and stay readable; one log holds one frame version, the one its magic names, so a
   writer resuming a v1 log keeps appending v1 frames.
   The log is the source of truth: a run is a pure function of base weights + settings + log.
+  Membership (churn runs, docs/design.md §13): a step whose roster changed is preceded by a
+  membership record: u32 (CHANGE_FLAG | step), u32 length, membership.Change bytes (CRC-checked
+  JSON: leave, join, audit). The members of every step are a pure function of these records
+  (all N before the first), and each step record must hold exactly its members' messages.
 
 Torn tail vs corruption: only an incomplete FINAL record is a torn tail (a crash mid-append):
 fewer bytes remain than the record needs and every field that is present agrees (the step is
@@ -68,6 +72,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from seedflood import message
+from seedflood.membership import Change, Roster
 from seedflood.message import Message
 
 LOG_MAGIC = b"SEEDFLOOD-LOG 2\n"
@@ -77,12 +82,15 @@ LOG_MAGIC_V1 = b"SEEDFLOOD-LOG 1\n"
 _FRAME_VERSION = {LOG_MAGIC: message.VERSION_2, LOG_MAGIC_V1: message.VERSION_1}
 _U32 = struct.Struct("<I")
 _REC = struct.Struct("<II")  # step, frame length
+CHANGE_FLAG = 0x8000_0000  # a record's step with this bit set: the membership record of that step
+MAX_CHANGE_BYTES = 1 << 20
 # Sanity bound on one record: 2**22 messages (~100 MB) per step is far beyond any real N*K.
 MAX_FRAME_BYTES = message.HEADER_SIZE + message.RECORD_SIZE * 2**22
 _STEP_DIR = re.compile(r"step_(\d+)")
 
-# (step, messages) of one whole record from disk; raises ValueError to reject it.
-RecordCheck = Callable[[int, list[Message]], None]
+# (step, messages) of one whole record from disk; raises ValueError to reject it. After a
+# membership record it is called with members= (the step's members) as a keyword too.
+RecordCheck = Callable[..., None]
 
 
 class CheckpointError(ValueError):
@@ -173,10 +181,16 @@ class _Format:
 
     version: int
     seed_of: message.SeedOf | None  # None for v1 (its frames carry their seeds)
+    nodes: int | None = None  # trajectory "topology.nodes": the roster of membership records
 
     @classmethod
     def of(cls, version: int, header: dict[str, Any], path: Path) -> _Format:
-        return cls(version, _seed_of(header, path) if version == message.VERSION_2 else None)
+        nodes = (header.get("trajectory") or {}).get("topology.nodes")
+        return cls(
+            version,
+            _seed_of(header, path) if version == message.VERSION_2 else None,
+            nodes if isinstance(nodes, int) else None,
+        )
 
 
 def _seed_of(header: dict[str, Any], path: Path) -> message.SeedOf:
@@ -266,6 +280,7 @@ class _Scan:
     ends: list[int]  # ends[i]: byte offset just past record i
     start: int  # byte offset of record 0
     torn: int  # bytes of an incomplete final record (0: none)
+    changes: dict[int, Change] = field(default_factory=dict)  # step -> membership change
 
 
 def _scan(f: IO[bytes], path: Path, start: int, fmt: _Format, check: RecordCheck | None) -> _Scan:
@@ -274,6 +289,8 @@ def _scan(f: IO[bytes], path: Path, start: int, fmt: _Format, check: RecordCheck
     f.seek(start)
     scan = _Scan(records=[], ends=[], start=start, torn=0)
     off = start
+    roster: Roster | None = None  # from the first membership record on
+    change_at: int | None = None  # byte offset of a membership record awaiting its step record
     while off < size:
         step = len(scan.records)  # the step this record must hold
 
@@ -289,6 +306,26 @@ def _scan(f: IO[bytes], path: Path, start: int, fmt: _Format, check: RecordCheck
             scan.torn = remaining
             break
         rstep, n = _REC.unpack(head)
+        if rstep & CHANGE_FLAG:
+            if rstep & ~CHANGE_FLAG != step or change_at is not None or n > MAX_CHANGE_BYTES:
+                raise bad(f"membership record for step {rstep & ~CHANGE_FLAG} out of sequence or too long")
+            data = f.read(min(n, remaining - _REC.size))
+            if len(data) < n:
+                scan.torn = remaining
+                break
+            if roster is None:
+                if fmt.nodes is None:
+                    raise bad("membership record in a log whose header has no topology.nodes")
+                roster = Roster(fmt.nodes)
+            try:
+                change = Change.from_bytes(step, data)
+                roster.apply(change)
+            except (message.FrameError, ValueError) as e:
+                raise bad(str(e)) from None
+            scan.changes[step] = change
+            change_at = off
+            off += _REC.size + n
+            continue
         if rstep != step:
             raise bad(f"holds step {rstep}, expected {step} (out of sequence)")
         frame = f.read(min(n, remaining - _REC.size)) if n <= MAX_FRAME_BYTES else b""
@@ -309,12 +346,16 @@ def _scan(f: IO[bytes], path: Path, start: int, fmt: _Format, check: RecordCheck
             raise bad("messages are not in canonical (origin, k) order")
         if check is not None:
             try:
-                check(step, msgs)
+                check(step, msgs) if roster is None else check(step, msgs, members=roster.members)
             except ValueError as e:
                 raise bad(f"rejected: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         off += _REC.size + n
         scan.records.append((step, msgs))
         scan.ends.append(off)
+        change_at = None
+    if change_at is not None:  # a membership record without (all of) its step record: torn
+        scan.torn = size - change_at
+        del scan.changes[len(scan.records)]
     return scan
 
 
@@ -381,6 +422,8 @@ class LogReader:
 
     path: Path
     torn: int = field(default=0, init=False)
+    changes: dict[int, Change] = field(default_factory=dict, init=False)
+    """Set by `read`: the membership change of each step that has one."""
 
     def read(self, check: RecordCheck | None = None) -> tuple[dict[str, Any], list[tuple[int, list[Message]]]]:
         """The header and every whole step record (steps 0, 1, ...); a torn tail is ignored.
@@ -394,6 +437,7 @@ class LogReader:
             header, start, version = _read_header(f, self.path)
             scan = _scan(f, self.path, start, _Format.of(version, header, self.path), check)
         self.torn = scan.torn
+        self.changes = scan.changes
         return header, scan.records
 
 
@@ -429,6 +473,7 @@ class LogWriter:
                 self._fmt = _Format.of(version, old, path)
                 scan = _scan(f, path, start, self._fmt, check)
             self._start, self._ends = scan.start, scan.ends
+            self.changes = scan.changes
             end = self._ends[-1] if self._ends else self._start
             self._f: IO[bytes] = open(path, "r+b")
             if scan.torn:
@@ -442,6 +487,7 @@ class LogWriter:
             body = json.dumps(header, sort_keys=True).encode()
             atomic_write_bytes(path, LOG_MAGIC + _U32.pack(len(body)) + body)
             self._start, self._ends = len(LOG_MAGIC) + 4 + len(body), []
+            self.changes = {}
             self._f = open(path, "r+b")
             self._f.seek(0, os.SEEK_END)
 
@@ -455,8 +501,9 @@ class LogWriter:
         """The frame version of this log's records."""
         return self._fmt.version
 
-    def append(self, step: int, msgs: list[Message]) -> int:
-        """Write step `step` (must be the next one), flushed not fsynced; returns its size in bytes."""
+    def append(self, step: int, msgs: list[Message], change: Change | None = None) -> int:
+        """Write step `step` (must be the next one), preceded by its membership record when it
+        has a change; flushed not fsynced; returns the bytes written."""
         if step != self.next_step:
             raise CheckpointError(f"{self.path}: appending step {step}, expected {self.next_step}")
         seed_of = self._fmt.seed_of
@@ -471,7 +518,13 @@ class LogWriter:
                     )
         frame = message.encode(sorted(msgs), version=self._fmt.version)
         rec = _REC.pack(step, len(frame)) + frame
-        self._f.write(rec)
+        if change:
+            if change.step != step:
+                raise CheckpointError(f"{self.path}: appending step {step} with the change of step {change.step}")
+            data = change.to_bytes()
+            rec = _REC.pack(CHANGE_FLAG | step, len(data)) + data + rec
+            self.changes[step] = change
+        self._f.write(rec)  # one write: a crash leaves at most a torn tail
         self._f.flush()
         self._ends.append((self._ends[-1] if self._ends else self._start) + len(rec))
         return len(rec)
@@ -493,6 +546,7 @@ class LogWriter:
         self._f.seek(end)
         os.fsync(self._f.fileno())
         del self._ends[steps:]
+        self.changes = {s: c for s, c in self.changes.items() if s < steps}
 
     def close(self) -> None:
         if self._f.closed:

@@ -26,6 +26,14 @@ Resume at step L from a log of L complete steps reproduces the state the uninter
 when it began step L: steps < L − delay applied, steps L − delay .. L − 1 held complete but not
 yet applied (`resume`). Step L is then estimated on the same bits as in the uninterrupted run.
 
+Churn (`protocol.settle` > 0, docs/design.md §13): the transport drops a failed peer instead of
+raising (`take_lost`), the flood stops sending to it, and step s is decided at local step s +
+delay by the churn rule (`membership.Roster.decide`: the members whose messages are here, if they
+are a majority) instead of being required complete. Every `audit_every` steps the client floods
+an AUDIT note of its state hash; the audits of step a are compared when step a + delay + 1 is
+decided and a client whose hash differs is excluded from that step on. A client that finds itself
+in a minority, or excluded, raises `membership.MembershipError` (one line) and stops.
+
 Assumes: every client of the run shares one `Protocol`; `loss_at(step)` evaluates the current
 model (including any perturbation context) on this client's batch of `step`, a pure function of it;
 the transport bounds each exchange by its own timeout (so a hop thread always ends).
@@ -37,10 +45,11 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
-from seedflood import message, zo
+from seedflood import membership, zo
 from seedflood.directions import Direction
 from seedflood.flooding import Flood, FloodError
-from seedflood.message import Message
+from seedflood.membership import ALIVE, AUDIT, JOIN, Change, Note, Roster
+from seedflood.message import FrameError, Message
 from seedflood.protocol import Protocol
 from seedflood.replay import Applier
 from seedflood.topology import Topology
@@ -65,18 +74,34 @@ class Client:
         *,
         routes: Mapping[int, Sequence[int]] | None = None,
         hop_timeout_s: float | None = None,
+        state_hash: Callable[[], str] | None = None,
     ) -> None:
         """`routes` (topology.Topology.routes(node)): per origin, the neighbours to forward its
         messages to; None = every neighbour. Either way every message arrives at the same hop.
         `hop_timeout_s` (overlap only): how long the main thread waits for one step's hops
         beyond its own work before it gives up on them; None = as long as the transport takes
-        (each exchange is bounded by the transport's timeout). Give hops × transport timeout."""
+        (each exchange is bounded by the transport's timeout). Give hops × transport timeout.
+        `state_hash`: the state's hash, for audits (needed when the protocol audits)."""
+        if protocol.audit_every and state_hash is None:
+            raise ValueError(f"node {node}: the protocol audits every {protocol.audit_every} steps: pass state_hash")
         self.node = node
         self.protocol = protocol
         self.direction = direction
         self.loss_at = loss_at
         self.transport = transport
-        self.flood = Flood(node, peers, range(protocol.n_origins), protocol.perturbations, routes)
+        # Churn floods to every neighbour: shortest-path routes break when a relay dies.
+        self.flood = Flood(
+            node,
+            peers,
+            range(protocol.n_origins),
+            protocol.perturbations,
+            None if protocol.churn else routes,
+            note_horizon=protocol.step_window,
+        )
+        self.roster = Roster(protocol.n_origins)
+        """Members of the next step to decide; `roster.changes` holds every change (step -> Change)."""
+        self.state_hash = state_hash
+        self._logged_changes: dict[int, Change] = {}
         self.applier = Applier(direction, protocol)
         self.listeners: list[StepListener] = []
         """Called with (step, messages) for each step applied beyond the resumed log."""
@@ -95,6 +120,7 @@ class Client:
         loss_at: Callable[[int], float],
         transport: Transport,
         timeout_s: float,
+        state_hash: Callable[[], str] | None = None,
     ) -> Client:
         """Node `node` of `top` as every runtime builds it: its neighbours, shortest-path routes,
         and a hop thread given `timeout_s` (the transport's) per exchange of a step, plus one."""
@@ -107,16 +133,22 @@ class Client:
             transport,
             routes=top.routes(node),
             hop_timeout_s=timeout_s * (protocol.hops + 1),
+            state_hash=state_hash,
         )
 
     # -- resume --------------------------------------------------------------------------------
-    def resume(self, records: Records) -> None:
+    def resume(self, records: Records, changes: Mapping[int, Change] | None = None) -> None:
         """Catch up from the first L logged steps, as the uninterrupted client stood before step
         L: apply steps < L − delay (O(messages) for subcge), hold the rest complete in the flood.
-        Listeners are not called for any of the L logged steps, including those applied later."""
+        Listeners are not called for any of the L logged steps, including those applied later.
+        `changes`: the log's roster changes (step -> Change); logged steps keep their decision."""
         if self.next_step or self.applier.last_step >= 0:
             raise FloodError(f"node {self.node}: resume must come before the first step")
         cut = max(0, len(records) - self.protocol.delay)
+        self._logged_changes = dict(changes or {})
+        for s in sorted(self._logged_changes):
+            if s < cut:
+                self.roster.apply(self._logged_changes[s])
         self.applier.apply_all(records[:cut])
         self.flood.applied_through = cut - 1
         for _, msgs in records[cut:]:
@@ -182,6 +214,8 @@ class Client:
             self.apply_through(min(t - lag, last))
         while self.applier.last_step < last:
             t = self.applier.last_step + 1 + lag  # local step whose hops complete the next one
+            if self.protocol.churn:  # the evidence of who is reachable, where no messages are made
+                self.flood.originate_notes([Note(t, ALIVE, self.node, 0)])
             self._hops(t)
             self.apply_through(min(t - lag, last))
 
@@ -204,20 +238,32 @@ class Client:
             log.debug("node %d: hops in flight also failed: %s", self.node, e)
 
     def hop(self, t: int) -> None:
-        frames = {p: message.encode(msgs) for p, msgs in self.flood.outbox().items()}
+        frames = {}
+        for p, items in self.flood.outbox().items():
+            msgs = [m for m in items if isinstance(m, Message)]
+            frames[p] = membership.encode_hop(msgs, [n for n in items if isinstance(n, Note)])
         incoming = self.transport.exchange(frames, t)
+        if self.protocol.churn:
+            for peer, why in sorted(getattr(self.transport, "take_lost", dict)().items()):
+                log.warning("node %d: lost peer %d at step %d: %s", self.node, peer, t, why)
+                self.flood.drop_peer(peer)
         limits = self.protocol.wire_limits(t)
         for peer in sorted(incoming):
+            if peer not in self.flood.peers:
+                continue
             try:
-                msgs = message.decode(incoming[peer], limits)
-            except message.FrameError as e:
-                raise message.FrameError(f"node {self.node}: bad frame from node {peer} at step {t}: {e}") from None
-            self.flood.receive(peer, msgs)
+                msgs, notes = membership.decode_hop(incoming[peer], limits)
+            except FrameError as e:
+                raise FrameError(f"node {self.node}: bad frame from node {peer} at step {t}: {e}") from None
+            self.flood.receive(peer, [*msgs, *notes])
 
     def apply_through(self, upto: int) -> None:
         """Apply every step <= upto; each must be complete (else the topology/hops are wrong)."""
         while self.applier.last_step < upto:
             s = self.applier.last_step + 1
+            if self.protocol.churn:
+                self._decide(s)
+                continue
             if not self.flood.is_complete(s):
                 raise FloodError(
                     f"node {self.node}: step {s} incomplete after its hops (missing "
@@ -228,6 +274,41 @@ class Client:
             if s >= self.logged:
                 for listener in self.listeners:
                     listener(s, msgs)
+
+    def _decide(self, s: int) -> None:
+        """Churn: decide step s by the roster rule (a logged step keeps its logged decision),
+        apply it, tell the listeners, and audit the state if this step is audited."""
+        if s < self.logged:
+            change = self._logged_changes.get(s)
+            if change:
+                self.roster.apply(change)
+        else:
+            audited = s - self.protocol.delay - 1
+            excluded = []
+            if audited >= 0 and self.protocol.audits(audited):
+                votes = self.flood.notes(audited, AUDIT)
+                excluded = membership.audit_verdict(self.node, audited, votes, self.roster.members)
+                for o in excluded:
+                    log.error(
+                        "node %d: audit of step %d: node %d's state differs from the majority's", self.node, audited, o
+                    )
+            joins = {n.origin: n.value for n in self.flood.notes(s, JOIN)}
+            e = s + self.protocol.settle  # whose step s + settle reached us: who we can still reach
+            last = self.protocol.steps - 1
+            reachable = self.flood.held(e) if e <= last else [n.origin for n in self.flood.notes(e, ALIVE)]
+            change = self.roster.decide(
+                self.node, s, self.flood.held(s), self.protocol.perturbations, reachable, joins, excluded
+            )
+            if change:
+                log.warning("node %d: membership %s", self.node, change.describe())
+        msgs = self.flood.take_step(s, self.roster.members)
+        self.applier.apply(s, msgs)
+        if s >= self.logged:
+            for listener in self.listeners:
+                listener(s, msgs)
+            if self.protocol.audits(s) and self.state_hash is not None:
+                value = membership.audit_value(self.state_hash())
+                self.flood.originate_notes([Note(s, AUDIT, self.node, value)])
 
 
 class _Hops:

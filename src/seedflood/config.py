@@ -347,6 +347,32 @@ class TransportConfig:
 
 
 @dataclass
+class ChurnConfig:
+    """Surviving failures (docs/design.md §13). `settle` > 0 turns it on: every step is decided
+    `settle` steps after its messages are complete, by the members whose messages every survivor
+    then holds, so clients may crash, stall or be cut off while a majority trains on."""
+
+    settle: int = 0
+    """Extra steps between a step's hops and its application (part of the delay, so it changes
+    the bits). 0 = strict: every client must deliver every step, a failure stops the run. Needs
+    settle × hops >= the survivors' diameter + failures in the window + 1 (docs/design.md §13)."""
+    audit_every: int = 0
+    """Every this many steps each client floods the hash of its state; a client whose hash differs
+    from the majority's is named and excluded. 0 = no audits. Needs settle >= 1."""
+
+    def __post_init__(self) -> None:
+        _require(
+            self.settle >= 0, "churn.settle", f"must be >= 0 (0 = strict, no failures survived), got {self.settle}"
+        )
+        _require(self.audit_every >= 0, "churn.audit_every", f"must be >= 0 (0 = no audits), got {self.audit_every}")
+        _require(
+            not self.audit_every or self.settle,
+            "churn.audit_every",
+            "needs churn.settle >= 1 (an excluded client is handled like a crashed one)",
+        )
+
+
+@dataclass
 class AlgorithmConfig:
     """Which training algorithm a run uses. `seedflood` is the product; the others are the
     paper's baselines, run by `seedflood simulate` / `seedflood compare` over the same transport,
@@ -403,6 +429,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     transport: TransportConfig = field(default_factory=TransportConfig)
+    churn: ChurnConfig = field(default_factory=ChurnConfig)
     source: str = field(default="", compare=False)
     """Path of the YAML this came from ('' if built in code); not a user key."""
 

@@ -30,8 +30,9 @@ from typing import Any
 
 from seedflood import checkpoint as ckpt
 from seedflood import config as config_mod
-from seedflood import message, model
+from seedflood import membership, message, model
 from seedflood.config import Config
+from seedflood.membership import Roster
 from seedflood.metrics import TENSORBOARD_DIR, MetricsWriter, Progress, human_bytes, truncate_metrics
 from seedflood.protocol import Protocol
 from seedflood.replay import Applier, state_hash
@@ -103,6 +104,10 @@ class Evaluator:
         self.next_step = start_step
         self.log = ckpt.LogWriter(self.run_dir / LOG, header, check=protocol.check_step)
         self.log.truncate_to(start_step)
+        self.roster = Roster(protocol.n_origins)
+        """Members of the next step; a churn run's steps carry their changes (logged with them)."""
+        for s in sorted(self.log.changes):
+            self.roster.apply(self.log.changes[s])
         self.log_bytes = (self.run_dir / LOG).stat().st_size
         # One history after a resume: keep the lines before start_step, and the line at start_step
         # unless this run scores that step again (zero-shot at 0, the final score at the end).
@@ -142,13 +147,17 @@ class Evaluator:
         """One complete step from the attach client: validate, apply, log, maybe score/save."""
         step = self.next_step
         try:
-            msgs = message.decode(frame, seed_of=self.protocol.seed)
-            self.protocol.check_step(step, msgs)
+            msgs, change = membership.decode_step(frame, step, seed_of=self.protocol.seed)
+            if change:
+                self.roster.apply(change)
+            self.protocol.check_step(step, msgs, members=self.roster.members)
         except message.FrameError as e:
             raise EvaluatorError(f"evaluator: bad frame for step {step}: {e}") from None
+        if change:
+            log.warning("membership %s", change.describe())
         if self.apply:
             self.applier.apply(step, msgs)
-        self.log_bytes += self.log.append(step, msgs)
+        self.log_bytes += self.log.append(step, msgs, change)
         self.next_step += 1
         done = self.next_step
         self.progress.show(log=human_bytes(self.log_bytes))

@@ -15,6 +15,12 @@ Rules (docs/design.md §1, §2):
   node forgets the step's ids and only remembers `applied_through`.
 Two copies of one id that differ in seed or scalar are a protocol violation (`FloodError`).
 
+Churn (docs/design.md §13): notes (membership.Note: joins, audits) flood exactly like messages
+but are kept for `note_horizon` steps after their step is applied (a later decision reads them);
+neighbours come and go (`drop_peer`, and `add_peer`, which owes the newcomer everything held);
+and `take_step(step, origins)` hands out a decided step's messages from the given origins only,
+without the completeness check (the caller decided the step by the churn rule).
+
 Assumes: message ids were validated by the codec (origin < n_origins, k < per_origin).
 """
 
@@ -23,9 +29,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from seedflood.membership import Note
 from seedflood.message import Message
 
 MessageId = tuple[int, int, int]  # (origin, step, k)
+NoteId = tuple[str, int, int]  # (kind, origin, step)
+Item = Message | Note
 
 
 class FloodError(RuntimeError):
@@ -49,6 +58,7 @@ class Flood:
         members: Iterable[int],
         per_origin: int = 1,
         routes: Mapping[int, Sequence[int]] | None = None,
+        note_horizon: int = 64,
     ) -> None:
         self.node = node
         self.peers: tuple[int, ...] = tuple(sorted(peers))
@@ -62,9 +72,11 @@ class Flood:
         self.per_origin = per_origin
         self.applied_through = -1  # every step <= this was handed out and forgotten
         self.stats = FloodStats()
+        self.note_horizon = note_horizon  # notes of steps < applied_through - this are forgotten
         self._store: dict[int, dict[MessageId, Message]] = {}  # step -> id -> message
-        self._known: dict[MessageId, set[int]] = {}  # id -> peers that have it
-        self._pending: dict[int, dict[MessageId, Message]] = {p: {} for p in self.peers}
+        self._notes: dict[int, dict[NoteId, Note]] = {}  # step -> id -> note
+        self._known: dict[MessageId | NoteId, set[int]] = {}  # id -> peers that have it
+        self._pending: dict[int, dict[MessageId | NoteId, Item]] = {p: {} for p in self.peers}
 
     # -- traffic -------------------------------------------------------------------------------
     def originate(self, messages: Iterable[Message]) -> None:
@@ -76,8 +88,13 @@ class Flood:
                 raise FloodError(f"message {m.id} originated twice")
             self.stats.originated += 1
 
-    def receive(self, peer: int, messages: Iterable[Message]) -> list[Message]:
-        """Take a neighbour's messages; returns those new to this node."""
+    def originate_notes(self, notes: Iterable[Note]) -> None:
+        """Add notes this node made (an audit of its state, a join it sponsors)."""
+        for n in notes:
+            self._add(n, source=None)
+
+    def receive(self, peer: int, messages: Iterable[Item]) -> list[Item]:
+        """Take a neighbour's messages and notes; returns those new to this node."""
         if peer not in self._pending:
             raise FloodError(f"node {self.node} received from {peer}, which is not a neighbour")
         new = []
@@ -102,11 +119,14 @@ class Flood:
             step[m.id] = m
             self._known[m.id] = set(self.peers)
 
-    def outbox(self) -> dict[int, list[Message]]:
-        """What to send each neighbour this hop (canonically ordered); clears it."""
+    def outbox(self) -> dict[int, list[Item]]:
+        """What to send each neighbour this hop (messages, then notes, each canonically
+        ordered); clears it."""
         out = {}
         for peer, pending in self._pending.items():
-            msgs = sorted(pending.values())
+            items = pending.values()
+            msgs: list[Item] = sorted(m for m in items if isinstance(m, Message))
+            msgs += sorted(n for n in items if isinstance(n, Note))
             for m in msgs:
                 known = self._known.get(m.id)
                 if known is not None:
@@ -116,11 +136,16 @@ class Flood:
             self.stats.forwarded += len(msgs)
         return out
 
-    def _add(self, m: Message, source: int | None) -> bool:
+    def _add(self, m: Item, source: int | None) -> bool:
         """Record m; True if it is new. Queues it for every neighbour not known to have it."""
-        if m.step <= self.applied_through:
+        if isinstance(m, Note):
+            if m.step < self.applied_through - self.note_horizon:
+                return False  # too old to matter, and forgotten
+            step = self._notes.setdefault(m.step, {})
+        elif m.step <= self.applied_through:
             return False  # its step is complete and applied: we have seen it
-        step = self._store.setdefault(m.step, {})
+        else:
+            step = self._store.setdefault(m.step, {})
         old = step.get(m.id)
         if old is not None:
             if old != m:
@@ -132,7 +157,7 @@ class Flood:
         step[m.id] = m
         known = {source} if source is not None else set()
         self._known[m.id] = known
-        targets = self.peers if self.routes is None else self.routes.get(m.origin, ())
+        targets = self.peers if self.routes is None or isinstance(m, Note) else self.routes.get(m.origin, ())
         for p in targets:
             if p not in known:
                 self._pending[p][m.id] = m
@@ -158,11 +183,57 @@ class Flood:
             raise FloodError(f"steps are applied in order: expected {self.applied_through + 1}, got {step}")
         if not self.is_complete(step):
             raise FloodError(f"step {step} is not complete at node {self.node}: missing {self.missing(step)[:8]}")
-        msgs = sorted(m for m in self._store.pop(step, {}).values() if m.origin in self.members)
-        for m in msgs:
+        return self.take_step(step, self.members)
+
+    def take_step(self, step: int, origins: Iterable[int]) -> list[Message]:
+        """Hand out the messages of `step` (the next one) from `origins`, canonically ordered;
+        forget the step and notes older than the horizon. No completeness check: the caller
+        decided the step (churn), or checked it (`pop_step`)."""
+        if step != self.applied_through + 1:
+            raise FloodError(f"steps are applied in order: expected {self.applied_through + 1}, got {step}")
+        keep = set(origins)
+        held = self._store.pop(step, {})
+        msgs = sorted(m for m in held.values() if m.origin in keep)
+        for m in held.values():
             self._known.pop(m.id, None)
         self.applied_through = step
+        for s in [s for s in self._notes if s < step - self.note_horizon]:
+            for n in self._notes.pop(s).values():
+                self._known.pop(n.id, None)
         return msgs
+
+    def held(self, step: int) -> dict[int, int]:
+        """origin -> messages of `step` held (the churn rule's input)."""
+        out: dict[int, int] = {}
+        for o, _, _ in self._store.get(step, {}):
+            out[o] = out.get(o, 0) + 1
+        return out
+
+    def notes(self, step: int, kind: int) -> list[Note]:
+        """Notes of `kind` about `step` held, canonically ordered."""
+        return sorted(n for n in self._notes.get(step, {}).values() if n.kind == kind)
+
+    # -- neighbours ------------------------------------------------------------------------------
+    def drop_peer(self, peer: int) -> None:
+        """Stop sending to `peer` (it failed); what it was owed is dropped."""
+        if self.routes is not None:
+            raise FloodError(f"node {self.node}: shortest-path routes cannot survive losing peer {peer}")
+        self.peers = tuple(p for p in self.peers if p != peer)
+        self._pending.pop(peer, None)
+
+    def add_peer(self, peer: int) -> None:
+        """Start sending to `peer` (it (re)connected): it is owed everything held."""
+        if peer in self._pending:
+            raise FloodError(f"node {self.node}: peer {peer} is already connected")
+        if self.routes is not None:
+            raise FloodError(f"node {self.node}: shortest-path routes cannot take a new peer {peer}")
+        self.peers = tuple(sorted((*self.peers, peer)))
+        owed: dict[MessageId | NoteId, Item] = {}
+        for table in (*self._store.values(), *self._notes.values()):
+            for i, item in table.items():
+                owed[i] = item
+                self._known.get(i, set()).discard(peer)
+        self._pending[peer] = owed
 
     def pop_ready(self, upto: int) -> list[tuple[int, list[Message]]]:
         """Pop every consecutive complete step up to `upto` (for followers such as the evaluator)."""

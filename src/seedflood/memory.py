@@ -6,6 +6,14 @@ Used by tests, the in-memory simulation and the benchmarks; it mirrors GlooTrans
 semantics and byte counting exactly (HEADER + frame, once, at the sender, at the step the
 caller passes; the end marker at `last_step`), so figures from either backend agree.
 
+Churn (`tolerate=True`, docs/design.md §13): a peer failure does not raise; the endpoint drops
+that peer (closing the edge both ways, as gloo closes a pair), records it in `lost`, and returns
+the frames of the peers that answered. A killed peer is dropped at once; a stalled one
+(`stall(node)`: its thread blocks in its next exchange until `unstall`) once it has been silent
+for `timeout_s`: the network plays the per-edge heartbeat, so a peer that is merely late because
+it waits on a stalled node of its own is waited for (up to LATE_FACTOR × timeout_s), never
+dropped in a cascade.
+
 Assumes: each endpoint is driven from one thread; all endpoints live in one process. Imports no
 torch.
 """
@@ -13,6 +21,7 @@ torch.
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -26,9 +35,13 @@ class _Failure:
         self.reason = reason
 
 
-Mutator = Callable[[int, int, int, bytes], bytes]
-"""(src, dst, hop, frame) -> frame as delivered; hop counts the sender's exchanges from 0;
-dst is EVALUATOR (-1) for pushes."""
+LATE_FACTOR = 10
+"""Tolerant mode: a live (heartbeating) peer is waited for up to this many timeouts per hop."""
+_SLICE_S = 0.02  # tolerant receive polls the queue in slices this long to watch the heartbeat
+
+Mutator = Callable[[int, int, int, bytes], "bytes | None"]
+"""(src, dst, hop, frame) -> frame as delivered (None: lost); hop counts the sender's exchanges
+from 0; dst is EVALUATOR (-1) for pushes."""
 
 
 class InMemoryNetwork:
@@ -48,6 +61,7 @@ class InMemoryNetwork:
         *,
         attach: int | None = None,
         mutate: Mutator | None = None,
+        tolerate: bool = False,
     ) -> None:
         self.neighbors = {n: tuple(sorted(set(ps))) for n, ps in neighbors.items()}
         for n, ps in self.neighbors.items():
@@ -59,6 +73,7 @@ class InMemoryNetwork:
         self.timeout_s = timeout_s
         self.attach = attach
         self.mutate = mutate
+        self.tolerate = tolerate
         self._queues: dict[tuple[int, int], queue.SimpleQueue[bytes | _Failure]] = {
             (n, p): queue.SimpleQueue() for n, ps in self.neighbors.items() for p in ps
         }
@@ -66,6 +81,9 @@ class InMemoryNetwork:
         self._endpoints: dict[int, MemoryTransport] = {}
         self._dead: dict[int, str] = {}  # node -> reason it was killed
         self._cut: set[tuple[int, int]] = set()  # (src, dst) links that drop frames
+        self._stalled: dict[int, float] = {}  # node -> monotonic time its stall began
+        self._resumed: dict[int, threading.Event] = {}
+        self._dying: dict[int, tuple[int, int]] = {}  # node -> (exchanges to go, peers it still reaches)
 
     def endpoint(self, node: int, counter: ByteCounter | None = None) -> MemoryTransport:
         if node not in self.neighbors:
@@ -95,6 +113,31 @@ class InMemoryNetwork:
         self._cut.add((src, dst))
         self._queues[(src, dst)].put(_Failure(f"link {src} -> {dst} was cut"))
 
+    def crash_in(self, node: int, exchanges: int, reach: int) -> None:
+        """Crash `node` inside its exchange `exchanges` from now (0 = the next): its frame of that
+        exchange reaches only its first `reach` peers (in id order), then it dies."""
+        self._dying[node] = (exchanges, reach)
+
+    def stall(self, node: int) -> None:
+        """Freeze `node` (SIGSTOP): its next exchange blocks until `unstall`; its heartbeat stops."""
+        self._resumed[node] = threading.Event()
+        self._stalled[node] = time.monotonic()
+
+    def unstall(self, node: int) -> None:
+        """Let a stalled node go on (SIGCONT); its neighbours may have dropped it meanwhile."""
+        self._stalled.pop(node, None)
+        if (event := self._resumed.pop(node, None)) is not None:
+            event.set()
+
+    def _silent_for(self, node: int) -> float:
+        """Seconds since `node`'s heartbeat stopped (0: it beats)."""
+        since = self._stalled.get(node)
+        return 0.0 if since is None else time.monotonic() - since
+
+    def _close_edge(self, src: int, dst: int, reason: str) -> None:
+        """src gave up on dst: dst's receives from src fail from now on (a closed gloo pair)."""
+        self._queues[(src, dst)].put(_Failure(reason))
+
     def _poison(self, node: int, reason: str, inbound: bool = False, stream: bool = True) -> None:
         for p in self.neighbors[node]:
             self._queues[(node, p)].put(_Failure(reason))
@@ -108,7 +151,29 @@ class InMemoryNetwork:
             return
         if self.mutate is not None:
             frame = self.mutate(src, dst, hop, frame)
+            if frame is None:  # the mutator lost it (a node dying mid-send)
+                return
         self._queues[(src, dst)].put(frame)
+
+    def _recv_tolerant(self, src: int, dst: int) -> bytes:
+        """Wait for src's frame while src is alive and beating (see the module docstring)."""
+        q = self._queues[(src, dst)]
+        hard = time.monotonic() + LATE_FACTOR * self.timeout_s
+        while True:
+            try:
+                item = q.get(timeout=_SLICE_S)
+            except queue.Empty:
+                if self._silent_for(src) > self.timeout_s:
+                    raise TransportError(f"peer node {src} silent for over {self.timeout_s:g} s") from None
+                if time.monotonic() > hard:
+                    raise TransportError(
+                        f"no frame from peer node {src} within {LATE_FACTOR * self.timeout_s:g} s"
+                    ) from None
+                continue
+            if isinstance(item, _Failure):
+                q.put(item)
+                raise TransportError(item.reason)
+            return item
 
     def _recv(self, src: int, dst: int, deadline: float) -> bytes:
         try:
@@ -130,6 +195,7 @@ class MemoryTransport:
         self.network = network
         self.node = node
         self.peers = network.neighbors[node]
+        self.lost: dict[int, str] = {}  # tolerant: peers dropped and not yet taken, -> reason
         self.counter = counter
         self.hop = 0  # exchanges so far: the Mutator's `hop`
         self.last_step = 0  # step of the latest exchange/push: the end marker is counted there
@@ -147,8 +213,15 @@ class MemoryTransport:
         if self._closed:
             raise TransportError(f"node {self.node}: transport is closed")
 
+    def take_lost(self) -> dict[int, str]:
+        """Peers dropped since the last call (tolerant mode), with the reason."""
+        lost, self.lost = self.lost, {}
+        return lost
+
     def exchange(self, frames: Mapping[int, bytes], step: int) -> dict[int, bytes]:
         self._check()
+        if self.network.tolerate:
+            return self._exchange_tolerant(frames, step)
         _check_addressed(self.node, self.peers, frames)
         self.last_step = step
         for p in self.peers:
@@ -157,6 +230,39 @@ class MemoryTransport:
             self.network._send(self.node, p, self.hop, frame)
         deadline = time.monotonic() + self.network.timeout_s
         out = {p: self.network._recv(p, self.node, deadline) for p in self.peers}
+        self.hop += 1
+        return out
+
+    def _exchange_tolerant(self, frames: Mapping[int, bytes], step: int) -> dict[int, bytes]:
+        """One hop with the peers still connected; a failed one is dropped, not raised."""
+        net = self.network
+        if (resumed := net._resumed.get(self.node)) is not None:
+            resumed.wait()  # stalled: frozen here until unstall
+            self._check()
+        self.last_step = step
+        reach = len(self.peers)
+        if (dying := net._dying.get(self.node)) is not None:
+            if dying[0] == 0:
+                reach = dying[1]
+            else:
+                net._dying[self.node] = (dying[0] - 1, dying[1])
+        for i, p in enumerate(self.peers):
+            frame = bytes(frames.get(p, b""))
+            self.counter.add(step, self.node, p, HEADER + len(frame))
+            if i < reach:
+                net._send(self.node, p, self.hop, frame)
+        if reach < len(self.peers):
+            del net._dying[self.node]
+            net.kill(self.node)
+            raise TransportError(f"node {self.node}: crashed mid-send (reached {reach} of {len(self.peers)} peers)")
+        out = {}
+        for p in self.peers:
+            try:
+                out[p] = net._recv_tolerant(p, self.node)
+            except TransportError as e:
+                self.lost[p] = str(e)
+                net._close_edge(self.node, p, f"node {self.node} dropped node {p}")
+        self.peers = tuple(p for p in self.peers if p not in self.lost)
         self.hop += 1
         return out
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,15 +63,33 @@ class Protocol:
     overlap: bool = False
     """Hops of step t run on a background thread during step t+1's estimates (`delay` includes
     the extra step). Every client of a run must agree: it changes how many hops `drain` runs."""
+    settle: int = 0
+    """Churn (docs/design.md §13): steps of hops after a step's own before it is decided (included
+    in `delay`); 0 = strict (every origin's messages must arrive, else the run stops)."""
+    audit_every: int = 0
+    """Churn: every this many steps each client floods its state hash (0 = never)."""
+
+    @property
+    def churn(self) -> bool:
+        """Steps are decided by the churn rule (membership.Roster.decide), not required complete."""
+        return self.settle > 0
+
+    def audits(self, step: int) -> bool:
+        """Each client floods an AUDIT note of its state after applying `step`."""
+        return bool(self.audit_every) and (step + 1) % self.audit_every == 0
 
     @classmethod
     def of(cls, cfg: Config, diameter: int) -> Protocol:
         """The protocol of `cfg` on a topology of the given diameter (hops: 0 = the diameter)."""
         hops = cfg.flood.hops_per_step or max(1, diameter)
         overlap = cfg.flood.overlap
+        settle = cfg.churn.settle
+        if settle and overlap:
+            raise ConfigError("churn.settle: not supported together with flood.overlap yet; set one of them")
         # Step s is complete after the hops of steps s..s+D (D = ⌈diameter/hops⌉ − 1); with
-        # overlap those of s+D end only once step s+D+1 is estimated, so it is applied there.
-        delay = max(0, math.ceil(diameter / hops) - 1) + int(overlap)
+        # overlap those of s+D end only once step s+D+1 is estimated, so it is applied there;
+        # with churn it is decided `settle` steps later still.
+        delay = max(0, math.ceil(diameter / hops) - 1) + int(overlap) + settle
         if cfg.flood.step_window <= delay:
             raise ConfigError(
                 f"flood.step_window: must exceed the flooding delay {delay} (diameter {diameter}, "
@@ -93,6 +111,8 @@ class Protocol:
             max_scalar=cfg.flood.max_scalar,
             step_window=cfg.flood.step_window,
             overlap=overlap,
+            settle=settle,
+            audit_every=cfg.churn.audit_every,
         )
 
     # -- messages ------------------------------------------------------------------------------
@@ -119,15 +139,22 @@ class Protocol:
         """Messages in one complete step: N·K."""
         return self.n_origins * self.perturbations
 
-    def check_step(self, step: int, messages: Sequence[Message]) -> None:
-        """Raise FrameError unless `messages` are exactly the N·K valid messages of `step`."""
+    def check_step(self, step: int, messages: Sequence[Message], members: Collection[int] | None = None) -> None:
+        """Raise FrameError unless `messages` are exactly the K valid messages of every origin in
+        `members` (default: all N) for `step`."""
         limits = self.limits(step, step)
         for m in messages:
             limits.check(m)
-        if len({m.id for m in messages}) != len(messages) or len(messages) != self.per_step:
+        want = {
+            (o, step, k)
+            for o in (range(self.n_origins) if members is None else members)
+            for k in range(self.perturbations)
+        }
+        ids = {m.id for m in messages}
+        if len(ids) != len(messages) or ids != want:
             raise FrameError(
-                f"step {step} holds {len(messages)} messages ({len({m.id for m in messages})} distinct), "
-                f"a complete step has {self.per_step}"
+                f"step {step} holds {len(messages)} messages ({len(ids)} distinct), a complete step has "
+                f"{len(want)}" + (f" (members {sorted(members)})" if members is not None else "")
             )
 
     # -- the update rule -------------------------------------------------------------------------

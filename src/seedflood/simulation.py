@@ -6,6 +6,14 @@ holds each client's final hash, its per-step hashes, the complete steps in order
 evaluator would log) and the traffic counters. A run can be stopped after some steps and
 resumed from the steps it logged, exactly as a relaunched run resumes from its log.
 
+Faults (`events`, churn runs): each node's own thread carries out its events at the start of the
+step they name — `kill` (crash before this step: the network fails every edge of the node at once), `crash` (dies
+in hop `hop` of this step after its frame reached only its first `arg` peers), `stall`
+(SIGSTOP for `arg` seconds: the node's next exchange blocks, its neighbours drop it once it has
+been silent for the transport timeout), `cut` (the link to node `arg` fails both ways),
+`corrupt` (add `arg` to one weight: a client whose state silently differs, for the audit). A node
+that stops by the churn rules (minority, excluded) or is killed is reported in `exits`, not raised.
+
 Assumes: torch ops are deterministic for a fixed thread count; callers that compare against
 other processes pin `run.threads` (the tests use 1).
 """
@@ -14,11 +22,15 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import torch
 
 from seedflood import topology as topo
 from seedflood.client import Client, Records
 from seedflood.config import Config
+from seedflood.membership import Change, MembershipError
 from seedflood.memory import InMemoryNetwork, Mutator
 from seedflood.message import Message
 from seedflood.protocol import Protocol
@@ -39,6 +51,27 @@ class SimResult:
     """Every complete step applied (by node 0), in order: what the evaluator logs."""
     counter: ByteCounter
     workloads: dict[int, Workload] = field(repr=False)
+    exits: dict[int, str] = field(default_factory=dict)
+    """node -> why it stopped early (killed, minority, excluded); absent = finished."""
+    changes: dict[int, Change] = field(default_factory=dict)
+    """The roster changes (step -> Change) of the lowest finished node."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """A fault a node's thread carries out at the start of `step` (see the module docstring)."""
+
+    step: int
+    node: int
+    action: str  # kill | crash | stall | cut | corrupt
+    arg: float = (
+        0.0  # crash: peers its last frame reaches; stall: seconds; cut: the other end; corrupt: added to a weight
+    )
+    hop: int = 0  # crash: in which hop of the step (0-based)
+
+    def __post_init__(self) -> None:
+        if self.action not in ("kill", "crash", "stall", "cut", "corrupt"):
+            raise ValueError(f"unknown fault action {self.action!r}")
 
 
 def simulate(
@@ -49,6 +82,7 @@ def simulate(
     stop: int | None = None,
     resume: Records = (),
     protocol: Protocol | None = None,
+    events: Sequence[Event] = (),
 ) -> SimResult:
     """Run every client of `cfg`; raises the first client error (others cascade).
 
@@ -57,18 +91,48 @@ def simulate(
     `mutate(src, dst, hop, frame) -> frame` may corrupt traffic for fault-injection tests.
     `protocol`: run under this protocol instead of the config's (e.g. a reference with another
     delay, `dataclasses.replace(p, delay=d, overlap=False)`); the topology must fit it.
+    `events`: faults to inject (churn runs only: the transport then tolerates failures).
     """
     top = top or topo.build(cfg.topology)
     topo.check_nodes(top, cfg.topology.nodes)
     protocol = protocol or Protocol.of(cfg, top.diameter)
+    if events and not protocol.churn:
+        raise ValueError("fault events need a churn run (churn.settle >= 1)")
     network = InMemoryNetwork(
-        {i: top.neighbors(i) for i in top.nodes}, timeout_s=cfg.transport.timeout_s, mutate=mutate
+        {i: top.neighbors(i) for i in top.nodes},
+        timeout_s=cfg.transport.timeout_s,
+        mutate=mutate,
+        tolerate=protocol.churn,
     )
     workloads = {i: Workload.build(cfg) for i in top.nodes}
     step_hashes: dict[int, list[str]] = {i: [] for i in top.nodes}
-    records: list[tuple[int, list[Message]]] = list(resume)
+    logs: dict[int, list[tuple[int, list[Message]]]] = {i: list(resume) for i in top.nodes}
+    rosters: dict[int, dict[int, Change]] = {}
     hashes: dict[int, str] = {}
+    exits: dict[int, str] = {}
     errors: list[BaseException] = []
+    todo = {i: sorted((e for e in events if e.node == i), key=lambda e: e.step) for i in top.nodes}
+
+    def fault(e: Event) -> bool:
+        """Carry out e; True if the node is gone."""
+        if e.action == "corrupt":  # a silently wrong client (bad memory, a bug, a tampered weight)
+            with torch.no_grad():
+                workloads[e.node].direction.params[0].view(-1)[0] += e.arg
+            return False
+        if e.action == "kill":
+            network.kill(e.node)
+            exits[e.node] = f"killed at step {e.step}"
+            return True
+        if e.action == "crash":  # dies inside a hop of this step, after estimating
+            network.crash_in(e.node, e.hop, int(e.arg))
+            return False
+        if e.action == "stall":
+            network.stall(e.node)
+            threading.Timer(e.arg, network.unstall, args=(e.node,)).start()
+        else:
+            network.cut(e.node, int(e.arg))
+            network.cut(int(e.arg), e.node)
+        return False
 
     def run(node: int) -> None:
         w = workloads[node]
@@ -82,16 +146,26 @@ def simulate(
                     lambda step: w.loss(node, step),
                     transport,
                     cfg.transport.timeout_s,
+                    state_hash=lambda: state_hash(w.model, w.direction),
                 )
                 client.resume(resume)
-                if node == 0:
-                    client.listeners.append(lambda s, msgs: records.append((s, msgs)))
+                client.listeners.append(lambda s, msgs: logs[node].append((s, msgs)))
                 if hash_every_step:
                     client.listeners.append(lambda s, _: step_hashes[node].append(state_hash(w.model, w.direction)))
+                for e in todo[node]:
+                    client.run(e.step)
+                    if fault(e):
+                        return
                 client.run(stop)
                 hashes[node] = state_hash(w.model, w.direction)
+                rosters[node] = dict(client.roster.changes)
+        except MembershipError as e:  # stopped by the churn rules: an outcome, not a failure
+            exits[node] = str(e)
         except BaseException as e:  # surfaced below; the transport cascades it to the others
-            errors.append(e)
+            if node in network._dead and isinstance(e, TransportError):
+                exits.setdefault(node, f"crashed: {e}")
+            else:
+                errors.append(e)
 
     threads = [threading.Thread(target=run, args=(i,), name=f"client-{i}") for i in top.nodes]
     for t in threads:
@@ -102,4 +176,5 @@ def simulate(
         # The root cause, not the neighbours' "peer failed" echoes of it.
         root = [e for e in errors if not isinstance(e, TransportError)]
         raise (root or errors)[0]
-    return SimResult(hashes, step_hashes, records, network.counter(), workloads)
+    first = min(hashes, default=0)
+    return SimResult(hashes, step_hashes, logs[first], network.counter(), workloads, exits, rosters.get(first, {}))

@@ -1,0 +1,297 @@
+"""Who takes part in each step, as data: the roster, its changes, and the notes that flood.
+
+Owns (docs/design.md §13):
+- `Change`: the roster change decided for one step — origins that leave (crashed, stalled, cut
+  off, or excluded by an audit) and origins that join (with their incarnation) — and its bytes
+  (a CRC-checked JSON record) for the log and the evaluator stream.
+- `Roster`: the members of every step, a pure function of the changes; `decide` is the churn rule
+  a client applies to a step once its settle window is over.
+- `Note`: a fixed-size record flooded with the messages: `JOIN` (a sponsor admits a restarted
+  origin from a step on), `AUDIT` (an origin's state hash after a step) and `ALIVE` (an origin
+  took part in a step after the run's last one, while the last decisions settle).
+- `audit_verdict`: which origins' audited hashes differ from the majority's.
+- the hop payload (`encode_hop` / `decode_hop`): a message frame, plus notes when there are any;
+  and the evaluator's step payload (`encode_step` / `decode_step`): a step's messages plus its
+  change when it has one. Without notes or changes both are exactly today's message frame, so a
+  strict run's traffic and log are unchanged byte for byte.
+
+The decision rule (`decide`), for step s at the end of local step s + delay. Evidence first: the
+origins whose messages of step s + settle (ALIVE notes past the last step) are here are the ones
+this client can still reach; unless they are a strict majority of the members, it stops
+(`MinorityError`). Then the step: its members are the eligible origins (last step's members plus
+origins whose JOIN note for s is held) whose K messages of s are all here; the rest of last
+step's members leave. Why this agrees (docs/design.md §13): if this client heard from a majority
+at step s + settle, the messages of step s had `settle` whole steps of hops to reach every
+survivor before any cut that could isolate it, so every survivor of the majority part holds the
+same messages of s and decides the same; a part without that evidence stops before deciding s, so
+two parts of a partition never both continue and a stopped part wrote nothing the majority did not.
+
+Assumes: pure Python (the core); notes and messages were validated by their codecs.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from seedflood import message
+from seedflood.message import FrameError, Limits, Message
+
+JOIN = 1
+AUDIT = 2
+ALIVE = 3
+_KINDS = {JOIN: "join", AUDIT: "audit", ALIVE: "alive"}
+
+
+class MembershipError(RuntimeError):
+    """This client cannot go on with the run (one line, for the operator)."""
+
+
+class MinorityError(MembershipError):
+    """This client's part of the graph holds no majority of the members: it stops so that one
+    history continues; restarting it later rejoins it by replay."""
+
+
+class ExcludedError(MembershipError):
+    """The others decided without this client (its messages came too late, or its audited state
+    hash differed from the majority's)."""
+
+
+# -- notes -------------------------------------------------------------------------------------------
+@dataclass(frozen=True, order=True)
+class Note:
+    """A flooded record. JOIN: `origin` counts again from `step` on, `value` = its incarnation.
+    AUDIT: `origin`'s state hash after applying `step`, `value` = its first 8 bytes (u64).
+    ALIVE: `origin` took part in `step` (after the last step of a run, where no messages are
+    made, it stands in for them as evidence of who is reachable); `value` = 0."""
+
+    step: int
+    kind: int
+    origin: int
+    value: int
+
+    @property
+    def id(self) -> tuple[str, int, int]:
+        """De-duplication key; never equal to a message id (those are int triples)."""
+        return (_KINDS[self.kind], self.origin, self.step)
+
+
+def audit_value(state_hash: str) -> int:
+    """The u64 an AUDIT note carries: the first 16 hex digits of the state's sha256."""
+    return int(state_hash[:16], 16)
+
+
+_NOTE = struct.Struct("<BIIQ")  # kind, origin, step, value: 17 bytes
+_HOP_MAGIC = b"SN\x01"  # a hop payload with notes: magic, u32 message-frame length, frame, notes
+_STEP_MAGIC = b"SC\x01"  # an evaluator payload with a change: magic, u32 change length, change, frame
+_U32 = struct.Struct("<I")
+_U16 = struct.Struct("<H")
+
+
+def check_note(n: Note, limits: Limits) -> None:
+    if n.kind not in _KINDS:
+        raise FrameError(f"unknown note kind {n.kind}")
+    if not 0 <= n.origin < limits.n_origins:
+        raise FrameError(f"note origin {n.origin} out of range 0..{limits.n_origins - 1}")
+    if not limits.min_step <= n.step <= limits.max_step:
+        raise FrameError(f"note step {n.step} outside window {limits.min_step}..{limits.max_step}")
+
+
+def encode_hop(msgs: Sequence[Message], notes: Sequence[Note] = ()) -> bytes:
+    """One hop's payload to one neighbour: the message frame alone when there are no notes."""
+    frame = message.encode(msgs)
+    if not notes:
+        return frame
+    body = _U32.pack(len(frame)) + frame + _U16.pack(len(notes))
+    body += b"".join(_NOTE.pack(n.kind, n.origin, n.step, n.value) for n in sorted(notes))
+    return _HOP_MAGIC + body + _U32.pack(zlib.crc32(body))
+
+
+def decode_hop(payload: bytes, limits: Limits) -> tuple[list[Message], list[Note]]:
+    """(messages, notes) of a hop payload; FrameError on any defect (nothing is taken)."""
+    if not payload.startswith(_HOP_MAGIC):
+        return message.decode(payload, limits), []
+    body, crc = payload[len(_HOP_MAGIC) : -4], payload[-4:]
+    if len(payload) < len(_HOP_MAGIC) + 4 + 2 + 4 or _U32.unpack(crc)[0] != zlib.crc32(body):
+        raise FrameError("hop payload with notes fails its CRC or is truncated")
+    (n,) = _U32.unpack_from(body)
+    frame, rest = body[4 : 4 + n], body[4 + n :]
+    if len(frame) != n or len(rest) < 2:
+        raise FrameError("hop payload: message frame length disagrees with the payload")
+    (count,) = _U16.unpack_from(rest)
+    if len(rest) != 2 + count * _NOTE.size:
+        raise FrameError(f"hop payload: {len(rest) - 2} note bytes for {count} notes")
+    notes = [Note(step, kind, origin, value) for kind, origin, step, value in _NOTE.iter_unpack(rest[2:])]
+    for note in notes:
+        check_note(note, limits)
+    return message.decode(frame, limits), notes
+
+
+# -- changes -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Change:
+    """The roster change of `step`: `leave` are last step's members without messages in this one
+    (`audit` ⊆ leave: excluded by an audit); `join` are (origin, incarnation) counted from here."""
+
+    step: int
+    leave: tuple[int, ...] = ()
+    join: tuple[tuple[int, int], ...] = ()
+    audit: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not set(self.audit) <= set(self.leave):
+            raise ValueError(f"change of step {self.step}: audited origins {self.audit} must also leave")
+        if set(self.leave) & {o for o, _ in self.join}:
+            raise ValueError(f"change of step {self.step}: an origin both leaves and joins")
+
+    def __bool__(self) -> bool:
+        return bool(self.leave or self.join)
+
+    def to_bytes(self) -> bytes:
+        body = json.dumps(
+            {"leave": list(self.leave), "join": [list(j) for j in self.join], "audit": list(self.audit)},
+            separators=(",", ":"),
+            sort_keys=True,
+        ).encode()
+        return _U32.pack(zlib.crc32(body) ^ self.step) + body
+
+    @classmethod
+    def from_bytes(cls, step: int, data: bytes) -> Change:
+        """The change of `step` from its bytes (the CRC binds the step too); FrameError if bad."""
+        if len(data) < 4 or _U32.unpack_from(data)[0] != zlib.crc32(data[4:]) ^ step:
+            raise FrameError(f"membership record of step {step} fails its CRC")
+        try:
+            d = json.loads(data[4:])
+            change = cls(
+                step,
+                tuple(int(o) for o in d["leave"]),
+                tuple((int(o), int(i)) for o, i in d["join"]),
+                tuple(int(o) for o in d["audit"]),
+            )
+        except (ValueError, KeyError, TypeError) as e:
+            raise FrameError(f"membership record of step {step} is malformed: {e}") from None
+        return change
+
+    def describe(self) -> str:
+        parts = []
+        if self.leave:
+            why = {o: "audit" if o in self.audit else "silent" for o in self.leave}
+            parts.append("leave " + ", ".join(f"{o} ({why[o]})" for o in self.leave))
+        if self.join:
+            parts.append("join " + ", ".join(f"{o} (incarnation {i})" for o, i in self.join))
+        return f"step {self.step}: " + "; ".join(parts)
+
+
+def encode_step(msgs: Sequence[Message], change: Change | None = None) -> bytes:
+    """A decided step for the evaluator: its message frame, prefixed by its change if any."""
+    frame = message.encode(msgs)
+    if not change:
+        return frame
+    data = change.to_bytes()
+    return _STEP_MAGIC + _U32.pack(len(data)) + data + frame
+
+
+def decode_step(payload: bytes, step: int, **decode_args: object) -> tuple[list[Message], Change | None]:
+    if not payload.startswith(_STEP_MAGIC):
+        return message.decode(payload, **decode_args), None  # type: ignore[arg-type]
+    head = len(_STEP_MAGIC) + 4
+    if len(payload) < head:
+        raise FrameError("step payload with a change is truncated")
+    (n,) = _U32.unpack_from(payload, len(_STEP_MAGIC))
+    change = Change.from_bytes(step, payload[head : head + n])
+    return message.decode(payload[head + n :], **decode_args), change  # type: ignore[arg-type]
+
+
+# -- the roster --------------------------------------------------------------------------------------
+@dataclass
+class Roster:
+    """Members of the next step to decide, and every change so far (step -> Change)."""
+
+    n_origins: int
+    members: frozenset[int] = field(default=frozenset())
+    changes: dict[int, Change] = field(default_factory=dict)
+    incarnations: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.members:
+            self.members = frozenset(range(self.n_origins))
+
+    def apply(self, change: Change) -> None:
+        """Advance over a decided change (from `decide`, a log or the evaluator stream)."""
+        if not set(change.leave) <= self.members:
+            raise FrameError(f"{change.describe()}: origins {sorted(set(change.leave) - self.members)} are not members")
+        if joined := {o for o, _ in change.join} & self.members:
+            raise FrameError(f"{change.describe()}: origins {sorted(joined)} are already members")
+        if any(not 0 <= o < self.n_origins for o, _ in change.join):
+            raise FrameError(f"{change.describe()}: origin out of range")
+        self.members = (self.members - set(change.leave)) | {o for o, _ in change.join}
+        self.incarnations.update(dict(change.join))
+        if change:
+            self.changes[change.step] = change
+
+    def decide(
+        self,
+        node: int,
+        step: int,
+        held: Mapping[int, int],
+        per_origin: int,
+        reachable: Collection[int],
+        joins: Mapping[int, int] = {},
+        excluded: Collection[int] = (),
+    ) -> Change:
+        """The churn rule for `step` at `node` (see the module docstring); applies and returns the
+        change (falsy when nobody left or joined).
+
+        held: origin -> messages of `step` held; reachable: origins heard from at step + settle
+        (the evidence); joins: origin -> incarnation of the JOIN notes for `step` held;
+        excluded: origins an audit verdict removes from this step on.
+        """
+        base = (set(reachable) & self.members) - set(excluded)
+        if 2 * len(base) <= len(self.members):
+            raise MinorityError(
+                f"node {node}: before deciding step {step} only {len(base)} of {len(self.members)} members "
+                f"({', '.join(map(str, sorted(base)))}) are reachable: no majority, this client stops "
+                "(the majority, if any, trains on; restart this client to rejoin by replay)"
+            )
+        eligible = self.members | set(joins)
+        present = {o for o in eligible if held.get(o, 0) == per_origin and o not in excluded}
+        leave = tuple(sorted(self.members - present))
+        if node in leave:
+            why = "its audited state differs from the majority's" if node in excluded else "its messages came too late"
+            raise ExcludedError(f"node {node}: the others decided step {step} without this client ({why})")
+        change = Change(
+            step,
+            leave=leave,
+            join=tuple(sorted((o, joins[o]) for o in present - self.members)),
+            audit=tuple(sorted(set(leave) & set(excluded))),
+        )
+        self.apply(change)
+        return change
+
+
+def audit_verdict(node: int, step: int, notes: Iterable[Note], members: Collection[int]) -> list[int]:
+    """Origins among `members` whose audited hash of `step` differs from the strict majority of
+    the audits held (absent audits are not votes: a crashed client is the message rule's
+    business). Raises ExcludedError if this node is one of them, MembershipError if no hash has a
+    strict majority (no side can be trusted)."""
+    votes = {n.origin: n.value for n in notes if n.kind == AUDIT and n.step == step and n.origin in members}
+    if not votes:
+        return []
+    (value, count), *_ = Counter(votes.values()).most_common(1)
+    if 2 * count <= len(votes):
+        raise MembershipError(
+            f"node {node}: the audit of step {step} has no majority state ("
+            + ", ".join(f"{o}: {v:016x}" for o, v in sorted(votes.items()))
+            + ")"
+        )
+    odd = sorted(o for o, v in votes.items() if v != value)
+    if node in odd:
+        raise ExcludedError(
+            f"node {node}: the audit of step {step} found this client's state {votes[node]:016x} "
+            f"differs from the majority's {value:016x}"
+        )
+    return odd

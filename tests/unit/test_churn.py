@@ -1,0 +1,205 @@
+"""Churn (docs/design.md §13): clients crash, stall or are cut off mid-run and the survivors train
+on, bit-identical after every step, with the roster changes in the log.
+
+Every case runs the real client loop over the in-memory network (one thread per client, the debug
+model) and checks the same things: every survivor holds the same bits after every step, the
+survivors' final hash equals a replay of the decided steps from the base weights, the log written
+from those steps (with its membership records) reads back and validates, and the membership
+changes are exactly the ones the faults imply.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from seedflood import config
+from seedflood import topology as topo
+from seedflood.checkpoint import LogReader, LogWriter
+from seedflood.membership import Change
+from seedflood.protocol import Protocol, trajectory
+from seedflood.replay import Applier, state_hash
+from seedflood.simulation import Event, SimResult, simulate
+from seedflood.workload import Workload
+
+torch.set_num_threads(1)
+DEBUG = Path(__file__).resolve().parents[2] / "launch" / "configs" / "debug.yaml"
+TORUS = ("topology.kind=torus", "topology.nodes=8", "topology.rows=2")  # 2×4 torus: diameter 3, degree 3
+
+
+def cfg_for(*overrides: str, steps: int = 10) -> config.Config:
+    return config.load(DEBUG, [f"run.steps={steps}", "transport.timeout_s=1", "churn.settle=1", *TORUS, *overrides])
+
+
+def protocol_of(cfg: config.Config) -> Protocol:
+    return Protocol.of(cfg, topo.build(cfg.topology).diameter)
+
+
+def check_survivors(cfg: config.Config, r: SimResult, tmp_path: Path) -> None:
+    """Agreement, replay and the log (see the module docstring)."""
+    p = protocol_of(cfg)
+    alive = sorted(r.hashes)
+    assert alive, r.exits
+    ref = r.step_hashes[alive[0]]
+    assert len(ref) == cfg.run.steps
+    for n in alive:
+        assert r.step_hashes[n] == ref, f"node {n} diverged"
+        assert r.hashes[n] == ref[-1]
+    for n in r.exits:  # one history: whatever a stopped client applied, the survivors applied too
+        assert r.step_hashes[n] == ref[: len(r.step_hashes[n])], f"stopped node {n} diverged first"
+    # replay of the decided steps from the base weights
+    w = Workload.build(cfg)
+    Applier(w.direction, p).apply_all(r.records)
+    assert state_hash(w.model, w.direction) == ref[-1]
+    # the log: membership records before the steps they change, read back and validated
+    path = tmp_path / "log.bin"
+    header = {"trajectory": trajectory(cfg, p, w.train_digest()), "base_hash": w.loaded.base_hash}
+    writer = LogWriter(path, header, check=p.check_step)
+    for s, msgs in r.records:
+        writer.append(s, msgs, r.changes.get(s))
+    writer.close()
+    reader = LogReader(path)
+    _, back = reader.read(check=p.check_step)
+    assert back == r.records and reader.changes == r.changes
+
+
+def left(r: SimResult) -> dict[int, int]:
+    """origin -> step it left at."""
+    return {o: s for s, c in r.changes.items() for o in c.leave}
+
+
+def test_without_failures_a_churn_run_has_the_bits_of_a_strict_run_with_the_same_delay(tmp_path):
+    cfg = cfg_for(steps=6)
+    p = protocol_of(cfg)
+    assert p.churn and p.delay == 1  # full flooding (D = 0) + settle 1
+    churn = simulate(cfg)
+    strict = simulate(cfg, protocol=dataclasses.replace(p, settle=0))
+    assert churn.step_hashes == strict.step_hashes and churn.records == strict.records
+    assert churn.changes == {} and churn.exits == {}
+    check_survivors(cfg, churn, tmp_path)
+
+
+# -- the single-failure edge cases -----------------------------------------------------------------
+# (events, origin -> step it must leave at). Node 5's neighbours on the 2×4 torus: 1, 4, 6.
+CASES = {
+    "death before sending": ([Event(3, 5, "kill")], {5: 3}),
+    "death after sending to one neighbour": ([Event(3, 5, "crash", 1, hop=0)], {5: 4}),
+    "death at the last hop": ([Event(3, 5, "crash", 1, hop=2)], {5: 4}),
+    "death after sending to nobody": ([Event(3, 5, "crash", 0, hop=0)], {5: 3}),
+    "two deaths in one step": ([Event(3, 5, "kill"), Event(3, 2, "crash", 2, hop=1)], {5: 3, 2: 4}),
+    # the only neighbour that got node 5's last message dies while passing it on
+    "death during the repair": ([Event(3, 5, "crash", 1, hop=0), Event(3, 1, "crash", 1, hop=1)], {5: 4, 1: 4}),
+    "stall past the timeout": ([Event(3, 5, "stall", 2.5)], {5: 3}),
+    # the stalled node wakes holding its 3 neighbours' messages: 4 of the 7 members, yet cut off
+    "stall after a death": ([Event(2, 5, "kill"), Event(5, 2, "stall", 2.5)], {5: 2, 2: 5}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_survivors_agree_after_a_single_failure(case, tmp_path):
+    events, leaves = CASES[case]
+    cfg = cfg_for()
+    r = simulate(cfg, events=events)
+    assert sorted(r.exits) == sorted(leaves), r.exits
+    assert left(r) == leaves
+    check_survivors(cfg, r, tmp_path)
+
+
+def test_a_stalled_client_stops_with_one_line_when_it_wakes(tmp_path):
+    r = simulate(cfg_for(), events=[Event(3, 5, "stall", 2.5)])
+    assert "no majority, this client stops" in r.exits[5] and "\n" not in r.exits[5]
+
+
+def test_a_cut_link_on_a_connected_graph_changes_nobody(tmp_path):
+    cfg = cfg_for()
+    r = simulate(cfg, events=[Event(2, 5, "cut", 1)])
+    assert r.exits == {} and r.changes == {}
+    check_survivors(cfg, r, tmp_path)
+    straight = simulate(cfg)
+    assert r.hashes == straight.hashes  # a lost edge costs copies, not bits
+
+
+def test_partition_the_majority_finishes_and_the_minority_stops_with_one_line(tmp_path):
+    # ring of 8: cutting links 0-1 and 3-4 leaves {1, 2, 3} (3 of 8) and {4, ..., 0} (5 of 8)
+    cfg = cfg_for("topology.kind=ring", "topology.nodes=8", "flood.hops_per_step=0")
+    r = simulate(cfg, events=[Event(4, 0, "cut", 1), Event(4, 3, "cut", 4)])
+    assert sorted(r.hashes) == [0, 4, 5, 6, 7]
+    assert sorted(r.exits) == [1, 2, 3]
+    assert all("no majority" in r.exits[n] for n in (1, 2, 3))
+    assert set(left(r)) == {1, 2, 3}
+    check_survivors(cfg, r, tmp_path)
+
+
+def test_an_even_split_stops_everyone(tmp_path):
+    cfg = cfg_for("topology.kind=ring", "topology.nodes=8")
+    r = simulate(cfg, events=[Event(4, 0, "cut", 1), Event(4, 4, "cut", 5)])
+    assert r.hashes == {} and sorted(r.exits) == list(range(8))
+
+
+def test_the_audit_names_and_excludes_a_client_whose_state_differs(tmp_path):
+    cfg = cfg_for("churn.audit_every=2", steps=12)
+    p = protocol_of(cfg)
+    r = simulate(cfg, events=[Event(4, 6, "corrupt", 1e-3)])
+    # the weight changes before local step 4, i.e. after step 4 - 1 - delay = 2 was applied: the
+    # first audit to see it is step 3's, compared when step 3 + delay + 1 is decided
+    audited = 3
+    assert f"audit of step {audited} found" in r.exits[6] and "differs from the majority" in r.exits[6]
+    (step,) = [s for s, c in r.changes.items() if 6 in c.leave]
+    assert r.changes[step].audit == (6,) and step == audited + p.delay + 1
+    # caught within diameter + audit_every steps of the fault
+    assert step - 4 <= topo.build(cfg.topology).diameter + cfg.churn.audit_every
+    check_survivors(cfg, r, tmp_path)
+
+
+def test_chaos_seeded_schedule_kills_two_and_stalls_one(tmp_path):
+    """8 clients (2×4 torus), 60 steps, a schedule drawn from a seed: SIGKILL two clients and
+    SIGSTOP a third past the timeout at random steps. (Soak: SEEDFLOOD_CHAOS_SEEDS.)"""
+    for seed in range(2):
+        rnd = random.Random(seed)
+        victims = rnd.sample(range(8), 3)
+        # spread them out so the survivors keep a majority and stay connected
+        steps = sorted(rnd.sample(range(5, 55), 3))
+        events = [Event(steps[0], victims[0], "kill"), Event(steps[1], victims[1], "crash", 1, hop=rnd.randrange(3))]
+        events.append(Event(steps[2], victims[2], "stall", 2.5))
+        cfg = cfg_for(steps=60)
+        r = simulate(cfg, events=events, hash_every_step=True)
+        assert sorted(r.exits) == sorted(victims), (seed, r.exits)
+        assert set(left(r)) == set(victims)
+        assert left(r)[victims[0]] == steps[0] and left(r)[victims[2]] == steps[2]
+        assert left(r)[victims[1]] in (steps[1], steps[1] + 1)
+        check_survivors(cfg, r, tmp_path / str(seed))
+        (tmp_path / str(seed)).mkdir(exist_ok=True)
+
+
+def test_change_records_are_checked_on_read(tmp_path):
+    cfg = cfg_for(steps=6)
+    r = simulate(cfg, events=[Event(2, 5, "kill")])
+    p = protocol_of(cfg)
+    w = Workload.build(cfg)
+    header = {"trajectory": trajectory(cfg, p, w.train_digest()), "base_hash": w.loaded.base_hash}
+    path = tmp_path / "log.bin"
+    writer = LogWriter(path, header, check=p.check_step)
+    for s, msgs in r.records:
+        writer.append(s, msgs, r.changes.get(s))
+    writer.close()
+    data = path.read_bytes()
+    at = data.index(b'"leave":[5]')
+    from seedflood.checkpoint import CheckpointError
+
+    flipped = data[:at] + data[at:].replace(b"[5]", b"[4]", 1)
+    path.write_bytes(flipped)
+    with pytest.raises(CheckpointError, match="fails its CRC"):
+        LogReader(path).read(check=p.check_step)
+    # a log that drops an origin without saying so is rejected by the members check
+    path.unlink()
+    writer = LogWriter(path, header, check=p.check_step)
+    for s, msgs in r.records:
+        writer.append(s, msgs)
+    writer.close()
+    with pytest.raises(CheckpointError, match="step 2 .*complete step has 8"):
+        LogReader(path).read(check=p.check_step)
+    assert Change(2, leave=(5,)).describe() == "step 2: leave 5 (silent)"

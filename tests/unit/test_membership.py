@@ -1,0 +1,154 @@
+"""The roster, its changes and the notes (seedflood.membership): pure, milliseconds."""
+
+from __future__ import annotations
+
+import pytest
+
+from seedflood import message
+from seedflood.flooding import Flood
+from seedflood.membership import (
+    ALIVE,
+    AUDIT,
+    JOIN,
+    Change,
+    ExcludedError,
+    MembershipError,
+    MinorityError,
+    Note,
+    Roster,
+    audit_verdict,
+    decode_hop,
+    decode_step,
+    encode_hop,
+    encode_step,
+)
+from seedflood.message import FrameError, Limits, Message
+
+SEED = 7
+
+
+def seed_of(o: int, s: int, k: int) -> int:
+    return (SEED * 1_000_003 + o * 7919 + s * 104_729 + k) % 2**63
+
+
+LIMITS = Limits(n_origins=8, min_step=0, max_step=100, max_k=1, seed_of=seed_of)
+
+
+def msg(o: int, s: int) -> Message:
+    return Message.make(o, s, seed_of(o, s, 0), 0.5 + o)
+
+
+def test_hop_payload_without_notes_is_exactly_the_message_frame():
+    msgs = [msg(0, 3), msg(2, 3)]
+    assert encode_hop(msgs) == message.encode(msgs)
+    assert decode_hop(encode_hop(msgs), LIMITS) == (msgs, [])
+    assert decode_hop(b"", LIMITS) == ([], [])
+
+
+def test_hop_payload_with_notes_round_trips_and_any_flipped_bit_is_refused():
+    msgs = [msg(1, 4)]
+    notes = [Note(4, JOIN, 3, 2), Note(2, AUDIT, 1, 0xDEADBEEF12345678), Note(5, ALIVE, 0, 0)]
+    payload = encode_hop(msgs, notes)
+    assert decode_hop(payload, LIMITS) == (msgs, sorted(notes))
+    for i in range(len(payload)):
+        bad = bytearray(payload)
+        bad[i] ^= 0x10
+        try:
+            got = decode_hop(bytes(bad), LIMITS)
+        except FrameError:
+            continue
+        pytest.fail(f"flipping byte {i} went unnoticed: {got}")
+
+
+def test_notes_outside_the_window_or_of_unknown_origin_are_refused():
+    with pytest.raises(FrameError, match="origin 9"):
+        decode_hop(encode_hop([], [Note(3, AUDIT, 9, 1)]), LIMITS)
+    with pytest.raises(FrameError, match="step 101"):
+        decode_hop(encode_hop([], [Note(101, AUDIT, 1, 1)]), LIMITS)
+
+
+def test_step_payload_carries_its_change_and_binds_it_to_the_step():
+    msgs = [msg(0, 6), msg(1, 6)]
+    change = Change(6, leave=(2,), join=((3, 1),))
+    payload = encode_step(msgs, change)
+    assert decode_step(payload, 6, seed_of=seed_of) == (msgs, change)
+    assert encode_step(msgs) == message.encode(msgs) and encode_step(msgs, Change(6)) == message.encode(msgs)
+    with pytest.raises(FrameError, match="CRC"):
+        decode_step(payload, 7, seed_of=seed_of)  # the same record presented as another step's
+
+
+def test_change_validates_itself():
+    with pytest.raises(ValueError, match="audited"):
+        Change(1, leave=(), audit=(2,))
+    with pytest.raises(ValueError, match="both leaves and joins"):
+        Change(1, leave=(2,), join=((2, 1),))
+    assert not Change(1) and Change(1, leave=(2,))
+
+
+def test_roster_decides_leaves_joins_and_refuses_a_minority():
+    r = Roster(5)
+    full = {o: 1 for o in range(5)}
+    assert not r.decide(0, 0, full, 1, reachable=range(5))
+    c = r.decide(0, 1, {0: 1, 1: 1, 2: 1}, 1, reachable=[0, 1, 2])
+    assert c == Change(1, leave=(3, 4)) and r.members == {0, 1, 2}
+    # a rejoin: node 3 has a JOIN note for step 2 and its message is here
+    c = r.decide(0, 2, {0: 1, 1: 1, 2: 1, 3: 1}, 1, reachable=[0, 1, 2, 3], joins={3: 2})
+    assert c == Change(2, join=((3, 2),)) and r.incarnations[3] == 2
+    # a joiner's message without its JOIN note is not counted (nor anyone else's non-member message)
+    c = r.decide(0, 3, {0: 1, 1: 1, 2: 1, 3: 1, 4: 1}, 1, reachable=range(5))
+    assert not c and r.members == {0, 1, 2, 3}
+    # 2 of 4 is no majority
+    with pytest.raises(MinorityError, match="only 2 of 4 members"):
+        r.decide(0, 4, full, 1, reachable=[0, 1])
+    assert r.members == {0, 1, 2, 3}  # a refused decision changes nothing
+
+
+def test_partial_k_counts_as_absent_and_the_decider_leaving_is_an_exclusion():
+    r = Roster(3)
+    c = r.decide(0, 0, {0: 2, 1: 2, 2: 1}, 2, reachable=range(3))
+    assert c.leave == (2,)
+    r = Roster(3)
+    with pytest.raises(ExcludedError, match="node 2: the others decided step 0 without"):
+        r.decide(2, 0, {0: 1, 1: 1}, 1, reachable=range(3))
+
+
+def test_roster_apply_refuses_impossible_changes():
+    r = Roster(3)
+    with pytest.raises(FrameError, match="already members"):
+        r.apply(Change(0, join=((1, 1),)))
+    r.apply(Change(0, leave=(1,)))
+    with pytest.raises(FrameError, match="not members"):
+        r.apply(Change(1, leave=(1,)))
+
+
+def test_audit_verdict_names_the_odd_one_or_refuses_without_a_majority():
+    notes = [Note(9, AUDIT, o, 5) for o in (0, 1, 2)] + [Note(9, AUDIT, 3, 6), Note(8, AUDIT, 4, 7)]
+    assert audit_verdict(0, 9, notes, {0, 1, 2, 3, 4}) == [3]
+    assert audit_verdict(0, 9, notes, {0, 1, 2}) == []
+    with pytest.raises(ExcludedError, match="node 3: the audit of step 9"):
+        audit_verdict(3, 9, notes, {0, 1, 2, 3})
+    with pytest.raises(MembershipError, match="no majority state"):
+        audit_verdict(0, 9, notes[2:4], {2, 3})
+    assert audit_verdict(0, 9, [], {0, 1}) == []
+
+
+def test_flood_carries_notes_keeps_them_past_the_step_and_catches_up_a_new_peer():
+    a = Flood(0, [1], range(2))
+    b = Flood(1, [0], range(2))
+    a.originate([msg(0, 0)])
+    a.originate_notes([Note(0, AUDIT, 0, 11)])
+    b.originate([msg(1, 0)])
+    for src, dst in ((a, b), (b, a)):
+        dst.receive(src.node, src.outbox()[dst.node])
+    assert a.held(0) == b.held(0) == {0: 1, 1: 1}
+    assert b.take_step(0, [0, 1]) == [msg(0, 0), msg(1, 0)]
+    assert b.notes(0, AUDIT) == [Note(0, AUDIT, 0, 11)]  # kept after its step was taken
+    # a late copy of an applied step's message is a duplicate, a note still is not lost
+    assert b.receive(0, [msg(0, 0)]) == []
+    # drop the peer, then take it back: it is owed everything held (its state is unknown)
+    a.drop_peer(1)
+    assert a.peers == () and a.idle
+    a.originate([msg(0, 1)])
+    a.add_peer(1)
+    owed = a.outbox()[1]
+    assert msg(0, 1) in owed and Note(0, AUDIT, 0, 11) in owed

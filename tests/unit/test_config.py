@@ -311,6 +311,8 @@ def test_every_setting_changed_round_trips(tmp_path):
         "algorithm.outer_momentum=0.5",
         "algorithm.compress=int8",
         "algorithm.overlap=true",
+        "churn.settle=2",
+        "churn.audit_every=5",
     ]
     cfg = config.load(None, overrides)
     changed = config.flat(cfg.to_dict())

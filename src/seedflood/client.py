@@ -41,6 +41,8 @@ the transport bounds each exchange by its own timeout (so a hop thread always en
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -102,6 +104,9 @@ class Client:
         """Members of the next step to decide; `roster.changes` holds every change (step -> Change)."""
         self.state_hash = state_hash
         self._logged_changes: dict[int, Change] = {}
+        self.history: list[tuple[int, list[Message]]] = []
+        """Churn: every decided step from 0, what a sponsor hands a rejoining neighbour."""
+        self.joined_at = 0  # first step this client originates (a rejoined client: its JOIN step)
         self.applier = Applier(direction, protocol)
         self.listeners: list[StepListener] = []
         """Called with (step, messages) for each step applied beyond the resumed log."""
@@ -126,7 +131,7 @@ class Client:
         and a hop thread given `timeout_s` (the transport's) per exchange of a step, plus one."""
         return cls(
             node,
-            top.neighbors(node),
+            transport.peers if protocol.churn else top.neighbors(node),  # a restarted node: none yet
             protocol,
             direction,
             loss_at,
@@ -150,6 +155,8 @@ class Client:
             if s < cut:
                 self.roster.apply(self._logged_changes[s])
         self.applier.apply_all(records[:cut])
+        if self.protocol.churn:
+            self.history = [(s, list(msgs)) for s, msgs in records[:cut]]
         self.flood.applied_through = cut - 1
         for _, msgs in records[cut:]:
             self.flood.restore(msgs)
@@ -167,6 +174,13 @@ class Client:
             self._join()  # a run stopped early (a kill in the tests): nothing may keep hopping
 
     def step(self, t: int) -> None:
+        if self.protocol.churn:
+            self._boundary(t)
+            if t < self.joined_at:  # rejoining: relay and decide, originate from the JOIN step
+                self._hops(t)
+                self.apply_through(t - self.protocol.delay)
+                self.next_step = t + 1
+                return
         if not self.protocol.overlap:
             own = self._estimate(t)
             self.flood.originate(own)
@@ -183,6 +197,86 @@ class Client:
             self.flood.originate(own)
             self._inflight = _Hops(self, t)
         self.next_step = t + 1
+
+    # -- rejoin (churn) -------------------------------------------------------------------------
+    def _boundary(self, t: int) -> None:
+        """Before step t: sponsor a restarted neighbour that is ours to catch up, and connect
+        the edges to rejoining neighbours whose JOIN step is t (both ends connect at this hop)."""
+        transport = self.transport
+        for p in getattr(transport, "revived", list)():
+            if not transport.claim(p):  # type: ignore[attr-defined]
+                continue
+            e = t + self.protocol.delay - self.protocol.settle + 1  # the JOIN note reaches everyone first
+            inc = transport.network._revived[p] if hasattr(transport, "network") else 0  # type: ignore[attr-defined]
+            self.flood.originate_notes([Note(e, JOIN, p, inc)])
+            transport.send_blob(p, self._catch_up(t, e, inc))  # type: ignore[attr-defined]
+            transport.connect(p)  # type: ignore[attr-defined]
+            self.flood.add_peer(p)
+            log.warning("node %d: sponsoring node %d (incarnation %d): joins at step %d", self.node, p, inc, e)
+        for n in self.flood.notes(t, JOIN):
+            # the joiner connects its other edges now, and each of its neighbours connects it
+            edges = (
+                [p for p in self._neighbours() if p not in self.flood.peers] if n.origin == self.node else [n.origin]
+            )
+            for p in edges:
+                if p != self.node and p not in self.flood.peers and p in self._neighbours():
+                    transport.connect(p)  # type: ignore[attr-defined]
+                    self.flood.add_peer(p)
+
+    def _neighbours(self) -> tuple[int, ...]:
+        net = getattr(self.transport, "network", None)
+        return net.neighbors[self.node] if net is not None else self.flood.peers
+
+    def _catch_up(self, t: int, e: int, inc: int) -> bytes:
+        """What a rejoining neighbour needs before step t: every decided step (with its change),
+        the messages and notes held for undecided steps, and the step it joins at."""
+        msgs, notes = self.flood.held_items()
+        return json.dumps(
+            {
+                "sponsor": self.node,
+                "next_step": t,
+                "join_step": e,
+                "incarnation": inc,
+                "steps": [
+                    [s, base64.b64encode(membership.encode_step(m, self.roster.changes.get(s))).decode()]
+                    for s, m in self.history
+                ],
+                "held": base64.b64encode(membership.encode_hop(msgs, notes)).decode(),
+            }
+        ).encode()
+
+    def rejoin(self, blob: bytes) -> None:
+        """Catch up from a sponsor's payload (`_catch_up`) as a restarted client: replay every
+        decided step (O(messages)), hold the undecided ones, and originate from the JOIN step."""
+        if self.next_step or self.applier.last_step >= 0:
+            raise FloodError(f"node {self.node}: rejoin must come before the first step")
+        d = json.loads(blob)
+        sponsor = d["sponsor"]
+        steps = []
+        for s, payload in d["steps"]:
+            msgs, change = membership.decode_step(base64.b64decode(payload), s, seed_of=self.protocol.seed)
+            if change:
+                self.roster.apply(change)
+            self.protocol.check_step(s, msgs, members=self.roster.members)
+            steps.append((s, msgs))
+        self.applier.apply_all(steps)
+        self.history = steps
+        self.flood.applied_through = len(steps) - 1
+        msgs, notes = membership.decode_hop(base64.b64decode(d["held"]), self.protocol.limits(0, 2**32 - 1))
+        self.flood.restore(msgs)
+        self.flood.originate_notes(notes)
+        self.next_step = d["next_step"]
+        self.logged = len(steps)
+        self.joined_at = d["join_step"]
+        self.transport.connect(sponsor)  # type: ignore[attr-defined]
+        self.flood.add_peer(sponsor)
+        log.warning(
+            "node %d: rejoined by replaying %d steps from node %d; originates from step %d",
+            self.node,
+            len(steps),
+            sponsor,
+            self.joined_at,
+        )
 
     def _estimate(self, t: int) -> list[Message]:
         """The K messages of step t (2K forwards). With overlap, a failure of the hop thread is
@@ -303,6 +397,7 @@ class Client:
                 log.warning("node %d: membership %s", self.node, change.describe())
         msgs = self.flood.take_step(s, self.roster.members)
         self.applier.apply(s, msgs)
+        self.history.append((s, msgs))
         if s >= self.logged:
             for listener in self.listeners:
                 listener(s, msgs)

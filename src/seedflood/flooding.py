@@ -209,6 +209,11 @@ class Flood:
             out[o] = out.get(o, 0) + 1
         return out
 
+    def held_items(self) -> tuple[list[Message], list[Note]]:
+        """Every message of an undecided step and every note held (a rejoining peer's due)."""
+        msgs = sorted(m for table in self._store.values() for m in table.values())
+        return msgs, sorted(n for table in self._notes.values() for n in table.values())
+
     def notes(self, step: int, kind: int) -> list[Note]:
         """Notes of `kind` about `step` held, canonically ordered."""
         return sorted(n for n in self._notes.get(step, {}).values() if n.kind == kind)

@@ -84,6 +84,10 @@ class InMemoryNetwork:
         self._stalled: dict[int, float] = {}  # node -> monotonic time its stall began
         self._resumed: dict[int, threading.Event] = {}
         self._dying: dict[int, tuple[int, int]] = {}  # node -> (exchanges to go, peers it still reaches)
+        self._revived: dict[int, int] = {}  # node -> times it was revived (its incarnation)
+        self._sponsor: dict[int, int] = {}  # revived node -> the neighbour that claimed it
+        self._blobs: dict[int, queue.SimpleQueue[bytes]] = {n: queue.SimpleQueue() for n in self.neighbors}
+        self._lock = threading.Lock()
 
     def endpoint(self, node: int, counter: ByteCounter | None = None) -> MemoryTransport:
         if node not in self.neighbors:
@@ -117,6 +121,36 @@ class InMemoryNetwork:
         """Crash `node` inside its exchange `exchanges` from now (0 = the next): its frame of that
         exchange reaches only its first `reach` peers (in id order), then it dies."""
         self._dying[node] = (exchanges, reach)
+
+    def revive(self, node: int) -> None:
+        """Restart a killed node (a new incarnation, same id): fresh edges to every neighbour,
+        none connected yet (`MemoryTransport.connect`); its next `endpoint` call makes a new one."""
+        with self._lock:
+            if node not in self._dead:
+                raise ValueError(f"node {node} is alive")
+            for p in self.neighbors[node]:
+                if (node, p) not in self._cut:
+                    self._queues[(node, p)] = queue.SimpleQueue()
+                    self._queues[(p, node)] = queue.SimpleQueue()
+            del self._dead[node]
+            self._endpoints.pop(node, None)
+            self._revived[node] = self._revived.get(node, 0) + 1
+            self._sponsor.pop(node, None)
+
+    def claim(self, sponsor: int, node: int) -> bool:
+        """`sponsor` becomes the one neighbour that catches revived `node` up (first caller wins)."""
+        with self._lock:
+            return self._sponsor.setdefault(node, sponsor) == sponsor
+
+    def send_blob(self, dst: int, data: bytes) -> None:
+        """Hand `dst` a catch-up payload (a sponsor's log and held messages)."""
+        self._blobs[dst].put(bytes(data))
+
+    def recv_blob(self, node: int, timeout_s: float) -> bytes:
+        try:
+            return self._blobs[node].get(timeout=timeout_s)
+        except queue.Empty:
+            raise TransportError(f"node {node}: no catch-up from a neighbour within {timeout_s:g} s") from None
 
     def stall(self, node: int) -> None:
         """Freeze `node` (SIGSTOP): its next exchange blocks until `unstall`; its heartbeat stops."""
@@ -163,6 +197,8 @@ class InMemoryNetwork:
             try:
                 item = q.get(timeout=_SLICE_S)
             except queue.Empty:
+                if src in self._dead:
+                    raise TransportError(f"node {src} is dead") from None
                 if self._silent_for(src) > self.timeout_s:
                     raise TransportError(f"peer node {src} silent for over {self.timeout_s:g} s") from None
                 if time.monotonic() > hard:
@@ -194,7 +230,10 @@ class MemoryTransport:
     def __init__(self, network: InMemoryNetwork, node: int, counter: ByteCounter) -> None:
         self.network = network
         self.node = node
-        self.peers = network.neighbors[node]
+        self.incarnation = network._revived.get(node, 0)
+        # a revived node starts unconnected: it connects its edges as its sponsor says
+        self.peers = network.neighbors[node] if not self.incarnation else ()
+        self._revived_seen = {p: network._revived.get(p, 0) for p in network.neighbors[node]}
         self.lost: dict[int, str] = {}  # tolerant: peers dropped and not yet taken, -> reason
         self.counter = counter
         self.hop = 0  # exchanges so far: the Mutator's `hop`
@@ -212,6 +251,33 @@ class MemoryTransport:
             raise TransportError(f"node {self.node}: {reason}")
         if self._closed:
             raise TransportError(f"node {self.node}: transport is closed")
+
+    def revived(self) -> list[int]:
+        """Neighbours restarted (a new incarnation) since the last call, not yet connected."""
+        out = []
+        for p in self.network.neighbors[self.node]:
+            inc = self.network._revived.get(p, 0)
+            if inc > self._revived_seen[p] and p not in self.network._dead:
+                self._revived_seen[p] = inc
+                out.append(p)
+        return out
+
+    def connect(self, peer: int) -> None:
+        """Start exchanging with `peer` from the next hop (both ends do it at the same hop)."""
+        if peer not in self.network.neighbors[self.node]:
+            raise ValueError(f"node {self.node}: {peer} is not a topology neighbour")
+        if peer not in self.peers:
+            self.peers = tuple(sorted((*self.peers, peer)))
+
+    def claim(self, node: int) -> bool:
+        """Become revived `node`'s sponsor (only one neighbour wins)."""
+        return self.network.claim(self.node, node)
+
+    def send_blob(self, peer: int, data: bytes) -> None:
+        self.network.send_blob(peer, data)
+
+    def recv_blob(self, timeout_s: float) -> bytes:
+        return self.network.recv_blob(self.node, timeout_s)
 
     def take_lost(self) -> dict[int, str]:
         """Peers dropped since the last call (tolerant mode), with the reason."""

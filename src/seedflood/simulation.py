@@ -11,7 +11,9 @@ step they name — `kill` (crash before this step: the network fails every edge 
 in hop `hop` of this step after its frame reached only its first `arg` peers), `stall`
 (SIGSTOP for `arg` seconds: the node's next exchange blocks, its neighbours drop it once it has
 been silent for the transport timeout), `cut` (the link to node `arg` fails both ways),
-`corrupt` (add `arg` to one weight: a client whose state silently differs, for the audit). A node
+`corrupt` (add `arg` to one weight: a client whose state silently differs, for the audit),
+`restart` (a killed node comes back once the others reach `step`: a new incarnation with the
+base weights, caught up by its sponsor's log; its per-step hashes before that are None). A node
 that stops by the churn rules (minority, excluded) or is killed is reported in `exits`, not raised.
 
 Assumes: torch ops are deterministic for a fixed thread count; callers that compare against
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -31,7 +34,7 @@ from seedflood import topology as topo
 from seedflood.client import Client, Records
 from seedflood.config import Config
 from seedflood.membership import Change, MembershipError
-from seedflood.memory import InMemoryNetwork, Mutator
+from seedflood.memory import LATE_FACTOR, InMemoryNetwork, Mutator
 from seedflood.message import Message
 from seedflood.protocol import Protocol
 from seedflood.replay import state_hash
@@ -63,14 +66,14 @@ class Event:
 
     step: int
     node: int
-    action: str  # kill | crash | stall | cut | corrupt
+    action: str  # kill | crash | stall | cut | corrupt | restart
     arg: float = (
         0.0  # crash: peers its last frame reaches; stall: seconds; cut: the other end; corrupt: added to a weight
     )
     hop: int = 0  # crash: in which hop of the step (0-based)
 
     def __post_init__(self) -> None:
-        if self.action not in ("kill", "crash", "stall", "cut", "corrupt"):
+        if self.action not in ("kill", "crash", "stall", "cut", "corrupt", "restart"):
             raise ValueError(f"unknown fault action {self.action!r}")
 
 
@@ -134,7 +137,23 @@ def simulate(
             network.cut(int(e.arg), e.node)
         return False
 
+    progress = {i: -1 for i in top.nodes}  # node -> last step it applied
+
     def run(node: int) -> None:
+        restarts = [e for e in todo[node] if e.action == "restart"]
+        todo[node] = [e for e in todo[node] if e.action != "restart"]
+        once(node)
+        for e in restarts:
+            if node in hashes or node not in network._dead:
+                return
+            while max(progress.values()) < e.step and any(t.is_alive() for t in threads if t.name != f"client-{node}"):
+                time.sleep(0.01)
+            network.revive(node)
+            workloads[node] = Workload.build(cfg)  # the restarted process: base weights only
+            exits.pop(node, None)
+            once(node, rejoin=True)
+
+    def once(node: int, rejoin: bool = False) -> None:
         w = workloads[node]
         try:
             with network.endpoint(node) as transport:
@@ -148,11 +167,19 @@ def simulate(
                     cfg.transport.timeout_s,
                     state_hash=lambda: state_hash(w.model, w.direction),
                 )
-                client.resume(resume)
+                if rejoin:
+                    client.rejoin(transport.recv_blob(LATE_FACTOR * cfg.transport.timeout_s))
+                    logs[node] = list(client.history)
+                    step_hashes[node] = [None] * client.logged  # type: ignore[list-item]
+                else:
+                    client.resume(resume)
                 client.listeners.append(lambda s, msgs: logs[node].append((s, msgs)))
+                client.listeners.append(lambda s, _: progress.__setitem__(node, max(progress[node], s)))
                 if hash_every_step:
                     client.listeners.append(lambda s, _: step_hashes[node].append(state_hash(w.model, w.direction)))
                 for e in todo[node]:
+                    if e.step < client.next_step:  # a restarted node: carried out by its first life
+                        continue
                     client.run(e.step)
                     if fault(e):
                         return
@@ -161,6 +188,7 @@ def simulate(
                 rosters[node] = dict(client.roster.changes)
         except MembershipError as e:  # stopped by the churn rules: an outcome, not a failure
             exits[node] = str(e)
+            network.kill(node)  # the process exits: its edges close
         except BaseException as e:  # surfaced below; the transport cascades it to the others
             if node in network._dead and isinstance(e, TransportError):
                 exits.setdefault(node, f"crashed: {e}")

@@ -39,17 +39,18 @@ def protocol_of(cfg: config.Config) -> Protocol:
     return Protocol.of(cfg, topo.build(cfg.topology).diameter)
 
 
-def check_survivors(cfg: config.Config, r: SimResult, tmp_path: Path) -> None:
+def check_survivors(cfg: config.Config, r: SimResult, tmp_path: Path, corrupted: tuple[int, ...] = ()) -> None:
     """Agreement, replay and the log (see the module docstring)."""
     p = protocol_of(cfg)
     alive = sorted(r.hashes)
     assert alive, r.exits
-    ref = r.step_hashes[alive[0]]
+    ref = next(r.step_hashes[n] for n in alive if None not in r.step_hashes[n])  # one never restarted
     assert len(ref) == cfg.run.steps
-    for n in alive:
-        assert r.step_hashes[n] == ref, f"node {n} diverged"
+    for n in alive:  # a restarted node has None for the steps it caught up on by replay
+        mine = r.step_hashes[n]
+        assert len(mine) == len(ref) and all(h is None or h == want for h, want in zip(mine, ref)), f"node {n} diverged"
         assert r.hashes[n] == ref[-1]
-    for n in r.exits:  # one history: whatever a stopped client applied, the survivors applied too
+    for n in set(r.exits) - set(corrupted):  # one history: whatever a stopped client applied, the survivors applied too
         assert r.step_hashes[n] == ref[: len(r.step_hashes[n])], f"stopped node {n} diverged first"
     # replay of the decided steps from the base weights
     w = Workload.build(cfg)
@@ -68,8 +69,28 @@ def check_survivors(cfg: config.Config, r: SimResult, tmp_path: Path) -> None:
 
 
 def left(r: SimResult) -> dict[int, int]:
-    """origin -> step it left at."""
-    return {o: s for s, c in r.changes.items() for o in c.leave}
+    """origin -> step it (last) left at."""
+    return {o: s for s, c in sorted(r.changes.items()) for o in c.leave}
+
+
+def joined(r: SimResult) -> dict[int, int]:
+    """origin -> step it (last) rejoined at."""
+    return {o: s for s, c in sorted(r.changes.items()) for o, _ in c.join}
+
+
+def test_a_killed_client_restarts_rejoins_by_replay_and_counts_again(tmp_path):
+    cfg = cfg_for(steps=16)
+    p = protocol_of(cfg)
+    r = simulate(cfg, events=[Event(3, 5, "kill"), Event(7, 5, "restart")])
+    assert r.exits == {} and sorted(r.hashes) == list(range(8))
+    assert left(r) == {5: 3} and 5 in joined(r)
+    (change,) = [c for c in r.changes.values() if c.join]
+    assert change.join == ((5, 1),)  # incarnation 1
+    # it replayed every step decided before its sponsor's boundary and originates from the JOIN step
+    (s,) = [s for s, msgs in r.records if {m.origin for m in msgs} == set(range(8)) and s > 3][:1]
+    assert s == joined(r)[5]
+    assert r.step_hashes[5].count(None) == joined(r)[5] - (p.delay - p.settle + 1) - p.delay
+    check_survivors(cfg, r, tmp_path)
 
 
 def test_without_failures_a_churn_run_has_the_bits_of_a_strict_run_with_the_same_delay(tmp_path):
@@ -152,27 +173,33 @@ def test_the_audit_names_and_excludes_a_client_whose_state_differs(tmp_path):
     assert r.changes[step].audit == (6,) and step == audited + p.delay + 1
     # caught within diameter + audit_every steps of the fault
     assert step - 4 <= topo.build(cfg.topology).diameter + cfg.churn.audit_every
-    check_survivors(cfg, r, tmp_path)
+    check_survivors(cfg, r, tmp_path, corrupted=(6,))
 
 
-def test_chaos_seeded_schedule_kills_two_and_stalls_one(tmp_path):
-    """8 clients (2×4 torus), 60 steps, a schedule drawn from a seed: SIGKILL two clients and
-    SIGSTOP a third past the timeout at random steps. (Soak: SEEDFLOOD_CHAOS_SEEDS.)"""
+def test_chaos_seeded_schedule_kills_two_stalls_one_and_restarts_them(tmp_path):
+    """8 clients (2×4 torus), 60 steps, a schedule drawn from a seed: SIGKILL two clients (one
+    mid-hop) and SIGSTOP a third past the timeout at random steps, and restart all three later.
+    Every survivor holds the same bits after every step, replay of the log gives the final hash,
+    and the log's membership records are the schedule's."""
     for seed in range(2):
         rnd = random.Random(seed)
         victims = rnd.sample(range(8), 3)
-        # spread them out so the survivors keep a majority and stay connected
-        steps = sorted(rnd.sample(range(5, 55), 3))
-        events = [Event(steps[0], victims[0], "kill"), Event(steps[1], victims[1], "crash", 1, hop=rnd.randrange(3))]
-        events.append(Event(steps[2], victims[2], "stall", 2.5))
+        down = sorted(rnd.sample(range(5, 40), 3))  # spread out: the others keep a majority
+        up = [d + rnd.randrange(6, 15) for d in down]
+        events = [
+            Event(down[0], victims[0], "kill"),
+            Event(down[1], victims[1], "crash", 1, hop=rnd.randrange(3)),
+            Event(down[2], victims[2], "stall", 2.5),
+        ] + [Event(u, v, "restart") for u, v in zip(up, victims)]
         cfg = cfg_for(steps=60)
-        r = simulate(cfg, events=events, hash_every_step=True)
-        assert sorted(r.exits) == sorted(victims), (seed, r.exits)
-        assert set(left(r)) == set(victims)
-        assert left(r)[victims[0]] == steps[0] and left(r)[victims[2]] == steps[2]
-        assert left(r)[victims[1]] in (steps[1], steps[1] + 1)
+        r = simulate(cfg, events=events)
+        assert r.exits == {} and sorted(r.hashes) == list(range(8)), (seed, r.exits)
+        assert left(r)[victims[0]] == down[0] and left(r)[victims[2]] == down[2]
+        assert left(r)[victims[1]] in (down[1], down[1] + 1)
+        assert set(joined(r)) == set(victims)
+        assert all(joined(r)[v] > left(r)[v] for v in victims)
+        (tmp_path / str(seed)).mkdir()
         check_survivors(cfg, r, tmp_path / str(seed))
-        (tmp_path / str(seed)).mkdir(exist_ok=True)
 
 
 def test_change_records_are_checked_on_read(tmp_path):

@@ -25,7 +25,16 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from seedflood.transport import _EOS, EVALUATOR, HEADER, ByteCounter, Inbox, TransportError, _check_addressed
+from seedflood.transport import (
+    _EOS,
+    EVALUATOR,
+    HEADER,
+    LATE_FACTOR,
+    ByteCounter,
+    Inbox,
+    TransportError,
+    _check_addressed,
+)
 
 
 class _Failure:
@@ -35,8 +44,6 @@ class _Failure:
         self.reason = reason
 
 
-LATE_FACTOR = 10
-"""Tolerant mode: a live (heartbeating) peer is waited for up to this many timeouts per hop."""
 _SLICE_S = 0.02  # tolerant receive polls the queue in slices this long to watch the heartbeat
 
 Mutator = Callable[[int, int, int, bytes], "bytes | None"]

@@ -34,11 +34,11 @@ from seedflood import topology as topo
 from seedflood.client import Client, Records
 from seedflood.config import Config
 from seedflood.membership import Change, MembershipError
-from seedflood.memory import LATE_FACTOR, InMemoryNetwork, Mutator
+from seedflood.memory import InMemoryNetwork, Mutator
 from seedflood.message import Message
 from seedflood.protocol import Protocol
 from seedflood.replay import state_hash
-from seedflood.transport import ByteCounter, TransportError
+from seedflood.transport import LATE_FACTOR, ByteCounter, TransportError
 from seedflood.workload import Workload
 
 log = logging.getLogger(__name__)

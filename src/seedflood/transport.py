@@ -41,6 +41,9 @@ INLINE_BYTES = 64 * 1024
 """Receive buffer per peer (gloo): frames up to INLINE_BYTES - HEADER travel in one message."""
 MAX_FRAME_BYTES = 1 << 30
 """A length header above this is treated as a corrupt stream."""
+LATE_FACTOR = 10
+"""Churn: a peer that still heartbeats is waited for up to this many timeouts per hop (it may be
+waiting on a silent node of its own; dropping it would cascade). memory.py and links.py share it."""
 MAX_PENDING = 1024
 """Unfinished push messages to the evaluator before `push` waits for the oldest (back-pressure)."""
 

@@ -7,7 +7,19 @@ from pathlib import Path
 
 import pytest
 
-CORE = ["config", "rng", "directions", "zo", "message", "flooding", "replay", "topology", "gossip", "tensorwire"]
+CORE = [
+    "config",
+    "rng",
+    "directions",
+    "zo",
+    "message",
+    "membership",
+    "flooding",
+    "replay",
+    "topology",
+    "gossip",
+    "tensorwire",
+]
 FORBIDDEN = ("torch.distributed", "transformers", "datasets")
 SRC = Path(__file__).resolve().parents[2] / "src" / "seedflood"
 
@@ -36,3 +48,15 @@ def test_importing_the_core_loads_none_of_them():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+DISTRIBUTED = {"runtime", "gloo", "links", "bench_hops"}  # the adapters, + bench_hops' bare-torch baseline
+
+
+def test_only_the_adapters_import_torch_distributed():
+    for path in sorted(SRC.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+        if any(x.startswith("torch.distributed") for x in names):
+            assert path.stem in DISTRIBUTED, f"{path.name} imports torch.distributed"

@@ -33,12 +33,13 @@ def _run_errors() -> tuple[type[BaseException], ...]:
     """Failures of a running process that are explained in one line (exit status 1)."""
     from seedflood.evaluator import EvaluatorError
     from seedflood.flooding import FloodError
+    from seedflood.membership import MembershipError
     from seedflood.message import FrameError
     from seedflood.replay import ReplayError
     from seedflood.transport import TransportError
     from seedflood.zo import EstimateError
 
-    return (TransportError, FloodError, FrameError, EvaluatorError, EstimateError, ReplayError)
+    return (TransportError, FloodError, FrameError, EvaluatorError, EstimateError, ReplayError, MembershipError)
 
 
 def _load_config(args: argparse.Namespace):

@@ -171,9 +171,14 @@ class Evaluator:
         if self.inbox is None:
             raise ValueError("Evaluator.run follows an inbox; without one call begin / take / finish")
         self.begin()
-        timeout = self.cfg.transport.timeout_s
+        # Churn: the attach edge's heartbeat tells a dead client from a slow step (a hop may wait
+        # out a silent neighbour, a start-up may wait out a missing one), so wait while it beats.
+        timeout = None if self.protocol.churn else self.cfg.transport.timeout_s
         while self.next_step < self.protocol.steps:
-            frame = self.inbox.get(timeout=timeout)
+            try:
+                frame = self.inbox.get(timeout=timeout)
+            except TimeoutError as e:
+                raise EvaluatorError(f"evaluator: {e} (after step {self.next_step - 1})") from None
             if frame is None:
                 raise EvaluatorError(
                     f"evaluator: the stream ended after step {self.next_step - 1} of {self.protocol.steps}"

@@ -30,6 +30,7 @@ from seedflood import config as config_mod
 from seedflood import topology as topo
 from seedflood import wirecost
 from seedflood.config import Config
+from seedflood.membership import Change, Roster
 from seedflood.message import Message
 from seedflood.protocol import Protocol
 from seedflood.protocol import trajectory as trajectory_of
@@ -87,6 +88,13 @@ def resume_records(
     return records
 
 
+def logged_changes(cfg: Config) -> dict[int, Change]:
+    """The membership changes (step -> Change) of the run directory's log (churn runs)."""
+    reader = ckpt.LogReader(Path(cfg.run.out_dir) / LOG)
+    reader.read()
+    return reader.changes
+
+
 def checkpoint_notes(cfg: Config, logged: int) -> list[str]:
     """One line per corrupt checkpoint a resume after `logged` steps would skip."""
     run_dir = Path(cfg.run.out_dir)
@@ -126,12 +134,14 @@ def summary_common(
     zero_shot: dict[str, Any],
     start: int,
     started: float,
+    roster: Roster | None = None,
 ) -> dict[str, Any]:
     """The summary.json keys a launched and a simulated SeedFlood run write alike: the run's shape,
     its bytes (per directed topology edge; `counter` as the transport counted them), the final
     and zero-shot scores, where its outputs are, and the run-directory contract that
     `seedflood compare` reads. Callers add the keys that differ (client hashes, flood stats,
-    threads, memory, consensus). `started`: time.monotonic() at the run's start."""
+    threads, memory, consensus). `started`: time.monotonic() at the run's start; `roster`: the
+    evaluator's (who left, and every membership change, in a churn run)."""
     run_dir = Path(cfg.run.out_dir)
     cumulative = wirecost.cumulative_per_edge(counter, 2 * len(top.edges), protocol.steps)
     common = {
@@ -148,6 +158,8 @@ def summary_common(
         "zero_shot": zero_shot or None,
         "final": final,
         "resumed_from_step": start,
+        "left": sorted(set(top.nodes) - set(roster.members)) if roster else [],
+        "membership_changes": [c.describe() for _, c in sorted(roster.changes.items())] if roster else [],
         "model_dir": str(ckpt.latest(run_dir) / "hf") if cfg.checkpoint.hf_model else None,
         "log": str(run_dir / LOG),
         # the run-directory contract every algorithm writes (seedflood compare reads these)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import re
 import socket
 from collections.abc import Iterator, Mapping, Sequence
@@ -264,6 +265,42 @@ class Group:
                 f"no final report from {', '.join(missing)} within {timeout.total_seconds():g} s"
             ) from None
         return {k: json.loads(self._store.get(n)) for k, n in zip(keys, names)}
+
+
+class StoreGroup(Group):
+    """A churn run's collective side: the store alone, no process group (a static world could
+    never take a restarted client back). `broadcast` is rank `src` setting a key the others wait
+    for; `store` is what links.EdgeTransport connects edges through."""
+
+    def __init__(self, world: World, store: dist.Store, timeout: timedelta) -> None:
+        super().__init__(world, store, timeout)
+        self.store = store
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        key = f"broadcast/{src}"
+        if self.world.rank == src:
+            self._store.set(key, pickle.dumps(obj))
+            return obj
+        self._store.wait([key], self._timeout)
+        return pickle.loads(self._store.get(key))  # only for trusted peers of one run
+
+
+@contextmanager
+def store_group(world: World, cfg: TransportConfig) -> Iterator[StoreGroup]:
+    """The rendezvous store of a churn run (rank 0, the evaluator, hosts it unless a launcher
+    serves one at MASTER_ADDR:MASTER_PORT, as torchrun's agent does); no process group."""
+    port = world.master_port or free_port()
+    timeout = timedelta(seconds=cfg.timeout_s)
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(
+        world.master_addr,
+        port,
+        world.world_size,
+        is_master=world.rank == 0 and not agent_store,
+        timeout=timeout,
+        wait_for_workers=False,
+    )
+    yield StoreGroup(world, dist.PrefixStore("seedflood/run", store), timeout)
 
 
 @contextmanager

@@ -207,7 +207,9 @@ def run(cfg: Config, progress: bool = True) -> dict[str, Any]:
     n = top.n
     memory = runtime.memory()
     summary = {
-        **rundir.summary_common(cfg, top, protocol, sim.counter, final, evaluator.zero_shot, start, started),
+        **rundir.summary_common(
+            cfg, top, protocol, sim.counter, final, evaluator.zero_shot, start, started, evaluator.roster
+        ),
         "simulated": "shared-model",  # one process, one model (launched runs do not have this key)
         # One model is every client's model: equal by construction, and the flood checked that
         # every node held the same complete set of each step before it was applied.

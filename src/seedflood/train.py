@@ -9,6 +9,12 @@ client posts its report (hash, byte counts, flood stats, threads, memory: RSS/PS
 rendezvous store and exits; the evaluator collects them once it has scored its backlog and writes summary.json. No collective
 call waits on the evaluator, so finishing never depends on how long scoring takes.
 
+Churn runs (`churn.settle` > 0, docs/design.md §13) use no process group: the store alone
+(`runtime.store_group`: start-up broadcast and final reports) and one gloo group per edge
+(`links.EdgeTransport`), so a client that crashes, stalls or is cut off leaves the others
+training; the evaluator follows its attach client over an edge (`links.EdgeInbox`) and collects
+the final reports of the clients that are members at the end.
+
 Assumes: every process gets the same config; the run directory is on storage rank 0 can write
 (clients on other hosts need no access to it: they catch up from the broadcast log).
 """
@@ -30,12 +36,13 @@ from seedflood.client import Client
 from seedflood.config import Config
 from seedflood.evaluator import Evaluator, restore
 from seedflood.gloo import EvaluatorInbox, GlooTransport
-from seedflood.message import decode, encode
+from seedflood.links import EdgeInbox, EdgeTransport
+from seedflood.membership import Change, Roster, decode_step, encode_step
 from seedflood.metrics import human_bytes, setup_logging
 from seedflood.protocol import Protocol
 from seedflood.replay import state_hash
 from seedflood.rundir import Records
-from seedflood.transport import ByteCounter
+from seedflood.transport import EVALUATOR, ByteCounter, Inbox
 from seedflood.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -63,49 +70,89 @@ def run(cfg: Config, environ: dict[str, str] | None = None) -> dict[str, Any] | 
         log.info(
             "task %s, %s split, label counts per client:\n%s", cfg.task.name, cfg.task.split, workload.label_table()
         )
-    with runtime.process_group(world, cfg.transport) as group:
-        records = _resume(cfg, protocol, workload, group)
+    group_of = runtime.store_group if protocol.churn else runtime.process_group
+    with group_of(world, cfg.transport) as group:
+        records, changes = _resume(cfg, protocol, workload, group)
         if world.is_evaluator:
             return _evaluate(cfg, top, protocol, workload, group, records, started)
-        _client(cfg, top, protocol, world.client_node, workload, group, records)
+        _client(cfg, top, protocol, world.client_node, workload, group, records, changes)
         return None
 
 
-def _resume(cfg: Config, protocol: Protocol, w: Workload, group: runtime.Group) -> Records:
-    """Rank 0 decides what the run continues from and tells every rank (or why it cannot)."""
+def _resume(cfg: Config, protocol: Protocol, w: Workload, group: runtime.Group) -> tuple[Records, dict[int, Change]]:
+    """Rank 0 decides what the run continues from and tells every rank (or why it cannot): the
+    logged steps and their membership changes."""
     payload: dict[str, Any] | None = None
     if group.world.is_evaluator:
         trajectory = proto.trajectory(cfg, protocol, w.train_digest())
         try:
             records = rundir.resume_records(cfg, protocol, trajectory, w.loaded.base_hash)
-            payload = {"records": [(s, encode(m)) for s, m in records]}
+            changes = rundir.logged_changes(cfg) if records else {}
+            payload = {"records": [(s, encode_step(m, changes.get(s))) for s, m in records]}
         except ckpt.CheckpointError as e:
             payload = {"error": str(e)}
     payload = group.broadcast(payload)
     if "error" in payload:
         raise RunError(payload["error"])
-    records = [(s, decode(f, seed_of=protocol.seed)) for s, f in payload["records"]]
-    for s, msgs in records:  # rank 0 validated them; a broadcast is a wire like any other
-        protocol.check_step(s, msgs)
-    return records
+    records, changes = [], {}
+    roster = Roster(protocol.n_origins)
+    for s, f in payload["records"]:  # rank 0 validated them; a broadcast is a wire like any other
+        msgs, change = decode_step(f, s, seed_of=protocol.seed)
+        if change:
+            roster.apply(change)
+            changes[s] = change
+        protocol.check_step(s, msgs, members=roster.members)
+        records.append((s, msgs))
+    return records, changes
+
+
+def _transport(
+    cfg: Config, top: topo.Topology, node: int, group: runtime.Group, counter: ByteCounter, churn: bool
+) -> GlooTransport | EdgeTransport:
+    """Strict: point-to-point on the process group. Churn: a gloo group per edge, connected now."""
+    attach = node == cfg.eval.attach
+    if not churn:
+        rank = proto.EVALUATOR_RANK if attach else None
+        return GlooTransport(node, top.neighbors(node), proto.rank_of, counter, evaluator_rank=rank)
+    store = group.store  # type: ignore[attr-defined]
+    t = EdgeTransport(
+        node, top.neighbors(node), store, counter=counter, attach=attach, timeout_s=cfg.transport.timeout_s
+    )
+    want = [*top.neighbors(node), *([EVALUATOR] if attach else [])]
+    got = t.connect(want, cfg.transport.timeout_s)
+    if missing := sorted(set(want) - set(got)):
+        log.warning("node %d: not connected to %s at start-up; training on without them", node, missing)
+    return t
 
 
 def _client(
-    cfg: Config, top: topo.Topology, protocol: Protocol, node: int, w: Workload, group: runtime.Group, records: Records
+    cfg: Config,
+    top: topo.Topology,
+    protocol: Protocol,
+    node: int,
+    w: Workload,
+    group: runtime.Group,
+    records: Records,
+    changes: dict[int, Change],
 ) -> None:
     attach = node == cfg.eval.attach
     counter = ByteCounter()
-    transport = GlooTransport(
-        node, top.neighbors(node), proto.rank_of, counter, evaluator_rank=proto.EVALUATOR_RANK if attach else None
-    )
+    transport = _transport(cfg, top, node, group, counter, protocol.churn)
     step_hashes: list[str] = []
     with transport:
         client = Client.in_topology(
-            top, node, protocol, w.direction, lambda step: w.loss(node, step), transport, cfg.transport.timeout_s
+            top,
+            node,
+            protocol,
+            w.direction,
+            lambda step: w.loss(node, step),
+            transport,
+            cfg.transport.timeout_s,
+            state_hash=lambda: state_hash(w.model, w.direction),
         )
-        client.resume(records)  # O(messages) for subcge, no checkpoint needed
+        client.resume(records, changes)  # O(messages) for subcge, no checkpoint needed
         if attach:
-            client.listeners.append(lambda s, msgs: transport.push(encode(msgs), s))
+            client.listeners.append(lambda s, msgs: transport.push(encode_step(msgs, client.roster.changes.get(s)), s))
         if cfg.run.hash_steps:
             client.listeners.append(lambda s, _: step_hashes.append(state_hash(w.model, w.direction)))
         if records:
@@ -139,25 +186,33 @@ def _evaluate(
     header = rundir.log_header(
         cfg, proto.trajectory(cfg, protocol, w.train_digest()), w.loaded.identity, w.loaded.base_hash
     )
-    inbox = EvaluatorInbox(proto.rank_of(cfg.eval.attach), cfg.eval.attach)
+    if protocol.churn:
+        inbox: Inbox = EdgeInbox(group.store, cfg.eval.attach, connect_timeout_s=cfg.transport.timeout_s)  # type: ignore[attr-defined]
+    else:
+        inbox = EvaluatorInbox(proto.rank_of(cfg.eval.attach), cfg.eval.attach)
     evaluator = Evaluator(cfg, protocol, w, inbox, header, start_step=start, progress=True)
     try:
         final = evaluator.run()
     finally:
         evaluator.close()
         inbox.close()
-    reports = group.collect([_client_key(n) for n in top.nodes])
-    clients = [reports[_client_key(n)] for n in top.nodes]
-    counter = ByteCounter.from_rows([row for r in clients for row in r["bytes"]])
-    consensus = all(r["hash"] == final["param_hash"] for r in clients)
+    # the members at the end report (those that left never will); a churn run names the rest
+    members = sorted(evaluator.roster.members)
+    reports = group.collect([_client_key(n) for n in members])
+    clients = [reports.get(_client_key(n)) for n in top.nodes]
+    present = [r for r in clients if r is not None]
+    counter = ByteCounter.from_rows([row for r in present for row in r["bytes"]])
+    consensus = all(r["hash"] == final["param_hash"] for r in present)
     summary = {
-        **rundir.summary_common(cfg, top, protocol, counter, final, evaluator.zero_shot, start, started),
-        "client_hashes": [r["hash"] for r in clients],
+        **rundir.summary_common(
+            cfg, top, protocol, counter, final, evaluator.zero_shot, start, started, evaluator.roster
+        ),
+        "client_hashes": [r and r["hash"] for r in clients],
         "consensus": consensus,
-        "client_step_hashes": [r["step_hashes"] for r in clients] if cfg.run.hash_steps else None,
-        "flood": [r["flood"] for r in clients],
-        "threads": [r["threads"] for r in clients],
-        "memory": {"evaluator": runtime.memory(), "clients": [r["memory"] for r in clients]},
+        "client_step_hashes": [r and r["step_hashes"] for r in clients] if cfg.run.hash_steps else None,
+        "flood": [r and r["flood"] for r in clients],
+        "threads": [r and r["threads"] for r in clients],
+        "memory": {"evaluator": runtime.memory(), "clients": [r and r["memory"] for r in clients]},
         "consensus_distance": 0.0 if consensus else None,  # bit-identical clients: no distance
         "bit_identical": consensus,
     }

@@ -1,0 +1,85 @@
+"""Churn in a launched run (docs/design.md §13): 1 evaluator + 4 clients as processes, one gloo
+group per edge (links.py), `churn.settle: 1`. A client SIGKILLed or SIGSTOPped mid-run leaves the
+others training to the end without a restart: they exit 0, every survivor holds the same bits
+after every step and the evaluator's final hash, the log records the leave, and `seedflood
+replay` of the log reproduces the hash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seedflood.checkpoint import LogReader
+
+pytestmark = pytest.mark.dist
+ROOT = Path(__file__).resolve().parents[2]
+DEBUG = str(ROOT / "launch" / "configs" / "debug.yaml")
+TRAIN = [sys.executable, "-m", "seedflood", "train", "--config", DEBUG]
+VICTIM = 2  # topology node (rank 3); the evaluator attaches to node 0
+
+
+def churn_run(run_world, out: Path, signum: int) -> tuple[list, dict]:
+    sets = [
+        f"run.out_dir={out}",
+        "run.steps=40",
+        "run.hash_steps=true",
+        "churn.settle=1",
+        "transport.timeout_s=3",
+        "eval.every=0",
+        "checkpoint.every=10",
+    ]
+    header: list[int] = []
+    hit: list[bool] = []
+
+    def strike(popens: list[subprocess.Popen]) -> None:
+        if hit:
+            others_done = all(p.poll() is not None for i, p in enumerate(popens) if i != VICTIM + 1)
+            if others_done and popens[VICTIM + 1].poll() is None:
+                os.kill(popens[VICTIM + 1].pid, signal.SIGKILL)  # the stopped one: end it
+            return
+        log = out / "log.bin"
+        if not log.is_file():
+            return
+        size = log.stat().st_size
+        header[:] = header or [size]
+        if size >= header[0] + 3 * 30:  # a few steps logged
+            os.kill(popens[VICTIM + 1].pid, signum)
+            hit.append(True)
+
+    procs = run_world(TRAIN + [a for o in sets for a in ("--set", o)], nprocs=5, timeout_s=240, on_poll=strike)
+    assert hit, "the fault must land mid-run"
+    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
+    return procs, summary
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSTOP], ids=["kill", "stop"])
+def test_survivors_of_a_crash_or_stall_finish_bit_identical(run_world, tmp_path, signum):
+    out = tmp_path / signal.Signals(signum).name
+    procs, s = churn_run(run_world, out, signum)
+    for i, p in enumerate(procs):
+        if i != VICTIM + 1:
+            assert p.returncode == 0, p.describe()
+    assert procs[VICTIM + 1].returncode == -signal.SIGKILL
+    assert s["left"] == [VICTIM], s.get("membership_changes")
+    assert s["client_hashes"][VICTIM] is None
+    survivors = [h for n, h in enumerate(s["client_hashes"]) if n != VICTIM]
+    assert survivors == [s["param_hash"]] * 3 and s["consensus"]
+    steps = [hs for n, hs in enumerate(s["client_step_hashes"]) if n != VICTIM]
+    assert all(hs == steps[0] for hs in steps) and len(steps[0]) == 40
+    reader = LogReader(out / "log.bin")
+    _, records = reader.read()
+    assert len(records) == 40
+    ((step, change),) = reader.changes.items()
+    assert change.leave == (VICTIM,) and f"step {step}: leave {VICTIM}" in s["membership_changes"][0]
+    replay = subprocess.run(
+        [sys.executable, "-m", "seedflood", "replay", str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert replay.returncode == 0, replay.stderr
+    assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": 40, "param_hash": s["param_hash"]}

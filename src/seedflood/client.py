@@ -201,31 +201,33 @@ class Client:
     # -- rejoin (churn) -------------------------------------------------------------------------
     def _boundary(self, t: int) -> None:
         """Before step t: sponsor a restarted neighbour that is ours to catch up, and connect
-        the edges to rejoining neighbours whose JOIN step is t (both ends connect at this hop)."""
+        the edges of rejoining neighbours whose JOIN step is t (both ends connect at this hop)."""
         transport = self.transport
-        for p in getattr(transport, "revived", list)():
-            if not transport.claim(p):  # type: ignore[attr-defined]
-                continue
+        timeout = self.hop_timeout_s
+        revived = getattr(transport, "revived", list)() if t >= self.joined_at else []  # members sponsor
+        for p in revived:
+            inc = transport.claim(p)  # type: ignore[attr-defined]
+            if inc is None or not transport.connect([p], timeout):  # type: ignore[attr-defined]
+                continue  # another neighbour sponsors it, or it is gone again
             e = t + self.protocol.delay - self.protocol.settle + 1  # the JOIN note reaches everyone first
-            inc = transport.network._revived[p] if hasattr(transport, "network") else 0  # type: ignore[attr-defined]
             self.flood.originate_notes([Note(e, JOIN, p, inc)])
             transport.send_blob(p, self._catch_up(t, e, inc))  # type: ignore[attr-defined]
-            transport.connect(p)  # type: ignore[attr-defined]
             self.flood.add_peer(p)
             log.warning("node %d: sponsoring node %d (incarnation %d): joins at step %d", self.node, p, inc, e)
         for n in self.flood.notes(t, JOIN):
-            # the joiner connects its other edges now, and each of its neighbours connects it
-            edges = (
-                [p for p in self._neighbours() if p not in self.flood.peers] if n.origin == self.node else [n.origin]
-            )
-            for p in edges:
-                if p != self.node and p not in self.flood.peers and p in self._neighbours():
-                    transport.connect(p)  # type: ignore[attr-defined]
-                    self.flood.add_peer(p)
+            # the joiner connects its edges to the members now, and each of them connects it
+            mine = n.origin == self.node
+            edges = [q for q in self._neighbours() if q in self.roster.members] if mine else [n.origin]
+            edges = [q for q in edges if q != self.node and q not in self.flood.peers and q in self._neighbours()]
+            for q in transport.connect(edges, timeout) if edges else []:  # type: ignore[attr-defined]
+                self.flood.add_peer(q)
 
     def _neighbours(self) -> tuple[int, ...]:
+        """Topology neighbours, connected or not (what the transport may connect)."""
         net = getattr(self.transport, "network", None)
-        return net.neighbors[self.node] if net is not None else self.flood.peers
+        if net is not None:
+            return net.neighbors[self.node]
+        return getattr(self.transport, "neighbours", self.flood.peers)
 
     def _catch_up(self, t: int, e: int, inc: int) -> bytes:
         """What a rejoining neighbour needs before step t: every decided step (with its change),
@@ -268,7 +270,7 @@ class Client:
         self.next_step = d["next_step"]
         self.logged = len(steps)
         self.joined_at = d["join_step"]
-        self.transport.connect(sponsor)  # type: ignore[attr-defined]
+        self.transport.connect([sponsor], self.hop_timeout_s)  # type: ignore[attr-defined]
         self.flood.add_peer(sponsor)
         log.warning(
             "node %d: rejoined by replaying %d steps from node %d; originates from step %d",

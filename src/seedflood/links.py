@@ -109,6 +109,11 @@ def edge_prefix(node: int, inc: int, tries: int, peer: int, peer_inc: int, peer_
     return f"seedflood/edge/{a}-{b}/{ia}-{ib}/{ta}-{tb}"
 
 
+def sponsor_key(node: int, inc: int) -> str:
+    """Where the neighbour that catches incarnation `inc` of `node` up writes its id."""
+    return f"seedflood/sponsor/{node}/{inc}"
+
+
 def register(store: dist.Store, node: int) -> int:
     """Take the next incarnation of `node` (1, 2, ...) and publish it: one atomic store.add, so
     a restarted process gets a new one without asking anybody."""
@@ -421,6 +426,9 @@ class EdgeTransport:
         self._max_pending = max_pending
         self._edges: dict[int, _Edge] = {}
         self._answered: dict[int, str] = {}  # peer -> the last greeting of it acted on
+        self._seen: dict[int, int] = {}  # neighbour -> newest incarnation known (see revived)
+        for p in self.neighbours:  # what exists now is not a restart (connect refreshes these)
+            self._seen[p] = incarnation_of(store, p)
         self._pending: deque[tuple[dist.Work, torch.Tensor]] = deque()  # pushes in flight
         self._store_ok = True
         self._closed = False
@@ -491,7 +499,45 @@ class EdgeTransport:
             connected.append(p)
             log.info("node %d: connected to %s (incarnation %d)", self.node, _who(p), attempt.edge.incarnation)
         self.peers = tuple(sorted(p for p in self._edges if p != EVALUATOR))
+        for p in todo:  # what `revived` compares against: a peer that did not come is not new
+            if p != EVALUATOR:
+                try:
+                    self._seen[p] = max(self._seen.get(p, 0), incarnation_of(self.store, p))
+                except Exception as e:
+                    self._store_gone(e)
         return connected
+
+    # --- rejoin (the client's sponsor handshake, docs/design.md §13) ---------------------------
+
+    def revived(self) -> list[int]:
+        """Unconnected neighbours that registered an incarnation newer than any seen (one store
+        read each, between steps); each is reported once. [] once the store is gone."""
+        if self._closed or not self._store_ok:
+            return []
+        out = []
+        for p in self.neighbours:
+            if p in self._edges:
+                continue
+            try:
+                inc = incarnation_of(self.store, p)
+            except Exception as e:
+                self._store_gone(e)
+                return []
+            if inc > self._seen.get(p, 0):
+                self._seen[p] = inc
+                out.append(p)
+        return out
+
+    def claim(self, peer: int) -> int | None:
+        """Become the sponsor of `peer`'s newest incarnation (the first neighbour to ask wins,
+        by compare_set on `seedflood/sponsor/{peer}/{inc}`); returns that incarnation, or None."""
+        try:
+            inc = incarnation_of(self.store, peer)
+            won = self.store.compare_set(sponsor_key(peer, inc), "", str(self.node)).decode()
+        except Exception as e:
+            self._store_gone(e)
+            return None
+        return inc if won == str(self.node) else None
 
     def poll(self, timeout_s: float | None = None) -> list[int]:
         """Between steps: connect the neighbours (and, on the attach node, the evaluator) that

@@ -269,21 +269,27 @@ class MemoryTransport:
                 out.append(p)
         return out
 
-    def connect(self, peer: int) -> None:
-        """Start exchanging with `peer` from the next hop (both ends do it at the same hop)."""
-        if peer not in self.network.neighbors[self.node]:
-            raise ValueError(f"node {self.node}: {peer} is not a topology neighbour")
-        if peer not in self.peers:
-            self.peers = tuple(sorted((*self.peers, peer)))
+    def connect(self, peers: Sequence[int], timeout_s: float | None = None) -> list[int]:
+        """Start exchanging with `peers` from the next hop (both ends do it at the same hop);
+        returns those added. `timeout_s` is links.EdgeTransport's, unused here (no wait)."""
+        added = []
+        for peer in peers:
+            if peer not in self.network.neighbors[self.node]:
+                raise ValueError(f"node {self.node}: {peer} is not a topology neighbour")
+            if peer not in self.peers and peer not in self.network._dead:
+                self.peers = tuple(sorted((*self.peers, peer)))
+                added.append(peer)
+        return added
 
-    def claim(self, node: int) -> bool:
-        """Become revived `node`'s sponsor (only one neighbour wins)."""
-        return self.network.claim(self.node, node)
+    def claim(self, node: int) -> int | None:
+        """Become revived `node`'s sponsor (only one neighbour wins); its incarnation, or None."""
+        return self.network._revived.get(node, 0) if self.network.claim(self.node, node) else None
 
     def send_blob(self, peer: int, data: bytes) -> None:
         self.network.send_blob(peer, data)
 
-    def recv_blob(self, timeout_s: float) -> bytes:
+    def recv_blob(self, peer: int | None, timeout_s: float) -> bytes:
+        """The catch-up payload a sponsor sent (from whichever neighbour claimed us: `peer` unused)."""
         return self.network.recv_blob(self.node, timeout_s)
 
     def take_lost(self) -> dict[int, str]:

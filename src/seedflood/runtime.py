@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 Launcher = Literal["torchrun", "slurm", "env", "single"]
 DEFAULT_PORT = 29500  # torch's own default
+STARTUP_S = 300.0  # churn runs: the least the store gives a process to connect at start-up
 
 
 class WorldError(ValueError):
@@ -290,7 +291,9 @@ def store_group(world: World, cfg: TransportConfig) -> Iterator[StoreGroup]:
     """The rendezvous store of a churn run (rank 0, the evaluator, hosts it unless a launcher
     serves one at MASTER_ADDR:MASTER_PORT, as torchrun's agent does); no process group."""
     port = world.master_port or free_port()
-    timeout = timedelta(seconds=cfg.timeout_s)
+    # Start-up waits for the slowest process to load its model (the store's host included), so
+    # it gets at least STARTUP_S whatever transport.timeout_s says (that one bounds hops).
+    timeout = timedelta(seconds=max(cfg.timeout_s, STARTUP_S))
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     store = dist.TCPStore(
         world.master_addr,

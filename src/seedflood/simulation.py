@@ -13,7 +13,8 @@ in hop `hop` of this step after its frame reached only its first `arg` peers), `
 been silent for the transport timeout), `cut` (the link to node `arg` fails both ways),
 `corrupt` (add `arg` to one weight: a client whose state silently differs, for the audit),
 `restart` (a killed node comes back once the others reach `step`: a new incarnation with the
-base weights, caught up by its sponsor's log; its per-step hashes before that are None). A node
+base weights, caught up by its sponsor's log; its per-step hashes before that are None; a life
+that ends before the run does is restarted again, up to RESTART_TRIES times). A node
 that stops by the churn rules (minority, excluded) or is killed is reported in `exits`, not raised.
 
 Assumes: torch ops are deterministic for a fixed thread count; callers that compare against
@@ -58,6 +59,11 @@ class SimResult:
     """node -> why it stopped early (killed, minority, excluded); absent = finished."""
     changes: dict[int, Change] = field(default_factory=dict)
     """The roster changes (step -> Change) of the lowest finished node."""
+
+
+RESTART_TRIES = 5
+"""`restart`: a rejoin that fails (its sponsor dies before it is admitted, so it is left alone)
+is restarted again, as a launcher's restart-on-failure policy would, at most this often."""
 
 
 @dataclass(frozen=True)
@@ -148,10 +154,14 @@ def simulate(
                 return
             while max(progress.values()) < e.step and any(t.is_alive() for t in threads if t.name != f"client-{node}"):
                 time.sleep(0.01)
-            network.revive(node)
-            workloads[node] = Workload.build(cfg)  # the restarted process: base weights only
-            exits.pop(node, None)
-            once(node, rejoin=True)
+            for _ in range(RESTART_TRIES):  # a supervisor that restarts on failure
+                network.revive(node)
+                workloads[node] = Workload.build(cfg)  # the restarted process: base weights only
+                exits.pop(node, None)
+                once(node, rejoin=True)
+                if node not in exits or not any(t.is_alive() for t in threads if t.name != f"client-{node}"):
+                    break  # it finished, or there is nobody left to rejoin
+                log.warning("node %d: restarted life ended (%s); restarting it again", node, exits[node])
 
     def once(node: int, rejoin: bool = False) -> None:
         w = workloads[node]
@@ -168,7 +178,13 @@ def simulate(
                     state_hash=lambda: state_hash(w.model, w.direction),
                 )
                 if rejoin:
-                    client.rejoin(transport.recv_blob(LATE_FACTOR * cfg.transport.timeout_s))
+                    try:
+                        blob = transport.recv_blob(None, LATE_FACTOR * cfg.transport.timeout_s)
+                    except TransportError as e:  # nobody stepping any more to sponsor it
+                        exits[node] = f"no neighbour sponsored the rejoin: {e}"
+                        network.kill(node)
+                        return
+                    client.rejoin(blob)
                     logs[node] = list(client.history)
                     step_hashes[node] = [None] * client.logged  # type: ignore[list-item]
                 else:

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +37,13 @@ from seedflood.client import Client
 from seedflood.config import Config
 from seedflood.evaluator import Evaluator, restore
 from seedflood.gloo import EvaluatorInbox, GlooTransport
-from seedflood.links import EdgeInbox, EdgeTransport
+from seedflood.links import EdgeInbox, EdgeTransport, sponsor_key
 from seedflood.membership import Change, Roster, decode_step, encode_step
 from seedflood.metrics import human_bytes, setup_logging
 from seedflood.protocol import Protocol
 from seedflood.replay import state_hash
 from seedflood.rundir import Records
-from seedflood.transport import EVALUATOR, ByteCounter, Inbox
+from seedflood.transport import EVALUATOR, LATE_FACTOR, ByteCounter, Inbox, TransportError
 from seedflood.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,8 @@ def _transport(
     t = EdgeTransport(
         node, top.neighbors(node), store, counter=counter, attach=attach, timeout_s=cfg.transport.timeout_s
     )
+    if t.incarnation > 1:  # a restarted client: its sponsor connects it (`_rejoin`)
+        return t
     want = [*top.neighbors(node), *([EVALUATOR] if attach else [])]
     got = t.connect(want, cfg.transport.timeout_s)
     if missing := sorted(set(want) - set(got)):
@@ -150,7 +153,10 @@ def _client(
             cfg.transport.timeout_s,
             state_hash=lambda: state_hash(w.model, w.direction),
         )
-        client.resume(records, changes)  # O(messages) for subcge, no checkpoint needed
+        if isinstance(transport, EdgeTransport) and transport.incarnation > 1:
+            _rejoin(cfg, node, client, transport)
+        else:
+            client.resume(records, changes)  # O(messages) for subcge, no checkpoint needed
         if attach:
             client.listeners.append(lambda s, msgs: transport.push(encode_step(msgs, client.roster.changes.get(s)), s))
         if cfg.run.hash_steps:
@@ -170,6 +176,26 @@ def _client(
             "memory": runtime.memory(),  # at the end of training: the weights' pages are as written as they get
         },
     )
+
+
+def _rejoin(cfg: Config, node: int, client: Client, transport: EdgeTransport) -> None:
+    """A restarted client (incarnation > 1 in the run's store): wait for the neighbour that
+    claims it, connect to it, and catch up by replaying the log it sends (docs/design.md §13)."""
+    wait = LATE_FACTOR * cfg.transport.timeout_s
+    key = sponsor_key(node, transport.incarnation)
+    log.warning(
+        "node %d: restarted as incarnation %d: waiting for a neighbour to sponsor the rejoin",
+        node,
+        transport.incarnation,
+    )
+    try:
+        transport.store.wait([key], timedelta(seconds=wait))
+        sponsor = int(transport.store.get(key))
+    except Exception as e:  # the store's timeout, or the store is gone
+        raise TransportError(f"node {node}: no neighbour sponsored the rejoin within {wait:g} s: {e}") from None
+    if not transport.connect([sponsor], wait):
+        raise TransportError(f"node {node}: could not connect to its sponsor node {sponsor}")
+    client.rejoin(transport.recv_blob(sponsor, wait))
 
 
 def _evaluate(

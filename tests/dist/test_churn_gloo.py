@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,78 @@ def test_survivors_of_a_crash_or_stall_finish_bit_identical(run_world, tmp_path,
     )
     assert replay.returncode == 0, replay.stderr
     assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": 40, "param_hash": s["param_hash"]}
+
+
+def test_a_killed_client_restarts_and_rejoins_by_replay(tmp_path):
+    """SIGKILL node 2 mid-run, start it again (same RANK: a new incarnation in the run's store):
+    a neighbour sponsors it, it replays the log it is handed and counts again; all four clients
+    end with the evaluator's hash and the log records the leave and the join."""
+    from seedflood.runtime import free_port
+
+    out = tmp_path / "rejoin"
+    steps = 1500  # the tiny model steps fast: enough of the run must be left when the restart is up
+    sets = [
+        f"run.out_dir={out}",
+        f"run.steps={steps}",
+        "run.hash_steps=true",
+        "churn.settle=1",
+        "transport.timeout_s=3",
+        "eval.every=0",
+        "checkpoint.every=0",
+    ]
+    argv = TRAIN + [a for o in sets for a in ("--set", o)]
+    src = str(ROOT / "src")
+    base = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "WORLD_SIZE": "5",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
+    }
+    logs = []
+
+    def start(rank: int) -> subprocess.Popen:
+        f = open(tmp_path / f"{rank}.{len(logs)}.log", "w+")
+        logs.append(f)
+        env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank)}
+        return subprocess.Popen(argv, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+
+    procs = [start(r) for r in range(5)]
+    deadline = time.monotonic() + 240
+    try:
+        header: list[int] = []
+        while not header or (out / "log.bin").stat().st_size < header[0] + 5 * 30:
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+            if (out / "log.bin").is_file() and not header:
+                header.append((out / "log.bin").stat().st_size)
+            time.sleep(0.02)
+        os.kill(procs[VICTIM + 1].pid, signal.SIGKILL)
+        procs[VICTIM + 1].wait()
+        time.sleep(1.0)
+        procs[VICTIM + 1] = start(VICTIM + 1)
+        for p in procs:
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+        text = ""
+        for f in logs:
+            f.seek(0)
+            text += f"--- {f.name}\n{f.read()[-3000:]}\n"
+            f.close()
+    assert all(p.returncode == 0 for p in procs), text
+    s = json.loads((out / "summary.json").read_text())
+    assert s["left"] == [] and s["consensus"], text
+    assert s["client_hashes"] == [s["param_hash"]] * 4
+    reader = LogReader(out / "log.bin")
+    _, records = reader.read()
+    assert len(records) == steps
+    (leave, join) = sorted(reader.changes.items())
+    assert leave[1].leave == (VICTIM,) and join[1].join == ((VICTIM, 2),), reader.changes
+    assert "rejoined by replaying" in text
+    replay = subprocess.run(
+        [sys.executable, "-m", "seedflood", "replay", str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": steps, "param_hash": s["param_hash"]}

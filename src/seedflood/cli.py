@@ -267,6 +267,14 @@ def cmd_sweep_summary(args: argparse.Namespace) -> int:
     return 0 if sweep.all_done(rows) else 1
 
 
+def cmd_store(args: argparse.Namespace) -> int:
+    """Host a churn run's rendezvous store until killed (docs/design.md §13)."""
+    from seedflood import runtime
+
+    runtime.serve_store(args.host, args.port)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="seedflood", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -307,6 +315,14 @@ def build_parser() -> argparse.ArgumentParser:
     show = tsub.add_parser("show", help="nodes, edges, degrees and diameter of FILE or SPEC (e.g. ring:16)")
     show.add_argument("spec")
     show.set_defaults(fn=cmd_topology_show)
+
+    st = sub.add_parser(
+        "store",
+        help="host a churn run's rendezvous store (then start every process with SEEDFLOOD_STORE=HOST:PORT)",
+    )
+    st.add_argument("--host", default="0.0.0.0", help="address to listen on (default all)")
+    st.add_argument("--port", type=int, required=True)
+    st.set_defaults(fn=cmd_store)
 
     ws = sub.add_parser("world-size", help="check a config and print its process count (clients + evaluator)")
     with_config(ws)

@@ -55,7 +55,7 @@ from seedflood.message import FrameError, Message
 from seedflood.protocol import Protocol
 from seedflood.replay import Applier
 from seedflood.topology import Topology
-from seedflood.transport import Transport, TransportError
+from seedflood.transport import EVALUATOR, Transport, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +214,11 @@ class Client:
             transport.send_blob(p, self._catch_up(t, e, inc))  # type: ignore[attr-defined]
             self.flood.add_peer(p)
             log.warning("node %d: sponsoring node %d (incarnation %d): joins at step %d", self.node, p, inc, e)
+        if getattr(transport, "attach", False) and not transport.evaluator_connected:  # type: ignore[attr-defined]
+            # a restarted evaluator greets us: hand it every decided step, then pushes go on
+            if transport.poll(evaluator_only=True) and transport.incarnations[EVALUATOR] > 1:  # type: ignore[attr-defined]
+                transport.send_blob(EVALUATOR, self._catch_up(t, t, 0))  # type: ignore[attr-defined]
+                log.warning("node %d: evaluator reconnected; sent it %d decided steps", self.node, len(self.history))
         for n in self.flood.notes(t, JOIN):
             # the joiner connects its edges to the members now, and each of them connects it
             mine = n.origin == self.node

@@ -25,6 +25,7 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -166,11 +167,19 @@ class Evaluator:
         if self.cfg.checkpoint.every and done % self.cfg.checkpoint.every == 0 and done < self.protocol.steps:
             self.save(done)
 
-    def run(self) -> dict[str, Any]:
-        """Follow the stream to its end; returns the final metrics record."""
+    def run(self, catch_up: Sequence[tuple[int, bytes]] = ()) -> dict[str, Any]:
+        """Follow the stream to its end; returns the final metrics record. `catch_up`: (step,
+        frame) of decided steps to take first (a restarted evaluator's, from its attach client);
+        steps it already holds are skipped, a gap is an error."""
         if self.inbox is None:
             raise ValueError("Evaluator.run follows an inbox; without one call begin / take / finish")
         self.begin()
+        for s, frame in catch_up:
+            if s < self.next_step:
+                continue
+            if s != self.next_step:
+                raise EvaluatorError(f"evaluator: catch-up jumps from step {self.next_step} to {s}")
+            self.take(frame)
         # Churn: the attach edge's heartbeat tells a dead client from a slow step (a hop may wait
         # out a silent neighbour, a start-up may wait out a missing one), so wait while it beats.
         timeout = None if self.protocol.churn else self.cfg.transport.timeout_s

@@ -539,7 +539,7 @@ class EdgeTransport:
             return None
         return inc if won == str(self.node) else None
 
-    def poll(self, timeout_s: float | None = None) -> list[int]:
+    def poll(self, timeout_s: float | None = None, evaluator_only: bool = False) -> list[int]:
         """Between steps: connect the neighbours (and, on the attach node, the evaluator) that
         are not connected and are waiting to connect to this incarnation (a new incarnation, or
         a live one retrying); returns them. One store read per unconnected neighbour, a second
@@ -547,7 +547,7 @@ class EdgeTransport:
         timeout_s (default: the hop timeout). Once the store is gone: [] (logged once)."""
         if self._closed or not self._store_ok:
             return []
-        missing = [p for p in self.neighbours if p not in self._edges]
+        missing = [] if evaluator_only else [p for p in self.neighbours if p not in self._edges]
         if self.attach and EVALUATOR not in self._edges:
             missing.append(EVALUATOR)
         ready = []

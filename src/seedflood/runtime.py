@@ -25,6 +25,7 @@ import os
 import pickle
 import re
 import socket
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -286,10 +287,38 @@ class StoreGroup(Group):
         return pickle.loads(self._store.get(key))  # only for trusted peers of one run
 
 
+def serve_store(host: str, port: int) -> None:
+    """Host a TCPStore on host:port until the process is killed (`seedflood store`): a store
+    that outlives every role, so the evaluator may die and restart, and rejoins keep working."""
+    store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timedelta(days=365))
+    print(f"seedflood store listening on {host}:{port}", flush=True)
+    while True:
+        time.sleep(3600)
+    del store  # pragma: no cover
+
+
+def store_address(environ: Mapping[str, str] = os.environ) -> tuple[str, int] | None:
+    """SEEDFLOOD_STORE=HOST:PORT: the external store of a churn run (None: rank 0 hosts it)."""
+    text = environ.get("SEEDFLOOD_STORE", "").strip()
+    if not text:
+        return None
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise WorldError(f"SEEDFLOOD_STORE={text!r} is not HOST:PORT")
+    return host, int(port)
+
+
 @contextmanager
 def store_group(world: World, cfg: TransportConfig) -> Iterator[StoreGroup]:
-    """The rendezvous store of a churn run (rank 0, the evaluator, hosts it unless a launcher
-    serves one at MASTER_ADDR:MASTER_PORT, as torchrun's agent does); no process group."""
+    """The rendezvous store of a churn run; no process group. With SEEDFLOOD_STORE set, every
+    process connects to that store (`seedflood store`); otherwise rank 0, the evaluator, hosts it
+    (unless a launcher serves one at MASTER_ADDR:MASTER_PORT, as torchrun's agent does)."""
+    external = store_address()
+    if external is not None:
+        timeout = timedelta(seconds=max(cfg.timeout_s, STARTUP_S))
+        store = dist.TCPStore(external[0], external[1], is_master=False, timeout=timeout)
+        yield StoreGroup(world, dist.PrefixStore("seedflood/run", store), timeout)
+        return
     port = world.master_port or free_port()
     # Start-up waits for the slowest process to load its model (the store's host included), so
     # it gets at least STARTUP_S whatever transport.timeout_s says (that one bounds hops).

@@ -21,6 +21,7 @@ Assumes: every process gets the same config; the run directory is on storage ran
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -164,7 +165,8 @@ def _client(
         if records:
             log.info("resumed at step %d by replaying %d logged steps", len(records), len(records))
         client.run()
-    group.post(
+    _post(
+        group,
         _client_key(node),
         {
             "node": node,
@@ -176,6 +178,15 @@ def _client(
             "memory": runtime.memory(),  # at the end of training: the weights' pages are as written as they get
         },
     )
+
+
+def _post(group: runtime.Group, key: str, report: dict[str, Any]) -> None:
+    """Leave the final report for the evaluator; a store that is gone (its host died) costs the
+    report, not the client's exit status: training is done and its state is in the log."""
+    try:
+        group.post(key, report)
+    except Exception as e:
+        log.warning("could not leave the final report (the store is unreachable: %s)", str(e).splitlines()[0])
 
 
 def _rejoin(cfg: Config, node: int, client: Client, transport: EdgeTransport) -> None:
@@ -217,8 +228,13 @@ def _evaluate(
     else:
         inbox = EvaluatorInbox(proto.rank_of(cfg.eval.attach), cfg.eval.attach)
     evaluator = Evaluator(cfg, protocol, w, inbox, header, start_step=start, progress=True)
+    catch_up: list[tuple[int, bytes]] = []
+    if isinstance(inbox, EdgeInbox) and inbox.incarnation > 1:  # a restarted evaluator
+        blob = json.loads(inbox.recv_blob(LATE_FACTOR * cfg.transport.timeout_s))
+        catch_up = [(s, base64.b64decode(f)) for s, f in blob["steps"]]
+        log.warning("restarted evaluator: log holds %d steps, attach client sent %d: catching up", start, len(catch_up))
     try:
-        final = evaluator.run()
+        final = evaluator.run(catch_up)
     finally:
         evaluator.close()
         inbox.close()

@@ -86,76 +86,140 @@ def test_survivors_of_a_crash_or_stall_finish_bit_identical(run_world, tmp_path,
     assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": 40, "param_hash": s["param_hash"]}
 
 
-def test_a_killed_client_restarts_and_rejoins_by_replay(tmp_path):
-    """SIGKILL node 2 mid-run, start it again (same RANK: a new incarnation in the run's store):
-    a neighbour sponsors it, it replays the log it is handed and counts again; all four clients
-    end with the evaluator's hash and the log records the leave and the join."""
-    from seedflood.runtime import free_port
+class Launch:
+    """5 processes of one churn run started by hand, so a test can restart one (same RANK)."""
 
-    out = tmp_path / "rejoin"
-    steps = 1500  # the tiny model steps fast: enough of the run must be left when the restart is up
-    sets = [
-        f"run.out_dir={out}",
-        f"run.steps={steps}",
-        "run.hash_steps=true",
-        "churn.settle=1",
-        "transport.timeout_s=3",
-        "eval.every=0",
-        "checkpoint.every=0",
-    ]
-    argv = TRAIN + [a for o in sets for a in ("--set", o)]
-    src = str(ROOT / "src")
-    base = {
-        **os.environ,
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-        "WORLD_SIZE": "5",
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
-    }
-    logs = []
+    def __init__(self, tmp_path: Path, sets: list[str], env: dict[str, str] | None = None) -> None:
+        from seedflood.runtime import free_port
 
-    def start(rank: int) -> subprocess.Popen:
-        f = open(tmp_path / f"{rank}.{len(logs)}.log", "w+")
-        logs.append(f)
-        env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank)}
-        return subprocess.Popen(argv, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        self.tmp = tmp_path
+        self.argv = TRAIN + [a for o in sets for a in ("--set", o)]
+        self.base = {
+            **os.environ,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(free_port()),
+            "WORLD_SIZE": "5",
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
+            **(env or {}),
+        }
+        self.logs: list = []
+        self.procs = [self.start(r) for r in range(5)]
 
-    procs = [start(r) for r in range(5)]
-    deadline = time.monotonic() + 240
-    try:
-        header: list[int] = []
-        while not header or (out / "log.bin").stat().st_size < header[0] + 5 * 30:
-            assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
-            if (out / "log.bin").is_file() and not header:
-                header.append((out / "log.bin").stat().st_size)
-            time.sleep(0.02)
-        os.kill(procs[VICTIM + 1].pid, signal.SIGKILL)
-        procs[VICTIM + 1].wait()
+    def start(self, rank: int) -> subprocess.Popen:
+        f = open(self.tmp / f"{rank}.{len(self.logs)}.log", "w+")
+        self.logs.append(f)
+        env = {**self.base, "RANK": str(rank), "LOCAL_RANK": str(rank)}
+        return subprocess.Popen(self.argv, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def restart(self, rank: int) -> None:
+        os.kill(self.procs[rank].pid, signal.SIGKILL)
+        self.procs[rank].wait()
         time.sleep(1.0)
-        procs[VICTIM + 1] = start(VICTIM + 1)
-        for p in procs:
-            p.wait(timeout=max(1.0, deadline - time.monotonic()))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-        text = ""
-        for f in logs:
-            f.seek(0)
-            text += f"--- {f.name}\n{f.read()[-3000:]}\n"
-            f.close()
-    assert all(p.returncode == 0 for p in procs), text
+        self.procs[rank] = self.start(rank)
+
+    def wait(self, deadline: float) -> str:
+        """Wait for every process; returns their outputs (tails) for assertion messages."""
+        try:
+            for p in self.procs:
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
+        finally:
+            for p in self.procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+            text = ""
+            for f in self.logs:
+                f.seek(0)
+                text += f"--- {f.name}\n{f.read()[-3000:]}\n"
+                f.close()
+        return text
+
+
+def wait_for_steps(out: Path, n: int, procs: list, deadline: float) -> None:
+    """Until the log holds about n more steps than its header (30 bytes a step here)."""
+    log = out / "log.bin"
+    header: list[int] = []
+    while not header or log.stat().st_size < header[0] + n * 30:
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+        if log.is_file() and not header:
+            header.append(log.stat().st_size)
+        time.sleep(0.02)
+
+
+def check_run(out: Path, steps: int, text: str) -> dict:
     s = json.loads((out / "summary.json").read_text())
     assert s["left"] == [] and s["consensus"], text
     assert s["client_hashes"] == [s["param_hash"]] * 4
-    reader = LogReader(out / "log.bin")
-    _, records = reader.read()
-    assert len(records) == steps
-    (leave, join) = sorted(reader.changes.items())
-    assert leave[1].leave == (VICTIM,) and join[1].join == ((VICTIM, 2),), reader.changes
-    assert "rejoined by replaying" in text
     replay = subprocess.run(
         [sys.executable, "-m", "seedflood", "replay", str(out)], capture_output=True, text=True, timeout=120
     )
     assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": steps, "param_hash": s["param_hash"]}
+    return s
+
+
+STEPS = 1500  # the tiny model steps fast: enough of the run must be left when a restart is up
+
+
+def churn_sets(out: Path, *extra: str) -> list[str]:
+    return [
+        f"run.out_dir={out}",
+        f"run.steps={STEPS}",
+        "churn.settle=1",
+        "transport.timeout_s=3",
+        "eval.every=0",
+        "checkpoint.every=0",
+        *extra,
+    ]
+
+
+def test_a_killed_client_restarts_and_rejoins_by_replay(tmp_path):
+    """SIGKILL node 2 mid-run, start it again (same RANK: a new incarnation in the run's store):
+    a neighbour sponsors it, it replays the log it is handed and counts again; all four clients
+    end with the evaluator's hash and the log records the leave and the join."""
+    out = tmp_path / "rejoin"
+    run = Launch(tmp_path, churn_sets(out, "run.hash_steps=true"))
+    deadline = time.monotonic() + 240
+    wait_for_steps(out, 5, run.procs, deadline)
+    run.restart(VICTIM + 1)
+    text = run.wait(deadline)
+    assert all(p.returncode == 0 for p in run.procs), text
+    check_run(out, STEPS, text)
+    reader = LogReader(out / "log.bin")
+    _, records = reader.read()
+    assert len(records) == STEPS
+    (leave, join) = sorted(reader.changes.items())
+    assert leave[1].leave == (VICTIM,) and join[1].join == ((VICTIM, 2),), reader.changes
+    assert "rejoined by replaying" in text
+
+
+def test_the_evaluator_dies_the_clients_train_on_and_its_restart_catches_up(tmp_path):
+    """With the store in its own process (`seedflood store`, SEEDFLOOD_STORE), SIGKILL the
+    evaluator mid-run and start it again: the clients never wait for it, and the restarted
+    evaluator resumes from its log and checkpoint, takes the steps it missed from its attach
+    client and ends with the clients' hash (and a log that replays to it)."""
+    from seedflood.runtime import free_port
+
+    port = free_port()
+    store_log = open(tmp_path / "store.log", "w+")
+    store = subprocess.Popen(
+        [sys.executable, "-m", "seedflood", "store", "--host", "127.0.0.1", "--port", str(port)],
+        stdout=store_log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        start_new_session=True,
+    )
+    try:
+        out = tmp_path / "eval"
+        run = Launch(tmp_path, churn_sets(out, "checkpoint.every=100"), {"SEEDFLOOD_STORE": f"127.0.0.1:{port}"})
+        deadline = time.monotonic() + 240
+        wait_for_steps(out, 150, run.procs, deadline)
+        run.restart(0)
+        text = run.wait(deadline)
+    finally:
+        os.killpg(store.pid, signal.SIGKILL)
+        store.wait()
+        store_log.close()
+    assert all(p.returncode == 0 for p in run.procs), text
+    assert "evaluator reconnected; sent it" in text, text
+    s = check_run(out, STEPS, text)
+    assert 0 < s["resumed_from_step"] < STEPS  # it resumed from its own log, then caught up

@@ -274,9 +274,16 @@ class StoreGroup(Group):
     never take a restarted client back). `broadcast` is rank `src` setting a key the others wait
     for; `store` is what links.EdgeTransport connects edges through."""
 
-    def __init__(self, world: World, store: dist.Store, timeout: timedelta) -> None:
+    def __init__(self, world: World, store: dist.Store, timeout: timedelta, base: dist.Store) -> None:
         super().__init__(world, store, timeout)
         self.store = store
+        self._base = base
+
+    def started(self, timeout_s: float) -> None:
+        """After start-up: store calls are bounded by the hop timeout, not STARTUP_S, so a client
+        cut off from the store's host finds out (and stops) in timeout_s. Waits that must be long
+        (`collect`) pass their own bound."""
+        self._base.set_timeout(timedelta(seconds=timeout_s))
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         key = f"broadcast/{src}"
@@ -285,6 +292,20 @@ class StoreGroup(Group):
             return obj
         self._store.wait([key], self._timeout)
         return pickle.loads(self._store.get(key))  # only for trusted peers of one run
+
+
+def _rendezvous_store(world: World, port: int, timeout: timedelta, **options: Any) -> dist.TCPStore:
+    """The TCPStore at master_addr:port: rank 0 hosts it, unless torchrun's agent already does
+    (TORCHELASTIC_USE_AGENT_STORE)."""
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    return dist.TCPStore(
+        world.master_addr,
+        port,
+        world.world_size,
+        is_master=world.rank == 0 and not agent_store,
+        timeout=timeout,
+        **options,
+    )
 
 
 def serve_store(host: str, port: int) -> None:
@@ -317,22 +338,14 @@ def store_group(world: World, cfg: TransportConfig) -> Iterator[StoreGroup]:
     if external is not None:
         timeout = timedelta(seconds=max(cfg.timeout_s, STARTUP_S))
         store = dist.TCPStore(external[0], external[1], is_master=False, timeout=timeout)
-        yield StoreGroup(world, dist.PrefixStore("seedflood/run", store), timeout)
+        yield StoreGroup(world, dist.PrefixStore("seedflood/run", store), timeout, store)
         return
     port = world.master_port or free_port()
     # Start-up waits for the slowest process to load its model (the store's host included), so
     # it gets at least STARTUP_S whatever transport.timeout_s says (that one bounds hops).
     timeout = timedelta(seconds=max(cfg.timeout_s, STARTUP_S))
-    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(
-        world.master_addr,
-        port,
-        world.world_size,
-        is_master=world.rank == 0 and not agent_store,
-        timeout=timeout,
-        wait_for_workers=False,
-    )
-    yield StoreGroup(world, dist.PrefixStore("seedflood/run", store), timeout)
+    store = _rendezvous_store(world, port, timeout, wait_for_workers=False)
+    yield StoreGroup(world, dist.PrefixStore("seedflood/run", store), timeout, store)
 
 
 @contextmanager
@@ -349,14 +362,7 @@ def process_group(world: World, cfg: TransportConfig) -> Iterator[Group]:
     # Under torchrun the store at MASTER_PORT is the agent's (TORCHELASTIC_USE_AGENT_STORE) and it
     # outlives a --max-restarts restart: without a per-attempt prefix the restarted group would
     # read the dead group's gloo addresses and fail in connectFullMesh ("Connection refused").
-    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(
-        world.master_addr,
-        port,
-        world.world_size,
-        is_master=world.rank == 0 and not agent_store,
-        timeout=timeout,
-    )
+    store = _rendezvous_store(world, port, timeout)
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     store = dist.PrefixStore(f"seedflood/attempt-{attempt}", store)
     dist.init_process_group(cfg.backend, store=store, rank=world.rank, world_size=world.world_size, timeout=timeout)

@@ -75,6 +75,8 @@ def run(cfg: Config, environ: dict[str, str] | None = None) -> dict[str, Any] | 
     group_of = runtime.store_group if protocol.churn else runtime.process_group
     with group_of(world, cfg.transport) as group:
         records, changes = _resume(cfg, protocol, workload, group)
+        if isinstance(group, runtime.StoreGroup):
+            group.started(cfg.transport.timeout_s)
         if world.is_evaluator:
             return _evaluate(cfg, top, protocol, workload, group, records, started)
         _client(cfg, top, protocol, world.client_node, workload, group, records, changes)

@@ -2,7 +2,8 @@
 
 Owns:
 - `World`: who this process is (rank, world size, local rank, rendezvous address) as read from
-  torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), else SLURM (SLURM_PROCID,
+  SEEDFLOOD_RANK / SEEDFLOOD_WORLD_SIZE (launch/churn.sh: one torchrun agent per process, so each
+  agent's own RANK is 0), else torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), else SLURM (SLURM_PROCID,
   SLURM_NTASKS, SLURM_LOCALID, the first host of SLURM_JOB_NODELIST), else a single process.
   Rank 0 is the evaluator; rank r >= 1 is client topology node r - 1.
 - `check_world`: a one-line WorldError when the launch does not fit the topology.
@@ -84,6 +85,16 @@ class World:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> World:
         env = environ
+        if "SEEDFLOOD_RANK" in env:  # launch/churn.sh: one agent per process, each its own world of 1
+            return cls(
+                rank=_int(env, "SEEDFLOOD_RANK"),
+                world_size=_int(env, "SEEDFLOOD_WORLD_SIZE"),
+                local_rank=_int(env, "SEEDFLOOD_RANK"),
+                master_addr=_str(env, "MASTER_ADDR", "127.0.0.1"),
+                master_port=_int(env, "MASTER_PORT", DEFAULT_PORT),
+                launcher="torchrun" if "TORCHELASTIC_RUN_ID" in env else "env",
+                local_world_size=_int(env, "SEEDFLOOD_LOCAL_WORLD_SIZE", 1),
+            )
         if "RANK" in env or "WORLD_SIZE" in env:  # torchrun, or any launcher that sets them
             single = _int(env, "WORLD_SIZE") == 1
             return cls(

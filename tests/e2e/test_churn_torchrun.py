@@ -1,0 +1,90 @@
+"""torchrun with per-process agents (launch/churn.sh): SIGKILL one client's worker mid-run and
+its own agent restarts it alone (MAX_RESTARTS); it rejoins by replay while the others train on,
+and the run ends with every client on the evaluator's hash (docs/design.md §13)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import e2e_support as sup
+from seedflood.checkpoint import LogReader
+
+pytestmark = pytest.mark.e2e
+CHURN = sup.REPO / "launch" / "churn.sh"
+DEBUG = sup.REPO / "launch" / "configs" / "debug.yaml"
+VICTIM_RANK = 3  # node 2; the evaluator attaches to node 0
+STEPS = 1500  # the tiny model steps fast: enough of the run must be left for the restart
+
+
+def worker(store: str, rank: int) -> int | None:
+    """Pid of the `seedflood train` worker (not its agent) of this run's rank, if running."""
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+            env = (d / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"train" in cmd and b"torch.distributed.run" not in cmd and f"SEEDFLOOD_STORE={store}".encode() in env:
+            if f"SEEDFLOOD_RANK={rank}".encode() in env:
+                return int(d.name)
+    return None
+
+
+def test_a_killed_worker_is_restarted_by_its_own_agent_and_rejoins(entry, tmp_path):
+    if entry != "seedflood":
+        pytest.skip("churn needs the real `seedflood train` (the probe has no churn)")
+    out = tmp_path / "run"
+    port = sup.free_port()
+    store = f"127.0.0.1:{port}"
+    env = sup.launcher_env(STORE_PORT=str(port), MAX_RESTARTS="2")
+    sets = [
+        f"run.out_dir={out}",
+        f"run.steps={STEPS}",
+        "churn.settle=1",
+        "transport.timeout_s=3",
+        "eval.every=0",
+        "checkpoint.every=0",
+    ]
+    argv = ["bash", str(CHURN), str(DEBUG), *[a for s in sets for a in ("--set", s)]]
+    log = tmp_path / "churn.log"
+    procs = sup.Procs()
+    try:
+        launch = procs.start(argv, env=env, log=log)
+        deadline = time.monotonic() + 300
+        header: list[int] = []
+        while not header or (out / "log.bin").stat().st_size < header[0] + 10 * 30:
+            assert time.monotonic() < deadline and launch.poll() is None, sup.tail(log)
+            if (out / "log.bin").is_file() and not header:
+                header.append((out / "log.bin").stat().st_size)
+            time.sleep(0.05)
+        pid = worker(store, VICTIM_RANK)
+        assert pid is not None, "the victim's worker must be running"
+        os.kill(pid, signal.SIGKILL)
+        code = launch.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        procs.close()
+    text = sup.tail(log, 200)
+    assert code == 0, text
+    assert "rejoined by replaying" in log.read_text(errors="replace"), text
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["left"] == [] and summary["consensus"], text
+    assert summary["client_hashes"] == [summary["param_hash"]] * 4
+    reader = LogReader(out / "log.bin")
+    _, records = reader.read()
+    assert len(records) == STEPS
+    (leave, join) = sorted(reader.changes.items())
+    assert leave[1].leave == (VICTIM_RANK - 1,) and join[1].join == ((VICTIM_RANK - 1, 2),), reader.changes
+    replay = subprocess.run(
+        [sys.executable, "-m", "seedflood", "replay", str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": STEPS, "param_hash": summary["param_hash"]}

@@ -228,10 +228,7 @@ class Client:
                 self.flood.add_peer(q)
 
     def _neighbours(self) -> tuple[int, ...]:
-        """Topology neighbours, connected or not (what the transport may connect)."""
-        net = getattr(self.transport, "network", None)
-        if net is not None:
-            return net.neighbors[self.node]
+        """Topology neighbours, connected or not (what a churn transport may connect)."""
         return getattr(self.transport, "neighbours", self.flood.peers)
 
     def _catch_up(self, t: int, e: int, inc: int) -> bytes:

@@ -239,7 +239,8 @@ class MemoryTransport:
         self.node = node
         self.incarnation = network._revived.get(node, 0)
         # a revived node starts unconnected: it connects its edges as its sponsor says
-        self.peers = network.neighbors[node] if not self.incarnation else ()
+        self.neighbours = network.neighbors[node]  # topology neighbours, connected or not
+        self.peers = self.neighbours if not self.incarnation else ()
         self._revived_seen = {p: network._revived.get(p, 0) for p in network.neighbors[node]}
         self.lost: dict[int, str] = {}  # tolerant: peers dropped and not yet taken, -> reason
         self.counter = counter

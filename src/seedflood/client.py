@@ -46,6 +46,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from seedflood import membership, zo
 from seedflood.directions import Direction
@@ -77,13 +78,18 @@ class Client:
         routes: Mapping[int, Sequence[int]] | None = None,
         hop_timeout_s: float | None = None,
         state_hash: Callable[[], str] | None = None,
+        attach: int = 0,
+        evaluator: bool = False,
     ) -> None:
         """`routes` (topology.Topology.routes(node)): per origin, the neighbours to forward its
         messages to; None = every neighbour. Either way every message arrives at the same hop.
         `hop_timeout_s` (overlap only): how long the main thread waits for one step's hops
         beyond its own work before it gives up on them; None = as long as the transport takes
         (each exchange is bounded by the transport's timeout). Give hops × transport timeout.
-        `state_hash`: the state's hash, for audits (needed when the protocol audits)."""
+        `state_hash`: the state's hash, for audits (needed when the protocol audits).
+        `attach`: the evaluator's first attach node; `evaluator` (churn with a process
+        transport): this client streams the steps it decides to the evaluator whenever it is the
+        roster's attach node (`_follow`), instead of a listener doing it."""
         if protocol.audit_every and state_hash is None:
             raise ValueError(f"node {node}: the protocol audits every {protocol.audit_every} steps: pass state_hash")
         self.node = node
@@ -100,9 +106,11 @@ class Client:
             None if protocol.churn else routes,
             note_horizon=protocol.step_window,
         )
-        self.roster = Roster(protocol.n_origins)
+        self.roster = Roster(protocol.n_origins, attach=attach)
         """Members of the next step to decide; `roster.changes` holds every change (step -> Change)."""
         self.state_hash = state_hash
+        self.evaluator = evaluator
+        self._fed = 0  # the transport's evaluator edge (count) that got its catch-up blob
         self._logged_changes: dict[int, Change] = {}
         self.history: list[tuple[int, list[Message]]] = []
         """Churn: every decided step from 0, what a sponsor hands a rejoining neighbour."""
@@ -126,9 +134,11 @@ class Client:
         transport: Transport,
         timeout_s: float,
         state_hash: Callable[[], str] | None = None,
+        **options: Any,
     ) -> Client:
         """Node `node` of `top` as every runtime builds it: its neighbours, shortest-path routes,
-        and a hop thread given `timeout_s` (the transport's) per exchange of a step, plus one."""
+        and a hop thread given `timeout_s` (the transport's) per exchange of a step, plus one.
+        `options`: the constructor's `attach` / `evaluator`."""
         return cls(
             node,
             transport.peers if protocol.churn else top.neighbors(node),  # a restarted node: none yet
@@ -139,6 +149,7 @@ class Client:
             routes=top.routes(node),
             hop_timeout_s=timeout_s * (protocol.hops + 1),
             state_hash=state_hash,
+            **options,
         )
 
     # -- resume --------------------------------------------------------------------------------
@@ -214,11 +225,8 @@ class Client:
             transport.send_blob(p, self._catch_up(t, e, inc))  # type: ignore[attr-defined]
             self.flood.add_peer(p)
             log.warning("node %d: sponsoring node %d (incarnation %d): joins at step %d", self.node, p, inc, e)
-        if getattr(transport, "attach", False) and not transport.evaluator_connected:  # type: ignore[attr-defined]
-            # a restarted evaluator greets us: hand it every decided step, then pushes go on
-            if transport.poll(evaluator_only=True) and transport.incarnations[EVALUATOR] > 1:  # type: ignore[attr-defined]
-                transport.send_blob(EVALUATOR, self._catch_up(t, t, 0))  # type: ignore[attr-defined]
-                log.warning("node %d: evaluator reconnected; sent it %d decided steps", self.node, len(self.history))
+        if self.evaluator and self.roster.attach == self.node:
+            self._follow()
         for n in self.flood.notes(t, JOIN):
             # the joiner connects its edges to the members now, and each of them connects it
             mine = n.origin == self.node
@@ -226,6 +234,31 @@ class Client:
             edges = [q for q in edges if q != self.node and q not in self.flood.peers and q in self._neighbours()]
             for q in transport.connect(edges, timeout) if edges else []:  # type: ignore[attr-defined]
                 self.flood.add_peer(q)
+
+    def _follow(self) -> None:
+        """As the attach node, between steps: answer the evaluator if it greets us (a start, a
+        restart, or a failover from the attach node before us), and open each new evaluator edge
+        with the decided steps it lacks; the steps decided from then on are pushed (`_decide`)."""
+        transport = self.transport
+        transport.attach = True  # type: ignore[attr-defined]
+        if not transport.evaluator_connected:  # type: ignore[attr-defined]
+            transport.poll(evaluator_only=True)  # type: ignore[attr-defined]
+        link = transport.evaluator_links  # type: ignore[attr-defined]
+        if not transport.evaluator_connected or link == self._fed:  # type: ignore[attr-defined]
+            return
+        self._fed = link
+        needs = transport.evaluator_needs()  # type: ignore[attr-defined]
+        blob = membership.encode_pushes(
+            (s, membership.encode_step(m, self.roster.changes.get(s))) for s, m in self.history if s >= needs
+        )
+        try:
+            transport.send_blob(EVALUATOR, blob)  # type: ignore[attr-defined]
+        except TransportError as e:  # the evaluator is dropped; it greets again
+            log.warning("node %d: catch-up to the evaluator failed: %s", self.node, e)
+            return
+        log.warning(
+            "node %d: the evaluator follows this node; sent it steps %d..%d", self.node, needs, len(self.history) - 1
+        )
 
     def _neighbours(self) -> tuple[int, ...]:
         """Topology neighbours, connected or not (what a churn transport may connect)."""
@@ -405,6 +438,9 @@ class Client:
         if s >= self.logged:
             for listener in self.listeners:
                 listener(s, msgs)
+            if self.evaluator and self.roster.attach == self.node and getattr(self.transport, "attach", False):
+                payload = membership.encode_step(msgs, self.roster.changes.get(s))
+                self.transport.push(membership.encode_push(s, payload), s)
             if self.protocol.audits(s) and self.state_hash is not None:
                 value = membership.audit_value(self.state_hash())
                 self.flood.originate_notes([Note(s, AUDIT, self.node, value)])

@@ -25,7 +25,6 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +104,7 @@ class Evaluator:
         self.next_step = start_step
         self.log = ckpt.LogWriter(self.run_dir / LOG, header, check=protocol.check_step)
         self.log.truncate_to(start_step)
-        self.roster = Roster(protocol.n_origins)
+        self.roster = Roster(protocol.n_origins, attach=cfg.eval.attach)
         """Members of the next step; a churn run's steps carry their changes (logged with them)."""
         for s in sorted(self.log.changes):
             self.roster.apply(self.log.changes[s])
@@ -167,19 +166,13 @@ class Evaluator:
         if self.cfg.checkpoint.every and done % self.cfg.checkpoint.every == 0 and done < self.protocol.steps:
             self.save(done)
 
-    def run(self, catch_up: Sequence[tuple[int, bytes]] = ()) -> dict[str, Any]:
-        """Follow the stream to its end; returns the final metrics record. `catch_up`: (step,
-        frame) of decided steps to take first (a restarted evaluator's, from its attach client);
-        steps it already holds are skipped, a gap is an error."""
+    def run(self) -> dict[str, Any]:
+        """Follow the stream to its end; returns the final metrics record. The inbox hands over
+        the steps from `start_step` on, in order (a churn run's `attach.AttachInbox` merges a
+        restarted evaluator's catch-up and every change of attach node into that)."""
         if self.inbox is None:
             raise ValueError("Evaluator.run follows an inbox; without one call begin / take / finish")
         self.begin()
-        for s, frame in catch_up:
-            if s < self.next_step:
-                continue
-            if s != self.next_step:
-                raise EvaluatorError(f"evaluator: catch-up jumps from step {self.next_step} to {s}")
-            self.take(frame)
         # Churn: the attach edge's heartbeat tells a dead client from a slow step (a hop may wait
         # out a silent neighbour, a start-up may wait out a missing one), so wait while it beats.
         timeout = None if self.protocol.churn else self.cfg.transport.timeout_s

@@ -1,8 +1,8 @@
 """A churn-tolerant process transport: one 2-rank gloo process group per topology edge.
 
-Owns `EdgeTransport` (one process's hops, evaluator pushes and catch-up blobs), `EdgeInbox` (the
-evaluator's receiver), `register` / `incarnation_of` (process incarnations in the store) and the
-store protocol by which the two ends of an edge meet. Besides runtime.py and gloo.py, the only
+Owns `EdgeTransport` (one process's hops, evaluator pushes and catch-up blobs), `register` /
+`incarnation_of` (process incarnations in the store) and the store protocol by which the two ends
+of an edge meet (`_link`, `build_edge`; the evaluator's side is attach.py). Besides runtime.py and gloo.py, the only
 module that imports torch.distributed.
 
 Why per edge: a torch.distributed group cannot take back a member it lost, so one static world
@@ -30,7 +30,7 @@ gloo.py (HEADER + frame per peer per exchange, at the sender, at the step passed
 at `last_step`). Blobs are not hop traffic: they are counted apart, in `blob_bytes`.
 
 Failure handling: no wait is unbounded, none waits on the store, and a failure drops one peer,
-never raises. Each topology edge carries a heartbeat (`_Edge`): one byte every timeout_s / 4 on
+never raises. Each topology edge carries a heartbeat (`Edge`): one byte every timeout_s / 4 on
 its own tag, watched with a bound of timeout_s. A peer whose socket closed fails the hop at once;
 a silent one (stopped, hung) is found by the watcher within timeout_s (+ one beat period), which
 closes the edge and so fails the hop waiting on it, once; a live peer that is merely late
@@ -58,7 +58,7 @@ import threading
 import time
 import weakref
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -67,7 +67,6 @@ import torch.distributed as dist
 
 from seedflood.gloo import _END, _LENGTH, TAG_EVAL, TAG_HOP, _encode, _HeadBuffer, _reason
 from seedflood.transport import (
-    _EOS,
     EVALUATOR,
     HEADER,
     INLINE_BYTES,
@@ -75,16 +74,14 @@ from seedflood.transport import (
     MAX_FRAME_BYTES,
     MAX_PENDING,
     ByteCounter,
-    Inbox,
     TransportError,
-    _EndOfStream,
 )
 
 log = logging.getLogger(__name__)
 
 TAG_BLOB = 0x5EED_0002  # catch-up blobs: apart from hops (TAG_HOP) and pushes (TAG_EVAL)
 TAG_BEAT = 0x5EED_0003  # heartbeats
-TAG_ABORT = 0x5EED_0004  # never sent: a receive on it times out, which closes an edge (_Edge.close)
+TAG_ABORT = 0x5EED_0004  # never sent: a receive on it times out, which closes an edge (Edge.close)
 BEATS_PER_TIMEOUT = 4  # heartbeat period = timeout_s / 4
 POLL_S = 0.02  # how often a side waiting to meet re-reads the store (s)
 MIN_BUILD_S = 0.5  # the least a group build is given once both sides greeted (s)
@@ -99,7 +96,12 @@ def _inc_key(node: int) -> str:
     return f"seedflood/inc/{node}"
 
 
-def _hello_key(src: int, dst: int, dst_inc: int) -> str:
+def greeting(inc: int) -> str:
+    """A new greeting 'inc:try' of this process's incarnation `inc` (tries never repeat)."""
+    return f"{inc}:{next(_TRIES)}"
+
+
+def hello_key(src: int, dst: int, dst_inc: int) -> str:
     return f"seedflood/hello/{src}/{dst}/{dst_inc}"
 
 
@@ -107,6 +109,12 @@ def edge_prefix(node: int, inc: int, tries: int, peer: int, peer_inc: int, peer_
     """Store prefix of one connection attempt of edge {node, peer}, smaller node first."""
     (a, ia, ta), (b, ib, tb) = sorted([(node, inc, tries), (peer, peer_inc, peer_tries)])
     return f"seedflood/edge/{a}-{b}/{ia}-{ib}/{ta}-{tb}"
+
+
+def evaluator_next_key(inc: int) -> str:
+    """Where incarnation `inc` of the evaluator keeps the next step it needs (`attach.py`), so a
+    catch-up blob to it can leave out what it holds."""
+    return f"seedflood/evaluator/{inc}/next"
 
 
 def sponsor_key(node: int, inc: int) -> str:
@@ -125,13 +133,13 @@ def incarnation_of(store: dist.Store, node: int) -> int:
     return int(store.add(_inc_key(node), 0))
 
 
-def _peek(store: dist.Store, key: str) -> str | None:
+def peek(store: dist.Store, key: str) -> str | None:
     """The value at `key`, or None when absent, in one round trip without blocking (get waits)."""
     value = store.compare_set(key, _ABSENT, _ABSENT).decode()
     return None if value == _ABSENT else value
 
 
-def _parse(greeting: str) -> tuple[int, int]:
+def parse_greeting(greeting: str) -> tuple[int, int]:
     """'inc:try' -> (inc, try)."""
     inc, _, tries = greeting.partition(":")
     return int(inc), int(tries)
@@ -168,7 +176,7 @@ def _device() -> object:
     return dist.ProcessGroupGloo.create_default_device()
 
 
-_LIVE: weakref.WeakSet[_Edge] = weakref.WeakSet()  # edges not yet closed
+_LIVE: weakref.WeakSet[Edge] = weakref.WeakSet()  # edges not yet closed
 
 
 @atexit.register
@@ -179,7 +187,7 @@ def _close_all() -> None:
         edge.close()
 
 
-class _Edge:
+class Edge:
     """One connected edge: its 2-rank group, the peer's rank in it, a hop receive buffer, and
     (topology edges) the heartbeat: a beater thread sends one byte every `timeout_s / 4`, a
     watcher thread receives them with a bound of `timeout_s`. When the watcher's bound runs out
@@ -270,7 +278,7 @@ class _Edge:
         return group.recv([t], self.other, tag)
 
 
-def _receive(edge: _Edge, tag: int, head: _HeadBuffer, deadline: float | None, max_bytes: int) -> bytes | None:
+def receive(edge: Edge, tag: int, head: _HeadBuffer, deadline: float | None, max_bytes: int) -> bytes | None:
     """One length-prefixed message from the edge's peer (None = the end-of-stream marker).
     Raises on a failed or late receive and on a corrupt length."""
     edge.recv(head.tensor, tag).wait(_bound(deadline))
@@ -294,7 +302,7 @@ class _Attempt:
     acted on (remembered so a stale greeting is answered only once)."""
 
     peer: int
-    edge: _Edge | None = None
+    edge: Edge | None = None
     greeting: str | None = None
     error: str | None = None
 
@@ -312,7 +320,7 @@ def _link(
     """Meet `peer` through the store (module docstring) and build the edge's group; never raises.
     `answered`: a greeting of this peer already acted on, ignored here. `heartbeat_s`: start the
     edge's heartbeat with this timeout as soon as it is built (None: the evaluator edge)."""
-    mine = f"{inc}:{next(_TRIES)}"
+    mine = greeting(inc)
     addressed = 0  # the peer incarnation our greeting is addressed to (0 = none yet)
     attempt = _Attempt(peer)
     try:
@@ -320,11 +328,11 @@ def _link(
             peer_inc = incarnation_of(store, peer)
             if peer_inc and peer_inc != addressed:  # greet (again, if the peer restarted)
                 if addressed:
-                    store.delete_key(_hello_key(node, peer, addressed))
-                store.set(_hello_key(node, peer, peer_inc), mine)
+                    store.delete_key(hello_key(node, peer, addressed))
+                store.set(hello_key(node, peer, peer_inc), mine)
                 addressed = peer_inc
-            theirs = _peek(store, _hello_key(peer, node, inc))
-            if theirs is not None and theirs != answered and _parse(theirs)[0] == peer_inc:
+            theirs = peek(store, hello_key(peer, node, inc))
+            if theirs is not None and theirs != answered and parse_greeting(theirs)[0] == peer_inc:
                 break
             left = deadline - time.monotonic()
             if left <= 0:
@@ -332,16 +340,7 @@ def _link(
                 return attempt
             time.sleep(min(POLL_S, left))
         attempt.greeting = theirs
-        prefix = edge_prefix(node, inc, _parse(mine)[1], peer, peer_inc, _parse(theirs)[1])
-        rank = 0 if node < peer else 1
-        opts = dist.ProcessGroupGloo._Options()
-        opts._devices = [_device()]
-        opts._threads = 1  # worker threads serve collectives only; an edge runs none
-        opts._timeout = timedelta(seconds=max(deadline - time.monotonic(), MIN_BUILD_S))
-        group = dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, 2, opts)
-        attempt.edge = _Edge(peer, peer_inc, group, 1 - rank, inline)
-        if heartbeat_s is not None:  # at once: the peer's watcher is already counting
-            attempt.edge.heartbeat(heartbeat_s)
+        attempt.edge = build_edge(store, node, mine, peer, peer_inc, theirs, deadline, inline, heartbeat_s)
         return attempt
     except Exception as e:  # a store error or a failed build
         attempt.error = _reason(e)
@@ -349,9 +348,37 @@ def _link(
     finally:
         if addressed:
             try:
-                store.delete_key(_hello_key(node, peer, addressed))  # the peer has read it, or gave up
+                store.delete_key(hello_key(node, peer, addressed))  # the peer has read it, or gave up
             except Exception:
                 pass
+
+
+def build_edge(
+    store: dist.Store,
+    node: int,
+    mine: str,
+    peer: int,
+    peer_inc: int,
+    theirs: str,
+    deadline: float,
+    inline: int,
+    heartbeat_s: float | None,
+) -> Edge:
+    """Build the edge both sides greeted for (`mine` / `theirs`: the greetings 'inc:try' each
+    acted on), under the prefix they name; raises if the build fails by the deadline."""
+    prefix = edge_prefix(
+        node, parse_greeting(mine)[0], parse_greeting(mine)[1], peer, peer_inc, parse_greeting(theirs)[1]
+    )
+    rank = 0 if node < peer else 1
+    opts = dist.ProcessGroupGloo._Options()
+    opts._devices = [_device()]
+    opts._threads = 1  # worker threads serve collectives only; an edge runs none
+    opts._timeout = timedelta(seconds=max(deadline - time.monotonic(), MIN_BUILD_S))
+    group = dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, 2, opts)
+    edge = Edge(peer, peer_inc, group, 1 - rank, inline)
+    if heartbeat_s is not None:  # at once: the peer's watcher is already counting
+        edge.heartbeat(heartbeat_s)
+    return edge
 
 
 class _Results:
@@ -421,10 +448,11 @@ class EdgeTransport:
         self.last_step = 0  # step of the latest exchange/push: the end marker is counted there
         self.blob_bytes: dict[int, int] = defaultdict(int)  # peer -> blob bytes sent (HEADER + blob)
         self.pushes_discarded = 0  # pushes while no evaluator was connected
+        self.evaluator_links = 0  # evaluator edges built so far: each opens with a catch-up blob
         self._inline = inline_bytes
         self._max_frame = max_frame_bytes
         self._max_pending = max_pending
-        self._edges: dict[int, _Edge] = {}
+        self._edges: dict[int, Edge] = {}
         self._answered: dict[int, str] = {}  # peer -> the last greeting of it acted on
         self._seen: dict[int, int] = {}  # neighbour -> newest incarnation known (see revived)
         for p in self.neighbours:  # what exists now is not a restart (connect refreshes these)
@@ -496,6 +524,7 @@ class EdgeTransport:
                 continue
             self._edges[p] = attempt.edge
             self.incarnations[p] = attempt.edge.incarnation
+            self.evaluator_links += p == EVALUATOR
             connected.append(p)
             log.info("node %d: connected to %s (incarnation %d)", self.node, _who(p), attempt.edge.incarnation)
         self.peers = tuple(sorted(p for p in self._edges if p != EVALUATOR))
@@ -553,10 +582,10 @@ class EdgeTransport:
         ready = []
         for p in missing:
             try:
-                theirs = _peek(self.store, _hello_key(p, self.node, self.incarnation))
+                theirs = peek(self.store, hello_key(p, self.node, self.incarnation))
                 if theirs is None or theirs == self._answered.get(p):
                     continue
-                if _parse(theirs)[0] != incarnation_of(self.store, p):  # left by a dead incarnation
+                if parse_greeting(theirs)[0] != incarnation_of(self.store, p):  # left by a dead incarnation
                     self._answered[p] = theirs
                     continue
             except ValueError:  # not 'inc:try': nobody of ours wrote it
@@ -613,7 +642,7 @@ class EdgeTransport:
         failed: dict[int, str] = {}  # peer -> reason (the first failure of each peer)
         edges = [self._edges[p] for p in self.peers]
 
-        def fail(e: _Edge, what: str, raw: str) -> None:
+        def fail(e: Edge, what: str, raw: str) -> None:
             if e.failure is not None:  # the heartbeat closed the edge: its reason is the cause
                 raw = e.failure
             elif "Application timeout" in raw:  # gloo's words for "a timed-out wait closed the pairs"
@@ -630,7 +659,7 @@ class EdgeTransport:
                 heads[e.peer] = e.recv(e.head.tensor, TAG_HOP)
             except Exception as x:  # gloo refuses to post on a pair it already closed
                 fail(e, "receive", _reason(x))
-        sends: list[tuple[_Edge, dist.Work, torch.Tensor]] = []  # (edge, work, tensor kept alive)
+        sends: list[tuple[Edge, dist.Work, torch.Tensor]] = []  # (edge, work, tensor kept alive)
         for e in edges:
             if e.peer in failed:
                 continue
@@ -644,7 +673,7 @@ class EdgeTransport:
                 continue
             self.counter.add(step, self.node, e.peer, HEADER + len(frame))
         out: dict[int, bytes] = {}
-        tails: list[tuple[_Edge, dist.Work, torch.Tensor]] = []
+        tails: list[tuple[Edge, dist.Work, torch.Tensor]] = []
         cut = self._inline - HEADER
         for e in edges:
             if e.peer in failed:
@@ -723,9 +752,21 @@ class EdgeTransport:
                 self.drop(EVALUATOR, f"push failed or {self._max_pending} pushes pending: {why}")
                 return
 
+    def evaluator_needs(self) -> int:
+        """The first step the connected evaluator lacks, as it published it (0 if unknown)."""
+        inc = self.incarnations.get(EVALUATOR)
+        try:
+            value = peek(self.store, evaluator_next_key(inc)) if inc else None
+            return int(value) if value is not None else 0
+        except ValueError:
+            return 0
+        except Exception as e:
+            self._store_gone(e)
+            return 0
+
     # --- catch-up blobs -----------------------------------------------------------------------
 
-    def _edge(self, peer: int) -> _Edge:
+    def _edge(self, peer: int) -> Edge:
         self._check_open()
         edge = self._edges.get(peer)
         if edge is None:
@@ -759,7 +800,7 @@ class EdgeTransport:
         edge = self._edge(peer)
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         try:
-            data = _receive(edge, TAG_BLOB, _HeadBuffer(self._inline), deadline, self._max_frame)
+            data = receive(edge, TAG_BLOB, _HeadBuffer(self._inline), deadline, self._max_frame)
             if data is None:
                 raise TransportError("end-of-stream marker instead of a blob")
             return data
@@ -797,81 +838,3 @@ class EdgeTransport:
         self._edges.clear()
         self.incarnations.clear()
         self.peers = ()
-
-
-class EdgeInbox(Inbox):
-    """The evaluator's side of the push stream, over its edge to the attach node.
-
-    A daemon thread meets the attach node through the store (within connect_timeout_s; the
-    attach node answers in its `connect` or `poll`), then receives pushes into the queue until
-    the end-of-stream marker or a failure (then `get` raises TransportError). `recv_blob`
-    receives a catch-up blob on the same edge from the caller's thread (a different tag, so it
-    does not disturb the stream). A restarted evaluator builds a new EdgeInbox; a blocked
-    receive cannot be cancelled, so `close` leaves the thread to the process.
-    """
-
-    def __init__(
-        self,
-        store: dist.Store,
-        attach: int,
-        *,
-        incarnation: int | None = None,
-        connect_timeout_s: float = 300.0,
-        inline_bytes: int = INLINE_BYTES,
-        max_frame_bytes: int = MAX_FRAME_BYTES,
-        on_frame: Callable[[], None] | None = None,
-    ) -> None:
-        super().__init__(f"attach node {attach}", on_frame=on_frame)
-        self.attach = attach
-        self.incarnation = incarnation if incarnation is not None else register(store, EVALUATOR)
-        self._store = store.clone()  # the thread's own
-        _device()
-        self._deadline = time.monotonic() + connect_timeout_s
-        self._inline = inline_bytes
-        self._max_frame = max_frame_bytes
-        self._edge: _Edge | None = None
-        self._ready = threading.Event()  # set once the edge is built or given up
-        self._thread = threading.Thread(target=self._run, name="seedflood-edge-inbox", daemon=True)
-        self._thread.start()
-
-    @property
-    def connected(self) -> bool:
-        return self._edge is not None
-
-    def _run(self) -> None:
-        attempt = _link(self._store, EVALUATOR, self.incarnation, self.attach, self._deadline, None, self._inline, None)
-        self._edge = attempt.edge
-        self._ready.set()
-        if attempt.edge is None:
-            self._put(TransportError(f"evaluator: no edge to {self.sender}: {attempt.error}"))
-            return
-        log.info("evaluator: connected to %s (incarnation %d)", self.sender, attempt.edge.incarnation)
-        head = _HeadBuffer(self._inline)
-        try:
-            while (frame := _receive(attempt.edge, TAG_EVAL, head, None, self._max_frame)) is not None:
-                self._put(frame)  # queues, counts `received`, calls `on_frame` (never raises)
-            end: _EndOfStream | TransportError = _EOS
-        except Exception as e:
-            end = TransportError(f"evaluator: stream from {self.sender} failed: {_reason(e)}")
-        # Release the group before the consumer can see the end and exit: a group alive at
-        # interpreter exit may abort the process from gloo's destructors.
-        self._edge = None
-        attempt.edge.close()
-        self._put(end)
-
-    def recv_blob(self, timeout_s: float) -> bytes:
-        """The next blob the attach node sends (`send_blob(EVALUATOR, ...)`), waiting for the
-        edge first; both within timeout_s. Raises TransportError (a late blob ends the edge)."""
-        deadline = time.monotonic() + timeout_s
-        if not self._ready.wait(timeout_s) or self._edge is None:
-            raise TransportError(f"evaluator: no edge to {self.sender} for a blob")
-        try:
-            data = _receive(self._edge, TAG_BLOB, _HeadBuffer(self._inline), deadline, self._max_frame)
-        except Exception as e:
-            raise TransportError(f"evaluator: blob from {self.sender} failed: {_reason(e)}") from None
-        if data is None:
-            raise TransportError(f"evaluator: end-of-stream marker from {self.sender} instead of a blob")
-        return data
-
-    def close(self) -> None:
-        self._thread.join(timeout=0.1)

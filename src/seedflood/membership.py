@@ -14,6 +14,12 @@ Owns (docs/design.md §13):
   and the evaluator's step payload (`encode_step` / `decode_step`): a step's messages plus its
   change when it has one. Without notes or changes both are exactly today's message frame, so a
   strict run's traffic and log are unchanged byte for byte.
+- the churn evaluator stream: every push is a step payload prefixed by its step (`encode_push` /
+  `decode_push`), and every evaluator edge opens with the sender's decided steps as one blob of
+  such pushes (`encode_pushes` / `decode_pushes`); `StepSequence` turns the overlapping streams of
+  successive attach nodes into each step once, in order.
+- the attach node (`Roster.attach`): the client the evaluator follows, a pure function of the
+  changes — when it leaves, the next member after it (cyclically) takes over.
 
 The decision rule (`decide`), for step s at the end of local step s + delay. Evidence first: the
 origins whose messages of step s + settle (ALIVE notes past the last step) are here are the ones
@@ -206,15 +212,85 @@ def decode_step(payload: bytes, step: int, **decode_args: object) -> tuple[list[
     return message.decode(payload[head + n :], **decode_args), change  # type: ignore[arg-type]
 
 
+_PUSH = struct.Struct("<II")  # a push in a blob: step, payload length (bytes)
+
+
+def encode_push(step: int, payload: bytes) -> bytes:
+    """A churn push to the evaluator: u32 step, then the step payload (`encode_step`)."""
+    return _U32.pack(step) + payload
+
+
+def decode_push(data: bytes) -> tuple[int, bytes]:
+    """(step, step payload) of a push; FrameError when it cannot hold a step."""
+    if len(data) < 4:
+        raise FrameError(f"evaluator push of {len(data)} bytes has no step")
+    return _U32.unpack_from(data)[0], data[4:]
+
+
+def encode_pushes(steps: Iterable[tuple[int, bytes]]) -> bytes:
+    """Decided steps (step, step payload) as one blob: what opens every evaluator edge. A CRC
+    over the whole blob, because one corrupt length would misread every step after it."""
+    body = b"".join(_PUSH.pack(s, len(p)) + p for s, p in steps)
+    return _U32.pack(zlib.crc32(body)) + body
+
+
+def decode_pushes(blob: bytes) -> list[tuple[int, bytes]]:
+    """The (step, step payload) pairs of `encode_pushes`; FrameError on any defect."""
+    if len(blob) < 4 or _U32.unpack_from(blob)[0] != zlib.crc32(blob[4:]):
+        raise FrameError("evaluator catch-up blob fails its CRC or is truncated")
+    out, at = [], 4
+    while at < len(blob):
+        if at + _PUSH.size > len(blob):
+            raise FrameError("evaluator catch-up blob: a truncated step header")
+        s, n = _PUSH.unpack_from(blob, at)
+        at += _PUSH.size
+        if at + n > len(blob):
+            raise FrameError(f"evaluator catch-up blob: step {s} claims {n} bytes past the end")
+        out.append((s, blob[at : at + n]))
+        at += n
+    return out
+
+
+class StepSequence:
+    """Steps from successive senders (attach nodes), each step once and in order from `next`.
+
+    Each sender sends its decided steps from 0 (a catch-up blob), then each step it decides; its
+    first steps repeat what an earlier sender sent. `offer` says whether a step is the next one
+    (take it), an old one (drop it: agreement makes it equal to the one taken), or a gap, which is
+    an error: a sender skips nothing, so a gap means lost or corrupt data.
+    """
+
+    def __init__(self, next_step: int = 0) -> None:
+        self.next = next_step
+
+    def offer(self, step: int) -> bool:
+        if step > self.next:
+            raise FrameError(f"evaluator stream jumps from step {self.next} to step {step}")
+        if step < self.next:
+            return False
+        self.next += 1
+        return True
+
+
+def next_attach(current: int, members: Collection[int], n_origins: int) -> int:
+    """The attach node after `current` leaves: the first member after it, cyclically."""
+    for k in range(1, n_origins + 1):
+        if (node := (current + k) % n_origins) in members:
+            return node
+    raise ValueError("no members left to attach the evaluator to")
+
+
 # -- the roster --------------------------------------------------------------------------------------
 @dataclass
 class Roster:
-    """Members of the next step to decide, and every change so far (step -> Change)."""
+    """Members of the next step to decide, every change so far (step -> Change), and the attach
+    node: the client that streams decided steps to the evaluator (it moves only when it leaves)."""
 
     n_origins: int
     members: frozenset[int] = field(default=frozenset())
     changes: dict[int, Change] = field(default_factory=dict)
     incarnations: dict[int, int] = field(default_factory=dict)
+    attach: int = 0
 
     def __post_init__(self) -> None:
         if not self.members:
@@ -230,6 +306,8 @@ class Roster:
             raise FrameError(f"{change.describe()}: origin out of range")
         self.members = (self.members - set(change.leave)) | {o for o, _ in change.join}
         self.incarnations.update(dict(change.join))
+        if self.attach not in self.members and self.members:
+            self.attach = next_attach(self.attach, self.members, self.n_origins)
         if change:
             self.changes[change.step] = change
 

@@ -262,13 +262,18 @@ class Group:
         dist.broadcast_object_list(box, src=src)
         return box[0]
 
+    @staticmethod
+    def report_key(key: str) -> str:
+        """The store key `post` leaves `key`'s value under."""
+        return f"report/{key}"
+
     def post(self, key: str, value: Any) -> None:
         """Leave a JSON value under `key` for `collect` (returns at once)."""
-        self._store.set(f"report/{key}", json.dumps(value))
+        self._store.set(self.report_key(key), json.dumps(value))
 
     def collect(self, keys: Sequence[str], timeout_s: float | None = None) -> dict[str, Any]:
         """The values posted under `keys`, waiting at most timeout_s (default: the group's)."""
-        names = [f"report/{k}" for k in keys]
+        names = [self.report_key(k) for k in keys]
         timeout = timedelta(seconds=timeout_s) if timeout_s is not None else self._timeout
         try:
             self._store.wait(names, timeout)

@@ -12,8 +12,10 @@ call waits on the evaluator, so finishing never depends on how long scoring take
 Churn runs (`churn.settle` > 0, docs/design.md §13) use no process group: the store alone
 (`runtime.store_group`: start-up broadcast and final reports) and one gloo group per edge
 (`links.EdgeTransport`), so a client that crashes, stalls or is cut off leaves the others
-training; the evaluator follows its attach client over an edge (`links.EdgeInbox`) and collects
-the final reports of the clients that are members at the end.
+training; the evaluator follows the clients' attach node, whichever client that is now, over an
+edge (`attach.AttachInbox`), and collects the final reports of the clients that are members at
+the end. A client that stops (no majority, or excluded) posts why, so an evaluator left without an
+attach node knows when nobody is left to stream.
 
 Assumes: every process gets the same config; the run directory is on storage rank 0 can write
 (clients on other hosts need no access to it: they catch up from the broadcast log).
@@ -21,7 +23,6 @@ Assumes: every process gets the same config; the run directory is on storage ran
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
@@ -34,12 +35,13 @@ from seedflood import checkpoint as ckpt
 from seedflood import protocol as proto
 from seedflood import rundir, runtime
 from seedflood import topology as topo
+from seedflood.attach import AttachInbox
 from seedflood.client import Client
 from seedflood.config import Config
 from seedflood.evaluator import Evaluator, restore
 from seedflood.gloo import EvaluatorInbox, GlooTransport
-from seedflood.links import EdgeInbox, EdgeTransport, sponsor_key
-from seedflood.membership import Change, Roster, decode_step, encode_step
+from seedflood.links import EdgeTransport, sponsor_key
+from seedflood.membership import Change, MembershipError, Roster, decode_step, encode_step
 from seedflood.metrics import human_bytes, setup_logging
 from seedflood.protocol import Protocol
 from seedflood.replay import state_hash
@@ -111,20 +113,19 @@ def _resume(cfg: Config, protocol: Protocol, w: Workload, group: runtime.Group) 
 
 
 def _transport(
-    cfg: Config, top: topo.Topology, node: int, group: runtime.Group, counter: ByteCounter, churn: bool
+    cfg: Config, top: topo.Topology, node: int, group: runtime.Group, counter: ByteCounter, attach: int | None
 ) -> GlooTransport | EdgeTransport:
-    """Strict: point-to-point on the process group. Churn: a gloo group per edge, connected now."""
-    attach = node == cfg.eval.attach
-    if not churn:
-        rank = proto.EVALUATOR_RANK if attach else None
+    """Strict (`attach` None: the configured one): point-to-point on the process group. Churn
+    (`attach`: the attach node after the logged changes): a gloo group per edge, connected now."""
+    if attach is None:
+        rank = proto.EVALUATOR_RANK if node == cfg.eval.attach else None
         return GlooTransport(node, top.neighbors(node), proto.rank_of, counter, evaluator_rank=rank)
     store = group.store  # type: ignore[attr-defined]
-    t = EdgeTransport(
-        node, top.neighbors(node), store, counter=counter, attach=attach, timeout_s=cfg.transport.timeout_s
-    )
+    t = EdgeTransport(node, top.neighbors(node), store, counter=counter, timeout_s=cfg.transport.timeout_s)
     if t.incarnation > 1:  # a restarted client: its sponsor connects it (`_rejoin`)
         return t
-    want = [*top.neighbors(node), *([EVALUATOR] if attach else [])]
+    t.attach = node == attach
+    want = [*top.neighbors(node), *([EVALUATOR] if t.attach else [])]
     got = t.connect(want, cfg.transport.timeout_s)
     if missing := sorted(set(want) - set(got)):
         log.warning("node %d: not connected to %s at start-up; training on without them", node, missing)
@@ -141,9 +142,11 @@ def _client(
     records: Records,
     changes: dict[int, Change],
 ) -> None:
-    attach = node == cfg.eval.attach
     counter = ByteCounter()
-    transport = _transport(cfg, top, node, group, counter, protocol.churn)
+    roster = Roster(protocol.n_origins, attach=cfg.eval.attach)
+    for s in sorted(changes):
+        roster.apply(changes[s])
+    transport = _transport(cfg, top, node, group, counter, roster.attach if protocol.churn else None)
     step_hashes: list[str] = []
     with transport:
         client = Client.in_topology(
@@ -155,18 +158,24 @@ def _client(
             transport,
             cfg.transport.timeout_s,
             state_hash=lambda: state_hash(w.model, w.direction),
+            attach=cfg.eval.attach,
+            evaluator=protocol.churn,  # a churn client streams to the evaluator when it is the attach node
         )
         if isinstance(transport, EdgeTransport) and transport.incarnation > 1:
             _rejoin(cfg, node, client, transport)
         else:
             client.resume(records, changes)  # O(messages) for subcge, no checkpoint needed
-        if attach:
-            client.listeners.append(lambda s, msgs: transport.push(encode_step(msgs, client.roster.changes.get(s)), s))
+        if node == cfg.eval.attach and not protocol.churn:
+            client.listeners.append(lambda s, msgs: transport.push(encode_step(msgs, None), s))
         if cfg.run.hash_steps:
             client.listeners.append(lambda s, _: step_hashes.append(state_hash(w.model, w.direction)))
         if records:
             log.info("resumed at step %d by replaying %d logged steps", len(records), len(records))
-        client.run()
+        try:
+            client.run()
+        except MembershipError as e:  # tell the evaluator this client is done streaming for good
+            _post(group, _client_key(node), {"node": node, "stopped": str(e)})
+            raise
     _post(
         group,
         _client_key(node),
@@ -226,17 +235,22 @@ def _evaluate(
         cfg, proto.trajectory(cfg, protocol, w.train_digest()), w.loaded.identity, w.loaded.base_hash
     )
     if protocol.churn:
-        inbox: Inbox = EdgeInbox(group.store, cfg.eval.attach, connect_timeout_s=cfg.transport.timeout_s)  # type: ignore[attr-defined]
+        if start:
+            log.warning("evaluator: its log holds %d steps; the attach node sends the rest", start)
+        inbox: Inbox = AttachInbox(
+            group.store,  # type: ignore[attr-defined]
+            top.n,
+            protocol.steps,
+            start=start,
+            wait_s=max(runtime.STARTUP_S, LATE_FACTOR * cfg.transport.timeout_s),
+            blob_wait_s=LATE_FACTOR * cfg.transport.timeout_s,
+            done_keys=[group.report_key(_client_key(n)) for n in top.nodes],
+        )
     else:
         inbox = EvaluatorInbox(proto.rank_of(cfg.eval.attach), cfg.eval.attach)
     evaluator = Evaluator(cfg, protocol, w, inbox, header, start_step=start, progress=True)
-    catch_up: list[tuple[int, bytes]] = []
-    if isinstance(inbox, EdgeInbox) and inbox.incarnation > 1:  # a restarted evaluator
-        blob = json.loads(inbox.recv_blob(LATE_FACTOR * cfg.transport.timeout_s))
-        catch_up = [(s, base64.b64decode(f)) for s, f in blob["steps"]]
-        log.warning("restarted evaluator: log holds %d steps, attach client sent %d: catching up", start, len(catch_up))
     try:
-        final = evaluator.run(catch_up)
+        final = evaluator.run()
     finally:
         evaluator.close()
         inbox.close()
@@ -244,6 +258,7 @@ def _evaluate(
     members = sorted(evaluator.roster.members)
     reports = group.collect([_client_key(n) for n in members])
     clients = [reports.get(_client_key(n)) for n in top.nodes]
+    clients = [r if r is not None and "hash" in r else None for r in clients]  # a stopped client: no state
     present = [r for r in clients if r is not None]
     counter = ByteCounter.from_rows([row for r in present for row in r["bytes"]])
     consensus = all(r["hash"] == final["param_hash"] for r in present)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,7 +27,7 @@ TRAIN = [sys.executable, "-m", "seedflood", "train", "--config", DEBUG]
 VICTIM = 2  # topology node (rank 3); the evaluator attaches to node 0
 
 
-def churn_run(run_world, out: Path, signum: int) -> tuple[list, dict]:
+def churn_run(run_world, out: Path, signum: int, victim: int = VICTIM) -> tuple[list, dict]:
     sets = [
         f"run.out_dir={out}",
         "run.steps=40",
@@ -41,9 +42,9 @@ def churn_run(run_world, out: Path, signum: int) -> tuple[list, dict]:
 
     def strike(popens: list[subprocess.Popen]) -> None:
         if hit:
-            others_done = all(p.poll() is not None for i, p in enumerate(popens) if i != VICTIM + 1)
-            if others_done and popens[VICTIM + 1].poll() is None:
-                os.kill(popens[VICTIM + 1].pid, signal.SIGKILL)  # the stopped one: end it
+            others_done = all(p.poll() is not None for i, p in enumerate(popens) if i != victim + 1)
+            if others_done and popens[victim + 1].poll() is None:
+                os.kill(popens[victim + 1].pid, signal.SIGKILL)  # the stopped one: end it
             return
         log = out / "log.bin"
         if not log.is_file():
@@ -51,7 +52,7 @@ def churn_run(run_world, out: Path, signum: int) -> tuple[list, dict]:
         size = log.stat().st_size
         header[:] = header or [size]
         if size >= header[0] + 3 * 30:  # a few steps logged
-            os.kill(popens[VICTIM + 1].pid, signum)
+            os.kill(popens[victim + 1].pid, signum)
             hit.append(True)
 
     procs = run_world(TRAIN + [a for o in sets for a in ("--set", o)], nprocs=5, timeout_s=240, on_poll=strike)
@@ -60,30 +61,46 @@ def churn_run(run_world, out: Path, signum: int) -> tuple[list, dict]:
     return procs, summary
 
 
-@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSTOP], ids=["kill", "stop"])
-def test_survivors_of_a_crash_or_stall_finish_bit_identical(run_world, tmp_path, signum):
-    out = tmp_path / signal.Signals(signum).name
-    procs, s = churn_run(run_world, out, signum)
+def check_survivors(procs: list, s: dict, out: Path, victim: int) -> None:
     for i, p in enumerate(procs):
-        if i != VICTIM + 1:
+        if i != victim + 1:
             assert p.returncode == 0, p.describe()
-    assert procs[VICTIM + 1].returncode == -signal.SIGKILL
-    assert s["left"] == [VICTIM], s.get("membership_changes")
-    assert s["client_hashes"][VICTIM] is None
-    survivors = [h for n, h in enumerate(s["client_hashes"]) if n != VICTIM]
+    assert procs[victim + 1].returncode == -signal.SIGKILL
+    assert s["left"] == [victim], s.get("membership_changes")
+    assert s["client_hashes"][victim] is None
+    survivors = [h for n, h in enumerate(s["client_hashes"]) if n != victim]
     assert survivors == [s["param_hash"]] * 3 and s["consensus"]
-    steps = [hs for n, hs in enumerate(s["client_step_hashes"]) if n != VICTIM]
+    steps = [hs for n, hs in enumerate(s["client_step_hashes"]) if n != victim]
     assert all(hs == steps[0] for hs in steps) and len(steps[0]) == 40
     reader = LogReader(out / "log.bin")
     _, records = reader.read()
     assert len(records) == 40
     ((step, change),) = reader.changes.items()
-    assert change.leave == (VICTIM,) and f"step {step}: leave {VICTIM}" in s["membership_changes"][0]
+    assert change.leave == (victim,) and f"step {step}: leave {victim}" in s["membership_changes"][0]
     replay = subprocess.run(
         [sys.executable, "-m", "seedflood", "replay", str(out)], capture_output=True, text=True, timeout=120
     )
     assert replay.returncode == 0, replay.stderr
     assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": 40, "param_hash": s["param_hash"]}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSTOP], ids=["kill", "stop"])
+def test_survivors_of_a_crash_or_stall_finish_bit_identical(run_world, tmp_path, signum):
+    out = tmp_path / signal.Signals(signum).name
+    procs, s = churn_run(run_world, out, signum)
+    check_survivors(procs, s, out, VICTIM)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSTOP], ids=["kill", "stop"])
+def test_the_evaluator_follows_the_next_client_when_its_attach_client_fails(run_world, tmp_path, signum):
+    """The evaluator's attach client (node 0) crashes or stalls mid-run: the clients decide its
+    leave, node 1 becomes the attach node (`Roster.attach`) and answers the evaluator, which
+    takes the steps it lacks from node 1's catch-up and follows it to the end (a stalled node 0's
+    edge is closed under it). The run directory holds the whole run."""
+    out = tmp_path / signal.Signals(signum).name
+    procs, s = churn_run(run_world, out, signum, victim=0)
+    check_survivors(procs, s, out, 0)
+    assert "evaluator: following node 1" in procs[0].stderr, procs[0].describe()
 
 
 class Launch:
@@ -220,6 +237,7 @@ def test_the_evaluator_dies_the_clients_train_on_and_its_restart_catches_up(tmp_
         store.wait()
         store_log.close()
     assert all(p.returncode == 0 for p in run.procs), text
-    assert "evaluator reconnected; sent it" in text, text
+    # the restarted evaluator published the step it needs: the catch-up starts there, not at 0
+    assert re.search(r"the evaluator follows this node; sent it steps [1-9]\d*\.\.", text), text
     s = check_run(out, STEPS, text)
     assert 0 < s["resumed_from_step"] < STEPS  # it resumed from its own log, then caught up

@@ -16,11 +16,17 @@ from seedflood.membership import (
     MinorityError,
     Note,
     Roster,
+    StepSequence,
     audit_verdict,
     decode_hop,
+    decode_push,
+    decode_pushes,
     decode_step,
     encode_hop,
+    encode_push,
+    encode_pushes,
     encode_step,
+    next_attach,
 )
 from seedflood.message import FrameError, Limits, Message
 
@@ -152,3 +158,43 @@ def test_flood_carries_notes_keeps_them_past_the_step_and_catches_up_a_new_peer(
     a.add_peer(1)
     owed = a.outbox()[1]
     assert msg(0, 1) in owed and Note(0, AUDIT, 0, 11) in owed
+
+
+def test_the_attach_node_moves_to_the_next_member_only_when_it_leaves():
+    r = Roster(5, attach=3)
+    r.apply(Change(1, leave=(1,)))
+    assert r.attach == 3  # another node's leave moves nothing
+    r.apply(Change(2, leave=(3, 4)))
+    assert r.attach == 0  # 4 left too: the first member after 3, cyclically
+    r.apply(Change(3, join=((3, 2),)))
+    assert r.attach == 0  # a rejoined predecessor does not take it back
+    r.apply(Change(4, leave=(0,)))
+    assert r.attach == 2
+    assert next_attach(2, {2}, 5) == 2 and next_attach(4, {0, 1}, 5) == 0
+    with pytest.raises(ValueError):
+        next_attach(0, set(), 5)
+
+
+def test_pushes_and_catch_up_blobs_round_trip_and_refuse_defects():
+    payloads = [
+        (0, encode_step([msg(0, 0), msg(1, 0)])),
+        (1, encode_step([msg(0, 1)], Change(1, leave=(1,)))),
+        (2, b""),
+    ]
+    for s, p in payloads:
+        assert decode_push(encode_push(s, p)) == (s, p)
+    blob = encode_pushes(payloads)
+    assert decode_pushes(blob) == payloads and decode_pushes(encode_pushes([])) == []
+    with pytest.raises(FrameError):
+        decode_push(b"\x01\x00")
+    for bad in (blob[:-1], blob[:3], blob[:5] + bytes([blob[5] ^ 1]) + blob[6:]):
+        with pytest.raises(FrameError):
+            decode_pushes(bad)
+
+
+def test_step_sequence_takes_each_step_once_in_order_and_refuses_gaps():
+    seq = StepSequence(3)
+    assert [seq.offer(s) for s in (0, 1, 2, 3, 3, 4)] == [False, False, False, True, False, True]
+    assert seq.next == 5
+    with pytest.raises(FrameError, match="jumps from step 5 to step 7"):
+        seq.offer(7)

@@ -17,7 +17,7 @@ STAMP := $(VENV)/.installed
 
 LINT_PATHS ?= src tests
 
-.PHONY: install test test-all test-e2e-probe run bench clean compose-up lint format
+.PHONY: install test test-all test-e2e-probe run bench clean compose-up compose-churn-up lint format
 
 install: $(STAMP)
 
@@ -57,6 +57,17 @@ CONFIG ?= launch/configs/debug.yaml
 compose-up: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m seedflood world-size --config $(CONFIG) --set topology.nodes=$(N) >/dev/null
 	$(BIN)/python docker/scale.py $(N) | CONFIG=$(CONFIG) docker compose -p seedflood -f - up --build --abort-on-container-exit --exit-code-from evaluator
+
+# The churn layout (docker/compose.churn.yaml's header): a `store` service, restart: on-failure:3.
+# Not --abort-on-container-exit (it stops the stack at the first restart): start detached, wait
+# until the evaluator and every client have exited for good, then `down` (the store never exits).
+CHURN_PROJECT ?= seedflood-churn
+compose-churn-up: install
+	HF_HUB_OFFLINE=1 $(BIN)/python -m seedflood world-size --config $(CONFIG) --set topology.nodes=$(N) --set churn.settle=1 >/dev/null
+	$(BIN)/python docker/scale.py --churn $(N) | CONFIG=$(CONFIG) docker compose -p $(CHURN_PROJECT) -f - up --build -d
+	while docker compose -p $(CHURN_PROJECT) ps -a --format '{{.Service}} {{.State}}' | grep -v '^store ' | grep -qv ' exited$$'; do sleep 5; done
+	status=$$(docker compose -p $(CHURN_PROJECT) ps -a --format '{{.ExitCode}}' evaluator); \
+	docker compose -p $(CHURN_PROJECT) down; exit $$status
 
 test-e2e-probe: install
 	SEEDFLOOD_E2E_ENTRY=probe HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests/e2e

@@ -59,7 +59,8 @@ def _validators() -> list[list[str]]:
     if shutil.which("docker-compose"):
         out.append(["docker-compose", "-f", "-", "config", "-q"])
     if shutil.which("check-jsonschema"):
-        out.append(["check-jsonschema", "--builtin-schema", "vendor.compose-spec", "-"])
+        # stdin has no file name to tell its type by; check-jsonschema assumes JSON without this
+        out.append(["check-jsonschema", "--builtin-schema", "vendor.compose-spec", "--default-filetype", "yaml", "-"])
     return out
 
 
@@ -94,9 +95,12 @@ def test_compose_file_shape() -> None:
     assert all(s["volumes"] for s in svc.values()), "every service mounts the runs volume"
 
 
-def local_commands(tmp: Path, port: int) -> list[tuple[str, list[str], dict[str, str]]]:
-    """(service, argv, env) for every service, mapped from container to this machine."""
-    svc = services()
+def local_commands(
+    tmp: Path, port: int, path: Path = COMPOSE, env: dict[str, str] | None = None
+) -> list[tuple[str, list[str], dict[str, str]]]:
+    """(service, argv, env) for every service of `path`, mapped from container to this machine;
+    `env` is what ${VAR} in the file sees (the shell compose would be started from)."""
+    svc = services(path, env)
     hostnames = set(svc) | {s.get("hostname") for s in svc.values() if s.get("hostname")}
     cmds = []
     for name, s in svc.items():

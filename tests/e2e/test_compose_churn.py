@@ -1,0 +1,374 @@
+"""docker/compose.churn.yaml (issue 8): `restart: on-failure` per role, a `store` service; a killed
+client container is restarted and rejoins by replay, a killed evaluator is restarted and catches up.
+
+No container engine here, so, as tests/e2e/test_compose.py does, every service's exact
+entrypoint + command + environment runs as a local process (hostnames -> 127.0.0.1, ports -> free
+ones, /work -> this repository, the `runs` volume -> a temporary directory), and a `Supervisor`
+stands in for the daemon's restart policy: a process that exits non-zero is started again with the
+same command after docker's back-off (100 ms, doubled after every run shorter than 10 s), at most
+N times for `on-failure:N`, never for `no`. The run's settings come through the file's own knob,
+${CONFIG}: the debug config with enough steps that a restart lands mid-run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+import e2e_support as sup
+import test_compose as tc
+from seedflood.checkpoint import LogReader
+
+pytestmark = pytest.mark.e2e
+
+CHURN = sup.REPO / "docker" / "compose.churn.yaml"
+SCALE = sup.REPO / "docker" / "scale.py"
+STEPS = 1500  # the tiny model steps fast: enough of the run must be left when the restart is up
+STORE_PORT = 29400  # the store's port inside the compose network (scale.STORE_PORT)
+VICTIM = "client1"  # node 0: the evaluator's first attach node, so the kill also moves the attach node
+ROLES = ["evaluator", "client1", "client2", "client3", "client4"]
+PROGRESS = re.compile(r"^seedflood:\s+\d+%")  # tqdm's refreshes in the evaluator's output
+
+
+def load_scale() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("compose_scale", SCALE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---- the file, offline ----------------------------------------------------------------------
+
+
+def test_committed_churn_file_is_the_rendering_of_compose_yaml() -> None:
+    """compose.churn.yaml is scale.py's churn rendering of compose.yaml for 4 clients: edits go to
+    compose.yaml (or scale.py) and the file is regenerated, so the two layouts cannot drift."""
+    rendered = load_scale().render(4, churn_layout=True, relative_to=SCALE.parent)
+    assert CHURN.read_text() == rendered, (
+        "docker/compose.churn.yaml is stale: python docker/scale.py --churn --out docker/compose.churn.yaml 4"
+    )
+
+
+def restart_limit(policy: object) -> int | None:
+    """Restarts a compose `restart:` value allows: 0 for "no" (or absent), N for on-failure:N,
+    None (unbounded) for on-failure. `always`/`unless-stopped` would restart a finished run."""
+    text = "no" if policy is None else str(policy)
+    if text == "no":
+        return 0
+    m = re.fullmatch(r"on-failure(?::(\d+))?", text)
+    assert m, f"restart policy {text!r} is not emulated (only no / on-failure[:N])"
+    return int(m.group(1)) if m.group(1) else None
+
+
+def test_churn_file_shape() -> None:
+    svc = tc.services(CHURN)
+    assert list(svc) == ["store", *ROLES]
+    store = svc["store"]
+    assert [*store["entrypoint"], *store["command"]] == [
+        *["python", "-m", "seedflood", "store"],
+        *["--host", "0.0.0.0", "--port", str(STORE_PORT)],
+    ]
+    assert restart_limit(store.get("restart")) == 0, "a restarted store would be empty: never restart it"
+    for name in ROLES:
+        s = svc[name]
+        assert s["environment"]["SEEDFLOOD_STORE"] == f"store:{STORE_PORT}", name
+        assert s["depends_on"] == ["store"], name
+        limit = restart_limit(s["restart"])
+        assert limit is None or limit >= 1, f"{name} must be restarted on failure"
+        assert "churn.settle=1" in s["command"] and "checkpoint.resume=true" in s["command"], name
+        assert "run.out_dir=/work/runs/compose-churn" in s["command"], name  # not the strict run's directory
+    ranks = sorted(int(svc[n]["environment"]["RANK"]) for n in ROLES)
+    assert ranks == list(range(5)) and {svc[n]["environment"]["WORLD_SIZE"] for n in ROLES} == {"5"}
+    # the strict default stays strict: no store, no restart policy, no churn.settle
+    strict = tc.services()
+    assert "store" not in strict
+    assert all("restart" not in s and not any("churn" in str(a) for a in s["command"]) for s in strict.values())
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("clients", [4, 2, 7])
+def test_churn_file_validates_offline(clients: int) -> None:
+    validators = tc._validators()
+    if not validators:
+        pytest.skip("neither docker-compose (Debian) nor check-jsonschema (PyPI) is installed; run .ci/setup-e2e.sh")
+    if clients == 4:
+        text = CHURN.read_text()
+    else:
+        text = subprocess.run(
+            [sys.executable, str(SCALE), "--churn", str(clients)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+        svc = yaml.safe_load(text)["services"]
+        roles = ["evaluator", *(f"client{i}" for i in range(1, clients + 1))]
+        assert list(svc) == ["store", *roles]
+        assert {svc[n]["environment"]["WORLD_SIZE"] for n in roles} == {str(clients + 1)}
+        assert all(f"topology.nodes={clients}" in svc[n]["command"] for n in roles)
+    for argv in validators:
+        r = subprocess.run(argv, input=text, capture_output=True, text=True, timeout=60, cwd=CHURN.parent)
+        assert r.returncode == 0, f"{argv[0]}: {r.stdout}{r.stderr}"
+
+
+# ---- the restart policy, emulated ------------------------------------------------------------
+
+
+@dataclass
+class Service:
+    """One compose service as a local process under its restart policy."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+    max_restarts: int | None  # restart_limit(): 0 = never, None = unbounded
+    proc: subprocess.Popen | None = None
+    codes: list[int] = field(default_factory=list)  # every exit status, as docker reports it
+    restarts: int = 0
+    started: float = 0.0
+    due: float | None = None  # when the pending restart starts
+    backoff: float = 0.0  # docker's restart delay (s)
+
+    @property
+    def finished(self) -> bool:
+        """Exited for good: its last exit is handled (by `Supervisor.poll`) and no restart is due."""
+        return self.due is None and len(self.codes) == self.restarts + 1
+
+
+class Supervisor:
+    """The container daemon's part: start every service, restart a failed one per its policy
+    (docker's restart manager: delay 100 ms, doubled after every run shorter than 10 s and reset
+    after a longer one, at most 1 min; on-failure:N counts restarts over the container's life)."""
+
+    def __init__(self, services: list[Service]) -> None:
+        self.services = {s.name: s for s in services}
+        self.procs = sup.Procs()
+
+    def __getitem__(self, name: str) -> Service:
+        return self.services[name]
+
+    def _start(self, s: Service) -> None:
+        s.proc = self.procs.start(s.argv, env=s.env, log=s.log)  # appends: one log per container
+        s.started = time.monotonic()
+        s.due = None
+
+    def start(self) -> None:
+        for s in self.services.values():
+            self._start(s)
+
+    def poll(self) -> None:
+        now = time.monotonic()
+        for s in self.services.values():
+            if s.due is not None:
+                if now >= s.due:
+                    s.restarts += 1
+                    self._start(s)
+                continue
+            code = s.proc.poll() if s.proc is not None else None
+            if code is None or len(s.codes) > s.restarts:
+                continue  # running, or its exit is already handled
+            s.codes.append(128 - code if code < 0 else code)  # killed by signal k: 128 + k
+            ran = now - s.started
+            s.backoff = 0.1 if ran >= 10 or s.backoff == 0 else min(2 * s.backoff, 60.0)
+            if code != 0 and (s.max_restarts is None or s.restarts < s.max_restarts):
+                s.due = now + s.backoff
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the service's process (a crash, as `kill -9` of the container's main process)."""
+        proc = self[name].proc
+        assert proc is not None and proc.poll() is None, f"{name} is not running"
+        os.kill(proc.pid, signal.SIGKILL)
+
+    def wait(self, names: list[str], deadline: float) -> bool:
+        """Supervise until every named service has exited for good; False at the deadline."""
+        while time.monotonic() < deadline:
+            self.poll()
+            if all(self[n].finished for n in names):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def close(self) -> None:
+        self.procs.close()
+
+    def report(self) -> str:
+        return "\n".join(
+            f"== {s.name}: exits {s.codes}, restarts {s.restarts}\n{quiet_tail(s.log)}" for s in self.services.values()
+        )
+
+
+def quiet_tail(log: Path, n: int = 25) -> str:
+    """The last n lines of a log without the evaluator's progress bar (one line per refresh)."""
+    return "\n".join([x for x in sup.tail(log, 10_000).splitlines() if not PROGRESS.match(x)][-n:])
+
+
+def test_supervisor_restarts_on_failure_only_within_its_limit(tmp_path: Path) -> None:
+    """The emulation itself: non-zero exits are restarted up to the limit, zero and `no` never."""
+    py = sys.executable
+    counter = tmp_path / "n"
+    counter.write_text("0")
+    # fails twice (exit 3), then succeeds: the count lives in a file, as state on a volume would
+    flaky = "import pathlib,sys; p=pathlib.Path(sys.argv[1]); n=int(p.read_text())+1; p.write_text(str(n)); sys.exit(3 if n < 3 else 0)"
+    env = sup.launcher_env()
+    svcs = [
+        Service("flaky", [py, "-c", flaky, str(counter)], env, tmp_path / "flaky.log", None),
+        Service("capped", [py, "-c", "import sys; sys.exit(5)"], env, tmp_path / "capped.log", 1),
+        Service("never", [py, "-c", "import sys; sys.exit(7)"], env, tmp_path / "never.log", 0),
+        Service("ok", [py, "-c", "pass"], env, tmp_path / "ok.log", None),
+    ]
+    run = Supervisor(svcs)
+    try:
+        run.start()
+        assert run.wait([s.name for s in svcs], time.monotonic() + 30), run.report()
+    finally:
+        run.close()
+    assert (run["flaky"].codes, run["flaky"].restarts) == ([3, 3, 0], 2)
+    assert (run["capped"].codes, run["capped"].restarts) == ([5, 5], 1)
+    assert (run["never"].codes, run["never"].restarts) == ([7], 0)
+    assert (run["ok"].codes, run["ok"].restarts) == ([0], 0)
+
+
+# ---- the churn layout as processes ----------------------------------------------------------
+
+
+def churn_config(tmp: Path, **sections: dict) -> Path:
+    """The debug config with `sections` merged in: what ${CONFIG} names for the run."""
+    cfg = yaml.safe_load(sup.DEBUG_CONFIG.read_text())
+    for section, values in sections.items():
+        cfg[section] = {**cfg.get(section, {}), **values}
+    path = tmp / "churn-config.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def supervised(tmp: Path, config: Path) -> Supervisor:
+    """Every service of compose.churn.yaml as a local process under its own restart policy."""
+    store_port, master_port = sup.free_port(), sup.free_port()
+    svc = tc.services(CHURN)
+    hostnames = set(svc) | {s["hostname"] for s in svc.values() if s.get("hostname")}
+
+    def local_address(text: str) -> str:  # store:29400 -> 127.0.0.1:<free>
+        host, _, port = text.rpartition(":")
+        assert host in hostnames and port == str(STORE_PORT), text
+        return f"127.0.0.1:{store_port}"
+
+    services = []
+    image_env = {k: v for k, v in sup.launcher_env().items() if k in ("PATH", "PYTHONPATH", "HOME", "LANG")}
+    for name, argv, env in tc.local_commands(tmp, master_port, CHURN, {"CONFIG": str(config)}):
+        if "SEEDFLOOD_STORE" in env:
+            env["SEEDFLOOD_STORE"] = local_address(env["SEEDFLOOD_STORE"])
+        if argv[3:4] == ["store"]:  # listen where the others look, on loopback only
+            assert argv[4:] == ["--host", "0.0.0.0", "--port", str(STORE_PORT)], argv
+            argv = [*argv[:4], "--host", "127.0.0.1", "--port", str(store_port)]
+        limit = restart_limit(svc[name].get("restart"))
+        services.append(Service(name, argv, {**image_env, **env}, tmp / f"{name}.log", limit))
+    return Supervisor(services)
+
+
+def wait_for_steps(out: Path, n: int, run: Supervisor, deadline: float) -> None:
+    """Supervise until the log holds about n more steps than its header (30 bytes a step here)."""
+    log = out / "log.bin"
+    header: list[int] = []
+    while not header or log.stat().st_size < header[0] + n * 30:
+        run.poll()
+        assert time.monotonic() < deadline, f"the run did not reach {n} steps:\n{run.report()}"
+        assert all(s.proc is not None and s.proc.poll() is None for s in run.services.values()), run.report()
+        if log.is_file() and not header:
+            header.append(log.stat().st_size)
+        time.sleep(0.05)
+
+
+def churn_run(tmp: Path, victim: str, after_steps: int, **sections: dict) -> tuple[Supervisor, Path, str]:
+    """Start the churn layout, SIGKILL `victim` after about `after_steps` steps, supervise to the end.
+    Returns the supervisor (exit codes, restarts), the run directory and a report for messages."""
+    config = churn_config(
+        tmp, **{"run": {"steps": STEPS}, "transport": {"timeout_s": 3}, "eval": {"every": 0}, **sections}
+    )
+    run = supervised(tmp, config)
+    out = tmp / "runs" / "compose-churn"
+    deadline = time.monotonic() + 240
+    try:
+        run.start()
+        wait_for_steps(out, after_steps, run, deadline)
+        run.kill(victim)
+        done = run.wait(ROLES, deadline)
+    finally:
+        run.close()
+    report = run.report()
+    assert done, f"the roles did not all finish:\n{report}"
+    assert run["store"].codes == [], f"the store exited:\n{report}"  # it runs until `down`
+    return run, out, report
+
+
+def check_summary(out: Path, report: str) -> dict:
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["left"] == [] and summary["consensus"], report
+    assert summary["client_hashes"] == [summary["param_hash"]] * 4, report
+    replay = subprocess.run(
+        [sys.executable, "-m", "seedflood", "replay", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=sup.REPO,
+    )
+    assert replay.returncode == 0, replay.stderr
+    assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": STEPS, "param_hash": summary["param_hash"]}
+    return summary
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_client_container_is_restarted_and_rejoins(entry: str, tmp_path: Path) -> None:
+    """SIGKILL client1's process mid-run (node 0, the evaluator's attach node): the evaluator
+    follows node 1 from then on, the restart policy starts the same command again, a neighbour
+    sponsors the new incarnation, it replays the log and counts again; every role exits 0 and all
+    four clients end on the evaluator's hash, with one leave and one join logged."""
+    if entry != "seedflood":
+        pytest.skip("churn needs the real `seedflood train` (the probe has no churn)")
+    run, out, report = churn_run(tmp_path, VICTIM, 10, checkpoint={"every": 0})
+    assert {n: run[n].codes[-1] for n in ROLES} == dict.fromkeys(ROLES, 0), report
+    assert run[VICTIM].codes == [137, 0] and run[VICTIM].restarts == 1, report
+    assert all(run[n].restarts == 0 for n in ROLES if n != VICTIM), report
+    assert "rejoined by replaying" in run[VICTIM].log.read_text(errors="replace"), report
+    assert "evaluator: following node 1" in run["evaluator"].log.read_text(errors="replace"), report
+    check_summary(out, report)
+    reader = LogReader(out / "log.bin")
+    _, records = reader.read()
+    assert len(records) == STEPS
+    node = int(VICTIM.removeprefix("client")) - 1
+    (leave, join) = sorted(reader.changes.items())
+    assert leave[1].leave == (node,) and join[1].join == ((node, 2),), reader.changes
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_evaluator_container_is_restarted_and_catches_up(entry: str, tmp_path: Path) -> None:
+    """SIGKILL the evaluator's process mid-run (the store is its own service, so nothing else
+    depends on it): the clients train on, its restart resumes from its checkpoint and log, takes
+    the steps it missed from its attach client and ends on the clients' hash."""
+    if entry != "seedflood":
+        pytest.skip("churn needs the real `seedflood train` (the probe has no churn)")
+    run, out, report = churn_run(tmp_path, "evaluator", 150, checkpoint={"every": 100})
+    assert {n: run[n].codes[-1] for n in ROLES} == dict.fromkeys(ROLES, 0), report
+    assert run["evaluator"].codes == [137, 0] and run["evaluator"].restarts == 1, report
+    assert all(run[n].restarts == 0 for n in ROLES if n != "evaluator"), report
+    # the restarted evaluator published the step it needs: the catch-up starts there, not at 0
+    text = run["client1"].log.read_text(errors="replace")
+    assert re.search(r"the evaluator follows this node; sent it steps [1-9]\d*\.\.", text), report
+    summary = check_summary(out, report)
+    assert 0 < summary["resumed_from_step"] < STEPS, report  # from its own checkpoint, then caught up
+    reader = LogReader(out / "log.bin")
+    _, records = reader.read()
+    assert len(records) == STEPS and reader.changes == {}, reader.changes  # the evaluator is no member

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from seedflood import config
+from seedflood import config, rng
 from seedflood import topology as topo
 from seedflood.client import Client
 from seedflood.config import Config
@@ -291,8 +291,9 @@ class _NoTransport:
 
     peers: tuple[int, ...] = ()
 
-    def connect(self, peer: int) -> None:
-        self.peers = (*self.peers, peer)
+    def connect(self, peers: list[int], timeout_s: float | None = None) -> list[int]:
+        self.peers = (*self.peers, *peers)
+        return list(peers)
 
 
 def synth_history(p: Protocol, steps: int, seed: int) -> list[tuple[int, list[Message]]]:
@@ -335,6 +336,7 @@ def bench_rejoin(args: argparse.Namespace) -> list[dict[str, Any]]:
             for _ in range(args.rejoin_repeats):
                 w = Workload.build(cfg)  # a restarted process: base weights only (not timed)
                 joiner = client_of(p, w, 5)
+                rng.derive.cache_clear()  # a restarted process starts with no seed derived
                 _, wall_s, cpu_s = timed(lambda: joiner.rejoin(blob))
                 assert joiner.logged == h and joiner.next_step == t
                 hashes.add(state_hash(w.model, w.direction))
@@ -395,7 +397,8 @@ def bench_rejoin(args: argparse.Namespace) -> list[dict[str, Any]]:
         ],
         rows,
         [
-            "rejoin = JSON + base64 + decode each step's frame (seeds derived) + check_step + apply_all; "
+            "rejoin = check the payload's CRC + decode each step's frame (seeds derived) + check_step + apply_all, "
+            "from an empty seed cache (a restarted process's); "
             "apply_all alone is timed on a fresh model; both give the same state hash (asserted)",
             "the model enters only through one basis + one merge per completed epoch of "
             "`subspace.refresh` steps ('merges'); everything else is per message",

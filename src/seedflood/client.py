@@ -41,8 +41,6 @@ the transport bounds each exchange by its own timeout (so a hop thread always en
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -265,33 +263,23 @@ class Client:
         return getattr(self.transport, "neighbours", self.flood.peers)
 
     def _catch_up(self, t: int, e: int, inc: int) -> bytes:
-        """What a rejoining neighbour needs before step t: every decided step (with its change),
-        the messages and notes held for undecided steps, and the step it joins at."""
+        """What a rejoining neighbour needs before step t (`membership.CatchUp`): every decided
+        step (with its change), the messages and notes held for undecided steps, its JOIN step."""
         msgs, notes = self.flood.held_items()
-        return json.dumps(
-            {
-                "sponsor": self.node,
-                "next_step": t,
-                "join_step": e,
-                "incarnation": inc,
-                "steps": [
-                    [s, base64.b64encode(membership.encode_step(m, self.roster.changes.get(s))).decode()]
-                    for s, m in self.history
-                ],
-                "held": base64.b64encode(membership.encode_hop(msgs, notes)).decode(),
-            }
-        ).encode()
+        steps = [(s, membership.encode_step(m, self.roster.changes.get(s))) for s, m in self.history]
+        return membership.CatchUp(self.node, t, e, inc, steps, membership.encode_hop(msgs, notes)).to_bytes()
 
     def rejoin(self, blob: bytes) -> None:
         """Catch up from a sponsor's payload (`_catch_up`) as a restarted client: replay every
         decided step (O(messages)), hold the undecided ones, and originate from the JOIN step."""
         if self.next_step or self.applier.last_step >= 0:
             raise FloodError(f"node {self.node}: rejoin must come before the first step")
-        d = json.loads(blob)
-        sponsor = d["sponsor"]
+        d = membership.CatchUp.from_bytes(blob)
         steps = []
-        for s, payload in d["steps"]:
-            msgs, change = membership.decode_step(base64.b64decode(payload), s, seed_of=self.protocol.seed)
+        for s, payload in d.steps:
+            if s != len(steps):
+                raise FrameError(f"node {self.node}: catch-up from node {d.sponsor} jumps to step {s}")
+            msgs, change = membership.decode_step(payload, s, seed_of=self.protocol.seed)
             if change:
                 self.roster.apply(change)
             self.protocol.check_step(s, msgs, members=self.roster.members)
@@ -299,19 +287,19 @@ class Client:
         self.applier.apply_all(steps)
         self.history = steps
         self.flood.applied_through = len(steps) - 1
-        msgs, notes = membership.decode_hop(base64.b64decode(d["held"]), self.protocol.limits(0, 2**32 - 1))
+        msgs, notes = membership.decode_hop(d.held, self.protocol.limits(0, 2**32 - 1))
         self.flood.restore(msgs)
         self.flood.originate_notes(notes)
-        self.next_step = d["next_step"]
+        self.next_step = d.next_step
         self.logged = len(steps)
-        self.joined_at = d["join_step"]
-        self.transport.connect([sponsor], self.hop_timeout_s)  # type: ignore[attr-defined]
-        self.flood.add_peer(sponsor)
+        self.joined_at = d.join_step
+        self.transport.connect([d.sponsor], self.hop_timeout_s)  # type: ignore[attr-defined]
+        self.flood.add_peer(d.sponsor)
         log.warning(
             "node %d: rejoined by replaying %d steps from node %d; originates from step %d",
             self.node,
             len(steps),
-            sponsor,
+            d.sponsor,
             self.joined_at,
         )
 

@@ -251,6 +251,46 @@ def decode_pushes(blob: bytes) -> list[tuple[int, bytes]]:
     return out
 
 
+_CATCH_UP_MAGIC = b"SJ\x01"
+_CATCH_UP_HEAD = struct.Struct("<IIII")  # sponsor, next step, join step, incarnation
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """What a sponsor hands a rejoining neighbour (docs/design.md §13): its decided steps from 0
+    (step, step payload), the hop payload of the messages and notes it holds for undecided steps,
+    the step the newcomer goes on from, its JOIN step and the incarnation admitted. Bytes: magic,
+    CRC-32 of the rest, the four u32, u32 held length, held, then `encode_pushes(steps)`."""
+
+    sponsor: int
+    next_step: int
+    join_step: int
+    incarnation: int
+    steps: list[tuple[int, bytes]]
+    held: bytes
+
+    def to_bytes(self) -> bytes:
+        head = _CATCH_UP_HEAD.pack(self.sponsor, self.next_step, self.join_step, self.incarnation)
+        body = head + _U32.pack(len(self.held)) + self.held + encode_pushes(self.steps)
+        return _CATCH_UP_MAGIC + _U32.pack(zlib.crc32(body)) + body
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> CatchUp:
+        """FrameError on any defect: a rejoin replays nothing it cannot trust."""
+        at = len(_CATCH_UP_MAGIC) + 4
+        if not data.startswith(_CATCH_UP_MAGIC) or len(data) < at + _CATCH_UP_HEAD.size + 4:
+            raise FrameError("catch-up payload: bad magic or truncated")
+        if _U32.unpack_from(data, len(_CATCH_UP_MAGIC))[0] != zlib.crc32(data[at:]):
+            raise FrameError("catch-up payload fails its CRC")
+        sponsor, next_step, join_step, incarnation = _CATCH_UP_HEAD.unpack_from(data, at)
+        at += _CATCH_UP_HEAD.size
+        (n,) = _U32.unpack_from(data, at)
+        at += 4
+        if at + n > len(data):
+            raise FrameError("catch-up payload: held messages run past the end")
+        return cls(sponsor, next_step, join_step, incarnation, decode_pushes(data[at + n :]), data[at : at + n])
+
+
 class StepSequence:
     """Steps from successive senders (attach nodes), each step once and in order from `next`.
 

@@ -15,6 +15,8 @@ Assumes: keys are non-negative Python ints below 2**64.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -47,9 +49,33 @@ def combine(*keys: int) -> int:
     return h
 
 
+@functools.lru_cache(maxsize=64)
+def _message_prefix(run_seed: int) -> int:
+    """`combine`'s state after (TAG_MESSAGE, run_seed): the part of every message seed of a run
+    that does not depend on the message."""
+    return combine(TAG_MESSAGE, run_seed)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _key_hash(key: int) -> int:
+    """`combine`'s hash of one key (origins and k repeat in every step; steps in a window)."""
+    if key < 0:
+        raise ValueError(f"rng keys must be non-negative, got {key}")
+    return _mix((key + _GOLDEN) & MASK64)
+
+
+@functools.lru_cache(maxsize=1 << 16)
 def derive(run_seed: int, origin: int, step: int, k: int = 0) -> int:
-    """The seed of message (origin, step, k) in run `run_seed`: a 64-bit integer."""
-    return combine(TAG_MESSAGE, run_seed, origin, step, k)
+    """The seed of message (origin, step, k) in run `run_seed`: a 64-bit integer, exactly
+    `combine(TAG_MESSAGE, run_seed, origin, step, k)` (tested), continued from the run's cached
+    prefix with cached key hashes: 3 mixes instead of 10. Cached too: a message's seed is derived
+    where it is made, where each frame holding it is decoded and where its step is checked, in
+    every client of a process; 2**16 entries (~10 MB at most) cover a few steps of 128 clients ×
+    16 perturbations. A rejoin replays mostly misses: this is its hot path."""
+    h = _message_prefix(run_seed)
+    for key in (origin, step, k):
+        h = (_mix(h ^ _key_hash(key)) + _GOLDEN) & MASK64
+    return h
 
 
 def _mix_array(x: np.ndarray) -> np.ndarray:

@@ -10,6 +10,7 @@ from seedflood.membership import (
     ALIVE,
     AUDIT,
     JOIN,
+    CatchUp,
     Change,
     ExcludedError,
     MembershipError,
@@ -198,3 +199,17 @@ def test_step_sequence_takes_each_step_once_in_order_and_refuses_gaps():
     assert seq.next == 5
     with pytest.raises(FrameError, match="jumps from step 5 to step 7"):
         seq.offer(7)
+
+
+def test_catch_up_payload_round_trips_and_any_flipped_bit_is_refused():
+    held = encode_hop([msg(2, 5)], [Note(5, JOIN, 3, 2)])
+    steps = [(0, encode_step([msg(0, 0)])), (1, encode_step([msg(1, 1)], Change(1, leave=(0,))))]
+    c = CatchUp(sponsor=1, next_step=7, join_step=8, incarnation=2, steps=steps, held=held)
+    data = c.to_bytes()
+    assert CatchUp.from_bytes(data) == c
+    assert CatchUp.from_bytes(CatchUp(0, 0, 1, 2, [], b"").to_bytes()).steps == []
+    for at in range(0, len(data), 7):  # a flipped bit anywhere: magic, CRC, head, held or steps
+        with pytest.raises(FrameError):
+            CatchUp.from_bytes(data[:at] + bytes([data[at] ^ 0x10]) + data[at + 1 :])
+    with pytest.raises(FrameError):
+        CatchUp.from_bytes(data[:-3])

@@ -1,5 +1,7 @@
 """Golden vectors pin every random stream (a change here silently breaks replay of old logs), and\ndifferent keys give different, independent streams: distinct seeds, mixed bits, uncorrelated draws."""
 
+import random
+
 import numpy as np
 import pytest
 import torch
@@ -147,3 +149,14 @@ def test_generators_of_neighbouring_keys_are_uncorrelated(which):
 GOLD_DERIVE = [12001020829282296307, 9346403609480263811, 3563677420456351431, 3686775031131422024]
 GOLD_HASH_BIG = [5476333178966447588, 16947516999699840885, 4016027445752322388]
 GOLD_BASIS_SUM = -8.25169463909424
+
+
+def test_cached_derive_is_exactly_combine_over_the_message_keys():
+    """derive continues from a cached run prefix with cached key hashes (the rejoin hot path):
+    it must stay bit-for-bit the plain definition, keys of any size and the negative check too."""
+    r = random.Random(5)
+    for _ in range(2000):
+        run, o, s, k = (r.randrange(2 ** r.choice([3, 16, 32, 63])) for _ in range(4))
+        assert rng.derive(run, o, s, k) == rng.combine(rng.TAG_MESSAGE, run, o, s, k)
+    with pytest.raises(ValueError):
+        rng.derive(0, 0, -1, 0)

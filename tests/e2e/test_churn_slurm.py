@@ -1,0 +1,202 @@
+"""Churn under SLURM (issue 8), on the real single-machine cluster of slurm_cluster.py.
+
+`launch/slurm/churn.sh` submits the run's store as its own job (store.sbatch) and one job array
+with a task per process (churn.sbatch: task 0 the evaluator, task I client node I-1, --requeue).
+`scontrol requeue` of one task mid-run ends its process; released at once (Slurm would hold it
+~2 minutes), SLURM starts it again and it comes back as a new incarnation:
+- a client leaves, is sponsored by a neighbour, rejoins by replay; every task ends COMPLETED,
+  the four clients on the evaluator's hash, the log holds one leave and one join of that node;
+- the evaluator resumes from its checkpoint and log and catches up from the attach node.
+The store job ends by itself (COMPLETED) once the array is done. Preflight failures (a strict
+config, an array that does not fit the run) end with status 2 before anything connects.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import e2e_support as sup
+from seedflood.checkpoint import CheckpointError, LogReader
+
+pytestmark = pytest.mark.e2e
+CHURN = "launch/slurm/churn.sh"
+STEPS = 800  # 10-25 steps/s here: a requeued task is back (~10-30 s) well before the end
+PROGRESS = re.compile(r"seedflood:\s+\d+%\|")  # the evaluator's progress bar (tqdm)
+CLIENT_RANK = 3  # client node 2, not the attach node (node 0): the launcher's case, nothing more
+
+
+def _sets(out: Path, *extra: str) -> list[str]:
+    pairs = (
+        f"run.out_dir={out}",
+        f"run.steps={STEPS}",
+        "churn.settle=1",
+        "transport.timeout_s=3",
+        "eval.every=0",
+        "checkpoint.every=0",
+        *extra,
+    )
+    return [a for s in pairs for a in ("--set", s)]
+
+
+def _outputs(tmp_path: Path) -> str:
+    """The jobs' outputs for assertion messages: the last lines of each, without progress bars."""
+    parts = []
+    for p in sorted(tmp_path.glob("slurm-*.out")):
+        lines = [x for x in sup.tail(p, 10**6).splitlines() if x.strip() and not PROGRESS.match(x)]
+        parts.append(f"== {p.name}\n" + "\n".join(lines[-25:]))
+    return "\n".join(parts)
+
+
+def _submit(slurm, tmp_path: Path, *sets: str) -> tuple[str, str]:
+    """churn.sh as a user runs it; returns (store job, array job)."""
+    env = sup.launcher_env(LOG_DIR=str(tmp_path), STORE_PORT=str(sup.free_port()), STORE_POLL_S="1")
+    r = slurm.run(["bash", CHURN, "--time=5", str(sup.DEBUG_CONFIG), *sets], env=env, cwd=sup.REPO, timeout=180)
+    ids = dict(line.split("=", 1) for line in r.stdout.split())
+    return ids["store"], ids["array"]
+
+
+def _logged_steps(out: Path) -> int:
+    try:
+        return len(LogReader(out / "log.bin").read()[1])
+    except (CheckpointError, OSError):  # not there yet
+        return 0
+
+
+def _requeue_mid_run(slurm, array: str, rank: int, out: Path, after_steps: int, tmp_path: Path) -> None:
+    """Once the log holds `after_steps` steps: requeue task `rank`, and release it once it is
+    pending (Slurm 22.05 holds a requeued job ~120 s: Reason=BeginTime) and 2 s have passed:
+    earlier, the requeue sets BeginTime again after the update, or slurmd refuses a relaunch
+    within the second of the kill ("Job credential revoked") and the task ends FAILED 1:0.
+    (StartTime=now+2 instead would wait for the next periodic scheduling pass, 30-60 s.)"""
+    task = f"{array}_{rank}"
+    deadline = time.monotonic() + 180
+    while _logged_steps(out) < after_steps:
+        states = slurm.job_states(array)
+        assert time.monotonic() < deadline and all(s in ("PENDING", "RUNNING") for s, _ in states.values()), (
+            f"no {after_steps} steps logged: {states}\n{_outputs(tmp_path)}"
+        )
+        time.sleep(0.3)
+    slurm.run(["scontrol", "requeue", task])
+    while slurm.job_states(array).get(task, ("?",))[0] != "PENDING":
+        assert time.monotonic() < deadline, f"{task} not pending after requeue: {slurm.job_states(array)}"
+        time.sleep(0.2)
+    time.sleep(2.0)
+    slurm.run(["scontrol", "update", f"JobId={task}", "StartTime=now"])
+
+
+def _wait_all(slurm, store: str, array: str, tmp_path: Path) -> None:
+    """Every array task and then the store job end COMPLETED with status 0."""
+    states = slurm.wait_job(array, timeout=300)
+    assert len(states) == 5 and all(s == ("COMPLETED", "0:0") for s in states.values()), (
+        f"{states}\n{_outputs(tmp_path)}\n{slurm.logs()}"
+    )
+    assert slurm.wait_job(store, timeout=60) == {store: ("COMPLETED", "0:0")}, f"{_outputs(tmp_path)}\n{slurm.logs()}"
+
+
+def _check_run(out: Path, tmp_path: Path) -> dict:
+    """The evaluator's summary: nobody left, every client on its hash; the log replays to it."""
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["left"] == [] and summary["consensus"], f"{summary}\n{_outputs(tmp_path)}"
+    assert summary["client_hashes"] == [summary["param_hash"]] * 4
+    replay = subprocess.run(
+        [sys.executable, "-m", "seedflood", "replay", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=sup.launcher_env(),
+    )
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": STEPS, "param_hash": summary["param_hash"]}
+    return summary
+
+
+@pytest.fixture
+def churn_entry(entry: str) -> str:
+    if entry != "seedflood":
+        pytest.skip("churn needs the real `seedflood train` (the probe has no churn)")
+    return entry
+
+
+@pytest.mark.timeout(480)
+def test_a_requeued_client_leaves_and_rejoins(slurm, churn_entry, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    store, array = _submit(slurm, tmp_path, *_sets(out))
+    try:
+        _requeue_mid_run(slurm, array, CLIENT_RANK, out, 50, tmp_path)
+        _wait_all(slurm, store, array, tmp_path)
+    finally:
+        slurm.run(["scancel", store, array], check=False)
+    victim = (tmp_path / f"slurm-seedflood-churn-{array}_{CLIENT_RANK}.out").read_text(errors="replace")
+    assert "attempt 1" in victim and "rejoined by replaying" in victim, _outputs(tmp_path)
+    _check_run(out, tmp_path)
+    reader = LogReader(out / "log.bin")
+    _, records = reader.read()
+    assert len(records) == STEPS
+    (leave, join) = sorted(reader.changes.items())
+    node = CLIENT_RANK - 1
+    assert leave[0] < join[0], reader.changes
+    assert leave[1].leave == (node,) and join[1].join == ((node, 2),), reader.changes
+
+
+@pytest.mark.timeout(480)
+def test_a_requeued_evaluator_resumes_and_catches_up(slurm, churn_entry, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    # A user's checkpoint.resume=false too: churn.sbatch forces resume, or the restart would refuse the run dir.
+    store, array = _submit(slurm, tmp_path, *_sets(out, "checkpoint.every=100", "checkpoint.resume=false"))
+    try:
+        _requeue_mid_run(slurm, array, 0, out, 150, tmp_path)
+        _wait_all(slurm, store, array, tmp_path)
+    finally:
+        slurm.run(["scancel", store, array], check=False)
+    evaluator = (tmp_path / f"slurm-seedflood-churn-{array}_0.out").read_text(errors="replace")
+    assert "attempt 1" in evaluator, _outputs(tmp_path)
+    summary = _check_run(out, tmp_path)
+    assert 0 < summary["resumed_from_step"] < STEPS, summary["resumed_from_step"]  # its own log, then caught up
+    reader = LogReader(out / "log.bin")
+    _, records = reader.read()
+    assert len(records) == STEPS and reader.changes == {}  # the evaluator is no member: nobody left
+
+
+@pytest.mark.timeout(240)
+def test_preflight_refuses_before_anything_runs(slurm, churn_entry, tmp_path: Path) -> None:
+    """A strict config: churn.sh submits nothing (status 2, one line). An array that does not
+    fit the run: every task ends with status 2 and says which --array to use."""
+    env = sup.launcher_env(LOG_DIR=str(tmp_path))
+    before = slurm.run(["squeue", "-h", "-o", "%i"]).stdout.split()
+    r = slurm.run(
+        ["bash", CHURN, "--time=5", str(sup.DEBUG_CONFIG), "--set", f"run.out_dir={tmp_path / 'strict'}"],
+        env=env,
+        cwd=sup.REPO,
+        check=False,
+        timeout=180,
+    )
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert "churn.settle is 0" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert slurm.run(["squeue", "-h", "-o", "%i"]).stdout.split() == before
+
+    r = slurm.run(
+        [
+            "sbatch",
+            "--parsable",
+            "--array=0-2",
+            "--time=5",
+            f"--output={tmp_path}/slurm-%x-%A_%a.out",
+            "launch/slurm/churn.sbatch",
+            str(sup.DEBUG_CONFIG),
+            *_sets(tmp_path / "misfit"),
+        ],
+        env=sup.launcher_env(SEEDFLOOD_STORE="127.0.0.1:1"),  # never reached: the preflight stops first
+        cwd=sup.REPO,
+    )
+    array = r.stdout.strip().split(";")[0]
+    states = slurm.wait_job(array, timeout=180)
+    assert len(states) == 3 and all(s == ("FAILED", "2:0") for s in states.values()), f"{states}\n{_outputs(tmp_path)}"
+    assert "submit with --array=0-4" in _outputs(tmp_path), _outputs(tmp_path)
+    assert not (tmp_path / "misfit").exists()

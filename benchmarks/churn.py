@@ -331,7 +331,7 @@ def bench_rejoin(args: argparse.Namespace) -> list[dict[str, Any]]:
             sponsor = client_of(p, Workload.build(cfg), 1)  # only its history is read
             sponsor.history = history
             t = h + p.delay  # the sponsor's boundary: steps < t − delay are decided
-            blob = sponsor._catch_up(t, t + p.delay - p.settle + 1, 1)
+            blob = sponsor._catch_up(t, t + p.delay + 1, 1)
             walls, cpus, applies, hashes = [], [], [], set()
             for _ in range(args.rejoin_repeats):
                 w = Workload.build(cfg)  # a restarted process: base weights only (not timed)

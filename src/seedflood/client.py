@@ -218,7 +218,11 @@ class Client:
             inc = transport.claim(p)  # type: ignore[attr-defined]
             if inc is None or not transport.connect([p], timeout):  # type: ignore[attr-defined]
                 continue  # another neighbour sponsors it, or it is gone again
-            e = t + self.protocol.delay - self.protocol.settle + 1  # the JOIN note reaches everyone first
+            # JOIN at e = t + delay + 1: the note gets the hops a message of step t gets before it
+            # is decided, so it reaches every survivor under the decision rule's own assumption
+            # (survivors' diameter within settle; with D alone a death that lengthens paths left a
+            # neighbour without the note, and the edges of step e unpaired: seeded chaos, seed 2)
+            e = t + self.protocol.delay + 1
             self.flood.originate_notes([Note(e, JOIN, p, inc)])
             transport.send_blob(p, self._catch_up(t, e, inc))  # type: ignore[attr-defined]
             self.flood.add_peer(p)
@@ -226,9 +230,14 @@ class Client:
         if self.evaluator and self.roster.attach == self.node:
             self._follow()
         for n in self.flood.notes(t, JOIN):
-            # the joiner connects its edges to the members now, and each of them connects it
+            # the joiner connects its edges to the members now, and each of them connects it: one
+            # rule on both ends (the rosters agree), so a neighbour that is itself still rejoining
+            # connects neither way (connecting one end alone leaves the edge's hops unpaired)
             mine = n.origin == self.node
-            edges = [q for q in self._neighbours() if q in self.roster.members] if mine else [n.origin]
+            if mine:
+                edges = [q for q in self._neighbours() if q in self.roster.members]
+            else:
+                edges = [n.origin] if self.node in self.roster.members else []
             edges = [q for q in edges if q != self.node and q not in self.flood.peers and q in self._neighbours()]
             for q in transport.connect(edges, timeout) if edges else []:  # type: ignore[attr-defined]
                 self.flood.add_peer(q)

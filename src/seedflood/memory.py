@@ -144,6 +144,13 @@ class InMemoryNetwork:
             self._revived[node] = self._revived.get(node, 0) + 1
             self._sponsor.pop(node, None)
 
+    def held_by(self, node: int) -> list[int]:
+        """Live nodes whose endpoint still exchanges with `node` (a dead node's old edges: a
+        restart before they are dropped would have them wait on the new incarnation's frames,
+        where between processes the old edge is closed with the old process)."""
+        with self._lock:
+            return [p for p, e in self._endpoints.items() if p != node and p not in self._dead and node in e.peers]
+
     def claim(self, sponsor: int, node: int) -> bool:
         """`sponsor` becomes the one neighbour that catches revived `node` up (first caller wins)."""
         with self._lock:

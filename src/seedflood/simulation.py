@@ -144,6 +144,10 @@ def simulate(
         return False
 
     progress = {i: -1 for i in top.nodes}  # node -> last step it applied
+    waiting: set[int] = set()  # nodes whose supervisor waits to restart them (no client running)
+
+    def others_running(node: int) -> bool:
+        return any(t.is_alive() for i, t in enumerate(threads) if i != node and i not in waiting)
 
     def run(node: int) -> None:
         restarts = [e for e in todo[node] if e.action == "restart"]
@@ -152,14 +156,20 @@ def simulate(
         for e in restarts:
             if node in hashes or node not in network._dead:
                 return
-            while max(progress.values()) < e.step and any(t.is_alive() for t in threads if t.name != f"client-{node}"):
+            waiting.add(node)  # two supervisors waiting on each other would wait forever
+            while max(progress.values()) < e.step and others_running(node):
                 time.sleep(0.01)
+            waiting.discard(node)
             for _ in range(RESTART_TRIES):  # a supervisor that restarts on failure
+                # as a process restart does, start after the old edges are gone (bounded)
+                gone_by = time.monotonic() + LATE_FACTOR * cfg.transport.timeout_s
+                while network.held_by(node) and time.monotonic() < gone_by:
+                    time.sleep(0.01)
                 network.revive(node)
                 workloads[node] = Workload.build(cfg)  # the restarted process: base weights only
                 exits.pop(node, None)
                 once(node, rejoin=True)
-                if node not in exits or not any(t.is_alive() for t in threads if t.name != f"client-{node}"):
+                if node not in exits or not others_running(node):
                     break  # it finished, or there is nobody left to rejoin
                 log.warning("node %d: restarted life ended (%s); restarting it again", node, exits[node])
 

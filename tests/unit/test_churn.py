@@ -90,7 +90,7 @@ def test_a_killed_client_restarts_rejoins_by_replay_and_counts_again(tmp_path):
     # it replayed every step decided before its sponsor's boundary and originates from the JOIN step
     (s,) = [s for s, msgs in r.records if {m.origin for m in msgs} == set(range(8)) and s > 3][:1]
     assert s == joined(r)[5]
-    assert r.step_hashes[5].count(None) == joined(r)[5] - (p.delay - p.settle + 1) - p.delay
+    assert r.step_hashes[5].count(None) == joined(r)[5] - (p.delay + 1) - p.delay
     check_survivors(cfg, r, tmp_path)
 
 
@@ -178,10 +178,10 @@ def test_the_audit_names_and_excludes_a_client_whose_state_differs(tmp_path):
 
 
 def chaos_seeds() -> list[int]:
-    """The chaos test's seeds: 0 and 1 in CI. A soak sets SEEDFLOOD_CHAOS_SEEDS=N (seeds
+    """The chaos test's seeds: 0..3 in CI. A soak sets SEEDFLOOD_CHAOS_SEEDS=N (seeds
     0..N-1) or A-B (seeds A..B), e.g. (about 5 s a seed on 2 cores):
-    SEEDFLOOD_CHAOS_SEEDS=2-201 HF_HUB_OFFLINE=1 .venv/bin/pytest -q tests/unit/test_churn.py -k chaos"""
-    text = os.environ.get("SEEDFLOOD_CHAOS_SEEDS", "2").strip()
+    SEEDFLOOD_CHAOS_SEEDS=4-203 HF_HUB_OFFLINE=1 .venv/bin/pytest -q tests/unit/test_churn.py -k chaos"""
+    text = os.environ.get("SEEDFLOOD_CHAOS_SEEDS", "4").strip()
     first, dash, last = text.partition("-")
     return list(range(int(first), int(last) + 1)) if dash else list(range(int(first)))
 
@@ -193,7 +193,12 @@ def test_chaos_seeded_schedule_kills_two_stalls_one_and_restarts_them(tmp_path, 
     Every survivor holds the same bits after every step, replay of the log gives the final hash,
     and the log's membership records are the schedule's."""
     rnd = random.Random(seed)
+    torus = topo.build(cfg_for().topology)
     victims = rnd.sample(range(8), 3)
+    # a node whose every neighbour is down at once is a part of one, a minority that stops by
+    # design (test_partition_*): outside what this test checks, so such a draw is drawn again
+    while any(set(torus.neighbors(v)) <= set(victims) for v in torus.nodes):
+        victims = rnd.sample(range(8), 3)
     # spread out, so the others keep a majority; restarts well before the end (a rejoin needs
     # a sponsor still stepping, and the stalled one wakes, stops and restarts in wall time)
     down = sorted(rnd.sample(range(5, 35), 3))

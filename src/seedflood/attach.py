@@ -129,13 +129,14 @@ class AttachInbox(Inbox):
     def _offer_loop(self, store: dist.Store) -> None:
         mine: dict[int, tuple[int, str]] = {}  # node -> (its incarnation greeted, our greeting)
         answered: dict[int, str] = {}  # node -> its last answer acted on
-        since = time.monotonic()  # when the stream last had no edge
+        since = time.monotonic()  # when the stream last had an edge
         error: TransportError | None = None
         try:
             while not self._over:
                 with self._lock:
                     current = self._edge.peer if self._edge is not None else None
-                    store.set(evaluator_next_key(self.incarnation), str(self._seq.next))
+                    needs = self._seq.next
+                store.set(evaluator_next_key(self.incarnation), str(needs))
                 if current is None:
                     if self.done_keys and store.check(self.done_keys):
                         raise TransportError(

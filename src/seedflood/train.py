@@ -214,7 +214,10 @@ def _rejoin(cfg: Config, node: int, client: Client, transport: EdgeTransport) ->
         transport.store.wait([key], timedelta(seconds=wait))
         sponsor = int(transport.store.get(key))
     except Exception as e:  # the store's timeout, or the store is gone
-        raise TransportError(f"node {node}: no neighbour sponsored the rejoin within {wait:g} s: {e}") from None
+        raise TransportError(
+            f"node {node}: no neighbour sponsored the rejoin within {wait:g} s ({str(e).splitlines()[0]}); "
+            "if the whole run was relaunched, give it a fresh store (this one remembers the earlier launch)"
+        ) from None
     if not transport.connect([sponsor], wait):
         raise TransportError(f"node {node}: could not connect to its sponsor node {sponsor}")
     client.rejoin(transport.recv_blob(sponsor, wait))

@@ -39,7 +39,7 @@ WORLD = NODES + 1
 STEPS = 300  # the tiny model steps in milliseconds: the cut must land with most of the run left
 SUBNET = "10.77.0"  # inside the namespaces only (netns.sh's default); host of rank r = .(10 + r)
 LINK = (1, 2)  # ring edge cut in case 1 (the ring 0-1-2-3-0 stays connected without it)
-VICTIM = 2  # node cut off in case 2 (not 0: the evaluator follows node 0, its loss is not built yet)
+VICTIM = 2  # node cut off in case 2 (node 0, the attach node, is covered by test_churn_gloo.py)
 RECORD_BYTES = 30  # a step record of the debug run in log.bin is at least this (about 43 B)
 CUT_AFTER = 10  # step records logged before the cut (about half a second of a 15 s run)
 SETS = (

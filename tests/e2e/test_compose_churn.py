@@ -357,7 +357,7 @@ def test_a_killed_client_container_is_restarted_and_rejoins(entry: str, tmp_path
 def test_a_killed_evaluator_container_is_restarted_and_catches_up(entry: str, tmp_path: Path) -> None:
     """SIGKILL the evaluator's process mid-run (the store is its own service, so nothing else
     depends on it): the clients train on, its restart resumes from its checkpoint and log, takes
-    the steps it missed from its attach client and ends on the clients' hash."""
+    the steps it missed from the attach node and ends on the clients' hash."""
     if entry != "seedflood":
         pytest.skip("churn needs the real `seedflood train` (the probe has no churn)")
     run, out, report = churn_run(tmp_path, "evaluator", 150, checkpoint={"every": 100})

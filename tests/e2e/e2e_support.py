@@ -83,6 +83,37 @@ def sets(*overrides: str) -> list[str]:
     return out
 
 
+def churn_sets(out_dir: Path, steps: int, *overrides: str) -> list[str]:
+    """`--set` arguments of a churn e2e run: settle 1, a 3 s hop timeout (a failure is noticed
+    fast), no scoring or checkpoints unless `overrides` ask (later settings win)."""
+    base = (f"run.out_dir={out_dir}", f"run.steps={steps}", "churn.settle=1", "transport.timeout_s=3")
+    return [a for text in (*base, "eval.every=0", "checkpoint.every=0", *overrides) for a in ("--set", text)]
+
+
+def replay(out_dir: Path) -> dict[str, Any]:
+    """What `seedflood replay OUT` prints last ({"steps", "param_hash"}); it must exit 0."""
+    r = subprocess.run(
+        [sys.executable, "-m", "seedflood", "replay", str(out_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=launcher_env(),
+        cwd=REPO,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def check_churn_run(out_dir: Path, steps: int, context: str = "", clients: int = 4) -> dict[str, Any]:
+    """A churn run that ended with every client a member: nobody left, every client on the
+    evaluator's hash, and the log replays to it; returns summary.json."""
+    summary = read_summary(out_dir)
+    assert summary["left"] == [] and summary["consensus"], f"{summary}\n{context}"
+    assert summary["client_hashes"] == [summary["param_hash"]] * clients, context
+    assert replay(out_dir) == {"steps": steps, "param_hash": summary["param_hash"]}, context
+    return summary
+
+
 def read_summary(out_dir: Path) -> dict[str, Any]:
     path = Path(out_dir) / "summary.json"
     assert path.is_file(), f"no summary.json in {out_dir}: {sorted(p.name for p in Path(out_dir).glob('*'))}"

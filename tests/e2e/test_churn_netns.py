@@ -18,7 +18,6 @@ tests/dist/test_churn_gloo.py; every wait is bounded and the namespaces go in `f
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -219,19 +218,6 @@ def run_with_cut(hosts: Hosts, out: Path, cut, timeout_s: float = DEADLINE_S) ->
     return [p.returncode for p in procs]
 
 
-def replay_hash(out: Path) -> dict:
-    r = subprocess.run(
-        [sys.executable, "-m", "seedflood", "replay", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=sup.launcher_env(),
-        cwd=sup.REPO,
-    )
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.timeout(DEADLINE_S + 120)
 def test_a_cut_link_on_a_ring_is_survived_like_a_crash_of_that_edge(hosts: Hosts, tmp_path: Path) -> None:
     out = tmp_path / "link"
@@ -253,7 +239,7 @@ def test_a_cut_link_on_a_ring_is_survived_like_a_crash_of_that_edge(hosts: Hosts
     reader = LogReader(out / "log.bin")
     _, records = reader.read()
     assert len(records) == STEPS and not reader.changes
-    assert replay_hash(out) == {"steps": STEPS, "param_hash": s["param_hash"]}
+    assert sup.replay(out) == {"steps": STEPS, "param_hash": s["param_hash"]}
 
 
 @pytest.mark.timeout(DEADLINE_S + 120)
@@ -279,4 +265,4 @@ def test_a_host_cut_off_is_survived_like_a_crash_and_stops_itself(hosts: Hosts, 
     ((step, change),) = reader.changes.items()
     assert change.leave == (VICTIM,) and 0 < step < STEPS
     assert f"step {step}: leave {VICTIM}" in s["membership_changes"][0]
-    assert replay_hash(out) == {"steps": STEPS, "param_hash": s["param_hash"]}
+    assert sup.replay(out) == {"steps": STEPS, "param_hash": s["param_hash"]}

@@ -13,10 +13,7 @@ config, an array that does not fit the run) end with status 2 before anything co
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -30,19 +27,6 @@ CHURN = "launch/slurm/churn.sh"
 STEPS = 800  # 10-25 steps/s here: a requeued task is back (~10-30 s) well before the end
 PROGRESS = re.compile(r"seedflood:\s+\d+%\|")  # the evaluator's progress bar (tqdm)
 CLIENT_RANK = 3  # client node 2, not the attach node (node 0): the launcher's case, nothing more
-
-
-def _sets(out: Path, *extra: str) -> list[str]:
-    pairs = (
-        f"run.out_dir={out}",
-        f"run.steps={STEPS}",
-        "churn.settle=1",
-        "transport.timeout_s=3",
-        "eval.every=0",
-        "checkpoint.every=0",
-        *extra,
-    )
-    return [a for s in pairs for a in ("--set", s)]
 
 
 def _outputs(tmp_path: Path) -> str:
@@ -102,19 +86,7 @@ def _wait_all(slurm, store: str, array: str, tmp_path: Path) -> None:
 
 def _check_run(out: Path, tmp_path: Path) -> dict:
     """The evaluator's summary: nobody left, every client on its hash; the log replays to it."""
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["left"] == [] and summary["consensus"], f"{summary}\n{_outputs(tmp_path)}"
-    assert summary["client_hashes"] == [summary["param_hash"]] * 4
-    replay = subprocess.run(
-        [sys.executable, "-m", "seedflood", "replay", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=sup.launcher_env(),
-    )
-    assert replay.returncode == 0, replay.stdout + replay.stderr
-    assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": STEPS, "param_hash": summary["param_hash"]}
-    return summary
+    return sup.check_churn_run(out, STEPS, _outputs(tmp_path))
 
 
 @pytest.fixture
@@ -127,7 +99,7 @@ def churn_entry(entry: str) -> str:
 @pytest.mark.timeout(480)
 def test_a_requeued_client_leaves_and_rejoins(slurm, churn_entry, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    store, array = _submit(slurm, tmp_path, *_sets(out))
+    store, array = _submit(slurm, tmp_path, *sup.churn_sets(out, STEPS))
     try:
         _requeue_mid_run(slurm, array, CLIENT_RANK, out, 50, tmp_path)
         _wait_all(slurm, store, array, tmp_path)
@@ -149,7 +121,9 @@ def test_a_requeued_client_leaves_and_rejoins(slurm, churn_entry, tmp_path: Path
 def test_a_requeued_evaluator_resumes_and_catches_up(slurm, churn_entry, tmp_path: Path) -> None:
     out = tmp_path / "run"
     # A user's checkpoint.resume=false too: churn.sbatch forces resume, or the restart would refuse the run dir.
-    store, array = _submit(slurm, tmp_path, *_sets(out, "checkpoint.every=100", "checkpoint.resume=false"))
+    store, array = _submit(
+        slurm, tmp_path, *sup.churn_sets(out, STEPS, "checkpoint.every=100", "checkpoint.resume=false")
+    )
     try:
         _requeue_mid_run(slurm, array, 0, out, 150, tmp_path)
         _wait_all(slurm, store, array, tmp_path)
@@ -190,7 +164,7 @@ def test_preflight_refuses_before_anything_runs(slurm, churn_entry, tmp_path: Pa
             f"--output={tmp_path}/slurm-%x-%A_%a.out",
             "launch/slurm/churn.sbatch",
             str(sup.DEBUG_CONFIG),
-            *_sets(tmp_path / "misfit"),
+            *sup.churn_sets(tmp_path / "misfit", STEPS),
         ],
         env=sup.launcher_env(SEEDFLOOD_STORE="127.0.0.1:1"),  # never reached: the preflight stops first
         cwd=sup.REPO,

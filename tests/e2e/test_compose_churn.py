@@ -13,7 +13,6 @@ ${CONFIG}: the debug config with enough steps that a restart lands mid-run.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import signal
@@ -315,19 +314,7 @@ def churn_run(tmp: Path, victim: str, after_steps: int, **sections: dict) -> tup
 
 
 def check_summary(out: Path, report: str) -> dict:
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["left"] == [] and summary["consensus"], report
-    assert summary["client_hashes"] == [summary["param_hash"]] * 4, report
-    replay = subprocess.run(
-        [sys.executable, "-m", "seedflood", "replay", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=sup.REPO,
-    )
-    assert replay.returncode == 0, replay.stderr
-    assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": STEPS, "param_hash": summary["param_hash"]}
-    return summary
+    return sup.check_churn_run(out, STEPS, report)
 
 
 @pytest.mark.timeout(300)

@@ -83,9 +83,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     summary = train.run(cfg)
     if summary is not None:
         _print_summary(summary)
-        if not summary["consensus"]:
+        if summary["consensus"] is False:  # None: no client report came (the store is gone)
             return 1
     return 0
+
+
+def _consensus_line(s: dict) -> str:
+    """How the clients' final hashes compare with the evaluator's (a client that left has none)."""
+    if s["consensus"] is None:
+        return "unchecked (no client reported: the store is gone)"
+    if not s["consensus"]:
+        return "MISMATCH"
+    reported = sum(h is not None for h in s["client_hashes"])
+    gone = len(s["client_hashes"]) - reported
+    return f"all {reported} clients equal the evaluator" + (f" ({gone} more left the run)" if gone else "")
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -150,14 +161,14 @@ def _print_summary(s: dict[str, Any]) -> None:
         f"dev-threshold accuracy {fmt(final, 'threshold_accuracy')}  loss {fmt(final, 'loss')}"
     )
     edges = s["bytes_per_edge"]  # topology edges only; bytes_total also has the evaluator's channel
-    print(
-        f"bytes per edge per step: {s['bytes_per_edge_per_step']:.1f} "
-        f"(total {human_bytes(sum(edges.values()))} over {len(edges)} directed edges)"
-    )
-    print(
-        f"consensus: {'all ' + str(len(s['client_hashes'])) + ' clients equal the evaluator' if s['consensus'] else 'MISMATCH'}"
-        f" (hash {s['param_hash'][:16]})"
-    )
+    if s.get("consensus", True) is None:  # the clients count the bytes, and no report came
+        print("bytes per edge per step: unknown (no client reported)")
+    else:
+        print(
+            f"bytes per edge per step: {s['bytes_per_edge_per_step']:.1f} "
+            f"(total {human_bytes(sum(edges.values()))} over {len(edges)} directed edges)"
+        )
+    print(f"consensus: {_consensus_line(s)} (hash {s['param_hash'][:16]})")
     if s.get("model_dir"):
         print(f"model directory: {s['model_dir']}")
     print(f"message log: {s['log']}")
@@ -376,3 +387,4 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("seedflood: interrupted", file=sys.stderr)
         return 130
+

@@ -2,8 +2,8 @@
 
 Owns `EdgeTransport` (one process's hops, evaluator pushes and catch-up blobs), `register` /
 `incarnation_of` (process incarnations in the store) and the store protocol by which the two ends
-of an edge meet (`_link`, `build_edge`; the evaluator's side is attach.py). Besides runtime.py and gloo.py, the only
-module that imports torch.distributed.
+of an edge meet (`_link`, `build_edge`; the evaluator's side is attach.py). One of the adapters
+that import torch.distributed (with runtime.py, gloo.py, attach.py and bounded.py).
 
 Why per edge: a torch.distributed group cannot take back a member it lost, so one static world
 (gloo.py) turns any crash into the end of the run. Here every edge is its own 2-rank
@@ -41,9 +41,13 @@ peer at once and waits on nothing) and it is recorded in `lost`. Every gloo wait
 explicit bound: gloo reads a zero bound as its context timeout, so `_bound` never passes zero,
 and a wait that times out closes every pair of its group (gloo's rule, used on purpose here).
 
+Store calls: the transport's own (between steps) go through bounded.BoundedStore, so a store
+whose host stopped answering costs timeout_s once and is then known gone (torch's TCPStore
+client alone would block until TCP gives up); connect's link threads use plain clones and are
+bounded by connect's deadline.
+
 Assumes: one thread drives an EdgeTransport (connect's helper threads use clones of the store);
-the store's own timeout bounds a store operation on an unreachable host (a refused connection
-fails at once); both ends of an edge use the same inline_bytes.
+both ends of an edge use the same inline_bytes.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from seedflood.bounded import BoundedStore, bounded
 from seedflood.gloo import _END, _LENGTH, TAG_EVAL, TAG_HOP, _encode, _HeadBuffer, _reason
 from seedflood.transport import (
     EVALUATOR,
@@ -122,18 +127,18 @@ def sponsor_key(node: int, inc: int) -> str:
     return f"seedflood/sponsor/{node}/{inc}"
 
 
-def register(store: dist.Store, node: int) -> int:
+def register(store: dist.Store | BoundedStore, node: int) -> int:
     """Take the next incarnation of `node` (1, 2, ...) and publish it: one atomic store.add, so
     a restarted process gets a new one without asking anybody."""
     return int(store.add(_inc_key(node), 1))
 
 
-def incarnation_of(store: dist.Store, node: int) -> int:
+def incarnation_of(store: dist.Store | BoundedStore, node: int) -> int:
     """The latest incarnation `node` registered (0 = none yet); one store read."""
     return int(store.add(_inc_key(node), 0))
 
 
-def peek(store: dist.Store, key: str) -> str | None:
+def peek(store: dist.Store | BoundedStore, key: str) -> str | None:
     """The value at `key`, or None when absent, in one round trip without blocking (get waits)."""
     value = store.compare_set(key, _ABSENT, _ABSENT).decode()
     return None if value == _ABSENT else value
@@ -419,7 +424,7 @@ class EdgeTransport:
         self,
         node: int,
         neighbours: Sequence[int],
-        store: dist.Store,
+        store: dist.Store | BoundedStore,
         *,
         incarnation: int | None = None,
         counter: ByteCounter | None = None,
@@ -436,8 +441,8 @@ class EdgeTransport:
             raise ValueError("need inline_bytes > HEADER, max_pending >= 2 and timeout_s > 0")
         self.node = node
         self.neighbours = tuple(sorted(set(neighbours)))
-        self.store = store
-        self.incarnation = incarnation if incarnation is not None else register(store, node)
+        self.store = bounded(store, timeout_s)  # between steps too: a silent store costs timeout_s once
+        self.incarnation = incarnation if incarnation is not None else register(self.store, node)
         self.counter = counter if counter is not None else ByteCounter()
         self.attach = attach
         self.timeout_s = timeout_s
@@ -456,7 +461,7 @@ class EdgeTransport:
         self._answered: dict[int, str] = {}  # peer -> the last greeting of it acted on
         self._seen: dict[int, int] = {}  # neighbour -> newest incarnation known (see revived)
         for p in self.neighbours:  # what exists now is not a restart (connect refreshes these)
-            self._seen[p] = incarnation_of(store, p)
+            self._seen[p] = incarnation_of(self.store, p)
         self._pending: deque[tuple[dist.Work, torch.Tensor]] = deque()  # pushes in flight
         self._store_ok = True
         self._closed = False

@@ -36,6 +36,7 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
+from seedflood.bounded import BoundedStore
 from seedflood.config import TransportConfig
 from seedflood.topology import node_of
 
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 
 Launcher = Literal["torchrun", "slurm", "env", "single"]
 DEFAULT_PORT = 29500  # torch's own default
+REPORT_POLL_S = 0.1  # how often the evaluator looks for the clients' final reports (s)
 STARTUP_S = 300.0  # churn runs: the least the store gives a process to connect at start-up
 
 
@@ -253,7 +255,7 @@ class Group:
 
     def __init__(self, world: World, store: dist.Store, timeout: timedelta) -> None:
         self.world = world
-        self._store = store
+        self._store: dist.Store | BoundedStore = store
         self._timeout = timeout
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
@@ -272,16 +274,18 @@ class Group:
         self._store.set(self.report_key(key), json.dumps(value))
 
     def collect(self, keys: Sequence[str], timeout_s: float | None = None) -> dict[str, Any]:
-        """The values posted under `keys`, waiting at most timeout_s (default: the group's)."""
+        """The values posted under `keys`, waiting at most timeout_s (default: the group's).
+        Raises WorldError naming who did not report, or bounded.StoreGone when the store is.
+        Polls (`check`, one round trip, every REPORT_POLL_S) rather than one long store wait, so
+        a store that went silent is found within its call bound, not at the end of timeout_s."""
         names = [self.report_key(k) for k in keys]
-        timeout = timedelta(seconds=timeout_s) if timeout_s is not None else self._timeout
-        try:
-            self._store.wait(names, timeout)
-        except Exception:  # a timeout: name who is missing
-            missing = [k for k, n in zip(keys, names) if not self._store.check([n])]
-            raise WorldError(
-                f"no final report from {', '.join(missing)} within {timeout.total_seconds():g} s"
-            ) from None
+        bound = timeout_s if timeout_s is not None else self._timeout.total_seconds()
+        deadline = time.monotonic() + bound
+        while not self._store.check(names):
+            if time.monotonic() > deadline:
+                missing = [k for k, n in zip(keys, names) if not self._store.check([n])]
+                raise WorldError(f"no final report from {', '.join(missing)} within {bound:g} s")
+            time.sleep(REPORT_POLL_S)
         return {k: json.loads(self._store.get(n)) for k, n in zip(keys, names)}
 
 
@@ -292,14 +296,16 @@ class StoreGroup(Group):
 
     def __init__(self, world: World, store: dist.Store, timeout: timedelta, base: dist.Store) -> None:
         super().__init__(world, store, timeout)
-        self.store = store
+        self.store: dist.Store | BoundedStore = store
         self._base = base
 
     def started(self, timeout_s: float) -> None:
-        """After start-up: store calls are bounded by the hop timeout, not STARTUP_S, so a client
-        cut off from the store's host finds out (and stops) in timeout_s. Waits that must be long
-        (`collect`) pass their own bound."""
+        """After start-up: every store call is bounded by the hop timeout, not STARTUP_S, so a
+        client cut off from the store's host finds out (and stops) in timeout_s: `store` becomes
+        a bounded.BoundedStore (TCPStore's own timeout does not bound a call to a host that went
+        silent). Waits that must be long (`collect`) pass their own bound."""
         self._base.set_timeout(timedelta(seconds=timeout_s))
+        self.store = self._store = BoundedStore(self._store, timeout_s)
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         key = f"broadcast/{src}"

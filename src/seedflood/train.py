@@ -36,6 +36,7 @@ from seedflood import protocol as proto
 from seedflood import rundir, runtime
 from seedflood import topology as topo
 from seedflood.attach import AttachInbox
+from seedflood.bounded import StoreGone
 from seedflood.client import Client
 from seedflood.config import Config
 from seedflood.evaluator import Evaluator, restore
@@ -259,12 +260,22 @@ def _evaluate(
         inbox.close()
     # the members at the end report (those that left never will); a churn run names the rest
     members = sorted(evaluator.roster.members)
-    reports = group.collect([_client_key(n) for n in members])
+    try:
+        reports = group.collect([_client_key(n) for n in members])
+    except StoreGone as e:  # the reports went with the store; the run itself is whole
+        log.error(
+            "evaluator: no final reports from the clients (%s): their hashes and byte counts are "
+            "unknown, the consensus is unchecked; `seedflood replay %s` checks the log",
+            e,
+            run_dir,
+        )
+        reports = {}
     clients = [reports.get(_client_key(n)) for n in top.nodes]
     clients = [r if r is not None and "hash" in r else None for r in clients]  # a stopped client: no state
     present = [r for r in clients if r is not None]
     counter = ByteCounter.from_rows([row for r in present for row in r["bytes"]])
-    consensus = all(r["hash"] == final["param_hash"] for r in present)
+    # None: nothing to compare (no report came); False: a client differs from the evaluator
+    consensus = all(r["hash"] == final["param_hash"] for r in present) if present else None
     summary = {
         **rundir.summary_common(
             cfg, top, protocol, counter, final, evaluator.zero_shot, start, started, evaluator.roster
@@ -279,7 +290,7 @@ def _evaluate(
         "bit_identical": consensus,
     }
     ckpt.atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, sort_keys=True))
-    if not summary["consensus"]:
+    if summary["consensus"] is False:
         log.error("clients disagree with the evaluator: %s vs %s", summary["client_hashes"], final["param_hash"])
     log.info("mean bytes per edge per step: %s", human_bytes(summary["bytes_per_edge_per_step"]))
     return summary

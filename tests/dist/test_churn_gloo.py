@@ -14,6 +14,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -209,35 +212,78 @@ def test_a_killed_client_restarts_and_rejoins_by_replay(tmp_path):
     assert "rejoined by replaying" in text
 
 
+@dataclass
+class Store:
+    address: str  # HOST:PORT, for SEEDFLOOD_STORE
+    proc: subprocess.Popen
+
+
+@contextmanager
+def own_store(tmp_path: Path) -> Iterator[Store]:
+    """`seedflood store` in a process of its own (killed on the way out, stopped or not)."""
+    from seedflood.runtime import free_port
+
+    port = free_port()
+    with open(tmp_path / "store.log", "w+") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "seedflood", "store", "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+            start_new_session=True,
+        )
+        try:
+            yield Store(f"127.0.0.1:{port}", proc)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def test_the_evaluator_dies_the_clients_train_on_and_its_restart_catches_up(tmp_path):
     """With the store in its own process (`seedflood store`, SEEDFLOOD_STORE), SIGKILL the
     evaluator mid-run and start it again: the clients never wait for it, and the restarted
     evaluator resumes from its log and checkpoint, takes the steps it missed from its attach
     client and ends with the clients' hash (and a log that replays to it)."""
-    from seedflood.runtime import free_port
-
-    port = free_port()
-    store_log = open(tmp_path / "store.log", "w+")
-    store = subprocess.Popen(
-        [sys.executable, "-m", "seedflood", "store", "--host", "127.0.0.1", "--port", str(port)],
-        stdout=store_log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-        start_new_session=True,
-    )
-    try:
+    with own_store(tmp_path) as store:
         out = tmp_path / "eval"
-        run = Launch(tmp_path, churn_sets(out, "checkpoint.every=100"), {"SEEDFLOOD_STORE": f"127.0.0.1:{port}"})
+        run = Launch(tmp_path, churn_sets(out, "checkpoint.every=100"), {"SEEDFLOOD_STORE": store.address})
         deadline = time.monotonic() + 240
         wait_for_steps(out, 150, run.procs, deadline)
         run.restart(0)
         text = run.wait(deadline)
-    finally:
-        os.killpg(store.pid, signal.SIGKILL)
-        store.wait()
-        store_log.close()
     assert all(p.returncode == 0 for p in run.procs), text
     # the restarted evaluator published the step it needs: the catch-up starts there, not at 0
     assert re.search(r"the evaluator follows this node; sent it steps [1-9]\d*\.\.", text), text
     s = check_run(out, STEPS, text)
     assert 0 < s["resumed_from_step"] < STEPS  # it resumed from its own log, then caught up
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSTOP], ids=["kill", "stop"])
+def test_the_store_dies_mid_run_and_the_run_ends_without_it(tmp_path, signum):
+    """The store's host dies (SIGKILL: its connections close) or goes silent (SIGSTOP, as a host
+    cut off by the network: a TCPStore call to it would block until TCP gives up) mid-run.
+    Nothing trains through the store, so every process still ends 0 and only the clients' final
+    reports are lost: the evaluator finds the store gone within transport.timeout_s (not the 300 s
+    it gives a slow client to report) and writes a summary that says the consensus is unchecked,
+    with a log that replays to its hash."""
+    steps = 300
+    with own_store(tmp_path) as store:
+        out = tmp_path / "store"
+        sets = churn_sets(out, f"run.steps={steps}")
+        run = Launch(tmp_path, sets, {"SEEDFLOOD_STORE": store.address})
+        deadline = time.monotonic() + 200
+        wait_for_steps(out, 20, run.procs, deadline)
+        os.killpg(store.proc.pid, signum)
+        text = run.wait(deadline)
+    assert [p.returncode for p in run.procs] == [0] * 5, text
+    # a client's report is a store set, sent without an answer: whether it fails is down to timing
+    assert "evaluator: no final reports from the clients" in text, text
+    s = json.loads((out / "summary.json").read_text())
+    assert s["consensus"] is None and s["client_hashes"] == [None] * 4, s
+    assert s["left"] == [] and s["steps"] == steps
+    assert "consensus: unchecked (no client reported: the store is gone)" in text, text
+    assert "bytes per edge per step: unknown (no client reported)" in text, text
+    replay = subprocess.run(
+        [sys.executable, "-m", "seedflood", "replay", str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": steps, "param_hash": s["param_hash"]}

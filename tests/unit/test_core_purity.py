@@ -50,7 +50,14 @@ def test_importing_the_core_loads_none_of_them():
     assert out.stdout.strip() == "[]"
 
 
-DISTRIBUTED = {"runtime", "gloo", "links", "attach", "bench_hops"}  # the adapters, + bench_hops' bare-torch baseline
+DISTRIBUTED = {
+    "runtime",
+    "bounded",
+    "gloo",
+    "links",
+    "attach",
+    "bench_hops",
+}  # the adapters, + bench_hops' bare-torch baseline
 
 
 def test_only_the_adapters_import_torch_distributed():

@@ -1,3 +1,3 @@
-from seedflood.cli import main
+from seedflood.cli import console
 
-raise SystemExit(main())
+console()

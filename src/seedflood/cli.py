@@ -7,8 +7,11 @@ and printing results. Everything else lives in the modules it calls.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -388,3 +391,28 @@ def main(argv: list[str] | None = None) -> int:
         print("seedflood: interrupted", file=sys.stderr)
         return 130
 
+
+def exit_process(code: int) -> None:
+    """End the process with `code` (the console entry point's last act).
+
+    A churn run can leave daemon threads (named seedflood-*: a store call to a host that went
+    silent, a heartbeat or hop wait) blocked inside a torch.distributed C++ call. If such a call
+    returns while the interpreter finalizes, CPython ends its thread with pthread_exit inside a
+    C++ frame and the process aborts ("terminate called without an active exception", SIGABRT)
+    instead of exiting with its status: a stopped client seen as a crash. So while one of them
+    is alive the exit skips finalization: the atexit handlers run here (logging's flush, the
+    edges' close), then stdio is flushed and os._exit ends the process. Otherwise: a plain exit."""
+    if any(t.daemon and t.is_alive() and t.name.startswith("seedflood-") for t in threading.enumerate()):
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed or broken stream: nothing more to say on it
+                pass
+        os._exit(code)
+    raise SystemExit(code)
+
+
+def console() -> None:
+    """The `seedflood` console script (and `python -m seedflood`)."""
+    exit_process(main())

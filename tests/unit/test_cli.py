@@ -183,3 +183,46 @@ def test_torchrun_launcher_finds_the_project_venv_without_python_on_path(out):
         env=env,
     )
     assert p.returncode == 2 and "zo.eps: must be a finite number" in p.stderr, p.stderr
+
+
+EXIT_SCRIPT = """
+import sys, threading, time
+from datetime import timedelta
+import torch.distributed as dist
+from seedflood.cli import exit_process
+
+store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=5))
+
+def blocked():  # in a C++ call (GIL released) that returns 0.5 s from now
+    try:
+        store.wait(["never"], timedelta(seconds=0.5))
+    except Exception:
+        pass
+
+threading.Thread(target=blocked, name="seedflood-blocked", daemon=True).start()
+
+class Slow:  # keeps the interpreter finalizing while the call returns
+    def __del__(self, sleep=time.sleep):  # a default: module globals may be gone by then
+        sleep(1.5)
+
+slow = Slow()
+time.sleep(0.1)
+print("report written", flush=True)
+exit_process(3)
+"""
+
+
+def test_the_exit_status_survives_a_thread_left_in_a_torch_call():
+    """A daemon thread whose torch.distributed call returns while the interpreter finalizes
+    makes a plain exit abort (SIGABRT: "terminate called without an active exception", seen on
+    a stopped churn client in CI); `exit_process` ends the process with its own status and
+    output, without finalizing."""
+    p = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert p.returncode == 3, (p.returncode, p.stderr[-2000:])
+    assert p.stdout == "report written\n" and "terminate called" not in p.stderr

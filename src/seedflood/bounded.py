@@ -3,9 +3,11 @@
 Owns the rule that no store call on a running process waits longer than the hop timeout. torch's
 TCPStore client does not give it: on a connection whose far end stopped answering (its host cut
 off by the network, or stopped) `add`, `get`, `check`, `wait` and `compare_set` block until TCP
-itself gives up (minutes), whatever the store's timeout says (measured with torch 2.13: still
-blocked after 10 minutes with a 20 s timeout and `set_timeout(2 s)`). A client cut off with its
-store would then sit in a between-steps store read instead of finding out it is alone.
+itself gives up (minutes for a host cut off; never for a stopped one), whatever the store's
+timeout says (measured with torch 2.13 against a stopped server, a 10-20 s store timeout and
+`set_timeout(2 s)`: all five still blocked after 30 s, `compare_set` after 10 minutes). A client
+cut off with its store would then sit in a between-steps store read instead of finding out it is
+alone.
 
 So each call runs on one worker thread and the caller waits at most `timeout_s` (a `wait` its own
 timeout plus that). A call that runs past its bound leaves the store gone for good: the worker is

@@ -108,7 +108,7 @@ class AttachInbox(Inbox):
     def _take(self, step: int, payload: bytes) -> None:
         """Queue `payload` if `step` is the next one, and the end once the last step is in;
         drops repeats. Called under the lock."""
-        if self._over or not self._seq.offer(step):
+        if self._over or not self._seq.offer(step, payload):
             return
         self._put(payload)
         if self._seq.next >= self.steps:  # everything is here: the sender's marker is not needed

@@ -27,12 +27,15 @@ when it began step L: steps < L − delay applied, steps L − delay .. L − 1 
 yet applied (`resume`). Step L is then estimated on the same bits as in the uninterrupted run.
 
 Churn (`protocol.settle` > 0, docs/design.md §13): the transport drops a failed peer instead of
-raising (`take_lost`), the flood stops sending to it, and step s is decided at local step s +
-delay by the churn rule (`membership.Roster.decide`: the members whose messages are here, if they
-are a majority) instead of being required complete. Every `audit_every` steps the client floods
-an AUDIT note of its state hash; the audits of step a are compared when step a + delay + 1 is
-decided and a client whose hash differs is excluded from that step on. A client that finds itself
-in a minority, or excluded, raises `membership.MembershipError` (one line) and stops.
+raising (`take_lost`), the flood stops sending to it, and no step is applied until a strict
+majority of its roster committed its content (agreement.py): at the end of local step t the
+client votes on step t − vote_lag (what it holds), reviews the votes it holds (commits, next
+ballots), and applies step t − delay once committed and held; until then it keeps hopping without
+originating (bounded by `protocol.patience_hops`, then it stops with one line). Every
+`audit_every` steps the client floods an AUDIT note of its state hash; a client whose hash differs
+from the majority's is left out of the proposals of the others and excluded once that commits. A
+client that cannot reach an agreeing majority, or is excluded, raises
+`membership.MembershipError` (one line) and stops, having applied only committed steps.
 
 Assumes: every client of the run shares one `Protocol`; `loss_at(step)` evaluates the current
 model (including any perturbation context) on this client's batch of `step`, a pure function of it;
@@ -47,9 +50,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from seedflood import membership, zo
+from seedflood.agreement import Agreement, Voter
 from seedflood.directions import Direction
 from seedflood.flooding import Flood, FloodError
-from seedflood.membership import ALIVE, AUDIT, JOIN, Change, Note, Roster
+from seedflood.membership import AUDIT, JOIN, Change, Note, Roster
 from seedflood.message import FrameError, Message
 from seedflood.protocol import Protocol
 from seedflood.replay import Applier
@@ -78,6 +82,7 @@ class Client:
         state_hash: Callable[[], str] | None = None,
         attach: int = 0,
         evaluator: bool = False,
+        incarnation: int = 0,
     ) -> None:
         """`routes` (topology.Topology.routes(node)): per origin, the neighbours to forward its
         messages to; None = every neighbour. Either way every message arrives at the same hop.
@@ -87,7 +92,8 @@ class Client:
         `state_hash`: the state's hash, for audits (needed when the protocol audits).
         `attach`: the evaluator's first attach node; `evaluator` (churn with a process
         transport): this client streams the steps it decides to the evaluator whenever it is the
-        roster's attach node (`_follow`), instead of a listener doing it."""
+        roster's attach node (`_follow`), instead of a listener doing it. `incarnation`: this
+        process's incarnation of its node (churn: its votes carry it; a rejoin checks it)."""
         if protocol.audit_every and state_hash is None:
             raise ValueError(f"node {node}: the protocol audits every {protocol.audit_every} steps: pass state_hash")
         self.node = node
@@ -103,9 +109,17 @@ class Client:
             protocol.perturbations,
             None if protocol.churn else routes,
             note_horizon=protocol.step_window,
+            tolerate_conflicts=protocol.churn,
         )
-        self.roster = Roster(protocol.n_origins, attach=attach)
-        """Members of the next step to decide; `roster.changes` holds every change (step -> Change)."""
+        self.agreement = Agreement(
+            node,
+            protocol.n_origins,
+            protocol.perturbations,
+            incarnation,
+            Roster(protocol.n_origins, attach=attach),
+        )
+        """Churn: the committed chain and roster, and this client's votes."""
+        self.voter = Voter(protocol, self.flood, self.agreement, lambda line: log.error("node %d: %s", node, line))
         self.state_hash = state_hash
         self.evaluator = evaluator
         self._fed = 0  # the transport's evaluator edge (count) that got its catch-up blob
@@ -118,8 +132,15 @@ class Client:
         """Called with (step, messages) for each step applied beyond the resumed log."""
         self.next_step = 0
         self.logged = 0  # steps that were already in the log this client resumed from
+        self.hops_run = 0  # hops this client has run (the agreement's clock)
         self.hop_timeout_s = hop_timeout_s
         self._inflight: _Hops | None = None  # overlap: the hops of step next_step − 1, running
+
+    @property
+    def roster(self) -> Roster:
+        """The committed roster: members of the next step to commit; `roster.changes` holds every
+        committed change (step -> Change)."""
+        return self.agreement.roster
 
     @classmethod
     def in_topology(
@@ -160,16 +181,16 @@ class Client:
             raise FloodError(f"node {self.node}: resume must come before the first step")
         cut = max(0, len(records) - self.protocol.delay)
         self._logged_changes = dict(changes or {})
-        for s in sorted(self._logged_changes):
-            if s < cut:
-                self.roster.apply(self._logged_changes[s])
+        if self.protocol.churn:  # every logged step is committed; those >= cut wait to be applied
+            for s, msgs in records:
+                self.agreement.extend(s, msgs, self._logged_changes.get(s), pending=s >= cut)
         self.applier.apply_all(records[:cut])
         if self.protocol.churn:
             self.history = [(s, list(msgs)) for s, msgs in records[:cut]]
         self.flood.applied_through = cut - 1
         for _, msgs in records[cut:]:
             self.flood.restore(msgs)
-        self.next_step = self.logged = len(records)
+        self.next_step = self.logged = self.voter.logged = len(records)
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self, stop: int | None = None) -> None:
@@ -185,11 +206,13 @@ class Client:
     def step(self, t: int) -> None:
         if self.protocol.churn:
             self._boundary(t)
-            if t < self.joined_at:  # rejoining: relay and decide, originate from the JOIN step
-                self._hops(t)
-                self.apply_through(t - self.protocol.delay)
-                self.next_step = t + 1
-                return
+            if t >= self.joined_at:  # a rejoining client relays and votes, originates from its JOIN step
+                self.flood.originate(self._estimate(t))
+            self._hops(t)
+            self._agree(t)
+            self.apply_through(t - self.protocol.delay, t)
+            self.next_step = t + 1
+            return
         if not self.protocol.overlap:
             own = self._estimate(t)
             self.flood.originate(own)
@@ -284,13 +307,20 @@ class Client:
         if self.next_step or self.applier.last_step >= 0:
             raise FloodError(f"node {self.node}: rejoin must come before the first step")
         d = membership.CatchUp.from_bytes(blob)
+        if self.agreement.incarnation and d.incarnation != self.agreement.incarnation:
+            raise FrameError(
+                f"node {self.node}: node {d.sponsor}'s catch-up admits incarnation {d.incarnation}, "
+                f"this process is incarnation {self.agreement.incarnation}"
+            )
+        self.agreement.incarnation = d.incarnation
         steps = []
         for s, payload in d.steps:
             if s != len(steps):
                 raise FrameError(f"node {self.node}: catch-up from node {d.sponsor} jumps to step {s}")
             msgs, change = membership.decode_step(payload, s, seed_of=self.protocol.seed)
-            if change:
-                self.roster.apply(change)
+            # the chain is checked later, not here: this client commits nothing until a majority's
+            # votes name the digest its replayed history ends on (a forked sponsor is found there)
+            self.agreement.extend(s, msgs, change)
             self.protocol.check_step(s, msgs, members=self.roster.members)
             steps.append((s, msgs))
         self.applier.apply_all(steps)
@@ -300,7 +330,7 @@ class Client:
         self.flood.restore(msgs)
         self.flood.originate_notes(notes)
         self.next_step = d.next_step
-        self.logged = len(steps)
+        self.logged = self.voter.logged = len(steps)
         self.joined_at = d.join_step
         self.transport.connect([d.sponsor], self.hop_timeout_s)  # type: ignore[attr-defined]
         self.flood.add_peer(d.sponsor)
@@ -335,6 +365,9 @@ class Client:
         = delay − overlap: overlap's extra step comes from estimates running during hops, and
         drain estimates nothing, so it applies each step as soon as it is complete)."""
         last = self.protocol.steps - 1
+        if self.protocol.churn:
+            self._drain_churn(last)
+            return
         lag = self.protocol.delay - int(self.protocol.overlap)
         if self._inflight is not None:
             t = self._inflight.step
@@ -342,10 +375,22 @@ class Client:
             self.apply_through(min(t - lag, last))
         while self.applier.last_step < last:
             t = self.applier.last_step + 1 + lag  # local step whose hops complete the next one
-            if self.protocol.churn:  # the evidence of who is reachable, where no messages are made
-                self.flood.originate_notes([Note(t, ALIVE, self.node, 0)])
             self._hops(t)
             self.apply_through(min(t - lag, last))
+
+    def _drain_churn(self, last: int) -> None:
+        """Churn, after the last step: hop, vote and commit on without originating until every
+        step is applied, then hop on for as long as a vote takes to spread, so that the votes this
+        client holds reach a neighbour still waiting for them."""
+        t = max(self.next_step, self.protocol.steps)
+        while self.applier.last_step < last:
+            self._hops(t)
+            self._agree(t)
+            self.apply_through(min(t - self.protocol.delay, last), t)
+            t += 1
+        for _ in range(self.protocol.delay - self.protocol.vote_lag):
+            self._hops(t)
+            t += 1
 
     def _hops(self, t: int) -> None:
         for _ in range(self.protocol.hops):
@@ -366,6 +411,7 @@ class Client:
             log.debug("node %d: hops in flight also failed: %s", self.node, e)
 
     def hop(self, t: int) -> None:
+        self.hops_run += 1
         frames = {}
         for p, items in self.flood.outbox().items():
             msgs = [m for m in items if isinstance(m, Message)]
@@ -385,12 +431,13 @@ class Client:
                 raise FrameError(f"node {self.node}: bad frame from node {peer} at step {t}: {e}") from None
             self.flood.receive(peer, [*msgs, *notes])
 
-    def apply_through(self, upto: int) -> None:
-        """Apply every step <= upto; each must be complete (else the topology/hops are wrong)."""
+    def apply_through(self, upto: int, t: int | None = None) -> None:
+        """Apply every step <= upto; each must be complete (else the topology/hops are wrong).
+        Churn: each must be committed; the client hops on (as local step t) until it is."""
         while self.applier.last_step < upto:
             s = self.applier.last_step + 1
             if self.protocol.churn:
-                self._decide(s)
+                self._apply_committed(s, self.next_step if t is None else t)
                 continue
             if not self.flood.is_complete(s):
                 raise FloodError(
@@ -403,33 +450,24 @@ class Client:
                 for listener in self.listeners:
                     listener(s, msgs)
 
-    def _decide(self, s: int) -> None:
-        """Churn: decide step s by the roster rule (a logged step keeps its logged decision),
-        apply it, tell the listeners, and audit the state if this step is audited."""
-        if s < self.logged:
-            change = self._logged_changes.get(s)
-            if change:
-                self.roster.apply(change)
-        else:
-            audited = s - self.protocol.delay - 1
-            excluded = []
-            if audited >= 0 and self.protocol.audits(audited):
-                votes = self.flood.notes(audited, AUDIT)
-                excluded = membership.audit_verdict(self.node, audited, votes, self.roster.members)
-                for o in excluded:
-                    log.error(
-                        "node %d: audit of step %d: node %d's state differs from the majority's", self.node, audited, o
-                    )
-            joins = {n.origin: n.value for n in self.flood.notes(s, JOIN)}
-            e = s + self.protocol.settle  # whose step s + settle reached us: who we can still reach
-            last = self.protocol.steps - 1
-            reachable = self.flood.held(e) if e <= last else [n.origin for n in self.flood.notes(e, ALIVE)]
-            change = self.roster.decide(
-                self.node, s, self.flood.held(s), self.protocol.perturbations, reachable, joins, excluded
-            )
+    # -- agreement (churn) ------------------------------------------------------------------------
+    def _agree(self, t: int) -> None:
+        """End of local step t (or of a hop waited at t): vote, commit, move votes on."""
+        for _, change in self.voter.after(t, self.hops_run):
             if change:
                 log.warning("node %d: membership %s", self.node, change.describe())
-        msgs = self.flood.take_step(s, self.roster.members)
+
+    def _apply_committed(self, s: int, t: int) -> None:
+        """Churn: apply step s once it is committed and its messages are here, hopping on (as
+        local step t, originating nothing) until then; tell the listeners, push it to the
+        evaluator if this client is the attach node, and audit the state if this step is audited."""
+        waited = 0
+        while (msgs := self.voter.take(s)) is None:
+            if waited >= self.protocol.patience_hops:
+                raise self.voter.stuck(s, waited)
+            self.hop(t)
+            self._agree(t)
+            waited += 1
         self.applier.apply(s, msgs)
         self.history.append((s, msgs))
         if s >= self.logged:

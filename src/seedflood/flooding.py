@@ -13,7 +13,10 @@ Rules (docs/design.md §1, §2):
 - steps are handed out for application strictly in order, each once; after that every message of
   an applied step is a duplicate by construction (completeness means we saw all of them), so the
   node forgets the step's ids and only remembers `applied_through`.
-Two copies of one id that differ in seed or scalar are a protocol violation (`FloodError`).
+Two copies of one id that differ in seed or scalar are a protocol violation: in a strict run a
+`FloodError`; under churn evidence against their origin (`conflicts`: the first copy is kept,
+the origin is named, and the agreement leaves it out of what this node proposes), never a crash
+of the receiver.
 
 Churn (docs/design.md §13): notes (membership.Note: joins, audits) flood exactly like messages
 but are kept for `note_horizon` steps after their step is applied (a later decision reads them);
@@ -59,6 +62,7 @@ class Flood:
         per_origin: int = 1,
         routes: Mapping[int, Sequence[int]] | None = None,
         note_horizon: int = 64,
+        tolerate_conflicts: bool = False,
     ) -> None:
         self.node = node
         self.peers: tuple[int, ...] = tuple(sorted(peers))
@@ -73,6 +77,9 @@ class Flood:
         self.applied_through = -1  # every step <= this was handed out and forgotten
         self.stats = FloodStats()
         self.note_horizon = note_horizon  # notes of steps < applied_through - this are forgotten
+        self.tolerate_conflicts = tolerate_conflicts
+        self.conflicts: dict[int, str] = {}
+        """origin -> the first pair of conflicting copies of one of its ids (churn: evidence)."""
         self._store: dict[int, dict[MessageId, Message]] = {}  # step -> id -> message
         self._notes: dict[int, dict[NoteId, Note]] = {}  # step -> id -> note
         self._known: dict[MessageId | NoteId, set[int]] = {}  # id -> peers that have it
@@ -149,7 +156,9 @@ class Flood:
         old = step.get(m.id)
         if old is not None:
             if old != m:
-                raise FloodError(f"conflicting copies of message {m.id}: {old} vs {m}")
+                if not self.tolerate_conflicts:
+                    raise FloodError(f"conflicting copies of message {m.id}: {old} vs {m}")
+                self.conflicts.setdefault(m.origin, f"two copies of {m.id}: {old} vs {m}")
             if source is not None:
                 self._known[m.id].add(source)
                 self._pending[source].pop(m.id, None)
@@ -208,6 +217,11 @@ class Flood:
         for o, _, _ in self._store.get(step, {}):
             out[o] = out.get(o, 0) + 1
         return out
+
+    def messages(self, step: int, origins: Iterable[int]) -> list[Message]:
+        """The held messages of `step` from `origins`, canonically ordered (nothing is popped)."""
+        keep = set(origins)
+        return sorted(m for m in self._store.get(step, {}).values() if m.origin in keep)
 
     def held_items(self) -> tuple[list[Message], list[Note]]:
         """Every message of an undecided step and every note held (a rejoining peer's due)."""

@@ -4,11 +4,11 @@ Owns (docs/design.md §13):
 - `Change`: the roster change decided for one step — origins that leave (crashed, stalled, cut
   off, or excluded by an audit) and origins that join (with their incarnation) — and its bytes
   (a CRC-checked JSON record) for the log and the evaluator stream.
-- `Roster`: the members of every step, a pure function of the changes; `decide` is the churn rule
-  a client applies to a step once its settle window is over.
-- `Note`: a fixed-size record flooded with the messages: `JOIN` (a sponsor admits a restarted
-  origin from a step on), `AUDIT` (an origin's state hash after a step) and `ALIVE` (an origin
-  took part in a step after the run's last one, while the last decisions settle).
+- `Roster`: the members of every step, a pure function of the changes (what is committed
+  and how is agreement.py's business).
+- `Note`: a record flooded with the messages: `JOIN` (a sponsor admits a restarted origin from a
+  step on), `AUDIT` (an origin's state hash after a step) and `VOTE` (an origin's vote on a
+  step's content, agreement.Vote in its body).
 - `audit_verdict`: which origins' audited hashes differ from the majority's.
 - the hop payload (`encode_hop` / `decode_hop`): a message frame, plus notes when there are any;
   and the evaluator's step payload (`encode_step` / `decode_step`): a step's messages plus its
@@ -17,31 +17,21 @@ Owns (docs/design.md §13):
 - the churn evaluator stream: every push is a step payload prefixed by its step (`encode_push` /
   `decode_push`), and every evaluator edge opens with the sender's decided steps as one blob of
   such pushes (`encode_pushes` / `decode_pushes`); `StepSequence` turns the overlapping streams of
-  successive attach nodes into each step once, in order.
+  successive attach nodes into each step once, in order, and refuses two contents for one step.
 - the attach node (`Roster.attach`): the client the evaluator follows, a pure function of the
   changes — when it leaves, the next member after it (cyclically) takes over.
-
-The decision rule (`decide`), for step s at the end of local step s + delay. Evidence first: the
-origins whose messages of step s + settle (ALIVE notes past the last step) are here are the ones
-this client can still reach; unless they are a strict majority of the members, it stops
-(`MinorityError`). Then the step: its members are the eligible origins (last step's members plus
-origins whose JOIN note for s is held) whose K messages of s are all here; the rest of last
-step's members leave. Why this agrees (docs/design.md §13): if this client heard from a majority
-at step s + settle, the messages of step s had `settle` whole steps of hops to reach every
-survivor before any cut that could isolate it, so every survivor of the majority part holds the
-same messages of s and decides the same; a part without that evidence stops before deciding s, so
-two parts of a partition never both continue and a stopped part wrote nothing the majority did not.
 
 Assumes: pure Python (the core); notes and messages were validated by their codecs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 import zlib
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from seedflood import message
@@ -49,8 +39,8 @@ from seedflood.message import FrameError, Limits, Message
 
 JOIN = 1
 AUDIT = 2
-ALIVE = 3
-_KINDS = {JOIN: "join", AUDIT: "audit", ALIVE: "alive"}
+VOTE = 4
+_KINDS = {JOIN: "join", AUDIT: "audit", VOTE: "vote"}
 
 
 class MembershipError(RuntimeError):
@@ -72,17 +62,21 @@ class ExcludedError(MembershipError):
 class Note:
     """A flooded record. JOIN: `origin` counts again from `step` on, `value` = its incarnation.
     AUDIT: `origin`'s state hash after applying `step`, `value` = its first 8 bytes (u64).
-    ALIVE: `origin` took part in `step` (after the last step of a run, where no messages are
-    made, it stands in for them as evidence of who is reachable); `value` = 0."""
+    VOTE: `origin`'s vote on the content of `step` in ballot `value`; `body` is the vote
+    (agreement.Vote: incarnation, digests, members, joins)."""
 
     step: int
     kind: int
     origin: int
     value: int
+    body: bytes = b""
 
     @property
-    def id(self) -> tuple[str, int, int]:
-        """De-duplication key; never equal to a message id (those are int triples)."""
+    def id(self) -> tuple[str, int, int] | tuple[str, int, int, int]:
+        """De-duplication key; never equal to a message id (those are int triples). A vote's
+        key holds its ballot: one vote per origin, step and ballot."""
+        if self.kind == VOTE:
+            return (_KINDS[self.kind], self.origin, self.step, self.value)
         return (_KINDS[self.kind], self.origin, self.step)
 
 
@@ -91,20 +85,26 @@ def audit_value(state_hash: str) -> int:
     return int(state_hash[:16], 16)
 
 
-_NOTE = struct.Struct("<BIIQ")  # kind, origin, step, value: 17 bytes
-_HOP_MAGIC = b"SN\x01"  # a hop payload with notes: magic, u32 message-frame length, frame, notes
+_NOTE = struct.Struct("<BIIQH")  # kind, origin, step, value, body length: 19 bytes, then the body
+_HOP_MAGIC = b"SN\x02"  # a hop payload with notes: magic, u32 message-frame length, frame, notes
 _STEP_MAGIC = b"SC\x01"  # an evaluator payload with a change: magic, u32 change length, change, frame
 _U32 = struct.Struct("<I")
 _U16 = struct.Struct("<H")
 
 
-def check_note(n: Note, limits: Limits) -> None:
+def check_note(n: Note, limits: Limits) -> bool:
+    """False for a note older than the window (stale: dropped, never an error — a neighbour that
+    connects late is owed every note its peer still holds, however old); FrameError for a note
+    no correct peer sends."""
     if n.kind not in _KINDS:
         raise FrameError(f"unknown note kind {n.kind}")
     if not 0 <= n.origin < limits.n_origins:
         raise FrameError(f"note origin {n.origin} out of range 0..{limits.n_origins - 1}")
-    if not limits.min_step <= n.step <= limits.max_step:
-        raise FrameError(f"note step {n.step} outside window {limits.min_step}..{limits.max_step}")
+    if n.step > limits.max_step:
+        raise FrameError(f"note step {n.step} beyond window {limits.min_step}..{limits.max_step}")
+    if (n.kind == VOTE) != bool(n.body):
+        raise FrameError(f"note {n.id}: only votes have a body")
+    return n.step >= limits.min_step
 
 
 def encode_hop(msgs: Sequence[Message], notes: Sequence[Note] = ()) -> bytes:
@@ -113,7 +113,7 @@ def encode_hop(msgs: Sequence[Message], notes: Sequence[Note] = ()) -> bytes:
     if not notes:
         return frame
     body = _U32.pack(len(frame)) + frame + _U16.pack(len(notes))
-    body += b"".join(_NOTE.pack(n.kind, n.origin, n.step, n.value) for n in sorted(notes))
+    body += b"".join(_NOTE.pack(n.kind, n.origin, n.step, n.value, len(n.body)) + n.body for n in sorted(notes))
     return _HOP_MAGIC + body + _U32.pack(zlib.crc32(body))
 
 
@@ -129,12 +129,19 @@ def decode_hop(payload: bytes, limits: Limits) -> tuple[list[Message], list[Note
     if len(frame) != n or len(rest) < 2:
         raise FrameError("hop payload: message frame length disagrees with the payload")
     (count,) = _U16.unpack_from(rest)
-    if len(rest) != 2 + count * _NOTE.size:
-        raise FrameError(f"hop payload: {len(rest) - 2} note bytes for {count} notes")
-    notes = [Note(step, kind, origin, value) for kind, origin, step, value in _NOTE.iter_unpack(rest[2:])]
-    for note in notes:
-        check_note(note, limits)
-    return message.decode(frame, limits), notes
+    notes, at = [], 2
+    for _ in range(count):
+        if at + _NOTE.size > len(rest):
+            raise FrameError(f"hop payload: note {len(notes)} of {count} is truncated")
+        kind, origin, step, value, n = _NOTE.unpack_from(rest, at)
+        at += _NOTE.size
+        if at + n > len(rest):
+            raise FrameError(f"hop payload: note {len(notes)} of {count} claims {n} body bytes past the end")
+        notes.append(Note(step, kind, origin, value, bytes(rest[at : at + n])))
+        at += n
+    if at != len(rest):
+        raise FrameError(f"hop payload: {len(rest) - at} bytes after {count} notes")
+    return message.decode(frame, limits), [n for n in notes if check_note(n, limits)]
 
 
 # -- changes -----------------------------------------------------------------------------------------
@@ -294,20 +301,30 @@ class CatchUp:
 class StepSequence:
     """Steps from successive senders (attach nodes), each step once and in order from `next`.
 
-    Each sender sends its decided steps from 0 (a catch-up blob), then each step it decides; its
-    first steps repeat what an earlier sender sent. `offer` says whether a step is the next one
-    (take it), an old one (drop it: agreement makes it equal to the one taken), or a gap, which is
-    an error: a sender skips nothing, so a gap means lost or corrupt data.
+    Each sender sends its decided steps from the step the evaluator needs (a catch-up blob), then
+    each step it commits; its first steps may repeat what an earlier sender sent. `offer` says
+    whether a step is the next one (take it), an old one (drop it, after checking that its bytes
+    equal the ones taken: two senders with different contents for one step are two histories,
+    an error, never a silent pick), or a gap, which is an error: a sender skips nothing.
     """
 
     def __init__(self, next_step: int = 0) -> None:
         self.next = next_step
+        self._seen: dict[int, bytes] = {}  # step -> digest of the payload taken (this stream's)
 
-    def offer(self, step: int) -> bool:
+    def offer(self, step: int, payload: bytes | None = None) -> bool:
         if step > self.next:
             raise FrameError(f"evaluator stream jumps from step {self.next} to step {step}")
+        key = None if payload is None else hashlib.blake2b(payload, digest_size=8).digest()
         if step < self.next:
+            if key is not None and self._seen.get(step, key) != key:
+                raise FrameError(
+                    f"evaluator stream: step {step} arrived again with other contents: two senders hold "
+                    "different histories (refused; nothing of it is logged)"
+                )
             return False
+        if key is not None:
+            self._seen[step] = key
         self.next += 1
         return True
 
@@ -350,45 +367,6 @@ class Roster:
             self.attach = next_attach(self.attach, self.members, self.n_origins)
         if change:
             self.changes[change.step] = change
-
-    def decide(
-        self,
-        node: int,
-        step: int,
-        held: Mapping[int, int],
-        per_origin: int,
-        reachable: Collection[int],
-        joins: Mapping[int, int] = {},
-        excluded: Collection[int] = (),
-    ) -> Change:
-        """The churn rule for `step` at `node` (see the module docstring); applies and returns the
-        change (falsy when nobody left or joined).
-
-        held: origin -> messages of `step` held; reachable: origins heard from at step + settle
-        (the evidence); joins: origin -> incarnation of the JOIN notes for `step` held;
-        excluded: origins an audit verdict removes from this step on.
-        """
-        base = (set(reachable) & self.members) - set(excluded)
-        if 2 * len(base) <= len(self.members):
-            raise MinorityError(
-                f"node {node}: before deciding step {step} only {len(base)} of {len(self.members)} members "
-                f"({', '.join(map(str, sorted(base)))}) are reachable: no majority, this client stops "
-                "(the majority, if any, trains on; restart this client to rejoin by replay)"
-            )
-        eligible = self.members | set(joins)
-        present = {o for o in eligible if held.get(o, 0) == per_origin and o not in excluded}
-        leave = tuple(sorted(self.members - present))
-        if node in leave:
-            why = "its audited state differs from the majority's" if node in excluded else "its messages came too late"
-            raise ExcludedError(f"node {node}: the others decided step {step} without this client ({why})")
-        change = Change(
-            step,
-            leave=leave,
-            join=tuple(sorted((o, joins[o]) for o in present - self.members)),
-            audit=tuple(sorted(set(leave) & set(excluded))),
-        )
-        self.apply(change)
-        return change
 
 
 def audit_verdict(node: int, step: int, notes: Iterable[Note], members: Collection[int]) -> list[int]:

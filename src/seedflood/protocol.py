@@ -38,6 +38,18 @@ from seedflood.topology import EVALUATOR_RANK, node_of, rank_of  # the rank map 
 __all__ = ["EVALUATOR_RANK", "Protocol", "digest", "node_of", "rank_of", "trajectory"]
 
 
+def schedule(diameter: int, hops: int, overlap: bool = False, settle: int = 0) -> tuple[int, int]:
+    """(vote_lag, delay) in steps. Step s is complete after the hops of steps s..s+D (D =
+    ⌈diameter/hops⌉ − 1); with overlap those of s+D end only once step s+D+1 is estimated, so it
+    is applied there. With churn (settle > 0) clients vote on s `settle` steps later still, and
+    apply it once the votes have had the hops a message gets (⌈diameter/hops⌉ steps)."""
+    spread = math.ceil(diameter / hops)
+    complete = max(0, spread - 1) + int(overlap)
+    if not settle:
+        return 0, complete
+    return complete + settle, complete + settle + spread
+
+
 @dataclass(frozen=True)
 class Protocol:
     run_seed: int
@@ -64,15 +76,24 @@ class Protocol:
     """Hops of step t run on a background thread during step t+1's estimates (`delay` includes
     the extra step). Every client of a run must agree: it changes how many hops `drain` runs."""
     settle: int = 0
-    """Churn (docs/design.md §13): steps of hops after a step's own before it is decided (included
-    in `delay`); 0 = strict (every origin's messages must arrive, else the run stops)."""
+    """Churn (docs/design.md §13): steps of hops after a step's own before clients vote on it
+    (included in `delay`); 0 = strict (every origin's messages must arrive, else the run stops)."""
+    vote_lag: int = 0
+    """Churn: a client votes on step s at the end of local step s + vote_lag; the votes then get
+    ⌈diameter / hops⌉ steps of hops, so s is applied at s + delay, delay = vote_lag + that."""
     audit_every: int = 0
     """Churn: every this many steps each client floods its state hash (0 = never)."""
 
     @property
     def churn(self) -> bool:
-        """Steps are decided by the churn rule (membership.Roster.decide), not required complete."""
+        """Steps are committed by a majority's votes (agreement.py), not required complete."""
         return self.settle > 0
+
+    @property
+    def patience_hops(self) -> int:
+        """Churn: extra hops a client runs waiting for a step to be committed before it stops
+        (it cannot reach a majority that agrees): four delay windows, at least 16 steps' worth."""
+        return self.hops * max(16, 4 * (self.delay + 1))
 
     def audits(self, step: int) -> bool:
         """Each client floods an AUDIT note of its state after applying `step`."""
@@ -86,10 +107,7 @@ class Protocol:
         settle = cfg.churn.settle
         if settle and overlap:
             raise ConfigError("churn.settle: not supported together with flood.overlap yet; set one of them")
-        # Step s is complete after the hops of steps s..s+D (D = ⌈diameter/hops⌉ − 1); with
-        # overlap those of s+D end only once step s+D+1 is estimated, so it is applied there;
-        # with churn it is decided `settle` steps later still.
-        delay = max(0, math.ceil(diameter / hops) - 1) + int(overlap) + settle
+        vote_lag, delay = schedule(diameter, hops, overlap, settle)
         if cfg.flood.step_window <= delay:
             raise ConfigError(
                 f"flood.step_window: must exceed the flooding delay {delay} (diameter {diameter}, "
@@ -112,6 +130,7 @@ class Protocol:
             step_window=cfg.flood.step_window,
             overlap=overlap,
             settle=settle,
+            vote_lag=vote_lag,
             audit_every=cfg.churn.audit_every,
         )
 

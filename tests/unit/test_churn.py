@@ -97,7 +97,7 @@ def test_a_killed_client_restarts_rejoins_by_replay_and_counts_again(tmp_path):
 def test_without_failures_a_churn_run_has_the_bits_of_a_strict_run_with_the_same_delay(tmp_path):
     cfg = cfg_for(steps=6)
     p = protocol_of(cfg)
-    assert p.churn and p.delay == 1  # full flooding (D = 0) + settle 1
+    assert p.churn and p.delay == 2  # full flooding (D = 0), votes after settle 1, applied a vote's spread later
     churn = simulate(cfg)
     strict = simulate(cfg, protocol=dataclasses.replace(p, settle=0))
     assert churn.step_hashes == strict.step_hashes and churn.records == strict.records
@@ -133,7 +133,7 @@ def test_survivors_agree_after_a_single_failure(case, tmp_path):
 
 def test_a_stalled_client_stops_with_one_line_when_it_wakes(tmp_path):
     r = simulate(cfg_for(), events=[Event(3, 5, "stall", 2.5)])
-    assert "no majority, this client stops" in r.exits[5] and "\n" not in r.exits[5]
+    assert "no reachable majority agrees, this client stops" in r.exits[5] and "\n" not in r.exits[5]
 
 
 def test_a_cut_link_on_a_connected_graph_changes_nobody(tmp_path):
@@ -151,7 +151,7 @@ def test_partition_the_majority_finishes_and_the_minority_stops_with_one_line(tm
     r = simulate(cfg, events=[Event(4, 0, "cut", 1), Event(4, 3, "cut", 4)])
     assert sorted(r.hashes) == [0, 4, 5, 6, 7]
     assert sorted(r.exits) == [1, 2, 3]
-    assert all("no majority" in r.exits[n] for n in (1, 2, 3))
+    assert all("no reachable majority agrees" in r.exits[n] for n in (1, 2, 3))
     assert set(left(r)) == {1, 2, 3}
     check_survivors(cfg, r, tmp_path)
 
@@ -166,12 +166,13 @@ def test_the_audit_names_and_excludes_a_client_whose_state_differs(tmp_path):
     cfg = cfg_for("churn.audit_every=2", steps=12)
     p = protocol_of(cfg)
     r = simulate(cfg, events=[Event(4, 6, "corrupt", 1e-3)])
-    # the weight changes before local step 4, i.e. after step 4 - 1 - delay = 2 was applied: the
-    # first audit to see it is step 3's, compared when step 3 + delay + 1 is decided
+    # the weight changes before local step 4, i.e. after step 4 - 1 - delay = 1 was applied: the
+    # first audit to see it is step 3's (after every 2nd step), which the voters judge when they
+    # propose step 3 + 2 * (a vote's spread: delay - vote_lag) + 1, once its notes reached them all
     audited = 3
     assert f"audit of step {audited} found" in r.exits[6] and "differs from the majority" in r.exits[6]
     (step,) = [s for s, c in r.changes.items() if 6 in c.leave]
-    assert r.changes[step].audit == (6,) and step == audited + p.delay + 1
+    assert r.changes[step].audit == (6,) and step == audited + 2 * (p.delay - p.vote_lag) + 1
     # caught within diameter + audit_every steps of the fault
     assert step - 4 <= topo.build(cfg.topology).diameter + cfg.churn.audit_every
     check_survivors(cfg, r, tmp_path, corrupted=(6,))

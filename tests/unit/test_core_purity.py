@@ -14,6 +14,8 @@ CORE = [
     "zo",
     "message",
     "membership",
+    "agreement",
+    "protocol",
     "flooding",
     "replay",
     "topology",

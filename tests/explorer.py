@@ -1,0 +1,481 @@
+"""The schedule explorer: every fault schedule of a small graph through the real agreement.
+
+Owns a lockstep world of N clients that run the churn client's schedule with the real decision
+code — `seedflood.agreement.Voter` (votes, ballots, commits, taking a committed step) over the
+real `seedflood.flooding.Flood` and `membership.Roster` — and no model: a client "applies" a
+step by recording (step, digest). Faults are data (`Fault`), so a program can enumerate them.
+
+The world, one round = one hop of every running client (the global hop index of lockstep
+exchanges). A client of local step t originates its message at the first hop of t (from its
+JOIN step on), runs `hops` hops, then calls `Voter.after(t)` and applies every committed step
+due (t − delay); a step due but not committed (or whose messages are not all here) makes it hop
+on at t (no originating) until it is, at most `protocol.patience_hops` hops, then it stops with
+one line, as `Client._apply_committed` does. After the last step it drains the same way and
+lingers for a vote's spread, then exits (its neighbours drop the edge).
+
+Faults (`Fault.kind`), each at a round:
+- `crash`: the node's frame of that round reaches only the neighbours in `reach`, then it is
+  dead (every edge closes; its neighbours drop it).
+- `stall`: the node stops answering at that round: its neighbours drop it, and when it wakes
+  its edges are gone (gloo closes a timed-out pair for good), so it runs on alone.
+- `cut`: the links in `edges` fail both ways (a partition is a cut of every link across it).
+- `restart`: a dead node comes back as a new incarnation: its lowest live member neighbour
+  sponsors it with the real catch-up rules (the decided steps, the held messages and notes, a
+  JOIN note for t + delay + 1), as `Client._boundary` / `Client.rejoin` do.
+
+Checks (`Outcome`): safety — every client's applied (step, digest) list is a prefix of one
+history, and so is the evaluator's log (it follows whichever client is the attach node, each
+new edge opening with that client's steps from where the log stands, through the real
+`membership.StepSequence`, which refuses two contents for one step); liveness — where the final
+graph has a connected part holding a strict majority of the nodes, all of its clients finish.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from seedflood.agreement import Agreement, Voter
+from seedflood.flooding import Flood
+from seedflood.membership import JOIN, MembershipError, Note, StepSequence
+from seedflood.message import FrameError, Message
+from seedflood.protocol import Protocol, schedule
+
+Edge = tuple[int, int]
+
+
+def edge(a: int, b: int) -> Edge:
+    return (min(a, b), max(a, b))
+
+
+def graphs(max_nodes: int = 5) -> dict[str, nx.Graph]:
+    """The named graphs the explorer covers: line, ring, star, complete, wheel, 2×2 torus, and a
+    ring with a chord, for every size that makes them distinct up to `max_nodes`."""
+    out: dict[str, nx.Graph] = {}
+    for n in range(3, max_nodes + 1):
+        out[f"line{n}"] = nx.path_graph(n)
+        out[f"star{n}"] = nx.star_graph(n - 1)
+        out[f"complete{n}"] = nx.complete_graph(n)
+        if n >= 4:
+            out[f"ring{n}"] = nx.cycle_graph(n)
+    if max_nodes >= 5:
+        out["wheel5"] = nx.wheel_graph(5)
+        chord = nx.cycle_graph(5)
+        chord.add_edge(0, 2)
+        out["chord5"] = chord
+    out["torus2x2"] = nx.convert_node_labels_to_integers(nx.grid_2d_graph(2, 2, periodic=False))
+    return out
+
+
+def protocol_for(g: nx.Graph, steps: int, hops: int = 0, settle: int = 1) -> Protocol:
+    """The churn protocol a run on `g` would use (full flooding unless `hops`), K = 1."""
+    diameter = nx.diameter(g)
+    hops = hops or max(1, diameter)
+    vote_lag, delay = schedule(diameter, hops, settle=settle)
+    return Protocol(
+        run_seed=0,
+        n_origins=g.number_of_nodes(),
+        perturbations=1,
+        steps=steps,
+        lr=1.0,
+        schedule="constant",
+        warmup_steps=0,
+        weight=1.0,
+        eps=1e-3,
+        hops=hops,
+        delay=delay,
+        max_scalar=1e6,
+        step_window=64,
+        settle=settle,
+        vote_lag=vote_lag,
+    )
+
+
+@dataclass(frozen=True)
+class Fault:
+    round: int
+    kind: str  # crash | stall | cut | restart
+    node: int = -1
+    reach: frozenset[int] = frozenset()
+    edges: frozenset[Edge] = frozenset()
+
+    def __str__(self) -> str:
+        if self.kind == "crash":
+            return f"r{self.round}:crash {self.node}→{sorted(self.reach)}"
+        if self.kind == "cut":
+            return f"r{self.round}:cut {sorted(self.edges)}"
+        return f"r{self.round}:{self.kind} {self.node}"
+
+
+# -- one client --------------------------------------------------------------------------------------
+@dataclass
+class Node:
+    i: int
+    protocol: Protocol
+    peers: Sequence[int]
+    incarnation: int = 0
+    flood: Flood = field(init=False)
+    voter: Voter = field(init=False)
+    t: int = 0
+    hop: int = 0  # hops run in step t (>= hops: waiting for a step due at t)
+    rounds: int = 0  # hops run in all
+    waited: int = 0
+    joined_at: int = 0
+    linger: int = -1  # hops still to run after the last step was applied (-1: not draining yet)
+    state: str = "run"  # run | done | stopped | dead
+    why: str = ""
+    applied: list[tuple[int, int]] = field(default_factory=list)  # (step, digest)
+    history: list[tuple[int, list[Message]]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        p = self.protocol
+        self.flood = Flood(self.i, self.peers, range(p.n_origins), 1, None, p.step_window, tolerate_conflicts=True)
+        self.voter = Voter(p, self.flood, Agreement(self.i, p.n_origins, 1, self.incarnation), lambda _: None)
+
+    @property
+    def running(self) -> bool:
+        return self.state == "run"
+
+    def begin_round(self) -> None:
+        """Originate this client's message if this round is the first hop of a step it makes."""
+        p = self.protocol
+        if self.hop == 0 and self.joined_at <= self.t < p.steps:
+            seed = p.seed(self.i, self.t, 0)
+            self.flood.originate([Message.make(self.i, self.t, seed, float(self.i + 1), 0)])
+
+    def end_round(self) -> None:
+        """After this round's hop: the end of a step (or of a waited hop): vote, commit, apply."""
+        p = self.protocol
+        self.hop += 1
+        self.rounds += 1
+        if self.linger >= 0:
+            self.linger -= 1
+            if self.linger < 0:
+                self.state = "done"
+            return
+        if self.hop < p.hops:
+            return
+        try:
+            self.voter.after(self.t, self.rounds)
+            last = self.applied[-1][0] if self.applied else -1
+            due = min(self.t - p.delay, p.steps - 1)
+            while last < due:
+                msgs = self.voter.take(last + 1)
+                if msgs is None:
+                    if self.waited >= p.patience_hops:
+                        raise self.voter.stuck(last + 1, self.waited)
+                    self.waited += 1
+                    return
+                last += 1
+                self.applied.append((last, self.voter.agreement.digests[last]))
+                self.history.append((last, msgs))
+        except MembershipError as e:
+            self.state, self.why = "stopped", str(e)
+            return
+        self.waited = 0
+        self.t += 1
+        self.hop = 0
+        if last == p.steps - 1 and self.t >= p.steps:
+            self.linger = (p.delay - p.vote_lag) * p.hops
+            if self.linger == 0:
+                self.state = "done"
+
+
+# -- the world --------------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    histories: dict[int, list[tuple[int, int]]]
+    states: dict[int, str]
+    why: dict[int, str]
+    log: list[tuple[int, int]]
+    safe: bool
+    live: bool
+    problem: str = ""
+
+
+class World:
+    def __init__(self, g: nx.Graph, protocol: Protocol, faults: Sequence[Fault] = ()) -> None:
+        self.g = g
+        self.p = protocol
+        self.faults = sorted(faults, key=lambda f: f.round)
+        self.links: set[Edge] = {edge(a, b) for a, b in g.edges}  # working links
+        self.nodes = {i: Node(i, protocol, sorted(g.neighbors(i))) for i in g.nodes}
+        self.log: list[tuple[int, int]] = []
+        self.seq = StepSequence(0)
+        self.attach_node = -1
+        self.error = ""
+
+    # -- faults ----------------------------------------------------------------------------
+    def _fail(self, a: int, b: int) -> None:
+        """Link a–b is gone: each live end drops the other (what the transport's take_lost does)."""
+        self.links.discard(edge(a, b))
+        for x, y in ((a, b), (b, a)):
+            n = self.nodes[x]
+            if y in n.flood.peers:
+                n.flood.drop_peer(y)
+
+    def _isolate(self, v: int) -> None:
+        for u in list(self.g.neighbors(v)):
+            self._fail(v, u)
+
+    def _restart(self, v: int) -> None:
+        """Bring dead node v back as a new incarnation, sponsored by its lowest running member
+        neighbour (the catch-up of Client._catch_up / Client.rejoin, without the bytes)."""
+        old = self.nodes[v]
+        if old.state != "dead":
+            return
+        sponsors = [
+            self.nodes[u]
+            for u in sorted(self.g.neighbors(v))
+            if self.nodes[u].running and u in self.nodes[u].voter.agreement.roster.members and self.nodes[u].linger < 0
+        ]
+        if not sponsors:
+            return
+        s = sponsors[0]
+        p = self.p
+        inc = old.incarnation + 1
+        n = Node(v, p, [], incarnation=inc)
+        a = n.voter.agreement
+        for step, msgs in s.history:
+            a.extend(step, msgs, s.voter.agreement.roster.changes.get(step))
+            n.applied.append((step, a.prev))
+        n.history = list(s.history)
+        n.flood.applied_through = len(s.history) - 1
+        n.voter.logged = len(s.history)
+        msgs, notes = s.flood.held_items()
+        n.flood.restore(msgs)
+        e = s.t + p.delay + 1
+        n.flood.originate_notes(notes)
+        s.flood.originate_notes([Note(e, JOIN, v, inc)])
+        n.t, n.hop, n.joined_at = s.t, 0, e
+        self.nodes[v] = n
+        self.links.add(edge(v, s.i))
+        n.flood.add_peer(s.i)
+        s.flood.add_peer(v)
+        self._joining.append((v, e))
+
+    def _connect_joiners(self) -> None:
+        """At its JOIN step a newcomer and each member neighbour connect their edge (both ends)."""
+        for v, e in list(self._joining):
+            n = self.nodes[v]
+            if not n.running or n.t < e:
+                continue
+            self._joining.remove((v, e))
+            for u in sorted(self.g.neighbors(v)):
+                m = self.nodes[u]
+                if (
+                    m.running
+                    and u not in n.flood.peers
+                    and u in m.voter.agreement.roster.members
+                    and self._cut_ok(u, v)
+                ):
+                    self.links.add(edge(u, v))
+                    n.flood.add_peer(u)
+                    m.flood.add_peer(v)
+
+    def _cut_ok(self, a: int, b: int) -> bool:
+        return edge(a, b) not in self._cut
+
+    # -- running -----------------------------------------------------------------------------
+    def run(self, max_rounds: int | None = None) -> Outcome:
+        p = self.p
+        limit = max_rounds or (p.steps + p.delay + 2) * p.hops + 2 * p.patience_hops + 8 * p.hops * (p.delay + 1)
+        pending = list(self.faults)
+        self._cut: set[Edge] = set()
+        self._joining: list[tuple[int, int]] = []
+        crashing: dict[int, frozenset[int]] = {}
+        for r in range(limit):
+            if not any(n.running for n in self.nodes.values()):
+                break
+            crashing.clear()
+            while pending and pending[0].round <= r:
+                f = pending.pop(0)
+                if f.kind == "crash" and self.nodes[f.node].running:
+                    crashing[f.node] = f.reach
+                elif f.kind == "stall":
+                    self._isolate(f.node)
+                elif f.kind == "cut":
+                    for a, b in f.edges:
+                        self._cut.add(edge(a, b))
+                        self._fail(a, b)
+                elif f.kind == "restart":
+                    self._restart(f.node)
+            self._connect_joiners()
+            running = [n for n in self.nodes.values() if n.running]
+            for n in running:
+                n.begin_round()
+            sent = {n.i: n.flood.outbox() for n in running}
+            for v, reach in crashing.items():  # the last frame reaches only some neighbours
+                sent[v] = {p_: items for p_, items in sent[v].items() if p_ in reach}
+            for n in running:
+                for src, out in sent.items():
+                    if n.i in out and src in n.flood.peers:
+                        n.flood.receive(src, out[n.i])
+            for v in crashing:
+                self.nodes[v].state = "dead"
+                self._isolate(v)
+            for n in running:
+                if n.running:
+                    before = len(n.applied)
+                    n.end_round()
+                    self._push(n, before)
+            for n in self.nodes.values():  # a client that exited or stopped closes its edges
+                if n.state in ("done", "stopped") and any(edge(n.i, u) in self.links for u in self.g.neighbors(n.i)):
+                    self._isolate(n.i)
+        return self._outcome()
+
+    def _push(self, n: Node, before: int) -> None:
+        """The evaluator follows the attach node: a new edge opens with that client's steps from
+        where the log stands, then each step it applies (membership.StepSequence checks them)."""
+        if len(n.applied) == before or self.error:
+            return
+        if n.voter.agreement.roster.attach != n.i:
+            return
+        try:
+            start = before if self.attach_node == id(n) else len(self.log)  # a new edge: catch-up first
+            self.attach_node = id(n)
+            for s, d in n.applied[min(start, before) :]:
+                if self.seq.offer(s, d.to_bytes(8, "little")):
+                    self.log.append((s, d))
+        except FrameError as e:
+            self.error = str(e)
+
+    def _outcome(self) -> Outcome:
+        hist = {i: n.applied for i, n in self.nodes.items()}
+        longest = max(hist.values(), key=len)
+        problem = ""
+        for i, h in hist.items():
+            if h != longest[: len(h)]:
+                problem = f"node {i} applied {h} but node {self._who(longest)} applied {longest}"
+        if not problem and self.log != longest[: len(self.log)]:
+            problem = f"the evaluator logged {self.log}, the clients applied {longest}"
+        if not problem and self.error:
+            problem = f"the evaluator refused a step: {self.error}"
+        safe = not problem
+        final = nx.Graph()
+        final.add_nodes_from(i for i, n in self.nodes.items() if n.state != "dead")
+        final.add_edges_from(e for e in self._final_links() if all(x in final for x in e))
+        live = True
+        for part in nx.connected_components(final):
+            if 2 * len(part) > len(self.nodes):
+                laggards = [i for i in sorted(part) if self.nodes[i].state != "done"]
+                if laggards:
+                    live = False
+                    problem = problem or "liveness: " + "; ".join(
+                        f"node {i} {self.nodes[i].state} ({self.nodes[i].why or 'no line'})" for i in laggards
+                    )
+        return Outcome(
+            hist,
+            {i: n.state for i, n in self.nodes.items()},
+            {i: n.why for i, n in self.nodes.items()},
+            self.log,
+            safe,
+            live,
+            problem,
+        )
+
+    def _final_links(self) -> Iterable[Edge]:
+        """The links no fault took (a client that merely finished still counts as connected)."""
+        gone = set(self._cut)
+        for f in self.faults:
+            if f.kind in ("crash", "stall"):
+                gone |= {edge(f.node, u) for u in self.g.neighbors(f.node)}
+        return [edge(a, b) for a, b in self.g.edges if edge(a, b) not in gone]
+
+    def _who(self, h: list[tuple[int, int]]) -> int:
+        return next(i for i, n in self.nodes.items() if n.applied is h)
+
+
+# -- schedules ---------------------------------------------------------------------------------------
+def single_faults(g: nx.Graph, rounds: int, restarts: bool = True) -> Iterator[list[Fault]]:
+    """Every one-fault schedule in rounds 0..rounds-1: a crash of each node in each round with
+    each subset of its frames delivered, a stall, each cut link, each partition (a cut of every
+    link across a split), and a crash followed by a restart some rounds later."""
+    nodes = sorted(g.nodes)
+    splits = set()
+    for k in range(1, len(nodes) // 2 + 1):
+        for side in itertools.combinations(nodes, k):
+            across = frozenset(edge(a, b) for a, b in g.edges if (a in side) != (b in side))
+            if len(across) > 1:  # one link is a `cut` already
+                splits.add(across)
+    for r in range(rounds):
+        for v in nodes:
+            peers = sorted(g.neighbors(v))
+            for k in range(len(peers) + 1):
+                for reach in itertools.combinations(peers, k):
+                    yield [Fault(r, "crash", v, frozenset(reach))]
+            yield [Fault(r, "stall", v)]
+        for a, b in sorted(g.edges):
+            yield [Fault(r, "cut", edges=frozenset({edge(a, b)}))]
+        for across in sorted(splits, key=sorted):
+            yield [Fault(r, "cut", edges=across)]
+    if restarts:
+        for r in range(rounds):
+            for v in nodes:
+                for back in (r + 1, r + rounds // 2 + 1):
+                    yield [Fault(r, "crash", v, frozenset()), Fault(back, "restart", v)]
+
+
+def pairs(g: nx.Graph, rounds: int) -> Iterator[list[Fault]]:
+    """Every schedule of two faults (each from `single_faults` without restarts), the second in
+    the same round as the first or later."""
+    singles = list(single_faults(g, rounds, restarts=False))
+    for i, a in enumerate(singles):
+        for b in singles[i:]:
+            if b[0].round >= a[0].round and (a[0].kind != "crash" or b[0].node != a[0].node):
+                yield a + b
+
+
+def random_schedule(g: nx.Graph, rounds: int, rnd: random.Random, faults: int) -> list[Fault]:
+    """`faults` random faults (crashes with random partial sends, stalls, cuts, restarts)."""
+    out: list[Fault] = []
+    nodes = sorted(g.nodes)
+    edges = sorted(edge(a, b) for a, b in g.edges)
+    for _ in range(faults):
+        r = rnd.randrange(rounds)
+        kind = rnd.choice(["crash", "crash", "stall", "cut", "cut", "restart"])
+        v = rnd.choice(nodes)
+        if kind == "crash":
+            peers = sorted(g.neighbors(v))
+            out.append(Fault(r, "crash", v, frozenset(u for u in peers if rnd.random() < 0.5)))
+        elif kind == "restart":
+            out += [Fault(r, "crash", v, frozenset()), Fault(r + rnd.randrange(1, rounds), "restart", v)]
+        elif kind == "stall":
+            out.append(Fault(r, "stall", v))
+        else:
+            out.append(Fault(r, "cut", edges=frozenset(rnd.sample(edges, rnd.randint(1, min(3, len(edges)))))))
+    return out
+
+
+@dataclass
+class Report:
+    schedules: int = 0
+    unsafe: list[tuple[str, list[Fault], str]] = field(default_factory=list)
+    stuck: list[tuple[str, list[Fault], str]] = field(default_factory=list)
+
+    def add(self, name: str, faults: list[Fault], out: Outcome) -> None:
+        self.schedules += 1
+        if not out.safe:
+            self.unsafe.append((name, faults, out.problem))
+        elif not out.live:
+            self.stuck.append((name, faults, out.problem))
+
+    def summary(self) -> str:
+        return (
+            f"explored {self.schedules} schedules: {len(self.unsafe)} unsafe, "
+            f"{len(self.stuck)} where a connected majority did not finish"
+        )
+
+
+def explore(
+    cases: Iterable[tuple[str, nx.Graph, Protocol]], schedules_of: callable, report: Report | None = None
+) -> Report:
+    report = report or Report()
+    for name, g, p in cases:
+        for faults in schedules_of(g, p):
+            report.add(name, faults, World(g, p, faults).run())
+    return report

@@ -375,6 +375,7 @@ class Voter:
         self.logged = 0  # steps before this came from a log or a catch-up: never voted on
         agreement.quiet = (protocol.delay - protocol.vote_lag) * protocol.hops  # a vote's spread
         self._named: set[int] = set()
+        self._decoded: dict[Note, Vote] = {}
 
     def after(self, t: int, now: int) -> list[tuple[int, Change]]:
         """`now`: hops this client has run (its clock for a ballot's quiet time)."""
@@ -388,10 +389,18 @@ class Voter:
             self.flood.originate_notes([a.vote(s, 0, value)])
         commits, votes = a.review(self.votes, self.propose, now)
         self.flood.originate_notes(votes)
+        if commits:  # forget decoded votes of committed steps
+            self._decoded = {n: v for n, v in self._decoded.items() if n.step > a.through}
         return commits
 
     def votes(self, s: int) -> list[Vote]:
-        return votes_in(self.flood.notes(s, VOTE), self.protocol.n_origins)
+        """The votes held for step s (each note decoded once)."""
+        out = []
+        for note in self.flood.notes(s, VOTE):
+            if (v := self._decoded.get(note)) is None:
+                v = self._decoded[note] = Vote.of(note, self.protocol.n_origins)
+            out.append(v)
+        return out
 
     def propose(self, s: int) -> Value | None:
         """What this client holds for step s, less the origins it has evidence against: two

@@ -161,6 +161,7 @@ def _client(
             state_hash=lambda: state_hash(w.model, w.direction),
             attach=cfg.eval.attach,
             evaluator=protocol.churn,  # a churn client streams to the evaluator when it is the attach node
+            incarnation=getattr(transport, "incarnation", 0),  # its votes carry it; a rejoin checks it
         )
         if isinstance(transport, EdgeTransport) and transport.incarnation > 1:
             _rejoin(cfg, node, client, transport)

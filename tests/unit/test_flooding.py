@@ -202,3 +202,18 @@ def test_restored_messages_complete_a_step_and_are_never_sent():
         f.restore([msg(0, 2)])
     with pytest.raises(FloodError, match="restored twice"):
         f.restore([msg(0, 3), msg(0, 3)])
+
+
+def test_under_churn_two_copies_of_one_id_are_evidence_against_their_origin_not_a_crash():
+    """F7: a receiver that gets two different messages under one id keeps the first, names the
+    origin (the agreement leaves it out of what this node proposes) and goes on."""
+    f = Flood(0, [1, 2], range(3), tolerate_conflicts=True)
+    a = Message.make(2, 4, 77, 0.5)
+    b = Message.make(2, 4, 77, 0.25)
+    assert f.receive(1, [a]) == [a]
+    assert f.receive(2, [b]) == []
+    assert f.messages(4, [2]) == [a] and 2 in f.conflicts and "two copies of (2, 4, 0)" in f.conflicts[2]
+    strict = Flood(0, [1, 2], range(3))
+    strict.receive(1, [a])
+    with pytest.raises(FloodError, match="conflicting copies"):
+        strict.receive(2, [b])

@@ -11,6 +11,9 @@ over the in-memory network (`simulation.simulate`: one thread and one model per 
               so two consecutive victims are never neighbours) and restarted 2 steps later: it
               rebuilds its model from the base weights and rejoins by replaying its sponsor's log.
               Every client must end bit-identical (asserted, as are the per-step hashes);
+3b. churn+cut — settle 1, one link cut for good at step 1 (the graph stays connected; on a ring
+              with one hop per step its diameter grows from N/2 to N − 1, longer than the vote lag,
+              so proposals differ for a while and ballots settle them);
 4. group restart — today's answer to a failure: a strict run stopped at each step where run 3
               kills a client (every `--every` steps) and resumed from its records
               (`simulate(stop=k)`, then `simulate(resume=records)`), which rebuilds every client's
@@ -68,7 +71,12 @@ DOWN = 2  # steps a killed client stays down before its restart
 STRIDE = 5  # victim c is node (5·c) mod N: on a 4×4 torus consecutive victims are never neighbours
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}  # the debug model
 LARGE = {"hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 4}
-MODES = ("strict", "churn", "churn+kill", "group restart")
+MODES = ("strict", "churn", "churn+kill", "churn+cut", "group restart")
+GRAPHS = {
+    "torus": ("topology.kind=torus", "topology.rows=0"),  # as square as possible, full flooding
+    "ring1hop": ("topology.kind=ring", "flood.hops_per_step=1"),  # one hop per step: delayed flooding
+}
+GRAPH = "torus"  # set by --graph
 CAVEAT = (
     "caveat: measured on a VM with 2 CPU cores shared with other engineers' jobs; the client threads "
     "share one interpreter (GIL), so absolute rates are the simulator's, not a cluster's. Read ratios "
@@ -127,15 +135,15 @@ def process_start() -> dict[str, float]:
 
 # -- configs and the failure schedule ---------------------------------------------------------------
 def cfg_for(steps: int, clients: int, settle: int, *extra: str) -> Config:
-    """The debug config on a torus of `clients` (as square as possible), full flooding."""
+    """The debug config on `GRAPH` with `clients` nodes (a torus as square as possible with full
+    flooding, or a ring with one hop per step)."""
     return config.load(
         DEBUG,
         [
             f"run.steps={steps}",
             f"transport.timeout_s={TIMEOUT_S}",
-            "topology.kind=torus",
             f"topology.nodes={clients}",
-            "topology.rows=0",
+            *GRAPHS[GRAPH],
             f"churn.settle={settle}",
             *extra,
         ],
@@ -187,6 +195,12 @@ def run_mode(mode: str, steps: int, clients: int, every: int) -> tuple[SimResult
     if mode == "churn+kill":
         events = kill_schedule(steps, every, clients)
         return simulate(cfg_for(steps, clients, 1), events=events), len(events) // 2
+    if mode == "churn+cut":
+        cfg = cfg_for(steps, clients, 1)
+        peer = topo.build(cfg.topology).neighbors(0)[0]
+        r = simulate(cfg, events=[Event(1, 0, "cut", peer)])
+        assert r.exits == {} and len(set(r.hashes.values())) == 1 and len(r.hashes) == clients, r.exits
+        return r, 1
     # group restart: the whole group stops where churn+kill loses a client and resumes from its log
     cfg = cfg_for(steps, clients, 0)
     stops = [e.step for e in kill_schedule(steps, every, clients) if e.action == "kill"]
@@ -203,7 +217,7 @@ def bench_runs(args: argparse.Namespace) -> dict[str, Any]:
     p_strict = Protocol.of(cfg_for(steps, clients, 0), top.diameter)
     p_churn = Protocol.of(cfg_for(steps, clients, 1), top.diameter)
     print(
-        f"\n{clients} clients, torus (diameter {top.diameter}, degree {top.degree(0)}), {p_strict.hops} hops "
+        f"\n{clients} clients, {GRAPH} (diameter {top.diameter}, degree {top.degree(0)}), {p_strict.hops} hops "
         f"per step; delay strict {p_strict.delay}, churn {p_churn.delay}; {steps} steps, a failure every "
         f"{every} steps; repeats {args.repeats}"
     )
@@ -415,7 +429,8 @@ QUICK = {"steps": 20, "every": 6, "repeats": 1, "rejoin_repeats": 2, "histories"
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--steps", type=int, help="steps of runs 1-4 (default 60; --quick 20)")
-    ap.add_argument("--clients", type=int, default=16, help="clients on the torus (default 16: 4×4)")
+    ap.add_argument("--clients", type=int, default=16, help="clients on the graph (default 16: a 4×4 torus)")
+    ap.add_argument("--graph", choices=sorted(GRAPHS), default="torus", help="torus (full flooding) or ring1hop")
     ap.add_argument("--every", type=int, help="a failure every this many steps (default 10; --quick 6)")
     ap.add_argument("--repeats", type=int, help="repeats of runs 1-4 (default 3; --quick 1)")
     ap.add_argument("--rejoin-repeats", type=int, help="repeats of each rejoin (default 3; --quick 2)")
@@ -437,6 +452,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "need --every >= 6 (a rejoin must finish before the next kill), --steps >= 2 × --every, "
             "--clients >= 5 and repeats >= 1"
         )
+    global GRAPH
+    GRAPH = args.graph
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.getLogger("seedflood").setLevel(logging.ERROR)  # membership warnings: one per client per change
     torch.set_num_threads(1)

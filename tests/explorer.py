@@ -233,7 +233,9 @@ class World:
             for u in sorted(self.g.neighbors(v))
             if self.nodes[u].running and u in self.nodes[u].voter.agreement.roster.members and self.nodes[u].linger < 0
         ]
-        if not sponsors:
+        if not sponsors or v in sponsors[0].voter.agreement.roster.members:
+            if sponsors:  # its old incarnation still counts: the sponsor waits (Client._boundary)
+                self._retry.append(v)
             return
         s = sponsors[0]
         p = self.p
@@ -287,6 +289,7 @@ class World:
         pending = list(self.faults)
         self._cut: set[Edge] = set()
         self._joining: list[tuple[int, int]] = []
+        self._retry: list[int] = []  # restarts waiting for the old incarnation to leave
         crashing: dict[int, frozenset[int]] = {}
         for r in range(limit):
             if not any(n.running for n in self.nodes.values()):
@@ -304,6 +307,9 @@ class World:
                         self._fail(a, b)
                 elif f.kind == "restart":
                     self._restart(f.node)
+            retry, self._retry = self._retry, []
+            for v in retry:
+                self._restart(v)
             self._connect_joiners()
             running = [n for n in self.nodes.values() if n.running]
             for n in running:

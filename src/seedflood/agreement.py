@@ -282,6 +282,8 @@ class Agreement:
         basis = self.basis(step)
         if basis is None or self.node not in basis[1]:
             return None
+        if self.roster.incarnations.get(self.node, self.incarnation) != self.incarnation:
+            return None  # a stale process: the roster admitted another incarnation of this node
         prev, voters = basis
         eligible = set(voters) | set(joins)
         present = frozenset(o for o in eligible if held.get(o, 0) == self.per_origin and o not in excluded)

@@ -133,6 +133,7 @@ class Client:
         self.next_step = 0
         self.logged = 0  # steps that were already in the log this client resumed from
         self.hops_run = 0  # hops this client has run (the agreement's clock)
+        self._deferred: set[int] = set()  # restarted neighbours still members under their old incarnation
         self.hop_timeout_s = hop_timeout_s
         self._inflight: _Hops | None = None  # overlap: the hops of step next_step − 1, running
 
@@ -237,14 +238,17 @@ class Client:
         transport = self.transport
         timeout = self.hop_timeout_s
         revived = getattr(transport, "revived", list)() if t >= self.joined_at else []  # members sponsor
-        for p in revived:
+        # a restarted neighbour whose old incarnation is still a member waits until a committed
+        # step has left it out: the new process must never vote or count as its old self
+        revived = sorted(set(revived) | self._deferred)
+        self._deferred = {p for p in revived if p in self.roster.members}
+        for p in (p for p in revived if p not in self._deferred):
             inc = transport.claim(p)  # type: ignore[attr-defined]
             if inc is None or not transport.connect([p], timeout):  # type: ignore[attr-defined]
                 continue  # another neighbour sponsors it, or it is gone again
             # JOIN at e = t + delay + 1: the note gets the hops a message of step t gets before it
-            # is decided, so it reaches every survivor under the decision rule's own assumption
-            # (survivors' diameter within settle; with D alone a death that lengthens paths left a
-            # neighbour without the note, and the edges of step e unpaired: seeded chaos, seed 2)
+            # is applied, so it normally reaches every voter before they propose step e (one that
+            # lacks it proposes e without the newcomer, and the ballots settle which commits)
             e = t + self.protocol.delay + 1
             self.flood.originate_notes([Note(e, JOIN, p, inc)])
             transport.send_blob(p, self._catch_up(t, e, inc))  # type: ignore[attr-defined]
@@ -268,7 +272,7 @@ class Client:
     def _follow(self) -> None:
         """As the attach node, between steps: answer the evaluator if it greets us (a start, a
         restart, or a failover from the attach node before us), and open each new evaluator edge
-        with the decided steps it lacks; the steps decided from then on are pushed (`_decide`)."""
+        with the committed steps it lacks; those applied from then on are pushed (`_apply_committed`)."""
         transport = self.transport
         transport.attach = True  # type: ignore[attr-defined]
         if not transport.evaluator_connected:  # type: ignore[attr-defined]

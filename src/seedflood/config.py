@@ -348,14 +348,14 @@ class TransportConfig:
 
 @dataclass
 class ChurnConfig:
-    """Surviving failures (docs/design.md §13). `settle` > 0 turns it on: every step is decided
-    `settle` steps after its messages are complete, by the members whose messages every survivor
-    then holds, so clients may crash, stall or be cut off while a majority trains on."""
+    """Surviving failures (docs/design.md §13). `settle` > 0 turns it on: no step is applied until
+    a quorum of the last agreed roster committed its content, so clients may crash, stall or be
+    cut off while a connected majority trains on, and no timing can fork the run."""
 
     settle: int = 0
-    """Extra steps between a step's hops and its application (part of the delay, so it changes
-    the bits). 0 = strict: every client must deliver every step, a failure stops the run. Needs
-    settle × hops >= the survivors' diameter + failures in the window + 1 (docs/design.md §13)."""
+    """Extra steps between a step's hops and the clients' votes on it (part of the delay, so it
+    changes the bits). 0 = strict: every client must deliver every step, a failure stops the run.
+    Safety does not depend on it; more settle means fewer split votes (and waits) after a failure."""
     audit_every: int = 0
     """Every this many steps each client floods the hash of its state; a client whose hash differs
     from the majority's is named and excluded. 0 = no audits. Needs settle >= 1."""

@@ -8,7 +8,7 @@ rules silently drop packets (no RST, no ICMP: the peers see silence, not a close
    ends on the evaluator's hash and `seedflood replay` of the log reproduces it;
 2. everything on one client's host (node 2, not the evaluator's attach node 0): the others drop
    it, decide that it left and finish; it is alone, a minority, and stops with exit 1 and one
-   "no majority" line; summary.json and the log's membership record name it.
+   "no reachable majority agrees" line; summary.json and the log's membership record name it.
 
 The processes are started here, not by `netns.sh run`, which stops every rank at the first
 non-zero exit (case 2 expects one). Rank r runs on host r (`netns.sh exec r`: GLOO_SOCKET_IFNAME
@@ -83,13 +83,14 @@ def _free_prefix() -> str:
 
 
 class Hosts:
-    """The 5 namespaces of one run (netns.sh up/down), its processes, and the cuts."""
+    """The namespaces of one run (netns.sh up/down: one per rank), its processes, and the cuts."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, nodes: int = NODES, sets: tuple[str, ...] = SETS) -> None:
+        self.nodes, self.world, self.sets = nodes, nodes + 1, sets
         self.prefix = _free_prefix()
         self.env = sup.launcher_env(NETNS_PREFIX=self.prefix, NETNS_SUBNET=SUBNET)
         self.procs = sup.Procs()
-        self.logs = [tmp / f"rank{r}.log" for r in range(WORLD)]
+        self.logs = [tmp / f"rank{r}.log" for r in range(self.world)]
 
     def netns(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -97,15 +98,15 @@ class Hosts:
         )
 
     def up(self) -> None:
-        r = self.netns("up", str(WORLD))
+        r = self.netns("up", str(self.world))
         assert r.returncode == 0, r.stderr
 
     def start(self, out: Path) -> list[subprocess.Popen]:
         """One `seedflood train` per host, explicit rendezvous on host 0 (as netns.sh run does)."""
         train = [sys.executable, "-m", "seedflood", "train", "--config", str(sup.DEBUG_CONFIG)]
-        sets = [a for s in (f"run.out_dir={out}", *SETS) for a in ("--set", s)]
+        sets = [a for s in (f"run.out_dir={out}", *self.sets) for a in ("--set", s)]
         world = {
-            "WORLD_SIZE": str(WORLD),
+            "WORLD_SIZE": str(self.world),
             "LOCAL_RANK": "0",
             "LOCAL_WORLD_SIZE": "1",
             "MASTER_ADDR": host_ip(0),
@@ -118,7 +119,7 @@ class Hosts:
                 env={**self.env, **world},
                 log=self.logs[r],
             )
-            for r in range(WORLD)
+            for r in range(self.world)
         ]
 
     def nft(self, rank: int, rules: str) -> None:
@@ -160,7 +161,7 @@ class Hosts:
     def logs_text(self, n: int = 20) -> str:
         """The last n lines of every rank's log (progress-bar redraws and gloo noise left out)."""
         out = []
-        for r in range(WORLD):
+        for r in range(self.world):
             lines = self.text(r).replace("\r", "\n").splitlines()
             kept = [x for x in lines if x and "debug_logger" not in x and "step/s" not in x]
             out.append(f"--- rank {r}\n" + "\n".join(kept[-n:]))
@@ -173,19 +174,32 @@ class Hosts:
         assert self.prefix + "-" not in left, f"namespaces left behind: {left}"
 
 
-@pytest.fixture
-def hosts(entry: str, tmp_path: Path):
+def _hosts(entry: str, tmp_path: Path, **kw):
     if entry != "seedflood":
         pytest.skip("churn needs the real `seedflood train` (the probe has no churn)")
     why = _netns_unavailable()
     if why:
         pytest.skip(why)
-    h = Hosts(tmp_path)
+    h = Hosts(tmp_path, **kw)
     try:
         h.up()
         yield h
     finally:
         h.close()
+
+
+@pytest.fixture
+def hosts(entry: str, tmp_path: Path):
+    yield from _hosts(entry, tmp_path)
+
+
+RING8 = (*SETS, "topology.nodes=8", "flood.hops_per_step=1", "run.steps=200")
+
+
+@pytest.fixture
+def ring8(entry: str, tmp_path: Path):
+    """F1 of the one-history issue: a ring of 8 clients, one hop per step."""
+    yield from _hosts(entry, tmp_path, nodes=8, sets=RING8)
 
 
 # The normal run takes well under a minute. A cut-off client reads the store (on host 0, out of
@@ -249,7 +263,7 @@ def test_a_host_cut_off_is_survived_like_a_crash_and_stops_itself(hosts: Hosts, 
     text = hosts.logs_text()
     assert [c for r, c in enumerate(codes) if r != victim] == [0] * (WORLD - 1), f"exit codes {codes}:\n{text}"
     assert codes[victim] == 1, f"exit codes {codes}:\n{text}"
-    stops = [x for x in hosts.text(victim).splitlines() if "no majority" in x]
+    stops = [x for x in hosts.text(victim).splitlines() if "no reachable majority agrees" in x]
     assert len(stops) == 1 and f"node {VICTIM}:" in stops[0], text
     s = sup.read_summary(out)
     assert s["left"] == [VICTIM], s["membership_changes"]
@@ -265,3 +279,22 @@ def test_a_host_cut_off_is_survived_like_a_crash_and_stops_itself(hosts: Hosts, 
     assert change.leave == (VICTIM,) and 0 < step < STEPS
     assert f"step {step}: leave {VICTIM}" in s["membership_changes"][0]
     assert sup.replay(out) == {"steps": STEPS, "param_hash": s["param_hash"]}
+
+
+@pytest.mark.timeout(2 * DEADLINE_S + 120)
+def test_f1_a_cut_link_on_a_ring_of_eight_with_one_hop_per_step_forks_nothing(ring8: Hosts, tmp_path: Path) -> None:
+    """The cut ring's diameter (7) exceeds the vote lag (4 steps of 1 hop), so the clients'
+    proposals differ for a while after the cut: ballots settle them, nobody leaves, and every
+    client ends on the evaluator's hash (the rule before majority commits forked this run into
+    five states)."""
+    out = tmp_path / "ring8"
+    a, b = rank_of(0), rank_of(1)
+    codes = run_with_cut(ring8, out, lambda h: h.cut_link(a, b), timeout_s=2 * DEADLINE_S)
+    text = ring8.logs_text()
+    assert codes == [0] * ring8.world, f"exit codes {codes}:\n{text}"
+    s = sup.read_summary(out)
+    assert s["left"] == [] and not s["membership_changes"], s["membership_changes"]
+    assert s["client_hashes"] == [s["param_hash"]] * ring8.nodes and s["consensus"], s["client_hashes"]
+    steps = s["client_step_hashes"]
+    assert all(hs == steps[0] for hs in steps) and len(steps[0]) == 200
+    assert sup.replay(out) == {"steps": 200, "param_hash": s["param_hash"]}

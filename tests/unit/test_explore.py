@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 import random
 
-import explorer as ex
 import networkx as nx
 import pytest
 
+import explorer as ex
 from seedflood import agreement
 
 DEEP = os.environ.get("SEEDFLOOD_EXPLORE", "") == "deep"

@@ -45,7 +45,7 @@ import os
 import shutil
 import struct
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -503,6 +503,20 @@ def _parts(model: PreTrainedModel) -> tuple[torch.nn.Module, torch.nn.Module]:
     return decoder, model.get_output_embeddings()
 
 
+def _plan(lens: Sequence[int]) -> tuple[list[int], list[tuple[int, int]]]:
+    """First-fit-decreasing packing of sequences of these lengths into rows of at most
+    _PACK_TOKENS tokens: (tokens used per row, (row, offset) of each sequence)."""
+    fill: list[int] = []  # tokens used per packed row
+    place = [(0, 0)] * len(lens)  # (row, offset) of each sequence
+    for i in sorted(range(len(lens)), key=lambda i: -lens[i]):
+        r = next((r for r, f in enumerate(fill) if f + lens[i] <= _PACK_TOKENS), len(fill))
+        if r == len(fill):
+            fill.append(0)
+        place[i] = (r, fill[r])
+        fill[r] += lens[i]
+    return fill, place
+
+
 def _forward_packed(
     decoder: torch.nn.Module, ids: torch.Tensor, lengths: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -516,14 +530,7 @@ def _forward_packed(
     hidden state hidden[start[i] + t].
     """
     lens = lengths.tolist()
-    fill: list[int] = []  # tokens used per packed row
-    place = [(0, 0)] * len(lens)  # (row, offset) of each sequence
-    for i in sorted(range(len(lens)), key=lambda i: -lens[i]):
-        r = next((r for r, f in enumerate(fill) if f + lens[i] <= _PACK_TOKENS), len(fill))
-        if r == len(fill):
-            fill.append(0)
-        place[i] = (r, fill[r])
-        fill[r] += lens[i]
+    fill, place = _plan(lens)
     width = max(fill)
     starts = torch.tensor([r * width + o for r, o in place], dtype=torch.int64)
     seq = torch.repeat_interleave(torch.arange(len(lens)), lengths)  # N: sequence of each real token
@@ -586,6 +593,115 @@ def loss(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
     """0-d float32: mean cross-entropy of the candidate scores against the gold candidates."""
     scores = candidate_scores(model, batch)
     return F.cross_entropy(scores, batch.labels.to(scores.device))
+
+
+# ---------------------------------------------------------------------------------------------
+# Grouped forwards (the batched shared-model simulation, batched.py)
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """How G groups of sequences sit in one decoder input: group g owns the `rows` packed rows
+    g·rows .. (g+1)·rows − 1 of the (G·rows)×width input, so inside the decoder every hidden
+    state of shape (G·rows, width, H) views as (G, rows·width, H) with group g at index g."""
+
+    groups: int
+    rows: int
+    width: int
+
+    @property
+    def tokens(self) -> int:
+        """Slots per group (rows × width), real tokens and padding."""
+        return self.rows * self.width
+
+
+def _score_inputs(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sequences `candidate_scores_grad` feeds the decoder for `batch`: (ids, lengths)."""
+    if batch.single_token:
+        return batch.input_ids, batch.lengths
+    ids, _, _ = batch.expand()
+    _, real = batch.row_options()
+    return ids, batch.lengths.repeat_interleave(batch.n_candidates) + real.sum(1)
+
+
+@torch.inference_mode()
+def grouped_losses(
+    model: PreTrainedModel,
+    batches: Sequence[Batch],
+    context: Callable[[GroupLayout], contextlib.AbstractContextManager[Any]] | None = None,
+) -> list[float]:
+    """`loss(model, batches[g])` for every g from ONE decoder forward over all groups.
+
+    Each group's sequences are packed as `candidate_scores_grad` packs them alone (same rows,
+    same offsets), then every group's rows are padded to the largest group's row count and width
+    and stacked group-major (`GroupLayout`); the block-diagonal causal mask and per-sequence
+    positions make every real token's attention exactly what it gets alone. `context(layout)` is
+    entered around the decoder call: that is where a caller applies a different perturbation to
+    each group's rows (batched.py). The output head runs once over every group's scored
+    positions. Equal to the per-group losses up to floating-point reduction order (other GEMM
+    shapes), not bit for bit.
+    """
+    decoder, head = _parts(model)
+    param = next(decoder.parameters())
+    device = param.device
+    batches = [b.to("cpu") for b in batches]
+    inputs = [_score_inputs(b) for b in batches]
+    plans = [_plan(lengths.tolist()) for _, lengths in inputs]
+    rows = max(len(fill) for fill, _ in plans)
+    width = max(max(fill) for fill, _ in plans)
+    layout = GroupLayout(len(batches), rows, width)
+    size = layout.groups * layout.tokens
+    packed = torch.zeros(size, dtype=torch.int64)
+    position = torch.zeros(size, dtype=torch.int64)
+    segment = torch.full((size,), -1, dtype=torch.int64)  # −1: padding (tail of a row, or a whole row)
+    starts: list[torch.Tensor] = []
+    for g, ((ids, lengths), (_, place)) in enumerate(zip(inputs, plans)):
+        start = torch.tensor([g * layout.tokens + r * width + o for r, o in place], dtype=torch.int64)
+        seq = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+        t = torch.arange(len(seq)) - torch.repeat_interleave(torch.cumsum(lengths, 0) - lengths, lengths)
+        flat = start[seq] + t
+        packed[flat] = ids[torch.arange(ids.shape[1]) < lengths[:, None]]
+        position[flat] = t
+        segment[flat] = seq
+        starts.append(start)
+    segment = segment.view(-1, width)
+    allowed = (segment[:, :, None] == segment[:, None, :]) & torch.ones(width, width, dtype=torch.bool).tril()
+    mask = torch.zeros(allowed.shape, dtype=param.dtype).masked_fill_(~allowed, torch.finfo(param.dtype).min)
+    del allowed
+    with context(layout) if context is not None else contextlib.nullcontext():
+        hidden = decoder(
+            input_ids=packed.view(-1, width).to(device),
+            position_ids=position.view(-1, width).to(device),
+            attention_mask=mask[:, None].to(device),
+            use_cache=False,
+        ).last_hidden_state.reshape(size, -1)
+    # Every group's scored positions, then one head call (as candidate_scores_grad per group).
+    ats, extra = [], []
+    for batch, start in zip(batches, starts):
+        if batch.single_token:
+            ats.append(start + batch.lengths - 1)
+            extra.append(None)
+        else:
+            _, _, positions = batch.expand()
+            option_ids, real = batch.row_options()
+            n_rows = batch.input_ids.shape[0] * batch.n_candidates
+            rows_of = torch.arange(n_rows)[:, None].expand_as(positions)[real]
+            ats.append(start[rows_of] + positions[real])
+            extra.append((rows_of, option_ids[real], real.sum(dim=1), n_rows))
+    counts = [len(a) for a in ats]
+    logp_all = head(hidden[torch.cat(ats).to(device)]).float().log_softmax(dim=-1)
+    losses = []
+    for batch, logp, more in zip(batches, torch.split(logp_all, counts), extra):
+        n, c = batch.input_ids.shape[0], batch.n_candidates
+        if more is None:
+            scores = logp.gather(1, batch.first_tokens().to(device))
+        else:
+            rows_of, option_tok, n_real, n_rows = more
+            tok = logp.gather(1, option_tok[:, None].to(device))[:, 0]
+            sums = torch.zeros(n_rows, device=device).index_add_(0, rows_of.to(device), tok)
+            scores = (sums / n_real.to(device)).view(n, c)
+        losses.append(float(F.cross_entropy(scores, batch.labels.to(device))))
+    return losses
 
 
 def evaluate(

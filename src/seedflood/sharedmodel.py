@@ -40,6 +40,7 @@ from seedflood import checkpoint as ckpt
 from seedflood import protocol as proto
 from seedflood import rundir, runtime, wirecost, zo
 from seedflood import topology as topo
+from seedflood.batched import BatchedEstimator
 from seedflood.config import Config
 from seedflood.evaluator import Evaluator, restore
 from seedflood.message import Message, encode
@@ -79,6 +80,12 @@ class SharedModel:
         self.logged = 0
         self.on_client: Callable[[int, int], None] | None = None
         """Called with (step, node) after each client's estimates (progress display)."""
+        self.batched: BatchedEstimator | None = None
+        """`sim.batched`: every client's estimates from batched forwards (batched.py: scalars
+        equal up to floating-point reduction order); None = one client after another (exact)."""
+        if cfg.sim.batched:
+            est = BatchedEstimator(workload.model, workload.direction, protocol, cfg.sim)
+            self.batched = None if est.fallback else est
 
     @property
     def counter(self) -> ByteCounter:
@@ -100,6 +107,8 @@ class SharedModel:
 
     def estimate(self, t: int) -> dict[int, list[Message]]:
         """Every client's K messages of step t, on the shared model (as client.Client._estimate)."""
+        if self.batched is not None:
+            return self._estimate_batched(t)
         p, w = self.protocol, self.w
         out = {}
         for node in self.top.nodes:
@@ -110,6 +119,21 @@ class SharedModel:
                 zo.check_scalar(scalar, p.max_scalar, t)
                 own.append(Message.make(node, t, seed, scalar, k))
             out[node] = own
+            if self.on_client is not None:
+                self.on_client(t, node)
+        return out
+
+    def _estimate_batched(self, t: int) -> dict[int, list[Message]]:
+        """`estimate` from batched forwards: the same seeds and messages, scalars within tolerance."""
+        p = self.protocol
+        assert self.batched is not None
+        scalars = self.batched.estimate(t, list(self.top.nodes), self.w.batch)
+        out = {}
+        for node in self.top.nodes:
+            out[node] = [
+                Message.make(node, t, p.seed(node, t, k), zo.check_scalar(x, p.max_scalar, t), k)
+                for k, x in enumerate(scalars[node])
+            ]
             if self.on_client is not None:
                 self.on_client(t, node)
         return out

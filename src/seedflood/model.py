@@ -624,7 +624,6 @@ def _score_inputs(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, batch.lengths.repeat_interleave(batch.n_candidates) + real.sum(1)
 
 
-@torch.inference_mode()
 def grouped_losses(
     model: PreTrainedModel,
     batches: Sequence[Batch],
@@ -668,7 +667,9 @@ def grouped_losses(
     allowed = (segment[:, :, None] == segment[:, None, :]) & torch.ones(width, width, dtype=torch.bool).tril()
     mask = torch.zeros(allowed.shape, dtype=param.dtype).masked_fill_(~allowed, torch.finfo(param.dtype).min)
     del allowed
-    with context(layout) if context is not None else contextlib.nullcontext():
+    # The context is entered outside inference mode, as the sequential path enters a direction's
+    # (a W_eff buffer it allocates must stay a normal tensor, reused by later forwards).
+    with context(layout) if context is not None else contextlib.nullcontext(), torch.inference_mode():
         hidden = decoder(
             input_ids=packed.view(-1, width).to(device),
             position_ids=position.view(-1, width).to(device),
@@ -689,19 +690,24 @@ def grouped_losses(
             ats.append(start[rows_of] + positions[real])
             extra.append((rows_of, option_ids[real], real.sum(dim=1), n_rows))
     counts = [len(a) for a in ats]
-    logp_all = head(hidden[torch.cat(ats).to(device)]).float().log_softmax(dim=-1)
-    losses = []
-    for batch, logp, more in zip(batches, torch.split(logp_all, counts), extra):
-        n, c = batch.input_ids.shape[0], batch.n_candidates
-        if more is None:
-            scores = logp.gather(1, batch.first_tokens().to(device))
-        else:
-            rows_of, option_tok, n_real, n_rows = more
-            tok = logp.gather(1, option_tok[:, None].to(device))[:, 0]
-            sums = torch.zeros(n_rows, device=device).index_add_(0, rows_of.to(device), tok)
-            scores = (sums / n_real.to(device)).view(n, c)
-        losses.append(float(F.cross_entropy(scores, batch.labels.to(device))))
-    return losses
+    with torch.inference_mode():
+        logp_all = head(hidden[torch.cat(ats).to(device)]).float().log_softmax(dim=-1)
+        return [
+            _group_loss(b, logp, more, device) for b, logp, more in zip(batches, torch.split(logp_all, counts), extra)
+        ]
+
+
+def _group_loss(batch: Batch, logp: torch.Tensor, more: Any, device: torch.device) -> float:
+    """One group's loss from the log-probabilities at its scored positions (grouped_losses)."""
+    n, c = batch.input_ids.shape[0], batch.n_candidates
+    if more is None:
+        scores = logp.gather(1, batch.first_tokens().to(device))
+    else:
+        rows_of, option_tok, n_real, n_rows = more
+        tok = logp.gather(1, option_tok[:, None].to(device))[:, 0]
+        sums = torch.zeros(n_rows, device=device).index_add_(0, rows_of.to(device), tok)
+        scores = (sums / n_real.to(device)).view(n, c)
+    return float(F.cross_entropy(scores, batch.labels.to(device)))
 
 
 def evaluate(

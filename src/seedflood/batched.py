@@ -9,17 +9,18 @@ group's own perturbation to that group's rows only:
 
 - SubCGE: z restricted to matrix j is σ·u_a·v_bᵀ for one basis coordinate (a, b), so group g's
   term in y = x·(W + s_g·z_g)ᵀ is s_g·σ_gj·(x·v_{b_gj})·u_{a_gj}ᵀ: per layer one batched matvec
-  (G, T, k)·(G, k, 1) and one batched rank-1 update (G, T, 1)·(G, 1, m) on top of the shared
+  (R, W, k)·(R, k, 1) and one batched rank-1 update (R, W, 1)·(R, 1, m) over the R packed rows
+  (each row takes its group's u and v) on top of the shared
   x·Wᵀ (W_eff under `subspace.forward: materialize`, or with the pending low-rank term under
   `lowrank`, exactly as `direction.current()` gives the sequential path). The basis columns are
   gathered once per step (G·(m + k) floats per matrix); no weight copy is made, so memory is
-  the activations of G groups. O(T·(m + k)) extra per layer and group, as the sequential hook.
+  the activations of G groups. O(tokens·(m + k)) extra per layer, as the sequential hook.
 - Gaussian: z_g is dense, so each group needs its own weights. Each trainable nn.Linear's forward
-  is replaced, for the duration of the forward, by a bmm against the G perturbed copies
-  (W.float() ± ε·z).to(dtype) of that one matrix, built when the layer runs and freed after it:
-  memory G × the largest trainable matrix (`sim.gaussian_mb` bounds it by taking fewer clients
-  per forward), and z(seed) is drawn once per client and k for both signs (the sequential path
-  draws it twice). A model whose single client does not fit runs sequentially (logged).
+  is replaced, for the duration of the forward, by one GEMM per group against that group's
+  perturbed copy (W.float() ± ε·z).to(dtype) (the sequential path's expression, so the perturbed
+  weights are the same bits), built when the layer runs: two copies of one matrix alive at a time,
+  and z(seed) drawn once per client and k for both signs (the sequential path draws it twice).
+  Everything else in the forward (attention, norms, untrained layers) runs batched.
 - Anything else (a trainable matrix outside the decoder, e.g. the output head, or not an
   nn.Linear weight under Gaussian) falls back to the sequential path with one log line
   (`BatchedEstimator.fallback` says why).
@@ -98,18 +99,24 @@ def _subcge(direction: SubCGE, step: int, seeds: Sequence[int], scales: Sequence
     coef = torch.from_numpy(sign) * torch.tensor(scales, dtype=torch.float32)[:, None]  # (G, J) = ±ε·σ, exact
     handles = []
 
+    rows = layout.row_group()  # the group of every packed row
+    n_rows = len(rows)
+
     def make_hook(j: int):
         dev = direction.params[j].device
         u = (pert.u[j][:, torch.from_numpy(a[:, j]).to(dev)].T * coef[:, j, None].to(dev)).contiguous()  # (G, m)
         v = pert.v[j][:, torch.from_numpy(b[:, j]).to(dev)].T.contiguous()  # (G, k)
+        at = rows.to(dev)
 
         def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], out: torch.Tensor) -> torch.Tensor:
             x = inputs[0]
-            if x.numel() != layout.groups * layout.tokens * x.shape[-1]:
+            if x.numel() != n_rows * layout.width * x.shape[-1]:
                 raise RuntimeError(f"batched: layer {direction.names[j]} saw {tuple(x.shape)}, not the group layout")
-            xg = x.reshape(layout.groups, layout.tokens, x.shape[-1])  # (G, T, k)
-            og = out.view(layout.groups, layout.tokens, out.shape[-1])  # (G, T, m): the layer's fresh output
-            og.baddbmm_(torch.bmm(xg, v.to(x.dtype)[:, :, None]), u.to(x.dtype)[:, None, :])  # (x·v_b)⊗(±εσ·u_a)
+            xr = x.reshape(n_rows, layout.width, x.shape[-1])  # (R, W, k)
+            orow = out.view(n_rows, layout.width, out.shape[-1])  # (R, W, m): the layer's fresh output
+            vr = v.index_select(0, at).to(x.dtype)[:, :, None]  # (R, k, 1): each row's group's v_b
+            ur = u.index_select(0, at).to(x.dtype)[:, None, :]  # (R, 1, m): ±εσ·u_a
+            orow.baddbmm_(torch.bmm(xr, vr), ur)  # (x·v_b) ⊗ (±εσ·u_a), row by row
             return out
 
         return hook
@@ -127,27 +134,28 @@ def _subcge(direction: SubCGE, step: int, seeds: Sequence[int], scales: Sequence
 @contextlib.contextmanager
 def _gaussian(direction: Gaussian, units: Sequence[int], eps: float, layout: M.GroupLayout) -> Iterator[None]:
     """Group 2i computes with θ + ε·z(units[i]), group 2i + 1 with θ − ε·z(units[i]): each trainable
-    layer runs a bmm against its G perturbed copies, built (with the sequential path's expression)
-    when it runs and dropped after it."""
+    layer multiplies each group's rows by that group's perturbed copy, built with the sequential
+    path's expression when the layer runs (z drawn once for both signs; two copies alive)."""
     model = direction.model
     mods = [_owner(model, n) for n in direction.names]
+    ranges = layout.ranges()
+    n_rows = sum(layout.rows)
 
     def make_forward(i: int, mod: nn.Linear):
         def forward(x: torch.Tensor) -> torch.Tensor:
             w = direction.params[i].data
-            copies = []
-            for seed in units:
-                z = direction.z(seed, i)  # once for both signs
-                copies.append((w.float() + eps * z).to(w.dtype))
-                copies.append((w.float() + (-eps) * z).to(w.dtype))
+            xr = x.reshape(n_rows, layout.width, x.shape[-1])
+            y = xr.new_empty(n_rows, layout.width, w.shape[0])
+            for u, seed in enumerate(units):
+                z = direction.z(seed, i)
+                for g, scale in ((2 * u, eps), (2 * u + 1, -eps)):
+                    lo, hi = ranges[g]
+                    wg = (w.float() + scale * z).to(w.dtype)  # = Gaussian.perturbed's weight
+                    torch.matmul(xr[lo:hi], wg.T, out=y[lo:hi])
                 del z
-            stack = torch.stack(copies)  # (G, m, k)
-            del copies
-            xg = x.reshape(layout.groups, layout.tokens, x.shape[-1])
-            y = torch.bmm(xg, stack.transpose(1, 2))  # (G, T, m)
             if mod.bias is not None:
-                y = y + mod.bias
-            return y.view(*x.shape[:-1], y.shape[-1])
+                y += mod.bias
+            return y.view(*x.shape[:-1], w.shape[0])
 
         return forward
 
@@ -174,19 +182,7 @@ class BatchedEstimator:
         self.protocol = protocol
         self.cfg = cfg
         self.fallback: str | None = _fallback_reason(model, direction)
-        self.per_forward = 0  # clients per forward; 0 = all
-        if self.fallback is None and isinstance(direction, Gaussian):
-            biggest = max(p.numel() * p.element_size() for p in direction.params)
-            per_client = 2 * protocol.perturbations * biggest
-            fit = (cfg.gaussian_mb << 20) // per_client
-            if fit < 1:
-                self.fallback = (
-                    f"one client's {2 * protocol.perturbations} perturbed copies of the largest matrix "
-                    f"({per_client / 2**20:.0f} MiB) exceed sim.gaussian_mb={cfg.gaussian_mb}"
-                )
-            self.per_forward = int(fit)
-        if cfg.clients_per_forward:
-            self.per_forward = min(self.per_forward or cfg.clients_per_forward, cfg.clients_per_forward)
+        self.per_forward = cfg.clients_per_forward  # clients per forward; 0 = all
         if self.fallback:
             log.warning("sim.batched: running sequentially: %s", self.fallback)
 

@@ -384,14 +384,9 @@ class SimConfig:
     clients_per_forward: int = 0
     """Clients stacked into one batched forward (each brings 2·K perturbed batches); 0 = all N.
     Bounds activation memory; also changes GEMM shapes, so the scalars' last bits."""
-    gaussian_mb: int = 4096
-    """zo.direction=gaussian: MiB of per-client perturbed weight copies one batched forward may
-    hold (2·K copies of the trainable matrices per client); a model whose one client does not
-    fit runs sequentially (logged)."""
 
     def __post_init__(self) -> None:
         _require(self.clients_per_forward >= 0, "sim.clients_per_forward", "must be >= 0 (0 = all)")
-        _require(self.gaussian_mb >= 0, "sim.gaussian_mb", "must be >= 0")
 
 
 @dataclass

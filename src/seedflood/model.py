@@ -601,18 +601,26 @@ def loss(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class GroupLayout:
-    """How G groups of sequences sit in one decoder input: group g owns the `rows` packed rows
-    g·rows .. (g+1)·rows − 1 of the (G·rows)×width input, so inside the decoder every hidden
-    state of shape (G·rows, width, H) views as (G, rows·width, H) with group g at index g."""
+    """How G groups of sequences sit in one decoder input of sum(rows) packed rows × width
+    tokens: group g owns the contiguous rows ranges()[g] (its own packing, `rows[g]` rows), so
+    inside the decoder a hidden state (sum(rows), width, H) has group g in those rows only."""
 
-    groups: int
-    rows: int
     width: int
+    rows: tuple[int, ...]
+    """Packed rows of each group."""
 
     @property
-    def tokens(self) -> int:
-        """Slots per group (rows × width), real tokens and padding."""
-        return self.rows * self.width
+    def groups(self) -> int:
+        return len(self.rows)
+
+    def ranges(self) -> list[tuple[int, int]]:
+        """[first row, end row) of each group."""
+        ends = np.cumsum(self.rows).tolist()
+        return [(e - r, e) for r, e in zip(self.rows, ends)]
+
+    def row_group(self) -> torch.Tensor:
+        """int64 (sum(rows),): the group of every row."""
+        return torch.repeat_interleave(torch.arange(self.groups), torch.tensor(self.rows))
 
 
 def _score_inputs(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -632,8 +640,8 @@ def grouped_losses(
     """`loss(model, batches[g])` for every g from ONE decoder forward over all groups.
 
     Each group's sequences are packed as `candidate_scores_grad` packs them alone (same rows,
-    same offsets), then every group's rows are padded to the largest group's row count and width
-    and stacked group-major (`GroupLayout`); the block-diagonal causal mask and per-sequence
+    same offsets); every group's rows are padded to the widest row and stacked group after
+    group (`GroupLayout`); the block-diagonal causal mask and per-sequence
     positions make every real token's attention exactly what it gets alone. `context(layout)` is
     entered around the decoder call: that is where a caller applies a different perturbation to
     each group's rows (batched.py). The output head runs once over every group's scored
@@ -646,16 +654,15 @@ def grouped_losses(
     batches = [b.to("cpu") for b in batches]
     inputs = [_score_inputs(b) for b in batches]
     plans = [_plan(lengths.tolist()) for _, lengths in inputs]
-    rows = max(len(fill) for fill, _ in plans)
     width = max(max(fill) for fill, _ in plans)
-    layout = GroupLayout(len(batches), rows, width)
-    size = layout.groups * layout.tokens
+    layout = GroupLayout(width, tuple(len(fill) for fill, _ in plans))
+    size = sum(layout.rows) * width
     packed = torch.zeros(size, dtype=torch.int64)
     position = torch.zeros(size, dtype=torch.int64)
-    segment = torch.full((size,), -1, dtype=torch.int64)  # −1: padding (tail of a row, or a whole row)
+    segment = torch.full((size,), -1, dtype=torch.int64)  # −1: tail padding of a row
     starts: list[torch.Tensor] = []
-    for g, ((ids, lengths), (_, place)) in enumerate(zip(inputs, plans)):
-        start = torch.tensor([g * layout.tokens + r * width + o for r, o in place], dtype=torch.int64)
+    for (ids, lengths), (_, place), (first, _) in zip(inputs, plans, layout.ranges()):
+        start = torch.tensor([(first + r) * width + o for r, o in place], dtype=torch.int64)
         seq = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
         t = torch.arange(len(seq)) - torch.repeat_interleave(torch.cumsum(lengths, 0) - lengths, lengths)
         flat = start[seq] + t

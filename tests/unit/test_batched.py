@@ -73,9 +73,9 @@ def test_grouped_losses_equal_each_batch_alone(tiny, spec, pack, monkeypatch):
     want = [float(M.loss(tiny.model, b)) for b in batches]
     np.testing.assert_allclose(got, want, rtol=LOSS_RTOL, atol=0)
     (layout,) = seen
-    assert layout.groups == 4
+    assert layout.groups == 4 and len(layout.row_group()) == sum(layout.rows)
     if pack == 40:
-        assert layout.rows > 1  # groups of several rows, padded to the most
+        assert max(layout.rows) > 1 and len(set(layout.rows)) > 1  # groups of different row counts
 
 
 # -- per-client scalars --------------------------------------------------------------------------
@@ -136,13 +136,18 @@ def test_the_estimate_never_writes_the_weights():
     assert all(not m._forward_hooks for m in w.model.modules())
 
 
-def test_gaussian_that_does_not_fit_runs_sequentially(caplog):
-    cfg = cfg_for("zo.direction=gaussian", "zo.lr=1e-3", "sim.batched=true", "sim.gaussian_mb=0")
+def test_what_cannot_be_batched_runs_sequentially(caplog):
+    """Gaussian over a non-Linear matrix (the embedding) cannot be batched: the simulation says
+    so once and estimates sequentially, with the sequential path's exact scalars."""
+    over = ("zo.direction=gaussian", "zo.lr=1e-3", "zo.trainable=['*layers.*.weight', '*embed_tokens*']")
+    cfg = cfg_for(*over, "sim.batched=true")
     top = topology.build(cfg.topology)
     with caplog.at_level(logging.WARNING, logger="seedflood.batched"):
         sim = sharedmodel.SharedModel(cfg, top, Protocol.of(cfg, top.diameter), Workload.build(cfg))
     assert sim.batched is None
-    assert "running sequentially" in caplog.text and "sim.gaussian_mb=0" in caplog.text
+    assert "running sequentially" in caplog.text and "embed_tokens" in caplog.text
+    ref = sharedmodel.simulate(cfg_for(*over, "run.steps=2"), hash_every_step=False)
+    assert sharedmodel.simulate(cfg_for(*over, "run.steps=2", "sim.batched=true")).hash == ref.hash
 
 
 def test_chunks_follow_the_config():

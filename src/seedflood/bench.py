@@ -75,6 +75,7 @@ class Options:
         self.sim_budget_s: float = getattr(args, "sim_budget", 120.0)
         self.sim_chunk: int = getattr(args, "sim_chunk", 0)
         self.sim_direction: str = getattr(args, "sim_direction", "subcge")
+        self.sim_device: str = getattr(args, "sim_device", "cpu")
         self.out = sys.stdout
 
     def repeats(self, figure: str) -> int:
@@ -1113,6 +1114,7 @@ def fig_sim(opts: Options) -> dict[str, Any]:
         budget_s=opts.sim_budget_s,
         direction=opts.sim_direction,
         chunk=opts.sim_chunk,
+        device=opts.sim_device,
         out=opts.out,
     )
 
@@ -1166,6 +1168,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--sim-chunk", type=int, default=0, metavar="C", help="sim: clients per batched forward (0 = all)")
     p.add_argument("--sim-direction", choices=("subcge", "gaussian"), default="subcge", help="sim: direction family")
+    p.add_argument("--sim-device", default="cpu", help="sim: model.device (cpu, cuda, cuda:N)")
     p.add_argument(
         "--threads",
         type=int,

@@ -45,7 +45,9 @@ def _stats(xs: Sequence[float]) -> dict[str, float] | None:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
 
 
-def build(model: str, clients: int, direction: str = "subcge", chunk: int = 0, extra: Sequence[str] = ()):
+def build(
+    model: str, clients: int, direction: str = "subcge", chunk: int = 0, device: str = "cpu", extra: Sequence[str] = ()
+):
     """(workload, protocol, BatchedEstimator) for `clients` clients of the step figure's size."""
     from seedflood import config
     from seedflood.batched import BatchedEstimator
@@ -73,6 +75,7 @@ def build(model: str, clients: int, direction: str = "subcge", chunk: int = 0, e
             "zo.lr=1e-3",
             "sim.batched=true",
             f"sim.clients_per_forward={chunk}",
+            f"model.device={device}",
             *extra,
         ],
     )
@@ -89,6 +92,7 @@ def fig_sim(
     budget_s: float = 120.0,
     direction: str = "subcge",
     chunk: int = 0,
+    device: str = "cpu",
     out=None,
 ) -> dict[str, Any]:
     """Measure every N in `clients` (see the module docstring); returns JSON-friendly results."""
@@ -102,12 +106,15 @@ def fig_sim(
         "rounds": rounds,
         "budget_s": budget_s,
         "chunk": chunk,
+        "device": device,
+        "tf32": bool(torch.backends.cuda.matmul.allow_tf32),
         "threads": torch.get_num_threads(),
         "per_n": [],
     }
     one_client: dict[str, float] = {}  # clock suffix -> sequential step time at N = 1 (median)
     for n in clients:
-        w, p, est = build(model, n, direction, chunk)
+        w, p, est = build(model, n, direction, chunk, device)
+        sync = torch.cuda.synchronize if w.model.device.type == "cuda" else (lambda: None)
         if est.fallback:
             results["per_n"].append({"n": n, "fallback": est.fallback})
             continue
@@ -129,8 +136,10 @@ def fig_sim(
         # gives the projections the budget rule needs.
         warm = {}
         for name, fn in (("sequential", sequential), ("batched", batched), ("floor", floor)):
+            sync()
             w0, _ = _now()
             fn(10_000)
+            sync()
             warm[name] = time.perf_counter() - w0
         times: dict[str, list[float]] = {k: [] for k in warm}
         cpu: dict[str, list[float]] = {k: [] for k in warm}
@@ -141,8 +150,10 @@ def fig_sim(
                     continue
                 for node in nodes:  # encode outside the timing (the ± forwards share the batch)
                     w.batch(node, r)
+                sync()
                 w0, c0 = _now()
                 fn(r)
+                sync()
                 w1, c1 = _now()
                 times[name].append(w1 - w0)
                 cpu[name].append(c1 - c0)
@@ -202,7 +213,8 @@ def print_sim(res: dict[str, Any], out) -> None:
             )
         _table(
             out,
-            f"sim ({what}): client-steps per second of simulate's estimates, {res['model']}, {res['direction']}",
+            f"sim ({what}): client-steps per second of simulate's estimates, {res['model']}, {res['direction']}, "
+            f"{res['device']}" + (" (TF32 matmuls)" if res["tf32"] else ""),
             [
                 "N",
                 "seq step",

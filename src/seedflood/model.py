@@ -699,12 +699,13 @@ def grouped_losses(
     counts = [len(a) for a in ats]
     with torch.inference_mode():
         logp_all = head(hidden[torch.cat(ats).to(device)]).float().log_softmax(dim=-1)
-        return [
+        losses = [
             _group_loss(b, logp, more, device) for b, logp, more in zip(batches, torch.split(logp_all, counts), extra)
         ]
+        return torch.stack(losses).tolist()  # one device sync for all groups
 
 
-def _group_loss(batch: Batch, logp: torch.Tensor, more: Any, device: torch.device) -> float:
+def _group_loss(batch: Batch, logp: torch.Tensor, more: Any, device: torch.device) -> torch.Tensor:
     """One group's loss from the log-probabilities at its scored positions (grouped_losses)."""
     n, c = batch.input_ids.shape[0], batch.n_candidates
     if more is None:
@@ -714,7 +715,7 @@ def _group_loss(batch: Batch, logp: torch.Tensor, more: Any, device: torch.devic
         tok = logp.gather(1, option_tok[:, None].to(device))[:, 0]
         sums = torch.zeros(n_rows, device=device).index_add_(0, rows_of.to(device), tok)
         scores = (sums / n_real.to(device)).view(n, c)
-    return float(F.cross_entropy(scores, batch.labels.to(device)))
+    return F.cross_entropy(scores, batch.labels.to(device))  # 0-d float32, as `loss`
 
 
 def evaluate(

@@ -21,6 +21,14 @@ L steps (`rundir.resume_records` decides or refuses, in one line): the shared mo
 steps < L − delay (newest usable checkpoint plus log replay), the later logged steps are held
 complete by every node's flood, and the evaluator appends from step L.
 
+Batched clients (`sim.batched: true`, opt-in; batched.py): the N·K estimates of a step come from
+one forward over every client's ± batches, each group of rows with its own perturbation. Seeds,
+messages' ids, frames, byte counts, applies and the log format are unchanged; the scalars equal
+the sequential ones only up to floating-point reduction order, so such a run is statistically,
+not bitwise, the launched run (it still replays and resumes exactly from its own log). A model
+or direction that cannot be batched runs sequentially with one warning. The default (sequential,
+one client after another) is the exact reference.
+
 Assumes: the config was preflighted (cli); torch ops are deterministic for a fixed thread count
 and device, so the result equals a launched run on the same hardware and software. Not here:
 baselines (their clients hold different parameters; `baselines.run`).

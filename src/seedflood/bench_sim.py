@@ -45,6 +45,16 @@ def _stats(xs: Sequence[float]) -> dict[str, float] | None:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
 
 
+def tf32() -> bool:
+    """Whether CUDA fp32 matrix products run as TF32 (torch's flag, or cuBLAS's override variable
+    docs/results.md's GPU runs set)."""
+    import os
+
+    import torch
+
+    return bool(torch.backends.cuda.matmul.allow_tf32) or os.environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1"
+
+
 def build(
     model: str, clients: int, direction: str = "subcge", chunk: int = 0, device: str = "cpu", extra: Sequence[str] = ()
 ):
@@ -107,7 +117,7 @@ def fig_sim(
         "budget_s": budget_s,
         "chunk": chunk,
         "device": device,
-        "tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "tf32": tf32(),
         "threads": torch.get_num_threads(),
         "per_n": [],
     }

@@ -235,14 +235,21 @@ def test_seedflood_simulate_batched_writes_a_run_that_replays_to_its_hash(tmp_pa
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("direction", ["subcge", "gaussian"])
 def test_per_client_scalars_on_cuda(direction):
-    """The same comparison on the GPU (TF32 off, torch's default for fp32 matmul): losses are
-    reduced in other orders by cuBLAS/SDPA, so the tolerance is 10× the CPU one."""
+    """The same comparison on the GPU, 16 clients. fp32 products (torch's default): cuBLAS and
+    SDPA reduce in other orders, so the tolerance is 10× the CPU one. Under cuBLAS's TF32
+    override (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1, as docs/results.md's GPU runs) a product keeps
+    10 mantissa bits, so losses agree to ~1e-3 relative and the tolerance is 500× the CPU one."""
+    from seedflood.bench_sim import tf32
+
     extra = ("zo.direction=gaussian", "zo.lr=1e-3") if direction == "gaussian" else ()
     seq, bat, w = pair("model.device=cuda", *extra, nodes=16)
     p = seq.protocol
+    factor = 500 if tf32() else 10
     for t in range(2):
         a, b = seq.estimate(t), bat.estimate(t)
         x = np.array([m.scalar for n in a for m in a[n]])
         y = np.array([m.scalar for n in b for m in b[n]])
-        assert np.abs(x - y).max() <= 10 * scalar_tol(l_max(w, 16, t), p.eps)
+        assert np.abs(x - y).max() <= factor * scalar_tol(l_max(w, 16, t), p.eps)
+        if not tf32():
+            assert np.corrcoef(x, y)[0, 1] > 0.999
         seq.applier.apply(t, [m for n in sorted(a) for m in a[n]])

@@ -18,8 +18,8 @@ every round measures the same model.
 
 Sizes: the `step` figure's batch (16 examples, ≤ 64 tokens; rt on SmolLM2, synthetic on the tiny
 model), zo.perturbations = 1, the config's direction (`--sim-direction`). A side whose
-projected time (its N = 1 time × N × rounds) exceeds `--sim-budget` seconds is printed as
-"skipped", never extrapolated. Nothing here asserts a timing.
+projected time (its warm-up call at this N × rounds) exceeds `--sim-budget` seconds is printed
+as "skipped", never extrapolated. Nothing here asserts a timing.
 
 Assumes: HF_HUB_OFFLINE=1; torch threads set by `seedflood bench --threads` (default 1).
 """

@@ -16,6 +16,9 @@ forwards at K = 1; the issue's goal on a GPU: ≤ 3× at N = 16). Each round use
 (new batches and seeds); the state is never updated (estimates do not write the weights), so
 every round measures the same model.
 
+Every side encodes each client's batch of the round once inside its timing (Workload.batch
+keeps one batch, shared by a client's ± forwards), as a simulate step does.
+
 Sizes: the `step` figure's batch (16 examples, ≤ 64 tokens; rt on SmolLM2, synthetic on the tiny
 model), zo.perturbations = 1, the config's direction (`--sim-direction`). A side whose
 projected time (its warm-up call at this N × rounds) exceeds `--sim-budget` seconds is printed
@@ -158,8 +161,6 @@ def fig_sim(
             for name, fn in (("sequential", sequential), ("batched", batched), ("floor", floor)):
                 if name in skip:
                     continue
-                for node in nodes:  # encode outside the timing (the ± forwards share the batch)
-                    w.batch(node, r)
                 sync()
                 w0, c0 = _now()
                 fn(r)

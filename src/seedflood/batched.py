@@ -13,8 +13,9 @@ group's own perturbation to that group's rows only:
   (each row takes its group's u and v) on top of the shared
   x·Wᵀ (W_eff under `subspace.forward: materialize`, or with the pending low-rank term under
   `lowrank`, exactly as `direction.current()` gives the sequential path). The basis columns are
-  gathered once per step (G·(m + k) floats per matrix); no weight copy is made, so memory is
-  the activations of G groups. O(tokens·(m + k)) extra per layer, as the sequential hook.
+  gathered once per step (G·(m + k) floats per matrix) and spread to the rows by one
+  index_select per layer call; no weight copy is made, so memory is the activations of the
+  stacked batches. O(tokens·(m + k)) extra per layer, as the sequential hook.
 - Gaussian: z_g is dense, so each group needs its own weights. Each trainable nn.Linear's forward
   is replaced, for the duration of the forward, by one GEMM per group against that group's
   perturbed copy (W.float() ± ε·z).to(dtype) (the sequential path's expression, so the perturbed
@@ -35,16 +36,21 @@ state, the step, the config and the thread count, like the sequential ones).
 
 What is equal only up to floating-point reduction order: the scalars. The stacked forward runs
 other GEMM and attention shapes (more rows, rows padded to the widest group) and adds the
-perturbation as a batched product instead of `addr_`, so each loss differs from the sequential
-loss in its last bits (|ΔL| ~ 1e-7 in fp32), and a scalar (L+ − L−)/2ε by about |ΔL|/ε
+perturbation as a batched product instead of `addr_`, and averages single-token groups'
+cross-entropies with one index_add, so each loss differs from the sequential loss in its last bits (|ΔL| ~ 1e-7 in fp32), and a scalar (L+ − L−)/2ε by about |ΔL|/ε
 (tests/unit/test_batched.py states the tolerances). From the first differing scalar on, the
 weights and so the trajectory differ from the launched run's in the last bits too: a batched
 simulation is statistically, not bitwise, the launched run (final loss and accuracy within
 tolerance: tested). `sim.clients_per_forward` and the thread count change the shapes and so
 those bits too. The sequential path (`sim.batched: false`, the default) stays the exact reference.
 
+Where it pays: on a GPU, where one client's forward is launch-bound. On a CPU a forward is
+compute-bound already and stacked activations fall out of cache, so batched is 0.8–1.0× the
+sequential rate there (benchmarks/README.md, `sim`).
+
 Assumes: the model is a decoder that `model.grouped_losses` can drive (model.py's assumptions),
-and its trainable layers see hidden states of shape (G·rows, width, ·) (the decoder's layout).
+and its trainable layers see hidden states of shape (packed rows, width, ·), rows in
+`GroupLayout` order (the decoder's layout; checked per call).
 """
 
 from __future__ import annotations

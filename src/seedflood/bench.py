@@ -14,6 +14,8 @@ Figures (benchmarks/README.md explains each):
            and vs gaussian regeneration (projected from one message)
   hop      flood latency per hop and per step with the in-memory network on rings of N nodes
   tradeoff subcge rank x merge cadence: live per-step overhead vs catch-up time of 10⁵ messages
+  sim      client-steps per second of simulate's estimates, sequential vs batched (sim.batched)
+           beside the batched floor, N = 1, 16, 64, 128 (bench_sim.py; --sim-clients)
 
 Timing rules: shared, noisy machines. Every timed quantity is repeated, reported as the median
 with its min–max spread, and quantities that are compared are measured alternately in one run
@@ -46,7 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
-FIGURES = ("bytes", "apply", "step", "catchup", "hop", "tradeoff", "hops", "overlap")
+FIGURES = ("bytes", "apply", "step", "catchup", "hop", "tradeoff", "hops", "overlap", "sim")
 DEFAULT_MODEL = "smollm2-135m"
 PAPER_STEPS = 5000  # the paper's ZO runs: 5,000 steps
 PAPER_TARGET_BYTES = 400_000  # ≈ 400 KB per edge per run reported for SeedFlood
@@ -69,6 +71,11 @@ class Options:
         self.model: str = args.model or ("tiny" if args.quick else DEFAULT_MODEL)
         self._repeats: int = args.repeats
         self.gaussian_budget_s: float = args.gaussian_budget
+        self.sim_clients: list[int] | None = getattr(args, "sim_clients", None)
+        self.sim_budget_s: float = getattr(args, "sim_budget", 120.0)
+        self.sim_chunk: int = getattr(args, "sim_chunk", 0)
+        self.sim_direction: str = getattr(args, "sim_direction", "subcge")
+        self.sim_device: str = getattr(args, "sim_device", "cpu")
         self.out = sys.stdout
 
     def repeats(self, figure: str) -> int:
@@ -1094,6 +1101,24 @@ def fig_overlap(opts: Options) -> dict[str, Any]:
     return fig
 
 
+def fig_sim(opts: Options) -> dict[str, Any]:
+    """Client-steps per second of simulate's estimates, sequential vs batched, beside the floor
+    (bench_sim.py)."""
+    from seedflood import bench_sim
+
+    clients = opts.sim_clients or (bench_sim.QUICK_CLIENTS if opts.quick else bench_sim.DEFAULT_CLIENTS)
+    return bench_sim.fig_sim(
+        opts.model,
+        clients,
+        rounds=opts.repeats("sim"),
+        budget_s=opts.sim_budget_s,
+        direction=opts.sim_direction,
+        chunk=opts.sim_chunk,
+        device=opts.sim_device,
+        out=opts.out,
+    )
+
+
 RUNNERS: dict[str, Callable[[Options], dict[str, Any]]] = {
     "bytes": fig_bytes,
     "apply": fig_apply,
@@ -1103,6 +1128,7 @@ RUNNERS: dict[str, Callable[[Options], dict[str, Any]]] = {
     "tradeoff": fig_tradeoff,
     "hops": fig_hops,
     "overlap": fig_overlap,
+    "sim": fig_sim,
 }
 
 
@@ -1130,6 +1156,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="seconds the gaussian side of 'apply' may spend in total (default 60)",
     )
+    p.add_argument(
+        "--sim-clients",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="sim: client counts (default 1 16 64 128; 1 4 with --quick)",
+    )
+    p.add_argument(
+        "--sim-budget", type=float, default=120.0, metavar="S", help="sim: seconds one side may take (default 120)"
+    )
+    p.add_argument("--sim-chunk", type=int, default=0, metavar="C", help="sim: clients per batched forward (0 = all)")
+    p.add_argument("--sim-direction", choices=("subcge", "gaussian"), default="subcge", help="sim: direction family")
+    p.add_argument("--sim-device", default="cpu", help="sim: model.device (cpu, cuda, cuda:N)")
     p.add_argument(
         "--threads",
         type=int,

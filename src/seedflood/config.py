@@ -373,6 +373,23 @@ class ChurnConfig:
 
 
 @dataclass
+class SimConfig:
+    """`seedflood simulate` only (the shared-model simulation); a launched run ignores it."""
+
+    batched: bool = False
+    """Compute every client's perturbed forwards of a step in one batched forward (batched.py):
+    scalars equal the sequential ones up to floating-point reduction order, so the run is no
+    longer bit-identical to a launched run (it is still exact to replay from its own log).
+    false = one client after another, bit-identical to the launched run."""
+    clients_per_forward: int = 0
+    """Clients stacked into one batched forward (each brings 2·K perturbed batches); 0 = all N.
+    Bounds activation memory; also changes GEMM shapes, so the scalars' last bits."""
+
+    def __post_init__(self) -> None:
+        _require(self.clients_per_forward >= 0, "sim.clients_per_forward", "must be >= 0 (0 = all)")
+
+
+@dataclass
 class AlgorithmConfig:
     """Which training algorithm a run uses. `seedflood` is the product; the others are the
     paper's baselines, run by `seedflood simulate` / `seedflood compare` over the same transport,
@@ -430,6 +447,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     transport: TransportConfig = field(default_factory=TransportConfig)
     churn: ChurnConfig = field(default_factory=ChurnConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
     source: str = field(default="", compare=False)
     """Path of the YAML this came from ('' if built in code); not a user key."""
 

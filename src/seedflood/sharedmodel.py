@@ -21,6 +21,14 @@ L steps (`rundir.resume_records` decides or refuses, in one line): the shared mo
 steps < L − delay (newest usable checkpoint plus log replay), the later logged steps are held
 complete by every node's flood, and the evaluator appends from step L.
 
+Batched clients (`sim.batched: true`, opt-in; batched.py): the N·K estimates of a step come from
+one forward over every client's ± batches, each group of rows with its own perturbation. Seeds,
+messages' ids, frames, byte counts, applies and the log format are unchanged; the scalars equal
+the sequential ones only up to floating-point reduction order, so such a run is statistically,
+not bitwise, the launched run (it still replays and resumes exactly from its own log). A model
+or direction that cannot be batched runs sequentially with one warning. The default (sequential,
+one client after another) is the exact reference.
+
 Assumes: the config was preflighted (cli); torch ops are deterministic for a fixed thread count
 and device, so the result equals a launched run on the same hardware and software. Not here:
 baselines (their clients hold different parameters; `baselines.run`).
@@ -40,6 +48,7 @@ from seedflood import checkpoint as ckpt
 from seedflood import protocol as proto
 from seedflood import rundir, runtime, wirecost, zo
 from seedflood import topology as topo
+from seedflood.batched import BatchedEstimator
 from seedflood.config import Config
 from seedflood.evaluator import Evaluator, restore
 from seedflood.message import Message, encode
@@ -79,6 +88,12 @@ class SharedModel:
         self.logged = 0
         self.on_client: Callable[[int, int], None] | None = None
         """Called with (step, node) after each client's estimates (progress display)."""
+        self.batched: BatchedEstimator | None = None
+        """`sim.batched`: every client's estimates from batched forwards (batched.py: scalars
+        equal up to floating-point reduction order); None = one client after another (exact)."""
+        if cfg.sim.batched:
+            est = BatchedEstimator(workload.model, workload.direction, protocol, cfg.sim)
+            self.batched = None if est.fallback else est
 
     @property
     def counter(self) -> ByteCounter:
@@ -100,6 +115,8 @@ class SharedModel:
 
     def estimate(self, t: int) -> dict[int, list[Message]]:
         """Every client's K messages of step t, on the shared model (as client.Client._estimate)."""
+        if self.batched is not None:
+            return self._estimate_batched(t)
         p, w = self.protocol, self.w
         out = {}
         for node in self.top.nodes:
@@ -110,6 +127,21 @@ class SharedModel:
                 zo.check_scalar(scalar, p.max_scalar, t)
                 own.append(Message.make(node, t, seed, scalar, k))
             out[node] = own
+            if self.on_client is not None:
+                self.on_client(t, node)
+        return out
+
+    def _estimate_batched(self, t: int) -> dict[int, list[Message]]:
+        """`estimate` from batched forwards: the same seeds and messages, scalars within tolerance."""
+        p = self.protocol
+        assert self.batched is not None
+        scalars = self.batched.estimate(t, list(self.top.nodes), self.w.batch)
+        out = {}
+        for node in self.top.nodes:
+            out[node] = [
+                Message.make(node, t, p.seed(node, t, k), zo.check_scalar(x, p.max_scalar, t), k)
+                for k, x in enumerate(scalars[node])
+            ]
             if self.on_client is not None:
                 self.on_client(t, node)
         return out

@@ -313,6 +313,8 @@ def test_every_setting_changed_round_trips(tmp_path):
         "algorithm.overlap=true",
         "churn.settle=2",
         "churn.audit_every=5",
+        "sim.batched=true",
+        "sim.clients_per_forward=3",
     ]
     cfg = config.load(None, overrides)
     changed = config.flat(cfg.to_dict())

@@ -235,6 +235,9 @@ def trajectory(cfg: Config, protocol: Protocol, train_digest: str) -> dict[str, 
         **({"task.template": cfg.task.template} if cfg.task.template else {}),
         **({"task.candidates": list(cfg.task.candidates)} if cfg.task.candidates else {}),
         **({"task.text_fields": list(cfg.task.text_fields)} if cfg.task.text_fields else {}),
+        # batched simulation: scalars equal the sequential ones only up to reduction order (and
+        # the grouping), so its bits are its own; absent when off, so older logs still resume
+        **({"sim.batched": True, "sim.clients_per_forward": cfg.sim.clients_per_forward} if cfg.sim.batched else {}),
         "model.name": cfg.model.name,
         "model.gguf_file": cfg.model.gguf_file,
         "model.dtype": cfg.model.dtype,

@@ -253,3 +253,16 @@ def test_per_client_scalars_on_cuda(direction):
         if not tf32():
             assert np.corrcoef(x, y)[0, 1] > 0.999
         seq.applier.apply(t, [m for n in sorted(a) for m in a[n]])
+
+
+def test_a_batched_run_records_it_in_its_trajectory_so_a_resume_cannot_switch_silently():
+    from pathlib import Path
+
+    from seedflood.protocol import trajectory
+
+    debug = Path(__file__).resolve().parents[2] / "launch" / "configs" / "debug.yaml"
+    plain, fast = config.load(debug, []), config.load(debug, ["sim.batched=true", "sim.clients_per_forward=2"])
+    p = Protocol.of(plain, topology.build(plain.topology).diameter)
+    assert "sim.batched" not in trajectory(plain, p, "d")  # older logs resume as before
+    t = trajectory(fast, p, "d")
+    assert t["sim.batched"] is True and t["sim.clients_per_forward"] == 2

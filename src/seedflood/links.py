@@ -92,6 +92,8 @@ POLL_S = 0.02  # how often a side waiting to meet re-reads the store (s)
 MIN_BUILD_S = 0.5  # the least a group build is given once both sides greeted (s)
 PUSH_WAIT_S = 0.05  # at the pending bound, the most push() waits for old pushes (s)
 CLOSE_WAIT_S = 2.0  # the most close() waits for the evaluator to take the last pushes (s)
+STARTUP_POLL_S = 0.25  # how often a process waiting for the others to start looks (s)
+STARTUP_REPORT_S = 10.0  # how often it says on screen whom it waits for (s)
 _FOREVER = timedelta(days=365)  # "no bound" as an explicit gloo bound (see _bound)
 _ABSENT = "\x00absent"  # compare_set's answer for a missing key (never a real value)
 _TRIES = itertools.count(1)  # this process's connection attempts (unique per incarnation)
@@ -142,6 +144,41 @@ def peek(store: dist.Store | BoundedStore, key: str) -> str | None:
     """The value at `key`, or None when absent, in one round trip without blocking (get waits)."""
     value = store.compare_set(key, _ABSENT, _ABSENT).decode()
     return None if value == _ABSENT else value
+
+
+def names(nodes: Sequence[int], shown: int = 16) -> str:
+    """'[1, 2, 3]', or the first `shown` and how many more (a screen line stays one line)."""
+    nodes = list(nodes)
+    head = ", ".join(map(str, nodes[:shown]))
+    return f"[{head}{f', ... (+{len(nodes) - shown} more)' if len(nodes) > shown else ''}]"
+
+
+def await_registered(
+    store: dist.Store | BoundedStore,
+    nodes: Sequence[int],
+    timeout_s: float,
+    who: str,
+    report_s: float = STARTUP_REPORT_S,
+) -> list[int]:
+    """Wait until every one of `nodes` has registered an incarnation (its process is up: model
+    loaded, store reached), at most timeout_s (transport.startup_timeout_s), saying on screen
+    every report_s which ones it waits for; returns those that did not come. One store check
+    per STARTUP_POLL_S (a per-node check only when it reports)."""
+    keys = {n: _inc_key(n) for n in nodes}
+    start = time.monotonic()
+    report = start + report_s
+    while not store.check(list(keys.values())):
+        now = time.monotonic()
+        if now - start >= timeout_s or now >= report:
+            missing = [n for n, k in keys.items() if not store.check([k])]
+            if not missing:
+                break
+            if now - start >= timeout_s:
+                return missing
+            log.warning("%s: waiting for nodes %s to start (%.0f s of %g)", who, names(missing), now - start, timeout_s)
+            report = now + report_s
+        time.sleep(STARTUP_POLL_S)
+    return []
 
 
 def parse_greeting(greeting: str) -> tuple[int, int]:
@@ -324,7 +361,7 @@ def _link(
 ) -> _Attempt:
     """Meet `peer` through the store (module docstring) and build the edge's group; never raises.
     `answered`: a greeting of this peer already acted on, ignored here. `heartbeat_s`: start the
-    edge's heartbeat with this timeout as soon as it is built (None: the evaluator edge)."""
+    edge's heartbeat with this timeout as soon as it is built (None: none)."""
     mine = greeting(inc)
     addressed = 0  # the peer incarnation our greeting is addressed to (0 = none yet)
     attempt = _Attempt(peer)
@@ -507,7 +544,7 @@ class EdgeTransport:
         results = _Results()
 
         def run(peer: int, store: dist.Store, answered: str | None) -> None:
-            beat = None if peer == EVALUATOR else self.timeout_s
+            beat = self.timeout_s  # the evaluator edge too: a silent evaluator or sender is found in timeout_s
             results.put(_link(store, self.node, self.incarnation, peer, deadline, answered, self._inline, beat))
 
         threads = [

@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 Launcher = Literal["torchrun", "slurm", "env", "single"]
 DEFAULT_PORT = 29500  # torch's own default
 REPORT_POLL_S = 0.1  # how often the evaluator looks for the clients' final reports (s)
-STARTUP_S = 300.0  # churn runs: the least the store gives a process to connect at start-up
 
 
 class WorldError(ValueError):
@@ -300,7 +299,7 @@ class StoreGroup(Group):
         self._base = base
 
     def started(self, timeout_s: float) -> None:
-        """After start-up: every store call is bounded by the hop timeout, not STARTUP_S, so a
+        """After start-up: every store call is bounded by the hop timeout, not the start-up bound, so a
         client cut off from the store's host finds out (and stops) in timeout_s: `store` becomes
         a bounded.BoundedStore (TCPStore's own timeout does not bound a call to a host that went
         silent). Waits that must be long (`collect`) pass their own bound."""
@@ -356,16 +355,15 @@ def store_group(world: World, cfg: TransportConfig) -> Iterator[StoreGroup]:
     """The rendezvous store of a churn run; no process group. With SEEDFLOOD_STORE set, every
     process connects to that store (`seedflood store`); otherwise rank 0, the evaluator, hosts it
     (unless a launcher serves one at MASTER_ADDR:MASTER_PORT, as torchrun's agent does)."""
+    # Start-up waits for the slowest process to load its model (the store's host included), so
+    # it gets transport.startup_timeout_s, whatever transport.timeout_s says (that one bounds hops).
+    timeout = timedelta(seconds=max(cfg.timeout_s, cfg.startup_timeout_s))
     external = store_address()
     if external is not None:
-        timeout = timedelta(seconds=max(cfg.timeout_s, STARTUP_S))
         store = dist.TCPStore(external[0], external[1], is_master=False, timeout=timeout)
         yield StoreGroup(world, dist.PrefixStore("seedflood/run", store), timeout, store)
         return
     port = world.master_port or free_port()
-    # Start-up waits for the slowest process to load its model (the store's host included), so
-    # it gets at least STARTUP_S whatever transport.timeout_s says (that one bounds hops).
-    timeout = timedelta(seconds=max(cfg.timeout_s, STARTUP_S))
     store = _rendezvous_store(world, port, timeout, wait_for_workers=False)
     yield StoreGroup(world, dist.PrefixStore("seedflood/run", store), timeout, store)
 
@@ -381,10 +379,12 @@ def process_group(world: World, cfg: TransportConfig) -> Iterator[Group]:
     """
     port = world.master_port or free_port()
     timeout = timedelta(seconds=cfg.timeout_s)
+    # The rendezvous waits for the slowest process to load its model: transport.startup_timeout_s,
+    # not the hop timeout (a slow loader on a busy machine must not fail the start).
     # Under torchrun the store at MASTER_PORT is the agent's (TORCHELASTIC_USE_AGENT_STORE) and it
     # outlives a --max-restarts restart: without a per-attempt prefix the restarted group would
     # read the dead group's gloo addresses and fail in connectFullMesh ("Connection refused").
-    store = _rendezvous_store(world, port, timeout)
+    store = _rendezvous_store(world, port, timedelta(seconds=max(cfg.timeout_s, cfg.startup_timeout_s)))
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     store = dist.PrefixStore(f"seedflood/attempt-{attempt}", store)
     dist.init_process_group(cfg.backend, store=store, rank=world.rank, world_size=world.world_size, timeout=timeout)

@@ -41,7 +41,7 @@ from seedflood.client import Client
 from seedflood.config import Config
 from seedflood.evaluator import Evaluator, restore
 from seedflood.gloo import EvaluatorInbox, GlooTransport
-from seedflood.links import EdgeTransport, sponsor_key
+from seedflood.links import EdgeTransport, await_registered, sponsor_key
 from seedflood.membership import Change, MembershipError, Roster, decode_step, encode_step
 from seedflood.metrics import human_bytes, setup_logging
 from seedflood.protocol import Protocol
@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 
 class RunError(RuntimeError):
     """Rank 0 refused the run directory; every rank exits with this one line (status 2)."""
+
+
+REPORT_S = 10.0  # how often the evaluator says whose final report it still waits for (s)
 
 
 def _client_key(node: int) -> str:
@@ -94,6 +97,9 @@ def _resume(cfg: Config, protocol: Protocol, w: Workload, group: runtime.Group) 
         trajectory = proto.trajectory(cfg, protocol, w.train_digest())
         try:
             records = rundir.resume_records(cfg, protocol, trajectory, w.loaded.base_hash)
+            if protocol.churn:  # agreed steps only the clients' own logs hold (an evaluator restarted late)
+                header = rundir.log_header(cfg, trajectory, w.loaded.identity, w.loaded.base_hash)
+                records = rundir.complete_from_clients(cfg, protocol, header, records)
             changes = rundir.logged_changes(cfg) if records else {}
             payload = {"records": [(s, encode_step(m, changes.get(s))) for s, m in records]}
         except ckpt.CheckpointError as e:
@@ -126,10 +132,21 @@ def _transport(
     if t.incarnation > 1:  # a restarted client: its sponsor connects it (`_rejoin`)
         return t
     t.attach = node == attach
+    # Every client waits for every other to be up (model loaded) within the start-up bound, not the
+    # hop timeout: a slow loader must not be left out, and a client must not start hopping while
+    # a neighbour is still connecting (its first hop would wait out a peer that is not hopping).
+    late = await_registered(
+        t.store, [n for n in top.nodes if n != node], cfg.transport.startup_timeout_s, f"node {node}"
+    )
     want = [*top.neighbors(node), *([EVALUATOR] if t.attach else [])]
-    got = t.connect(want, cfg.transport.timeout_s)
+    got = t.connect([p for p in want if p not in late], cfg.transport.timeout_s)
     if missing := sorted(set(want) - set(got)):
-        log.warning("node %d: not connected to %s at start-up; training on without them", node, missing)
+        log.warning(
+            "node %d: not connected to %s at start-up (transport.startup_timeout_s=%g); training on without them",
+            node,
+            missing,
+            cfg.transport.startup_timeout_s,
+        )
     return t
 
 
@@ -172,24 +189,92 @@ def _client(
             client.listeners.append(lambda s, _: step_hashes.append(state_hash(w.model, w.direction)))
         if records:
             log.info("resumed at step %d by replaying %d logged steps", len(records), len(records))
+        # Churn: this client's own copy of every agreed step (eval.client_logs), so no step depends
+        # on the evaluator being up when it is decided (docs/design.md §13)
+        own = _client_log(cfg, protocol, w, node) if protocol.churn else None
+        if own is not None:
+            own.extend(client.history, client.roster.changes)
+            client.listeners.append(lambda s, _: own.extend(client.history, client.roster.changes))
         try:
             client.run()
         except MembershipError as e:  # tell the evaluator this client is done streaming for good
-            _post(group, _client_key(node), {"node": node, "stopped": str(e)})
+            stopped = {"node": node, "stopped": str(e)}
+            if own is not None:
+                own.extend(client.history, client.roster.changes)
+                own.report(stopped)
+            _post(group, _client_key(node), stopped)
             raise
-    _post(
-        group,
-        _client_key(node),
-        {
-            "node": node,
-            "hash": state_hash(w.model, w.direction),
-            "step_hashes": step_hashes,
-            "bytes": counter.rows(),
-            "flood": vars(client.flood.stats),
-            "threads": runtime.threads(),
-            "memory": runtime.memory(),  # at the end of training: the weights' pages are as written as they get
-        },
+        finally:
+            if own is not None:
+                own.close()
+    report = {
+        "node": node,
+        "hash": state_hash(w.model, w.direction),
+        "step_hashes": step_hashes,
+        "bytes": counter.rows(),
+        "flood": vars(client.flood.stats),
+        "threads": runtime.threads(),
+        "memory": runtime.memory(),  # at the end of training: the weights' pages are as written as they get
+    }
+    if own is not None:
+        own.report(report)
+    _post(group, _client_key(node), report)
+
+
+def _client_log(cfg: Config, protocol: Protocol, w: Workload, node: int) -> rundir.ClientLog | None:
+    if not cfg.eval.client_logs:
+        return None
+    header = rundir.log_header(
+        cfg, proto.trajectory(cfg, protocol, w.train_digest()), w.loaded.identity, w.loaded.base_hash
     )
+    return rundir.ClientLog(cfg, protocol, header, node)
+
+
+def _churn_reports(cfg: Config, group: runtime.Group, members: list[int]) -> dict[str, Any]:
+    """The final reports of `members`: from the store, or from their client logs on this disk
+    (rundir.client_report: what a client left when the store is gone, or when this evaluator
+    came back to a fresh store). Waits at most LATE_FACTOR × transport.timeout_s, saying on
+    screen every REPORT_S whom it waits for; a report missing then is logged and left out (its
+    hash shows as null in summary.json), never a reason to write no summary."""
+    bound = LATE_FACTOR * cfg.transport.timeout_s
+    found: dict[str, Any] = {}
+    store_ok = True
+    start = time.monotonic()
+    report_at = start + REPORT_S
+    while True:
+        for n in members:
+            key = _client_key(n)
+            if key in found:
+                continue
+            value = rundir.client_report(cfg, n)
+            if value is None and store_ok:
+                try:
+                    if group.store.check([group.report_key(key)]):  # type: ignore[attr-defined]
+                        value = json.loads(group.store.get(group.report_key(key)))  # type: ignore[attr-defined]
+                except StoreGone as e:
+                    store_ok = False
+                    log.error("evaluator: the store is gone (%s): final reports only from client logs on this disk", e)
+            if value is not None:
+                found[key] = value
+        missing = [n for n in members if _client_key(n) not in found]
+        now = time.monotonic()
+        if not missing:
+            return found
+        if now - start > bound or (not store_ok and rundir.client_root(cfg) is None):
+            log.error(
+                "evaluator: no final report from nodes %s within %g s: their hashes and byte counts are unknown "
+                "and the consensus is checked without them; `seedflood replay %s` checks the log",
+                missing,
+                bound,
+                cfg.run.out_dir,
+            )
+            return found
+        if now >= report_at:
+            log.warning(
+                "evaluator: waiting for the final reports of nodes %s (%.0f s of %g)", missing, now - start, bound
+            )
+            report_at = now + REPORT_S
+        time.sleep(runtime.REPORT_POLL_S)
 
 
 def _post(group: runtime.Group, key: str, report: dict[str, Any]) -> None:
@@ -239,15 +324,16 @@ def _evaluate(
         cfg, proto.trajectory(cfg, protocol, w.train_digest()), w.loaded.identity, w.loaded.base_hash
     )
     if protocol.churn:
-        if start:
+        if 0 < start < protocol.steps:
             log.warning("evaluator: its log holds %d steps; the attach node sends the rest", start)
         inbox: Inbox = AttachInbox(
             group.store,  # type: ignore[attr-defined]
             top.n,
             protocol.steps,
             start=start,
-            wait_s=max(runtime.STARTUP_S, LATE_FACTOR * cfg.transport.timeout_s),
+            wait_s=max(cfg.transport.startup_timeout_s, LATE_FACTOR * cfg.transport.timeout_s),
             blob_wait_s=LATE_FACTOR * cfg.transport.timeout_s,
+            timeout_s=cfg.transport.timeout_s,
             done_keys=[group.report_key(_client_key(n)) for n in top.nodes],
         )
     else:
@@ -260,16 +346,10 @@ def _evaluate(
         inbox.close()
     # the members at the end report (those that left never will); a churn run names the rest
     members = sorted(evaluator.roster.members)
-    try:
+    if protocol.churn:
+        reports = _churn_reports(cfg, group, members)
+    else:
         reports = group.collect([_client_key(n) for n in members])
-    except StoreGone as e:  # the reports went with the store; the run itself is whole
-        log.error(
-            "evaluator: no final reports from the clients (%s): their hashes and byte counts are "
-            "unknown, the consensus is unchecked; `seedflood replay %s` checks the log",
-            e,
-            run_dir,
-        )
-        reports = {}
     clients = [reports.get(_client_key(n)) for n in top.nodes]
     clients = [r if r is not None and "hash" in r else None for r in clients]  # a stopped client: no state
     present = [r for r in clients if r is not None]

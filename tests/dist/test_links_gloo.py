@@ -144,7 +144,9 @@ def worker(role: str, cfg: dict) -> int:
         return 0
     store = _store(cfg["store"])
     if role == "eval":  # follows node 0 (node 1 never answers); the attach's ATTACH_DONE key ends it
-        inbox = AttachInbox(store, 2, 10**6, inline_bytes=INLINE, wait_s=25, blob_wait_s=25, done_keys=[ATTACH_DONE])
+        inbox = AttachInbox(
+            store, 2, 10**6, inline_bytes=INLINE, wait_s=25, blob_wait_s=25, timeout_s=10.0, done_keys=[ATTACH_DONE]
+        )
         report: dict[str, object] = {"inc": inbox.incarnation}
         seqs: list[int] = []
         try:

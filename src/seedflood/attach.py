@@ -17,11 +17,16 @@ How the evaluator follows it, with two threads:
   `membership.StepSequence` hands the consumer each step once, in order from `start`, however
   the successive senders' steps overlap; a gap is an error (TransportError to the consumer).
 An edge that fails, or ends before the last step, is simply dropped: the next attach node, or the
-same one reconnecting, answers a fresh greeting. The stream ends as soon as the last step is in
-(edges stay open until `close`, so the sender's own end marker still finds a receiver). The inbox gives up (TransportError) when no edge has been up for `wait_s`,
-or at once when every key of `done_keys` (the clients' final or stop reports) is in the store.
+same one reconnecting, answers a fresh greeting. Evaluator edges beat like topology edges
+(links.Edge, `timeout_s`), so a sender that goes silent (stopped, cut off) is dropped within
+timeout_s instead of holding a receive for ever. The stream ends as soon as the last step is in
+(edges stay open until `close`, so the sender's own end marker still finds a receiver). The
+inbox gives up (TransportError) when no edge has been up for `wait_s` (said on screen every
+REPORT_S meanwhile; an edge switch started with no edge up ends by then too), or at once when
+every key of `done_keys` (the clients' final or stop reports) is in the store.
 
-Store use: 2 reads per node per OFFER_S while the run lasts (no training path is involved).
+Store use: 2 reads per node per OFFER_S while the run lasts (no training path is involved),
+each bounded by timeout_s (bounded.BoundedStore).
 Assumes: one AttachInbox per evaluator process (it registers the evaluator's incarnation).
 """
 

@@ -15,6 +15,11 @@ owner of a model it shares drives it (`sharedmodel`, the one-process simulation)
 `take(frame)` right after the owner applied that step to the shared model, `finish()`. Both
 validate, log, score and checkpoint with the same code, so the run directory is the same.
 
+A churn run's evaluator whose stream ends short (the clients finished while it was down or
+starting) takes the missing steps from the longest client log on its disk (`take_from_clients`,
+`rundir.steps_from_clients`), validated as from the wire, so they are logged, scored and
+checkpointed as streamed ones.
+
 Assumes: frames arrive in step order from one attach client (the transport keeps order);
 `rundir.resume_records` has already accepted the run directory for this config.
 """

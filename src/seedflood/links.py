@@ -14,6 +14,7 @@ prefixes. The store is used only to (re)connect, never on the hop path.
 
 Store keys (under the store the caller passes):
   seedflood/inc/{node}                  latest incarnation of node (an add counter; 0 = none yet)
+  seedflood/up/{node}                   node's first incarnation is up (start-up, `await_start`)
   seedflood/hello/{src}/{dst}/{dst_inc}  "src_inc:try": src is waiting to connect to dst_inc
   seedflood/edge/{a}-{b}/{inc_a}-{inc_b}/{try_a}-{try_b}/...   gloo's rendezvous, a < b
 Meeting (`_link`): each side reads the other's incarnation, greets it, and waits (re-reading the
@@ -153,18 +154,25 @@ def names(nodes: Sequence[int], shown: int = 16) -> str:
     return f"[{head}{f', ... (+{len(nodes) - shown} more)' if len(nodes) > shown else ''}]"
 
 
-def await_registered(
+def up_key(node: int) -> str:
+    """Set by a client once it is up at start-up (`await_start`); nobody else writes it (an
+    incarnation key may be created at 0 by any reader, so its existence says nothing)."""
+    return f"seedflood/up/{node}"
+
+
+def await_start(
     store: dist.Store | BoundedStore,
+    node: int,
     nodes: Sequence[int],
     timeout_s: float,
-    who: str,
     report_s: float = STARTUP_REPORT_S,
 ) -> list[int]:
-    """Wait until every one of `nodes` has registered an incarnation (its process is up: model
-    loaded, store reached), at most timeout_s (transport.startup_timeout_s), saying on screen
-    every report_s which ones it waits for; returns those that did not come. One store check
-    per STARTUP_POLL_S (a per-node check only when it reports)."""
-    keys = {n: _inc_key(n) for n in nodes}
+    """Say that `node` is up (model loaded, store reached), then wait until every one of `nodes`
+    is, at most timeout_s (transport.startup_timeout_s), saying on screen every report_s which
+    ones it waits for; returns those that did not come. One store check per STARTUP_POLL_S (a
+    per-node check only when it reports)."""
+    store.set(up_key(node), "1")
+    keys = {n: up_key(n) for n in nodes if n != node}
     start = time.monotonic()
     report = start + report_s
     while not store.check(list(keys.values())):
@@ -175,7 +183,9 @@ def await_registered(
                 break
             if now - start >= timeout_s:
                 return missing
-            log.warning("%s: waiting for nodes %s to start (%.0f s of %g)", who, names(missing), now - start, timeout_s)
+            log.warning(
+                "node %d: waiting for nodes %s to start (%.0f s of %g)", node, names(missing), now - start, timeout_s
+            )
             report = now + report_s
         time.sleep(STARTUP_POLL_S)
     return []

@@ -11,7 +11,11 @@ Owns the decisions about an existing run directory, made before anything is writ
 - `recorded` / `recorded_steps`: what replay, eval and check read back: the recorded config and
   every logged step, refusing a `config.yaml` edited away from the settings in the log header;
 - `topology_of(cfg)`: the graph a config names (a file resolves against the config's directory);
-- `summary_common`: the summary.json keys a launched and a simulated run write alike.
+- `summary_common`: the summary.json keys a launched and a simulated run write alike;
+- the clients' own logs of a churn run (eval.client_logs, `client_root/node-N/`: config.yaml,
+  log.bin, report.json): `ClientLog` (a client's writer), `client_report`, `steps_from_clients`
+  (the longest one on this disk that belongs to the run and agrees with its log) and
+  `complete_from_clients` (rank 0 appends what only they hold before it resumes).
 `seedflood world-size` (the launchers' preflight) and rank 0 of `seedflood train` both call it,
 so a bad resume stops before any process starts.
 

@@ -15,7 +15,12 @@ Churn runs (`churn.settle` > 0, docs/design.md §13) use no process group: the s
 training; the evaluator follows the clients' attach node, whichever client that is now, over an
 edge (`attach.AttachInbox`), and collects the final reports of the clients that are members at
 the end. A client that stops (no majority, or excluded) posts why, so an evaluator left without an
-attach node knows when nobody is left to stream.
+attach node knows when nobody is left to stream. Every churn client also keeps its own copy of the
+agreed log and its report (`rundir.ClientLog`, eval.client_logs), so no agreed step depends on the
+evaluator's timing: rank 0 completes its log from the longest client log on its disk before it
+resumes (`rundir.complete_from_clients`), and reads there the reports the store does not hold.
+Start-up has its own bound (transport.startup_timeout_s): every churn client waits, saying so,
+until every other is up before it connects its edges (`links.await_start`).
 
 Assumes: every process gets the same config; the run directory is on storage rank 0 can write
 (clients on other hosts need no access to it: they catch up from the broadcast log).
@@ -41,7 +46,7 @@ from seedflood.client import Client
 from seedflood.config import Config
 from seedflood.evaluator import Evaluator, restore
 from seedflood.gloo import EvaluatorInbox, GlooTransport
-from seedflood.links import EdgeTransport, await_registered, sponsor_key
+from seedflood.links import EdgeTransport, await_start, sponsor_key
 from seedflood.membership import Change, MembershipError, Roster, decode_step, encode_step
 from seedflood.metrics import human_bytes, setup_logging
 from seedflood.protocol import Protocol
@@ -135,9 +140,7 @@ def _transport(
     # Every client waits for every other to be up (model loaded) within the start-up bound, not the
     # hop timeout: a slow loader must not be left out, and a client must not start hopping while
     # a neighbour is still connecting (its first hop would wait out a peer that is not hopping).
-    late = await_registered(
-        t.store, [n for n in top.nodes if n != node], cfg.transport.startup_timeout_s, f"node {node}"
-    )
+    late = await_start(t.store, node, top.nodes, cfg.transport.startup_timeout_s)
     want = [*top.neighbors(node), *([EVALUATOR] if t.attach else [])]
     got = t.connect([p for p in want if p not in late], cfg.transport.timeout_s)
     if missing := sorted(set(want) - set(got)):

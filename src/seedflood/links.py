@@ -15,6 +15,7 @@ prefixes. The store is used only to (re)connect, never on the hop path.
 Store keys (under the store the caller passes):
   seedflood/inc/{node}                  latest incarnation of node (an add counter; 0 = none yet)
   seedflood/up/{node}                   node's first incarnation is up (start-up, `await_start`)
+  seedflood/started                     some client started training (a later start is a rejoin)
   seedflood/hello/{src}/{dst}/{dst_inc}  "src_inc:try": src is waiting to connect to dst_inc
   seedflood/edge/{a}-{b}/{inc_a}-{inc_b}/{try_a}-{try_b}/...   gloo's rendezvous, a < b
 Meeting (`_link`): each side reads the other's incarnation, greets it, and waits (re-reading the
@@ -158,6 +159,11 @@ def up_key(node: int) -> str:
     """Set by a client once it is up at start-up (`await_start`); nobody else writes it (an
     incarnation key may be created at 0 by any reader, so its existence says nothing)."""
     return f"seedflood/up/{node}"
+
+
+STARTED_KEY = "seedflood/started"
+"""Set by the first client that starts training: a client that finds it at its own start came
+later than the others' start-up bound and joins as a restarted one would (by a sponsor)."""
 
 
 def await_start(
@@ -490,6 +496,9 @@ class EdgeTransport:
         self.neighbours = tuple(sorted(set(neighbours)))
         self.store = bounded(store, timeout_s)  # between steps too: a silent store costs timeout_s once
         self.incarnation = incarnation if incarnation is not None else register(self.store, node)
+        self.rejoining = self.incarnation > 1
+        """This process joins a run already under way (a restart, or a start later than the
+        others' start-up bound): a sponsor connects it, not `connect` at start-up."""
         self.counter = counter if counter is not None else ByteCounter()
         self.attach = attach
         self.timeout_s = timeout_s

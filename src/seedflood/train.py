@@ -46,7 +46,7 @@ from seedflood.client import Client
 from seedflood.config import Config
 from seedflood.evaluator import Evaluator, restore
 from seedflood.gloo import EvaluatorInbox, GlooTransport
-from seedflood.links import EdgeTransport, await_start, sponsor_key
+from seedflood.links import STARTED_KEY, EdgeTransport, await_start, sponsor_key
 from seedflood.membership import Change, MembershipError, Roster, decode_step, encode_step
 from seedflood.metrics import human_bytes, setup_logging
 from seedflood.protocol import Protocol
@@ -134,7 +134,16 @@ def _transport(
         return GlooTransport(node, top.neighbors(node), proto.rank_of, counter, evaluator_rank=rank)
     store = group.store  # type: ignore[attr-defined]
     t = EdgeTransport(node, top.neighbors(node), store, counter=counter, timeout_s=cfg.transport.timeout_s)
-    if t.incarnation > 1:  # a restarted client: its sponsor connects it (`_rejoin`)
+    if t.rejoining:  # a restarted client: its sponsor connects it (`_rejoin`)
+        return t
+    if t.store.check([STARTED_KEY]):  # the others gave up waiting for this one: join as a restart does
+        log.warning(
+            "node %d: the run started without it (it came later than transport.startup_timeout_s=%g): "
+            "joining by a sponsor",
+            node,
+            cfg.transport.startup_timeout_s,
+        )
+        t.rejoining = True
         return t
     t.attach = node == attach
     # Every client waits for every other to be up (model loaded) within the start-up bound, not the
@@ -143,6 +152,7 @@ def _transport(
     late = await_start(t.store, node, top.nodes, cfg.transport.startup_timeout_s)
     want = [*top.neighbors(node), *([EVALUATOR] if t.attach else [])]
     got = t.connect([p for p in want if p not in late], cfg.transport.timeout_s)
+    t.store.set(STARTED_KEY, "1")
     if missing := sorted(set(want) - set(got)):
         log.warning(
             "node %d: not connected to %s at start-up (transport.startup_timeout_s=%g); training on without them",
@@ -182,7 +192,7 @@ def _client(
             attach=cfg.eval.attach,
             evaluator=protocol.churn,  # a churn client streams to the evaluator when it is the attach node
         )
-        if isinstance(transport, EdgeTransport) and transport.incarnation > 1:
+        if isinstance(transport, EdgeTransport) and transport.rejoining:
             _rejoin(cfg, node, client, transport)
         else:
             client.resume(records, changes)  # O(messages) for subcge, no checkpoint needed
@@ -290,8 +300,9 @@ def _post(group: runtime.Group, key: str, report: dict[str, Any]) -> None:
 
 
 def _rejoin(cfg: Config, node: int, client: Client, transport: EdgeTransport) -> None:
-    """A restarted client (incarnation > 1 in the run's store): wait for the neighbour that
-    claims it, connect to it, and catch up by replaying the log it sends (docs/design.md §13)."""
+    """A restarted client (incarnation > 1 in the run's store), or one that started later than
+    the others' start-up bound: wait for the neighbour that claims it, connect to it, and catch
+    up by replaying the log it sends (docs/design.md §13)."""
     wait = LATE_FACTOR * cfg.transport.timeout_s
     key = sponsor_key(node, transport.incarnation)
     log.warning(

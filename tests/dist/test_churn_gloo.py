@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from seedflood.checkpoint import LogReader
+from seedflood.membership import Change
 
 pytestmark = pytest.mark.dist
 ROOT = Path(__file__).resolve().parents[2]
@@ -374,6 +375,28 @@ def test_a_client_slower_to_start_than_the_hop_timeout_still_trains(tmp_path):
     assert s["membership_changes"] == [], s["membership_changes"]
 
 
+def test_a_client_later_than_the_start_up_bound_joins_by_a_sponsor(tmp_path):
+    """F10, past the bound: node 2 starts after transport.startup_timeout_s (10 s). The others
+    start without it (it leaves at step 0); when it comes up it finds the run started and joins
+    as a restarted client does: a neighbour sponsors it, it replays the log and counts again.
+    All four end on the evaluator's hash."""
+    out = tmp_path / "late"
+    run = Launch(tmp_path, churn_sets(out, "transport.startup_timeout_s=10"), later=(VICTIM + 1,))
+    deadline = time.monotonic() + 300
+    while "not connected to [2] at start-up" not in run.output():
+        assert time.monotonic() < deadline and all(p.poll() is None for p in run.procs if p), run.tails()
+        time.sleep(0.2)
+    run.procs[VICTIM + 1] = run.start(VICTIM + 1)
+    text = run.wait(deadline)
+    assert [p.returncode for p in run.procs] == [0] * 5, text
+    assert "node 2: the run started without it" in text and "rejoined by replaying" in text, text
+    check_run(out, STEPS, text)
+    reader = LogReader(out / "log.bin")
+    reader.read()
+    (leave, join) = sorted(reader.changes.items())
+    assert leave == (0, Change(0, leave=(VICTIM,))) and join[1].join == ((VICTIM, 1),), reader.changes
+
+
 def test_an_evaluator_whose_clients_all_went_silent_exits_within_its_bound(tmp_path):
     """F11: every client is stopped (SIGSTOP: silent, sockets open) mid-run. The evaluator edge
     beats like a topology edge, so the evaluator finds its stream silent within
@@ -405,11 +428,13 @@ def test_a_client_restarted_later_than_the_step_window_rejoins_with_audits_on(tm
     """F8: node 3 is SIGKILLed after 15 steps and started again more than 2 × flood.step_window
     steps later, with audits on: its sponsor hands it the notes it holds (AUDIT notes of old
     steps among them), and every client must still end on the evaluator's hash, with a log that
-    replays to it. Before the core fix (old notes handed over beyond the wire window) the
-    sponsor and the newcomer both stopped: 'note step .. outside window ..'."""
+    replays to it. Before the core fix (notes kept one or two steps past the wire window were
+    handed over, and the newcomer flooded them back) the sponsor and the newcomer both stopped:
+    'note step .. outside window ..'. Audits every step, so such a note is there whatever step
+    the rejoin lands on (with audit_every=5 two rejoin steps in five hit it)."""
     window = 16
     out = tmp_path / "window"
-    sets = churn_sets(out, "churn.audit_every=5", f"flood.step_window={window}")
+    sets = churn_sets(out, "churn.audit_every=1", f"flood.step_window={window}")
     run = Launch(tmp_path, sets)
     deadline = time.monotonic() + 300
     wait_for_steps(out, 15, run.procs, deadline)

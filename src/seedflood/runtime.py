@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 Launcher = Literal["torchrun", "slurm", "env", "single"]
 DEFAULT_PORT = 29500  # torch's own default
 REPORT_POLL_S = 0.1  # how often the evaluator looks for the clients' final reports (s)
+REPORT_S = 10.0  # how often a start-up wait says on screen what it waits for (s)
 
 
 class WorldError(ValueError):
@@ -307,11 +308,25 @@ class StoreGroup(Group):
         self.store = self._store = BoundedStore(self._store, timeout_s)
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """Rank `src` sets the key; the others wait for it within the group's (start-up) timeout,
+        saying on screen every REPORT_S that they wait (rank 0 may still be loading its model)."""
         key = f"broadcast/{src}"
         if self.world.rank == src:
             self._store.set(key, pickle.dumps(obj))
             return obj
-        self._store.wait([key], self._timeout)
+        bound = self._timeout.total_seconds()
+        start = time.monotonic()
+        report = start + REPORT_S
+        while not self._store.check([key]):
+            now = time.monotonic()
+            if now - start > bound:
+                raise WorldError(
+                    f"rank {src} did not start within {bound:g} s (transport.startup_timeout_s): nothing to resume from"
+                )
+            if now >= report:
+                log.warning("waiting for rank %d (the evaluator) to start (%.0f s of %g)", src, now - start, bound)
+                report = now + REPORT_S
+            time.sleep(REPORT_POLL_S)
         return pickle.loads(self._store.get(key))  # only for trusted peers of one run
 
 
@@ -360,10 +375,18 @@ def store_group(world: World, cfg: TransportConfig) -> Iterator[StoreGroup]:
     timeout = timedelta(seconds=max(cfg.timeout_s, cfg.startup_timeout_s))
     external = store_address()
     if external is not None:
+        log.info("connecting to the store at %s:%d (up to %g s)", *external, timeout.total_seconds())
         store = dist.TCPStore(external[0], external[1], is_master=False, timeout=timeout)
         yield StoreGroup(world, dist.PrefixStore("seedflood/run", store), timeout, store)
         return
     port = world.master_port or free_port()
+    if world.rank:
+        log.info(
+            "connecting to the store at %s:%d (rank 0 hosts it; up to %g s)",
+            world.master_addr,
+            port,
+            timeout.total_seconds(),
+        )
     store = _rendezvous_store(world, port, timeout, wait_for_workers=False)
     yield StoreGroup(world, dist.PrefixStore("seedflood/run", store), timeout, store)
 

@@ -541,4 +541,8 @@ def test_stalled_evaluator_never_blocks_hops_or_close(cluster, until):
 
 
 if __name__ == "__main__":
-    sys.exit(worker(sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}))
+    from seedflood.cli import exit_process
+
+    # as `seedflood` ends: a heartbeat thread of an edge to a stopped peer (the evaluator edge
+    # beats too) may still be in a gloo call, and a plain exit would then abort (cli.exit_process)
+    exit_process(worker(sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}))

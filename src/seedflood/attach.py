@@ -23,7 +23,8 @@ timeout_s instead of holding a receive for ever. The stream ends as soon as the 
 (edges stay open until `close`, so the sender's own end marker still finds a receiver). The
 inbox gives up (TransportError) when no edge has been up for `wait_s` (said on screen every
 REPORT_S meanwhile; an edge switch started with no edge up ends by then too), or at once when
-every key of `done_keys` (the clients' final or stop reports) is in the store.
+every key of `done_keys` (the clients' final or stop reports) is in the store, or `done()` says
+so (the same reports on this disk).
 
 Store use: 2 reads per node per OFFER_S while the run lasts (no training path is involved),
 each bounded by timeout_s (bounded.BoundedStore).
@@ -35,7 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch.distributed as dist
 
@@ -83,6 +84,7 @@ class AttachInbox(Inbox):
         blob_wait_s: float = 30.0,
         timeout_s: float = 30.0,
         done_keys: Sequence[str] = (),
+        done: Callable[[], bool] | None = None,
         inline_bytes: int = INLINE_BYTES,
         max_frame_bytes: int = MAX_FRAME_BYTES,
     ) -> None:
@@ -94,6 +96,7 @@ class AttachInbox(Inbox):
         self.blob_wait_s = blob_wait_s
         self.timeout_s = timeout_s
         self.done_keys = list(done_keys)
+        self.done = done  # like done_keys, another way to know (the clients' reports on this disk)
         self.senders: list[int] = []  # the attach nodes followed so far, in order
         self._inline = inline_bytes
         self._max_frame = max_frame_bytes
@@ -156,7 +159,7 @@ class AttachInbox(Inbox):
                 store.set(evaluator_next_key(self.incarnation), str(needs))
                 now = time.monotonic()
                 if current is None:
-                    if self.done_keys and store.check(self.done_keys):
+                    if (self.done_keys and store.check(self.done_keys)) or (self.done is not None and self.done()):
                         raise TransportError(
                             f"evaluator: every client has finished or stopped, and the stream ended "
                             f"after step {self._seq.next - 1} of {self.steps}"

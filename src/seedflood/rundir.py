@@ -312,11 +312,14 @@ class ClientLog:
             self._lock = None
 
 
-def client_report(cfg: Config, node: int) -> dict[str, Any] | None:
-    """The final report node `node` left next to its client log, if this disk holds one."""
+def client_report(cfg: Config, node: int, since: float | None = None) -> dict[str, Any] | None:
+    """The final report node `node` left next to its client log, if this disk holds one
+    (written at or after `since`, a time.time(), when given: not one an earlier launch left)."""
     d = client_dir(cfg, node)
     try:
-        return json.loads((d / REPORT).read_text()) if d is not None else None
+        if d is None or (since is not None and (d / REPORT).stat().st_mtime < since):
+            return None
+        return json.loads((d / REPORT).read_text())
     except (OSError, ValueError):
         return None
 

@@ -333,6 +333,7 @@ def _evaluate(
     started: float,
 ) -> dict[str, Any]:
     run_dir = Path(cfg.run.out_dir)
+    wall = time.time() - (time.monotonic() - started) - 1.0  # this process's start (an mtime may lag a little)
     start = restore(w, protocol, run_dir, records)
     header = rundir.log_header(
         cfg, proto.trajectory(cfg, protocol, w.train_digest()), w.loaded.identity, w.loaded.base_hash
@@ -349,6 +350,9 @@ def _evaluate(
             blob_wait_s=LATE_FACTOR * cfg.transport.timeout_s,
             timeout_s=cfg.transport.timeout_s,
             done_keys=[group.report_key(_client_key(n)) for n in top.nodes],
+            # the same reports on this disk (a store restarted with this evaluator never gets
+            # them), written since it started: one an earlier launch left says nothing
+            done=lambda: all(rundir.client_report(cfg, n, since=wall) is not None for n in top.nodes),
         )
     else:
         inbox = EvaluatorInbox(proto.rank_of(cfg.eval.attach), cfg.eval.attach)

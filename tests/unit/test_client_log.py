@@ -127,3 +127,21 @@ def test_client_root(tmp_path, where):
     cfg, _, _ = setup(tmp_path, f"eval.client_logs={value}")
     expect = tmp_path / "run" / "mine" if where == "relative" else tmp_path / "elsewhere"
     assert rundir.client_root(cfg) == expect and rundir.client_dir(cfg, 3) == expect / "node-3"
+
+
+def test_a_report_older_than_since_is_not_this_launchs(tmp_path):
+    """The evaluator counts a client as done from a report on its disk only if it was written
+    since the evaluator started: one an earlier launch left says nothing about this one."""
+    import os
+    import time
+
+    cfg, p, header = setup(tmp_path)
+    own = rundir.ClientLog(cfg, p, header, 0)
+    own.close()
+    own.report({"node": 0})
+    path = tmp_path / "run" / "clients" / "node-0" / "report.json"
+    now = time.time()
+    os.utime(path, (now - 100, now - 100))
+    assert rundir.client_report(cfg, 0) == {"node": 0}
+    assert rundir.client_report(cfg, 0, since=now - 50) is None
+    assert rundir.client_report(cfg, 0, since=now - 150) == {"node": 0}

@@ -17,11 +17,17 @@ How the evaluator follows it, with two threads:
   `membership.StepSequence` hands the consumer each step once, in order from `start`, however
   the successive senders' steps overlap; a gap is an error (TransportError to the consumer).
 An edge that fails, or ends before the last step, is simply dropped: the next attach node, or the
-same one reconnecting, answers a fresh greeting. The stream ends as soon as the last step is in
-(edges stay open until `close`, so the sender's own end marker still finds a receiver). The inbox gives up (TransportError) when no edge has been up for `wait_s`,
-or at once when every key of `done_keys` (the clients' final or stop reports) is in the store.
+same one reconnecting, answers a fresh greeting. Evaluator edges beat like topology edges
+(links.Edge, `timeout_s`), so a sender that goes silent (stopped, cut off) is dropped within
+timeout_s instead of holding a receive for ever. The stream ends as soon as the last step is in
+(edges stay open until `close`, so the sender's own end marker still finds a receiver). The
+inbox gives up (TransportError) when no edge has been up for `wait_s` (said on screen every
+REPORT_S meanwhile; an edge switch started with no edge up ends by then too), or at once when
+every key of `done_keys` (the clients' final or stop reports) is in the store, or `done()` says
+so (the same reports on this disk).
 
-Store use: 2 reads per node per OFFER_S while the run lasts (no training path is involved).
+Store use: 2 reads per node per OFFER_S while the run lasts (no training path is involved),
+each bounded by timeout_s (bounded.BoundedStore).
 Assumes: one AttachInbox per evaluator process (it registers the evaluator's incarnation).
 """
 
@@ -30,12 +36,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch.distributed as dist
 
+from seedflood.bounded import BoundedStore, bounded
 from seedflood.gloo import TAG_EVAL, _HeadBuffer, _reason
 from seedflood.links import (
+    MIN_BUILD_S,
     TAG_BLOB,
     Edge,
     _device,
@@ -56,6 +64,7 @@ from seedflood.transport import _EOS, EVALUATOR, INLINE_BYTES, MAX_FRAME_BYTES, 
 log = logging.getLogger(__name__)
 
 OFFER_S = 0.25  # how often the offer thread re-reads greetings and answers (s)
+REPORT_S = 10.0  # how often an evaluator with no edge says on screen that it waits (s)
 
 
 class AttachInbox(Inbox):
@@ -73,7 +82,9 @@ class AttachInbox(Inbox):
         incarnation: int | None = None,
         wait_s: float = 300.0,
         blob_wait_s: float = 30.0,
+        timeout_s: float = 30.0,
         done_keys: Sequence[str] = (),
+        done: Callable[[], bool] | None = None,
         inline_bytes: int = INLINE_BYTES,
         max_frame_bytes: int = MAX_FRAME_BYTES,
     ) -> None:
@@ -83,7 +94,9 @@ class AttachInbox(Inbox):
         self.incarnation = incarnation if incarnation is not None else register(store, EVALUATOR)
         self.wait_s = wait_s
         self.blob_wait_s = blob_wait_s
+        self.timeout_s = timeout_s
         self.done_keys = list(done_keys)
+        self.done = done  # like done_keys, another way to know (the clients' reports on this disk)
         self.senders: list[int] = []  # the attach nodes followed so far, in order
         self._inline = inline_bytes
         self._max_frame = max_frame_bytes
@@ -94,7 +107,10 @@ class AttachInbox(Inbox):
         self._offering = True  # the offer thread runs (it alone can bring a new edge)
         _device()
         self._offers = threading.Thread(
-            target=self._offer_loop, args=(store.clone(),), name="seedflood-attach-offer", daemon=True
+            target=self._offer_loop,
+            args=(bounded(store, timeout_s).clone(),),
+            name="seedflood-attach-offer",
+            daemon=True,
         )
         self._stream = threading.Thread(target=self._stream_loop, name="seedflood-attach-stream", daemon=True)
         self._offers.start()
@@ -126,10 +142,14 @@ class AttachInbox(Inbox):
             self._lock.notify_all()
 
     # --- the offer thread ---------------------------------------------------------------------
-    def _offer_loop(self, store: dist.Store) -> None:
+    def _offer_loop(self, raw: dist.Store) -> None:
+        # Every store call of this loop is bounded by timeout_s (a store whose host went silent
+        # would otherwise hold it past wait_s); gloo's rendezvous in `_switch` needs the plain one.
+        store = BoundedStore(raw, self.timeout_s)
         mine: dict[int, tuple[int, str]] = {}  # node -> (its incarnation greeted, our greeting)
         answered: dict[int, str] = {}  # node -> its last answer acted on
         since = time.monotonic()  # when the stream last had an edge
+        report = since + REPORT_S
         error: TransportError | None = None
         try:
             while not self._over:
@@ -137,19 +157,28 @@ class AttachInbox(Inbox):
                     current = self._edge.peer if self._edge is not None else None
                     needs = self._seq.next
                 store.set(evaluator_next_key(self.incarnation), str(needs))
+                now = time.monotonic()
                 if current is None:
-                    if self.done_keys and store.check(self.done_keys):
+                    if (self.done_keys and store.check(self.done_keys)) or (self.done is not None and self.done()):
                         raise TransportError(
                             f"evaluator: every client has finished or stopped, and the stream ended "
                             f"after step {self._seq.next - 1} of {self.steps}"
                         )
-                    if time.monotonic() - since > self.wait_s:
+                    if now - since > self.wait_s:
                         raise TransportError(
                             f"evaluator: no client has streamed to it for {self.wait_s:g} s (after step "
                             f"{self._seq.next - 1} of {self.steps})"
                         )
+                    if now >= report:
+                        log.warning(
+                            "evaluator: waiting for the attach node to stream from step %d (%.0f s of %g)",
+                            needs,
+                            now - since,
+                            self.wait_s,
+                        )
+                        report = now + REPORT_S
                 else:
-                    since = time.monotonic()
+                    since, report = now, now + REPORT_S
                 for n in range(self.nodes):
                     if n == current:
                         continue
@@ -165,7 +194,9 @@ class AttachInbox(Inbox):
                     if theirs is None or theirs == answered.get(n) or parse_greeting(theirs)[0] != inc:
                         continue
                     answered[n] = theirs
-                    self._switch(store, n, inc, mine[n][1], theirs)
+                    # no edge meanwhile: the switch may not outlast the stream's own bound
+                    limit = since + self.wait_s if current is None else None
+                    self._switch(raw, n, inc, mine[n][1], theirs, limit)
                     # a fresh greeting for the next time (an answered one is never answered again)
                     mine[n] = (inc, greeting(self.incarnation))
                     store.set(hello_key(EVALUATOR, n, inc), mine[n][1])
@@ -189,12 +220,18 @@ class AttachInbox(Inbox):
         if error is not None:
             self._fail(error)
 
-    def _switch(self, store: dist.Store, node: int, inc: int, mine: str, theirs: str) -> None:
+    def _switch(
+        self, store: dist.Store, node: int, inc: int, mine: str, theirs: str, limit: float | None = None
+    ) -> None:
         """Build the edge to `node` (which answered `mine` with `theirs`), take its catch-up blob,
-        and make it the stream's edge. A failed build or blob is logged and dropped."""
+        and make it the stream's edge, all within blob_wait_s (and before `limit`, a monotonic
+        time, when given). A failed build or blob is logged and dropped. The edge beats like a
+        topology edge, so a sender that goes silent (stopped, cut off) is found within timeout_s."""
         deadline = time.monotonic() + self.blob_wait_s
+        if limit is not None:
+            deadline = max(time.monotonic() + MIN_BUILD_S, min(deadline, limit))
         try:
-            edge = build_edge(store, EVALUATOR, mine, node, inc, theirs, deadline, self._inline, None)
+            edge = build_edge(store, EVALUATOR, mine, node, inc, theirs, deadline, self._inline, self.timeout_s)
         except Exception as e:
             log.warning("evaluator: no edge to node %d: %s", node, _reason(e))
             return

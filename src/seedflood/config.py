@@ -316,6 +316,12 @@ class EvalConfig:
     batch_size: int = 32
     attach: int = 0
     """Topology node the evaluator attaches to as a leaf."""
+    client_logs: str = "clients"
+    """Churn runs: where each client keeps its own copy of the agreed log (node-N/: config.yaml,
+    log.bin, report.json), relative to run.out_dir unless absolute, on the client's own disk. An
+    evaluator that could not get a step from the stream (restarted after the clients finished)
+    takes it from the longest client log it can read here; any copy replays (`seedflood replay
+    DIR/node-N`). "" = none: a step the evaluator misses is then on no disk once the clients exit."""
 
     def __post_init__(self) -> None:
         _require(self.every >= 0, "eval.every", "must be >= 0")
@@ -341,9 +347,15 @@ class TransportConfig:
     backend: Literal["gloo"] = "gloo"
     timeout_s: float = 300.0
     """Process-group timeout: a silent peer fails the run after this long."""
+    startup_timeout_s: float = 600.0
+    """Start-up bound, apart from the hop timeout: how long every process waits for the others to
+    load their model and reach the rendezvous (said on screen while it waits). A client later
+    than this is left out at step 0 (churn) or stops the run (strict); an evaluator waits this
+    long (at least 10 × timeout_s) for a client to stream to it."""
 
     def __post_init__(self) -> None:
         _require(self.timeout_s > 0, "transport.timeout_s", "must be > 0")
+        _require(self.startup_timeout_s > 0, "transport.startup_timeout_s", "must be > 0")
 
 
 @dataclass

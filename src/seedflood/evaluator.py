@@ -15,6 +15,11 @@ owner of a model it shares drives it (`sharedmodel`, the one-process simulation)
 `take(frame)` right after the owner applied that step to the shared model, `finish()`. Both
 validate, log, score and checkpoint with the same code, so the run directory is the same.
 
+A churn run's evaluator whose stream ends short (the clients finished while it was down or
+starting) takes the missing steps from the longest client log on its disk (`take_from_clients`,
+`rundir.steps_from_clients`), validated as from the wire, so they are logged, scored and
+checkpointed as streamed ones.
+
 Assumes: frames arrive in step order from one attach client (the transport keeps order);
 `rundir.resume_records` has already accepted the run directory for this config.
 """
@@ -30,14 +35,14 @@ from typing import Any
 
 from seedflood import checkpoint as ckpt
 from seedflood import config as config_mod
-from seedflood import membership, message, model
+from seedflood import membership, message, model, rundir
 from seedflood.config import Config
 from seedflood.membership import Roster
 from seedflood.metrics import TENSORBOARD_DIR, MetricsWriter, Progress, human_bytes, truncate_metrics
 from seedflood.protocol import Protocol
 from seedflood.replay import Applier, state_hash
 from seedflood.rundir import LOG, Records
-from seedflood.transport import Inbox
+from seedflood.transport import Inbox, TransportError
 from seedflood.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -98,6 +103,7 @@ class Evaluator:
         self.protocol = protocol
         self.w = workload
         self.inbox = inbox
+        self.header = header
         self.run_dir = Path(cfg.run.out_dir)
         self.applier = Applier(workload.direction, protocol)
         self.applier.last_step = start_step - 1
@@ -176,17 +182,48 @@ class Evaluator:
         # Churn: the attach edge's heartbeat tells a dead client from a slow step (a hop may wait
         # out a silent neighbour, a start-up may wait out a missing one), so wait while it beats.
         timeout = None if self.protocol.churn else self.cfg.transport.timeout_s
+        if self.next_step < self.protocol.steps:
+            self.take_from_clients(whole=True)  # a restart after the clients finished: nobody streams
         while self.next_step < self.protocol.steps:
             try:
                 frame = self.inbox.get(timeout=timeout)
             except TimeoutError as e:
+                if self.take_from_clients():
+                    break
                 raise EvaluatorError(f"evaluator: {e} (after step {self.next_step - 1})") from None
+            except TransportError:
+                if self.take_from_clients():
+                    break
+                raise
             if frame is None:
+                if self.take_from_clients():
+                    break
                 raise EvaluatorError(
                     f"evaluator: the stream ended after step {self.next_step - 1} of {self.protocol.steps}"
                 )
             self.take(frame)
         return self.finish()
+
+    def take_from_clients(self, whole: bool = False) -> bool:
+        """Churn runs: take the steps from `next_step` on from the longest client log readable on
+        this disk (`rundir.steps_from_clients`: this run's, CRC- and wire-checked, agreeing with
+        this log), as if streamed; `whole`: only when it holds every step of the run (the clients
+        are done). True when the run is complete then. What the stream could not bring (the
+        clients finished while this evaluator was down or starting) is so never lost."""
+        if not self.protocol.churn:
+            return False
+        found = rundir.steps_from_clients(self.cfg, self.protocol, self.header, self.run_dir / LOG)
+        if found is None:
+            return False
+        path, records, changes = found
+        if len(records) <= self.next_step or (whole and len(records) < self.protocol.steps):
+            return False
+        first = self.next_step
+        for s, msgs in records[first:]:
+            self.take(membership.encode_step(msgs, changes.get(s)))
+        self.progress.advance_to(self.next_step)
+        log.warning("evaluator: took steps %d..%d from the client log %s", first, self.next_step - 1, path)
+        return self.next_step >= self.protocol.steps
 
     def begin(self) -> None:
         """Before the first step: the run's config.yaml, and the zero-shot score of a new run."""

@@ -14,6 +14,8 @@ prefixes. The store is used only to (re)connect, never on the hop path.
 
 Store keys (under the store the caller passes):
   seedflood/inc/{node}                  latest incarnation of node (an add counter; 0 = none yet)
+  seedflood/up/{node}                   node's first incarnation is up (start-up, `await_start`)
+  seedflood/started                     some client started training (a later start is a rejoin)
   seedflood/hello/{src}/{dst}/{dst_inc}  "src_inc:try": src is waiting to connect to dst_inc
   seedflood/edge/{a}-{b}/{inc_a}-{inc_b}/{try_a}-{try_b}/...   gloo's rendezvous, a < b
 Meeting (`_link`): each side reads the other's incarnation, greets it, and waits (re-reading the
@@ -92,6 +94,8 @@ POLL_S = 0.02  # how often a side waiting to meet re-reads the store (s)
 MIN_BUILD_S = 0.5  # the least a group build is given once both sides greeted (s)
 PUSH_WAIT_S = 0.05  # at the pending bound, the most push() waits for old pushes (s)
 CLOSE_WAIT_S = 2.0  # the most close() waits for the evaluator to take the last pushes (s)
+STARTUP_POLL_S = 0.25  # how often a process waiting for the others to start looks (s)
+STARTUP_REPORT_S = 10.0  # how often it says on screen whom it waits for (s)
 _FOREVER = timedelta(days=365)  # "no bound" as an explicit gloo bound (see _bound)
 _ABSENT = "\x00absent"  # compare_set's answer for a missing key (never a real value)
 _TRIES = itertools.count(1)  # this process's connection attempts (unique per incarnation)
@@ -142,6 +146,55 @@ def peek(store: dist.Store | BoundedStore, key: str) -> str | None:
     """The value at `key`, or None when absent, in one round trip without blocking (get waits)."""
     value = store.compare_set(key, _ABSENT, _ABSENT).decode()
     return None if value == _ABSENT else value
+
+
+def names(nodes: Sequence[int], shown: int = 16) -> str:
+    """'[1, 2, 3]', or the first `shown` and how many more (a screen line stays one line)."""
+    nodes = list(nodes)
+    head = ", ".join(map(str, nodes[:shown]))
+    return f"[{head}{f', ... (+{len(nodes) - shown} more)' if len(nodes) > shown else ''}]"
+
+
+def up_key(node: int) -> str:
+    """Set by a client once it is up at start-up (`await_start`); nobody else writes it (an
+    incarnation key may be created at 0 by any reader, so its existence says nothing)."""
+    return f"seedflood/up/{node}"
+
+
+STARTED_KEY = "seedflood/started"
+"""Set by the first client that starts training: a client that finds it at its own start came
+later than the others' start-up bound and joins as a restarted one would (by a sponsor)."""
+
+
+def await_start(
+    store: dist.Store | BoundedStore,
+    node: int,
+    nodes: Sequence[int],
+    timeout_s: float,
+    report_s: float = STARTUP_REPORT_S,
+) -> list[int]:
+    """Say that `node` is up (model loaded, store reached), then wait until every one of `nodes`
+    is, at most timeout_s (transport.startup_timeout_s), saying on screen every report_s which
+    ones it waits for; returns those that did not come. One store check per STARTUP_POLL_S (a
+    per-node check only when it reports)."""
+    store.set(up_key(node), "1")
+    keys = {n: up_key(n) for n in nodes if n != node}
+    start = time.monotonic()
+    report = start + report_s
+    while not store.check(list(keys.values())):
+        now = time.monotonic()
+        if now - start >= timeout_s or now >= report:
+            missing = [n for n, k in keys.items() if not store.check([k])]
+            if not missing:
+                break
+            if now - start >= timeout_s:
+                return missing
+            log.warning(
+                "node %d: waiting for nodes %s to start (%.0f s of %g)", node, names(missing), now - start, timeout_s
+            )
+            report = now + report_s
+        time.sleep(STARTUP_POLL_S)
+    return []
 
 
 def parse_greeting(greeting: str) -> tuple[int, int]:
@@ -324,7 +377,7 @@ def _link(
 ) -> _Attempt:
     """Meet `peer` through the store (module docstring) and build the edge's group; never raises.
     `answered`: a greeting of this peer already acted on, ignored here. `heartbeat_s`: start the
-    edge's heartbeat with this timeout as soon as it is built (None: the evaluator edge)."""
+    edge's heartbeat with this timeout as soon as it is built (None: none)."""
     mine = greeting(inc)
     addressed = 0  # the peer incarnation our greeting is addressed to (0 = none yet)
     attempt = _Attempt(peer)
@@ -443,6 +496,9 @@ class EdgeTransport:
         self.neighbours = tuple(sorted(set(neighbours)))
         self.store = bounded(store, timeout_s)  # between steps too: a silent store costs timeout_s once
         self.incarnation = incarnation if incarnation is not None else register(self.store, node)
+        self.rejoining = self.incarnation > 1
+        """This process joins a run already under way (a restart, or a start later than the
+        others' start-up bound): a sponsor connects it, not `connect` at start-up."""
         self.counter = counter if counter is not None else ByteCounter()
         self.attach = attach
         self.timeout_s = timeout_s
@@ -507,7 +563,7 @@ class EdgeTransport:
         results = _Results()
 
         def run(peer: int, store: dist.Store, answered: str | None) -> None:
-            beat = None if peer == EVALUATOR else self.timeout_s
+            beat = self.timeout_s  # the evaluator edge too: a silent evaluator or sender is found in timeout_s
             results.put(_link(store, self.node, self.incarnation, peer, deadline, answered, self._inline, beat))
 
         threads = [

@@ -11,7 +11,11 @@ Owns the decisions about an existing run directory, made before anything is writ
 - `recorded` / `recorded_steps`: what replay, eval and check read back: the recorded config and
   every logged step, refusing a `config.yaml` edited away from the settings in the log header;
 - `topology_of(cfg)`: the graph a config names (a file resolves against the config's directory);
-- `summary_common`: the summary.json keys a launched and a simulated run write alike.
+- `summary_common`: the summary.json keys a launched and a simulated run write alike;
+- the clients' own logs of a churn run (eval.client_logs, `client_root/node-N/`: config.yaml,
+  log.bin, report.json): `ClientLog` (a client's writer), `client_report`, `steps_from_clients`
+  (the longest one on this disk that belongs to the run and agrees with its log) and
+  `complete_from_clients` (rank 0 appends what only they hold before it resumes).
 `seedflood world-size` (the launchers' preflight) and rank 0 of `seedflood train` both call it,
 so a bad resume stops before any process starts.
 
@@ -21,6 +25,9 @@ log); checkpoints only shorten catch-up.
 
 from __future__ import annotations
 
+import json
+import logging
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +42,8 @@ from seedflood.message import Message
 from seedflood.protocol import Protocol
 from seedflood.protocol import trajectory as trajectory_of
 from seedflood.transport import ByteCounter
+
+log = logging.getLogger(__name__)
 
 LOG = "log.bin"
 Records = list[tuple[int, list[Message]]]
@@ -168,3 +177,207 @@ def summary_common(
         "wall_seconds": round(time.monotonic() - started, 2),
     }
     return common
+
+
+# -- the clients' own logs (churn runs, eval.client_logs) -----------------------------------------
+REPORT = "report.json"
+
+
+def client_root(cfg: Config) -> Path | None:
+    """Where the clients keep their own logs (eval.client_logs against run.out_dir); None = off."""
+    if not cfg.eval.client_logs:
+        return None
+    root = Path(cfg.eval.client_logs).expanduser()
+    return root if root.is_absolute() else Path(cfg.run.out_dir) / root
+
+
+def client_dir(cfg: Config, node: int) -> Path | None:
+    root = client_root(cfg)
+    return None if root is None else root / f"node-{node}"
+
+
+class ClientLog:
+    """One client's own copy of the agreed log, on its own disk: a directory `seedflood replay`
+    reads like a run directory (config.yaml, log.bin in checkpoint.py's format, CRC-checked
+    records, membership records before their steps) plus the client's final report.
+
+    `extend(history, changes)` appends every decided step it lacks (flushed per step, fsynced
+    by `close`). A restarted incarnation (or a relaunch) reopens the log its predecessor left;
+    its records are compared with the history as the history reaches them, and a difference
+    (never expected: agreed steps are final) cuts the log there after keeping a copy: never two
+    histories in one file. One process writes a node's log at a time (an flock; a second one keeps none and says
+    so). Never raises into training: a disk failure is one warning and the copy stops.
+
+    Assumes: the caller hands the same `history` list (Client.history: every decided step from 0)."""
+
+    def __init__(self, cfg: Config, protocol: Protocol, header: dict[str, Any], node: int) -> None:
+        self.node = node
+        self.dir = client_dir(cfg, node)
+        self.writer: ckpt.LogWriter | None = None
+        self._lock: Any = None
+        self._held: Records | None = None  # the records a reopened log held (read at the first extend)
+        self._verified = 0  # of them, those found equal to the history so far
+        self._owned = False  # this process took the node's directory (its flock)
+        if self.dir is None:
+            return
+        try:
+            import fcntl
+
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._lock = open(self.dir / ".lock", "w")
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                self._lock.close()
+                self._lock = None
+                log.warning("node %d: %s is held by another process of this node: no client log here", node, self.dir)
+                return
+            self._owned = True
+            (self.dir / REPORT).unlink(missing_ok=True)  # a report left by an earlier launch is not this one's
+            ckpt.atomic_write_text(self.dir / "config.yaml", config_mod.dump(cfg))
+            try:
+                self.writer = ckpt.LogWriter(self.dir / LOG, header, check=protocol.check_step)
+            except ckpt.CheckpointError as e:  # another run's or a damaged log: keep it aside, start anew
+                aside = self.dir / f"{LOG}.{int(time.time())}.bad"
+                (self.dir / LOG).rename(aside)
+                log.warning("node %d: client log %s set aside (%s)", node, aside, e)
+                self.writer = ckpt.LogWriter(self.dir / LOG, header, check=protocol.check_step)
+        except OSError as e:
+            self._fail(e)
+
+    def _fail(self, e: BaseException) -> None:
+        log.warning("node %d: client log in %s stopped: %s", self.node, self.dir, e)
+        if self.writer is not None:
+            try:
+                self.writer.close()
+            except OSError:
+                pass
+        self.writer = None
+
+    def extend(self, history: list[tuple[int, list[Message]]], changes: dict[int, Change]) -> None:
+        """Append the steps of `history` the log lacks; steps the log already held (a reopened
+        log) are compared with the history as it reaches them (see the class docstring)."""
+        w = self.writer
+        if w is None:
+            return
+        try:
+            if self._held is None:
+                self._held = ckpt.LogReader(w.path).read()[1] if w.next_step else []
+            while self._verified < min(len(history), len(self._held)):
+                s = self._verified
+                if sorted(history[s][1]) != sorted(self._held[s][1]):
+                    self._cut(s)
+                    break
+                self._verified += 1
+            for s, msgs in history[w.next_step :]:
+                w.append(s, msgs, changes.get(s))
+        except (OSError, ckpt.CheckpointError) as e:
+            self._fail(e)
+
+    def _cut(self, step: int) -> None:
+        """The reopened log differs from the history at `step` (never expected: agreed steps are
+        final): keep a copy, cut the log there."""
+        w = self.writer
+        assert w is not None and self._held is not None
+        aside = w.path.with_name(f"{LOG}.{int(time.time())}.old")
+        shutil.copyfile(w.path, aside)
+        log.warning(
+            "node %d: client log differs from the decided steps at step %d: cut there (the old log is kept as %s)",
+            self.node,
+            step,
+            aside,
+        )
+        w.truncate_to(step)
+        del self._held[step:]
+
+    def report(self, value: dict[str, Any]) -> None:
+        """Leave the final (or stop) report next to the log, for an evaluator that reads this disk
+        (after `close` too: the report comes once training and the transport are done)."""
+        if self.dir is None or not self._owned:
+            return
+        try:
+            ckpt.atomic_write_text(self.dir / REPORT, json.dumps(value))
+        except OSError as e:
+            log.warning("node %d: could not write %s: %s", self.node, self.dir / REPORT, e)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            try:
+                self.writer.close()
+            except OSError as e:
+                log.warning("node %d: client log close failed: %s", self.node, e)
+            self.writer = None
+        if self._lock is not None:
+            self._lock.close()  # releases the flock
+            self._lock = None
+
+
+def client_report(cfg: Config, node: int, since: float | None = None) -> dict[str, Any] | None:
+    """The final report node `node` left next to its client log, if this disk holds one
+    (written at or after `since`, a time.time(), when given: not one an earlier launch left)."""
+    d = client_dir(cfg, node)
+    try:
+        if d is None or (since is not None and (d / REPORT).stat().st_mtime < since):
+            return None
+        return json.loads((d / REPORT).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def steps_from_clients(
+    cfg: Config, protocol: Protocol, header: dict[str, Any], own: Path
+) -> tuple[Path, Records, dict[int, Change]] | None:
+    """The longest client log readable on this disk that belongs to this run (its header's
+    settings and base model equal `header`'s), reads whole (CRC and every step checked as from the
+    wire) and agrees with the run directory's own log `own` on every step both hold; with its
+    records and changes. None when no client log qualifies (each refusal is one warning)."""
+    root = client_root(cfg)
+    if root is None or not root.is_dir():
+        return None
+    mine_reader = ckpt.LogReader(own)
+    _, mine = mine_reader.read() if own.is_file() else ({}, [])
+    best: tuple[Path, Records, dict[int, Change]] | None = None
+    for path in sorted(root.glob(f"node-*/{LOG}")):
+        try:
+            if diff := ckpt.header_mismatch(ckpt.read_header(path), header):
+                raise ckpt.CheckpointError(f"settings differ: {', '.join(diff)}")
+            reader = ckpt.LogReader(path)
+            _, records = reader.read(check=protocol.check_step)
+        except (OSError, ckpt.CheckpointError) as e:
+            log.warning("client log %s not used: %s", path, e)
+            continue
+        differs = next(
+            (
+                s
+                for (s, a), (_, b) in zip(mine, records)
+                if sorted(a) != sorted(b) or mine_reader.changes.get(s) != reader.changes.get(s)
+            ),
+            None,
+        )
+        if differs is not None:
+            log.warning("client log %s not used: it differs from %s at step %d", path, own, differs)
+            continue
+        if best is None or len(records) > len(best[1]):
+            best = (path, records, reader.changes)
+    return best
+
+
+def complete_from_clients(cfg: Config, protocol: Protocol, header: dict[str, Any], records: Records) -> Records:
+    """Rank 0 before a churn run (re)starts: append to the run directory's log the steps that
+    only a client log on this disk holds (`steps_from_clients`), so that neither a restarted
+    evaluator nor a whole relaunch continues from less than what was agreed. Returns the
+    records, extended."""
+    own = Path(cfg.run.out_dir) / LOG
+    found = steps_from_clients(cfg, protocol, header, own)
+    if found is None or len(found[1]) <= len(records):
+        return records
+    path, theirs, changes = found
+    writer = ckpt.LogWriter(own, header, check=protocol.check_step)
+    try:
+        writer.truncate_to(len(records))  # a torn or unchecked tail past the records resumed from
+        for s, msgs in theirs[len(records) :]:
+            writer.append(s, msgs, changes.get(s))
+    finally:
+        writer.close()
+    log.warning("evaluator: took steps %d..%d from the client log %s", len(records), len(theirs) - 1, path)
+    return list(theirs)

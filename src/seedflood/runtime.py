@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 Launcher = Literal["torchrun", "slurm", "env", "single"]
 DEFAULT_PORT = 29500  # torch's own default
 REPORT_POLL_S = 0.1  # how often the evaluator looks for the clients' final reports (s)
-STARTUP_S = 300.0  # churn runs: the least the store gives a process to connect at start-up
+REPORT_S = 10.0  # how often a start-up wait says on screen what it waits for (s)
 
 
 class WorldError(ValueError):
@@ -300,7 +300,7 @@ class StoreGroup(Group):
         self._base = base
 
     def started(self, timeout_s: float) -> None:
-        """After start-up: every store call is bounded by the hop timeout, not STARTUP_S, so a
+        """After start-up: every store call is bounded by the hop timeout, not the start-up bound, so a
         client cut off from the store's host finds out (and stops) in timeout_s: `store` becomes
         a bounded.BoundedStore (TCPStore's own timeout does not bound a call to a host that went
         silent). Waits that must be long (`collect`) pass their own bound."""
@@ -308,11 +308,25 @@ class StoreGroup(Group):
         self.store = self._store = BoundedStore(self._store, timeout_s)
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """Rank `src` sets the key; the others wait for it within the group's (start-up) timeout,
+        saying on screen every REPORT_S that they wait (rank 0 may still be loading its model)."""
         key = f"broadcast/{src}"
         if self.world.rank == src:
             self._store.set(key, pickle.dumps(obj))
             return obj
-        self._store.wait([key], self._timeout)
+        bound = self._timeout.total_seconds()
+        start = time.monotonic()
+        report = start + REPORT_S
+        while not self._store.check([key]):
+            now = time.monotonic()
+            if now - start > bound:
+                raise WorldError(
+                    f"rank {src} did not start within {bound:g} s (transport.startup_timeout_s): nothing to resume from"
+                )
+            if now >= report:
+                log.warning("waiting for rank %d (the evaluator) to start (%.0f s of %g)", src, now - start, bound)
+                report = now + REPORT_S
+            time.sleep(REPORT_POLL_S)
         return pickle.loads(self._store.get(key))  # only for trusted peers of one run
 
 
@@ -356,16 +370,23 @@ def store_group(world: World, cfg: TransportConfig) -> Iterator[StoreGroup]:
     """The rendezvous store of a churn run; no process group. With SEEDFLOOD_STORE set, every
     process connects to that store (`seedflood store`); otherwise rank 0, the evaluator, hosts it
     (unless a launcher serves one at MASTER_ADDR:MASTER_PORT, as torchrun's agent does)."""
+    # Start-up waits for the slowest process to load its model (the store's host included), so
+    # it gets transport.startup_timeout_s, whatever transport.timeout_s says (that one bounds hops).
+    timeout = timedelta(seconds=max(cfg.timeout_s, cfg.startup_timeout_s))
     external = store_address()
     if external is not None:
-        timeout = timedelta(seconds=max(cfg.timeout_s, STARTUP_S))
+        log.info("connecting to the store at %s:%d (up to %g s)", *external, timeout.total_seconds())
         store = dist.TCPStore(external[0], external[1], is_master=False, timeout=timeout)
         yield StoreGroup(world, dist.PrefixStore("seedflood/run", store), timeout, store)
         return
     port = world.master_port or free_port()
-    # Start-up waits for the slowest process to load its model (the store's host included), so
-    # it gets at least STARTUP_S whatever transport.timeout_s says (that one bounds hops).
-    timeout = timedelta(seconds=max(cfg.timeout_s, STARTUP_S))
+    if world.rank:
+        log.info(
+            "connecting to the store at %s:%d (rank 0 hosts it; up to %g s)",
+            world.master_addr,
+            port,
+            timeout.total_seconds(),
+        )
     store = _rendezvous_store(world, port, timeout, wait_for_workers=False)
     yield StoreGroup(world, dist.PrefixStore("seedflood/run", store), timeout, store)
 
@@ -381,10 +402,12 @@ def process_group(world: World, cfg: TransportConfig) -> Iterator[Group]:
     """
     port = world.master_port or free_port()
     timeout = timedelta(seconds=cfg.timeout_s)
+    # The rendezvous waits for the slowest process to load its model: transport.startup_timeout_s,
+    # not the hop timeout (a slow loader on a busy machine must not fail the start).
     # Under torchrun the store at MASTER_PORT is the agent's (TORCHELASTIC_USE_AGENT_STORE) and it
     # outlives a --max-restarts restart: without a per-attempt prefix the restarted group would
     # read the dead group's gloo addresses and fail in connectFullMesh ("Connection refused").
-    store = _rendezvous_store(world, port, timeout)
+    store = _rendezvous_store(world, port, timedelta(seconds=max(cfg.timeout_s, cfg.startup_timeout_s)))
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     store = dist.PrefixStore(f"seedflood/attempt-{attempt}", store)
     dist.init_process_group(cfg.backend, store=store, rank=world.rank, world_size=world.world_size, timeout=timeout)

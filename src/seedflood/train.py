@@ -15,7 +15,12 @@ Churn runs (`churn.settle` > 0, docs/design.md §13) use no process group: the s
 training; the evaluator follows the clients' attach node, whichever client that is now, over an
 edge (`attach.AttachInbox`), and collects the final reports of the clients that are members at
 the end. A client that stops (no majority, or excluded) posts why, so an evaluator left without an
-attach node knows when nobody is left to stream.
+attach node knows when nobody is left to stream. Every churn client also keeps its own copy of the
+agreed log and its report (`rundir.ClientLog`, eval.client_logs), so no agreed step depends on the
+evaluator's timing: rank 0 completes its log from the longest client log on its disk before it
+resumes (`rundir.complete_from_clients`), and reads there the reports the store does not hold.
+Start-up has its own bound (transport.startup_timeout_s): every churn client waits, saying so,
+until every other is up before it connects its edges (`links.await_start`).
 
 Assumes: every process gets the same config; the run directory is on storage rank 0 can write
 (clients on other hosts need no access to it: they catch up from the broadcast log).
@@ -41,7 +46,7 @@ from seedflood.client import Client
 from seedflood.config import Config
 from seedflood.evaluator import Evaluator, restore
 from seedflood.gloo import EvaluatorInbox, GlooTransport
-from seedflood.links import EdgeTransport, sponsor_key
+from seedflood.links import STARTED_KEY, EdgeTransport, await_start, sponsor_key
 from seedflood.membership import Change, MembershipError, Roster, decode_step, encode_step
 from seedflood.metrics import human_bytes, setup_logging
 from seedflood.protocol import Protocol
@@ -55,6 +60,9 @@ log = logging.getLogger(__name__)
 
 class RunError(RuntimeError):
     """Rank 0 refused the run directory; every rank exits with this one line (status 2)."""
+
+
+REPORT_S = 10.0  # how often the evaluator says whose final report it still waits for (s)
 
 
 def _client_key(node: int) -> str:
@@ -94,6 +102,9 @@ def _resume(cfg: Config, protocol: Protocol, w: Workload, group: runtime.Group) 
         trajectory = proto.trajectory(cfg, protocol, w.train_digest())
         try:
             records = rundir.resume_records(cfg, protocol, trajectory, w.loaded.base_hash)
+            if protocol.churn:  # agreed steps only the clients' own logs hold (an evaluator restarted late)
+                header = rundir.log_header(cfg, trajectory, w.loaded.identity, w.loaded.base_hash)
+                records = rundir.complete_from_clients(cfg, protocol, header, records)
             changes = rundir.logged_changes(cfg) if records else {}
             payload = {"records": [(s, encode_step(m, changes.get(s))) for s, m in records]}
         except ckpt.CheckpointError as e:
@@ -123,13 +134,32 @@ def _transport(
         return GlooTransport(node, top.neighbors(node), proto.rank_of, counter, evaluator_rank=rank)
     store = group.store  # type: ignore[attr-defined]
     t = EdgeTransport(node, top.neighbors(node), store, counter=counter, timeout_s=cfg.transport.timeout_s)
-    if t.incarnation > 1:  # a restarted client: its sponsor connects it (`_rejoin`)
+    if t.rejoining:  # a restarted client: its sponsor connects it (`_rejoin`)
+        return t
+    if t.store.check([STARTED_KEY]):  # the others gave up waiting for this one: join as a restart does
+        log.warning(
+            "node %d: the run started without it (it came later than transport.startup_timeout_s=%g): "
+            "joining by a sponsor",
+            node,
+            cfg.transport.startup_timeout_s,
+        )
+        t.rejoining = True
         return t
     t.attach = node == attach
+    # Every client waits for every other to be up (model loaded) within the start-up bound, not the
+    # hop timeout: a slow loader must not be left out, and a client must not start hopping while
+    # a neighbour is still connecting (its first hop would wait out a peer that is not hopping).
+    late = await_start(t.store, node, top.nodes, cfg.transport.startup_timeout_s)
     want = [*top.neighbors(node), *([EVALUATOR] if t.attach else [])]
-    got = t.connect(want, cfg.transport.timeout_s)
+    got = t.connect([p for p in want if p not in late], cfg.transport.timeout_s)
+    t.store.set(STARTED_KEY, "1")
     if missing := sorted(set(want) - set(got)):
-        log.warning("node %d: not connected to %s at start-up; training on without them", node, missing)
+        log.warning(
+            "node %d: not connected to %s at start-up (transport.startup_timeout_s=%g); training on without them",
+            node,
+            missing,
+            cfg.transport.startup_timeout_s,
+        )
     return t
 
 
@@ -163,7 +193,7 @@ def _client(
             evaluator=protocol.churn,  # a churn client streams to the evaluator when it is the attach node
             incarnation=getattr(transport, "incarnation", 0),  # its votes carry it; a rejoin checks it
         )
-        if isinstance(transport, EdgeTransport) and transport.incarnation > 1:
+        if isinstance(transport, EdgeTransport) and transport.rejoining:
             _rejoin(cfg, node, client, transport)
         else:
             client.resume(records, changes)  # O(messages) for subcge, no checkpoint needed
@@ -173,24 +203,92 @@ def _client(
             client.listeners.append(lambda s, _: step_hashes.append(state_hash(w.model, w.direction)))
         if records:
             log.info("resumed at step %d by replaying %d logged steps", len(records), len(records))
+        # Churn: this client's own copy of every agreed step (eval.client_logs), so no step depends
+        # on the evaluator being up when it is decided (docs/design.md §13)
+        own = _client_log(cfg, protocol, w, node) if protocol.churn else None
+        if own is not None:
+            own.extend(client.history, client.roster.changes)
+            client.listeners.append(lambda s, _: own.extend(client.history, client.roster.changes))
         try:
             client.run()
         except MembershipError as e:  # tell the evaluator this client is done streaming for good
-            _post(group, _client_key(node), {"node": node, "stopped": str(e)})
+            stopped = {"node": node, "stopped": str(e)}
+            if own is not None:
+                own.extend(client.history, client.roster.changes)
+                own.report(stopped)
+            _post(group, _client_key(node), stopped)
             raise
-    _post(
-        group,
-        _client_key(node),
-        {
-            "node": node,
-            "hash": state_hash(w.model, w.direction),
-            "step_hashes": step_hashes,
-            "bytes": counter.rows(),
-            "flood": vars(client.flood.stats),
-            "threads": runtime.threads(),
-            "memory": runtime.memory(),  # at the end of training: the weights' pages are as written as they get
-        },
+        finally:
+            if own is not None:
+                own.close()
+    report = {
+        "node": node,
+        "hash": state_hash(w.model, w.direction),
+        "step_hashes": step_hashes,
+        "bytes": counter.rows(),
+        "flood": vars(client.flood.stats),
+        "threads": runtime.threads(),
+        "memory": runtime.memory(),  # at the end of training: the weights' pages are as written as they get
+    }
+    if own is not None:
+        own.report(report)
+    _post(group, _client_key(node), report)
+
+
+def _client_log(cfg: Config, protocol: Protocol, w: Workload, node: int) -> rundir.ClientLog | None:
+    if not cfg.eval.client_logs:
+        return None
+    header = rundir.log_header(
+        cfg, proto.trajectory(cfg, protocol, w.train_digest()), w.loaded.identity, w.loaded.base_hash
     )
+    return rundir.ClientLog(cfg, protocol, header, node)
+
+
+def _churn_reports(cfg: Config, group: runtime.Group, members: list[int]) -> dict[str, Any]:
+    """The final reports of `members`: from the store, or from their client logs on this disk
+    (rundir.client_report: what a client left when the store is gone, or when this evaluator
+    came back to a fresh store). Waits at most LATE_FACTOR × transport.timeout_s, saying on
+    screen every REPORT_S whom it waits for; a report missing then is logged and left out (its
+    hash shows as null in summary.json), never a reason to write no summary."""
+    bound = LATE_FACTOR * cfg.transport.timeout_s
+    found: dict[str, Any] = {}
+    store_ok = True
+    start = time.monotonic()
+    report_at = start + REPORT_S
+    while True:
+        for n in members:
+            key = _client_key(n)
+            if key in found:
+                continue
+            value = rundir.client_report(cfg, n)
+            if value is None and store_ok:
+                try:
+                    if group.store.check([group.report_key(key)]):  # type: ignore[attr-defined]
+                        value = json.loads(group.store.get(group.report_key(key)))  # type: ignore[attr-defined]
+                except StoreGone as e:
+                    store_ok = False
+                    log.error("evaluator: the store is gone (%s): final reports only from client logs on this disk", e)
+            if value is not None:
+                found[key] = value
+        missing = [n for n in members if _client_key(n) not in found]
+        now = time.monotonic()
+        if not missing:
+            return found
+        if now - start > bound or (not store_ok and rundir.client_root(cfg) is None):
+            log.error(
+                "evaluator: no final report from nodes %s within %g s: their hashes and byte counts are unknown "
+                "and the consensus is checked without them; `seedflood replay %s` checks the log",
+                missing,
+                bound,
+                cfg.run.out_dir,
+            )
+            return found
+        if now >= report_at:
+            log.warning(
+                "evaluator: waiting for the final reports of nodes %s (%.0f s of %g)", missing, now - start, bound
+            )
+            report_at = now + REPORT_S
+        time.sleep(runtime.REPORT_POLL_S)
 
 
 def _post(group: runtime.Group, key: str, report: dict[str, Any]) -> None:
@@ -203,8 +301,9 @@ def _post(group: runtime.Group, key: str, report: dict[str, Any]) -> None:
 
 
 def _rejoin(cfg: Config, node: int, client: Client, transport: EdgeTransport) -> None:
-    """A restarted client (incarnation > 1 in the run's store): wait for the neighbour that
-    claims it, connect to it, and catch up by replaying the log it sends (docs/design.md §13)."""
+    """A restarted client (incarnation > 1 in the run's store), or one that started later than
+    the others' start-up bound: wait for the neighbour that claims it, connect to it, and catch
+    up by replaying the log it sends (docs/design.md §13)."""
     wait = LATE_FACTOR * cfg.transport.timeout_s
     key = sponsor_key(node, transport.incarnation)
     log.warning(
@@ -235,21 +334,26 @@ def _evaluate(
     started: float,
 ) -> dict[str, Any]:
     run_dir = Path(cfg.run.out_dir)
+    wall = time.time() - (time.monotonic() - started) - 1.0  # this process's start (an mtime may lag a little)
     start = restore(w, protocol, run_dir, records)
     header = rundir.log_header(
         cfg, proto.trajectory(cfg, protocol, w.train_digest()), w.loaded.identity, w.loaded.base_hash
     )
     if protocol.churn:
-        if start:
+        if 0 < start < protocol.steps:
             log.warning("evaluator: its log holds %d steps; the attach node sends the rest", start)
         inbox: Inbox = AttachInbox(
             group.store,  # type: ignore[attr-defined]
             top.n,
             protocol.steps,
             start=start,
-            wait_s=max(runtime.STARTUP_S, LATE_FACTOR * cfg.transport.timeout_s),
+            wait_s=max(cfg.transport.startup_timeout_s, LATE_FACTOR * cfg.transport.timeout_s),
             blob_wait_s=LATE_FACTOR * cfg.transport.timeout_s,
+            timeout_s=cfg.transport.timeout_s,
             done_keys=[group.report_key(_client_key(n)) for n in top.nodes],
+            # the same reports on this disk (a store restarted with this evaluator never gets
+            # them), written since it started: one an earlier launch left says nothing
+            done=lambda: all(rundir.client_report(cfg, n, since=wall) is not None for n in top.nodes),
         )
     else:
         inbox = EvaluatorInbox(proto.rank_of(cfg.eval.attach), cfg.eval.attach)
@@ -261,16 +365,10 @@ def _evaluate(
         inbox.close()
     # the members at the end report (those that left never will); a churn run names the rest
     members = sorted(evaluator.roster.members)
-    try:
+    if protocol.churn:
+        reports = _churn_reports(cfg, group, members)
+    else:
         reports = group.collect([_client_key(n) for n in members])
-    except StoreGone as e:  # the reports went with the store; the run itself is whole
-        log.error(
-            "evaluator: no final reports from the clients (%s): their hashes and byte counts are "
-            "unknown, the consensus is unchecked; `seedflood replay %s` checks the log",
-            e,
-            run_dir,
-        )
-        reports = {}
     clients = [reports.get(_client_key(n)) for n in top.nodes]
     clients = [r if r is not None and "hash" in r else None for r in clients]  # a stopped client: no state
     present = [r for r in clients if r is not None]

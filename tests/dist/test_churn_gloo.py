@@ -7,6 +7,7 @@ replay` of the log reproduces the hash.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from seedflood.checkpoint import LogReader
+from seedflood.membership import Change
 
 pytestmark = pytest.mark.dist
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,9 +109,12 @@ def test_the_evaluator_follows_the_next_client_when_its_attach_client_fails(run_
 
 
 class Launch:
-    """5 processes of one churn run started by hand, so a test can restart one (same RANK)."""
+    """5 processes of one churn run started by hand, so a test can restart one (same RANK);
+    the ranks in `later` are left for the test to `start` (a process slow to start)."""
 
-    def __init__(self, tmp_path: Path, sets: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, tmp_path: Path, sets: list[str], env: dict[str, str] | None = None, later: tuple[int, ...] = ()
+    ) -> None:
         from seedflood.runtime import free_port
 
         self.tmp = tmp_path
@@ -124,7 +129,7 @@ class Launch:
             **(env or {}),
         }
         self.logs: list = []
-        self.procs = [self.start(r) for r in range(5)]
+        self.procs: list = [None if r in later else self.start(r) for r in range(5)]
 
     def start(self, rank: int) -> subprocess.Popen:
         f = open(self.tmp / f"{rank}.{len(self.logs)}.log", "w+")
@@ -138,20 +143,38 @@ class Launch:
         time.sleep(1.0)
         self.procs[rank] = self.start(rank)
 
-    def wait(self, deadline: float) -> str:
-        """Wait for every process; returns their outputs (tails) for assertion messages."""
+    def output(self) -> str:
+        """Everything the processes printed so far (all incarnations)."""
+        text = ""
+        for f in self.logs:
+            f.flush()
+            text += Path(f.name).read_text()
+        return text
+
+    def wait(self, deadline: float, ranks: range | list[int] = range(5)) -> str:
+        """Wait for the processes of `ranks` (all by default; on a failure or timeout all are
+        killed); returns every output's tail for assertion messages."""
+        ok = False
         try:
-            for p in self.procs:
-                p.wait(timeout=max(1.0, deadline - time.monotonic()))
+            for r in ranks:
+                self.procs[r].wait(timeout=max(1.0, deadline - time.monotonic()))
+            ok = True
         finally:
-            for p in self.procs:
-                if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGKILL)
-            text = ""
-            for f in self.logs:
-                f.seek(0)
-                text += f"--- {f.name}\n{f.read()[-3000:]}\n"
-                f.close()
+            if not ok or list(ranks) == list(range(5)):
+                self.kill()
+        return self.tails()
+
+    def kill(self) -> None:
+        for p in self.procs:
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+    def tails(self) -> str:
+        text = ""
+        for f in self.logs:
+            f.flush()
+            text += f"--- {f.name}\n{Path(f.name).read_text()[-3000:]}\n"
         return text
 
 
@@ -269,7 +292,8 @@ def test_the_store_dies_mid_run_and_the_run_ends_without_it(tmp_path, signum):
     steps = 300
     with own_store(tmp_path) as store:
         out = tmp_path / "store"
-        sets = churn_sets(out, f"run.steps={steps}")
+        # no client logs: with them the evaluator reads the reports from this disk (tested below)
+        sets = churn_sets(out, f"run.steps={steps}", "eval.client_logs=")
         run = Launch(tmp_path, sets, {"SEEDFLOOD_STORE": store.address})
         deadline = time.monotonic() + 200
         wait_for_steps(out, 20, run.procs, deadline)
@@ -277,7 +301,7 @@ def test_the_store_dies_mid_run_and_the_run_ends_without_it(tmp_path, signum):
         text = run.wait(deadline)
     assert [p.returncode for p in run.procs] == [0] * 5, text
     # a client's report is a store set, sent without an answer: whether it fails is down to timing
-    assert "evaluator: no final reports from the clients" in text, text
+    assert "evaluator: no final report from nodes [0, 1, 2, 3]" in text, text
     s = json.loads((out / "summary.json").read_text())
     assert s["consensus"] is None and s["client_hashes"] == [None] * 4, s
     assert s["left"] == [] and s["steps"] == steps
@@ -287,3 +311,143 @@ def test_the_store_dies_mid_run_and_the_run_ends_without_it(tmp_path, signum):
         [sys.executable, "-m", "seedflood", "replay", str(out)], capture_output=True, text=True, timeout=120
     )
     assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": steps, "param_hash": s["param_hash"]}
+
+
+def replay(run_dir: Path) -> dict:
+    p = subprocess.run(
+        [sys.executable, "-m", "seedflood", "replay", str(run_dir)], capture_output=True, text=True, timeout=120
+    )
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("store_host", ["own-store", "evaluator"])
+def test_an_evaluator_restarted_after_the_clients_finished_completes_the_run_from_their_logs(tmp_path, store_host):
+    """F9: SIGKILL the evaluator mid-run and start it again only once every client has finished
+    (exit 0). Nobody streams any more, so the steps it missed exist only in the clients' own logs
+    (eval.client_logs, on this disk): the restarted evaluator takes them from there, ends with
+    every step in its log and a summary.json whose consensus holds, and its log, like each
+    client's, replays to the final hash. With the store in rank 0 (`evaluator`) the restart comes
+    back to a fresh, empty store: the clients' final reports are read from their logs too."""
+    steps = 300
+    env = {}
+    with contextlib.ExitStack() as stack:
+        if store_host == "own-store":
+            env["SEEDFLOOD_STORE"] = stack.enter_context(own_store(tmp_path)).address
+        out = tmp_path / "run"
+        run = Launch(tmp_path, churn_sets(out, f"run.steps={steps}", "checkpoint.every=50"), env)
+        deadline = time.monotonic() + 300
+        wait_for_steps(out, 20, run.procs, deadline)
+        os.kill(run.procs[0].pid, signal.SIGKILL)
+        run.procs[0].wait()
+        logged = len(LogReader(out / "log.bin").read()[1])
+        run.wait(deadline, ranks=[1, 2, 3, 4])  # the clients never wait for the evaluator
+        assert [p.returncode for p in run.procs[1:]] == [0] * 4, run.tails()
+        assert logged < steps, logged
+        run.procs[0] = run.start(0)
+        text = run.wait(deadline)
+    assert run.procs[0].returncode == 0, text
+    assert re.search(rf"evaluator: took steps {logged}\.\.{steps - 1} from the client log", text), text
+    s = check_run(out, steps, text)
+    assert s["resumed_from_step"] == steps  # its log was completed before it resumed
+    for n in range(4):
+        assert replay(out / "clients" / f"node-{n}") == {"steps": steps, "param_hash": s["param_hash"]}
+
+
+def test_a_client_slower_to_start_than_the_hop_timeout_still_trains(tmp_path):
+    """F10: node 2 starts (finishes loading its model) well after transport.timeout_s (3 s) but
+    within transport.startup_timeout_s: the others wait for it, saying so on screen, and all
+    four train the whole run together (nobody left out at step 0)."""
+    out = tmp_path / "slow"
+    sets = churn_sets(out, "run.steps=60", "transport.startup_timeout_s=240")
+    run = Launch(tmp_path, sets, later=(VICTIM + 1,))
+    deadline = time.monotonic() + 300
+    waiting = re.compile(r"node \d: waiting for nodes \[2\] to start \((\d+) s of 240\)")
+    while not waiting.search(run.output()):  # the others are up and wait for node 2
+        assert time.monotonic() < deadline and all(p.poll() is None for p in run.procs if p), run.tails()
+        time.sleep(0.2)
+    time.sleep(4 * 3)  # node 2 is now later than 4 hop timeouts
+    run.procs[VICTIM + 1] = run.start(VICTIM + 1)
+    text = run.wait(deadline)
+    assert [p.returncode for p in run.procs] == [0] * 5, text
+    assert "not connected to" not in text, text
+    s = check_run(out, 60, text)
+    assert s["membership_changes"] == [], s["membership_changes"]
+
+
+def test_a_client_later_than_the_start_up_bound_joins_by_a_sponsor(tmp_path):
+    """F10, past the bound: node 2 starts after transport.startup_timeout_s (10 s). The others
+    start without it (it leaves at step 0); when it comes up it finds the run started and joins
+    as a restarted client does: a neighbour sponsors it, it replays the log and counts again.
+    All four end on the evaluator's hash."""
+    out = tmp_path / "late"
+    run = Launch(tmp_path, churn_sets(out, "transport.startup_timeout_s=10"), later=(VICTIM + 1,))
+    deadline = time.monotonic() + 300
+    while "not connected to [2] at start-up" not in run.output():
+        assert time.monotonic() < deadline and all(p.poll() is None for p in run.procs if p), run.tails()
+        time.sleep(0.2)
+    run.procs[VICTIM + 1] = run.start(VICTIM + 1)
+    text = run.wait(deadline)
+    assert [p.returncode for p in run.procs] == [0] * 5, text
+    assert "node 2: the run started without it" in text and "rejoined by replaying" in text, text
+    check_run(out, STEPS, text)
+    reader = LogReader(out / "log.bin")
+    reader.read()
+    (leave, join) = sorted(reader.changes.items())
+    assert leave == (0, Change(0, leave=(VICTIM,))) and join[1].join == ((VICTIM, 1),), reader.changes
+
+
+def test_an_evaluator_whose_clients_all_went_silent_exits_within_its_bound(tmp_path):
+    """F11: every client is stopped (SIGSTOP: silent, sockets open) mid-run. The evaluator edge
+    beats like a topology edge, so the evaluator finds its stream silent within
+    transport.timeout_s, waits for an attach node at most max(transport.startup_timeout_s, 10 ×
+    transport.timeout_s) = 20 s, saying so on screen, and exits 1 with one line (before, a
+    receive with no bound on the stalled sender held it for ever)."""
+    out = tmp_path / "silent"
+    sets = churn_sets(out, "transport.timeout_s=2", "transport.startup_timeout_s=20")
+    run = Launch(tmp_path, sets)
+    deadline = time.monotonic() + 240
+    wait_for_steps(out, 20, run.procs, deadline)
+    for p in run.procs[1:]:
+        os.kill(p.pid, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        run.procs[0].wait(timeout=max(1.0, deadline - time.monotonic()))
+        took = time.monotonic() - stopped
+    finally:
+        text = run.wait(time.monotonic() + 1, ranks=[])
+        run.kill()
+    assert run.procs[0].returncode == 1, text
+    assert "no client has streamed to it for 20 s" in text, text
+    assert re.search(r"evaluator: waiting for the attach node to stream from step \d+ \(1\d s of 20\)", text), text
+    # silence found (2 s + a beat), the 20 s bound, exit; a loaded 2-core machine gets the rest
+    assert took < 20 + 25, took
+
+
+def test_a_client_restarted_later_than_the_step_window_rejoins_with_audits_on(tmp_path):
+    """F8: node 3 is SIGKILLed after 15 steps and started again more than 2 × flood.step_window
+    steps later, with audits on: its sponsor hands it the notes it holds (AUDIT notes of old
+    steps among them), and every client must still end on the evaluator's hash, with a log that
+    replays to it. Before the core fix (notes kept one or two steps past the wire window were
+    handed over, and the newcomer flooded them back) the sponsor and the newcomer both stopped:
+    'note step .. outside window ..'. Audits every step, so such a note is there whatever step
+    the rejoin lands on (with audit_every=5 two rejoin steps in five hit it)."""
+    window = 16
+    out = tmp_path / "window"
+    sets = churn_sets(out, "churn.audit_every=1", f"flood.step_window={window}")
+    run = Launch(tmp_path, sets)
+    deadline = time.monotonic() + 300
+    wait_for_steps(out, 15, run.procs, deadline)
+    os.kill(run.procs[4].pid, signal.SIGKILL)
+    run.procs[4].wait()
+    down = [p for i, p in enumerate(run.procs) if i != 4]
+    wait_for_steps(out, 3 * window, down, deadline)
+    run.procs[4] = run.start(4)
+    text = run.wait(deadline)
+    assert all(p.returncode == 0 for p in run.procs), text
+    check_run(out, STEPS, text)
+    reader = LogReader(out / "log.bin")
+    reader.read()
+    (leave, join) = sorted(reader.changes.items())
+    assert leave[1].leave == (3,) and join[1].join == ((3, 2),), reader.changes
+    assert join[0] - leave[0] > 2 * window, reader.changes

@@ -144,7 +144,9 @@ def worker(role: str, cfg: dict) -> int:
         return 0
     store = _store(cfg["store"])
     if role == "eval":  # follows node 0 (node 1 never answers); the attach's ATTACH_DONE key ends it
-        inbox = AttachInbox(store, 2, 10**6, inline_bytes=INLINE, wait_s=25, blob_wait_s=25, done_keys=[ATTACH_DONE])
+        inbox = AttachInbox(
+            store, 2, 10**6, inline_bytes=INLINE, wait_s=25, blob_wait_s=25, timeout_s=10.0, done_keys=[ATTACH_DONE]
+        )
         report: dict[str, object] = {"inc": inbox.incarnation}
         seqs: list[int] = []
         try:
@@ -539,4 +541,8 @@ def test_stalled_evaluator_never_blocks_hops_or_close(cluster, until):
 
 
 if __name__ == "__main__":
-    sys.exit(worker(sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}))
+    from seedflood.cli import exit_process
+
+    # as `seedflood` ends: a heartbeat thread of an edge to a stopped peer (the evaluator edge
+    # beats too) may still be in a gloo call, and a plain exit would then abort (cli.exit_process)
+    exit_process(worker(sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}))

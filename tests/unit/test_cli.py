@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,30 @@ def test_world_size_and_topology_show():
     p = seedflood("topology", "show", "torus:8x16")
     assert p.returncode == 0 and "diameter" in p.stdout and "128" in p.stdout
     one_error_line(seedflood("topology", "show", "moebius:8"))
+
+
+@pytest.mark.parametrize(
+    "sets, answer",
+    [
+        (["topology.nodes=100000"], "fewer than the 100000 clients"),  # the data refuses it, in one line
+        (["topology.nodes=100000", "task.train_examples=100000"], "100001"),
+        (["topology.nodes=100000", "topology.kind=random_regular"], "did not settle within 100,000,000 edge visits"),
+        (["topology.nodes=20000", "topology.kind=erdos_renyi"], "above the 10000 an erdos_renyi draw may have"),
+    ],
+    ids=["ring-data", "ring", "random_regular", "erdos_renyi"],
+)
+def test_world_size_answers_in_seconds_for_100000_nodes(sets, answer):
+    """The preflight ran past 300 s at 100000 nodes (all-pairs shortest paths for the diameter):
+    now it answers, or refuses the size with one line naming the limit, within seconds (the
+    bound below leaves a loaded 2-core machine three times the ~10 s measured here)."""
+    t = time.monotonic()
+    p = seedflood("world-size", "--config", DEBUG, *[a for s in sets for a in ("--set", s)])
+    took = time.monotonic() - t
+    if answer.isdigit():
+        assert p.returncode == 0 and p.stdout.strip() == answer, p.stderr
+    else:
+        assert answer in one_error_line(p)
+    assert took < 40, took
 
 
 def test_replay_of_a_missing_run(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -478,3 +479,48 @@ def test_duplicate_keys_in_an_edge_list_are_refused(tmp_path: Path) -> None:
     path.write_text("nodes: 3\nedges: [[0, 1], [1, 2]]\nnodes: 4\n")
     with pytest.raises(TopologyError, match=r"topology dup.yaml: line 3: duplicate key 'nodes'"):
         T.load_yaml(path)
+
+
+@pytest.mark.parametrize(
+    "make, diameter",
+    [
+        (lambda: T.ring(100_000), 50_000),
+        (lambda: T.torus(100_000), 250 // 2 + 400 // 2),
+        (lambda: T.grid(100_000), 250 + 400 - 2),
+        (lambda: T.tree(100_000), 32),
+        (lambda: T.star(100_000), 2),
+    ],
+    ids=["ring", "torus", "grid", "tree", "star"],
+)
+def test_the_diameter_of_a_large_graph_takes_no_all_pairs(make, diameter) -> None:
+    """100000 nodes: a closed form or two BFS, not the hours of all-pairs shortest paths."""
+    top = make()
+    t = time.monotonic()
+    assert top.diameter == diameter
+    assert time.monotonic() - t < 5
+
+
+def test_an_irregular_graph_too_large_to_settle_is_refused_in_one_line() -> None:
+    top = T.random_regular(100_000, 3, 0)
+    with pytest.raises(TopologyError, match=r"^topology random_regular100000_d3_s0: its diameter did not settle"):
+        _ = top.diameter
+
+
+@given(n=st.integers(3, 40), seed=st.integers(0, 10**6), kind=st.sampled_from(["rr", "er", "ws"]))
+@FAST
+def test_bounded_diameter_and_routes_equal_all_pairs(n: int, seed: int, kind: str) -> None:
+    """Eccentricity bounding and per-node routes agree with networkx's all-pairs answers."""
+    try:
+        top = {
+            "rr": lambda: T.random_regular(n + n % 2, 3, seed),
+            "er": lambda: T.erdos_renyi(n, 0.2, seed),
+            "ws": lambda: T.watts_strogatz(n, 2, 0.3, seed),
+        }[kind]()
+    except TopologyError:
+        return  # no connected draw: nothing to compare
+    g = top.to_networkx()
+    assert top.diameter == nx.diameter(g)
+    d = dict(nx.all_pairs_shortest_path_length(g))
+    for i in (0, top.n // 2):
+        assert top.routes(i) == {o: tuple(p for p in top.neighbors(i) if d[o][p] == d[o][i] + 1) for o in top.nodes}
+    assert top.distances == tuple(tuple(d[a][b] for b in top.nodes) for a in top.nodes)

@@ -127,6 +127,11 @@ class Ctx:
     train_losses: list[float] = field(default_factory=list)
 
     @property
+    def base(self) -> str:
+        """The update rule this algorithm runs ('dsgd-lora' runs 'dsgd' on the adapters)."""
+        return self.name.removesuffix("-lora")
+
+    @property
     def n(self) -> int:
         return self.top.n if self.top is not None else 1
 
@@ -215,14 +220,15 @@ class Algorithm:
 
 
 class Gossip(Algorithm):
-    """dzsgd / dsgd: a local step per client, then (every gossip_every steps) dense MH mixing."""
+    """dzsgd / dsgd (and their -lora variants): a local step per client, then (every gossip_every
+    steps) dense MH mixing."""
 
     def __init__(self, ctx: Ctx, x0: torch.Tensor) -> None:
         super().__init__(ctx, x0)
         assert ctx.top is not None
         self.xs = [x0.clone() for _ in range(ctx.n)]
         self.rows = [gossip.mh_row(ctx.top, i) for i in range(ctx.n)]
-        self.local = ctx.zo_step if ctx.name == "dzsgd" else ctx.sgd_step
+        self.local = ctx.zo_step if ctx.base == "dzsgd" else ctx.sgd_step
 
     def clients(self) -> list[torch.Tensor]:
         return self.xs
@@ -264,7 +270,7 @@ class Gossip(Algorithm):
 
 
 class Choco(Gossip):
-    """CHOCO-SGD with top-k compression of x_i − x̂_i (see the module docstring)."""
+    """CHOCO-SGD (and choco-lora) with top-k compression of x_i − x̂_i (see the module docstring)."""
 
     def __init__(self, ctx: Ctx, x0: torch.Tensor) -> None:
         super().__init__(ctx, x0)
@@ -287,12 +293,9 @@ class Choco(Gossip):
                 if j not in updated:
                     updated.add(j)
                     self.hat[j].index_add_(0, idx.to(self.hat[j].device), val.to(self.hat[j].device))
-        for i in range(n):  # x_i += γ Σ_{j≠i} W_ij (x̂_j − x̂_i)
-            row = self.rows[i]
-            acc = self.hat[i] * -(1.0 - row[i])
-            for j in sorted(top.neighbors(i)):
-                acc.add_(self.hat[j], alpha=row[j])
-            self.xs[i].add_(acc, alpha=gamma)
+        for i in range(n):  # x_i += γ Σ_{j≠i} W_ij (x̂_j − x̂_i): exactly 0 where the x̂ agree
+            pull = gossip.pull(self.hat[i], {j: self.hat[j] for j in top.neighbors(i)}, self.rows[i], i)
+            self.xs[i].add_(pull, alpha=gamma)
 
 
 class Mezo(Algorithm):

@@ -1,4 +1,5 @@
-"""The paper's baselines as algorithms of this runtime: dzsgd, dsgd, choco, diloco, mezo.
+"""The paper's baselines as algorithms of this runtime: dzsgd, dsgd, choco, diloco, mezo, and the
+LoRA variants dzsgd-lora, dsgd-lora, choco-lora.
 
 Owns `run(cfg, progress) -> summary` (writes the run directory: config.yaml, metrics.jsonl,
 summary.json, the contract `seedflood compare` reads) and `train(cfg, progress) -> Result` (the
@@ -11,6 +12,13 @@ the step the exchange belongs to. `frame_bytes` is that frame's size, analytical
 
 lr = algorithm.lr, or DEFAULT_LR[name] when it is 0. With algorithm.lr = zo.lr, mezo is
 SeedFlood's one-client Gaussian run.
+
+A `-lora` algorithm (LORA) is its base algorithm's update rule on a smaller vector: lora.inject
+adds adapters (rank algorithm.lora_rank, scale lora_alpha / rank, on the lora_targets modules)
+to the one shared model, whose base weights stay frozen and are the same for every client, and
+each client's vector is its adapters alone (MeZO's z, the gradient, the mixing, the top-k and
+the frames all cover only them). Bytes are counted exactly as for the full-parameter variant:
+a DENSE (dsgd, dzsgd) or TOPK (choco) frame of the adapter vector per directed edge.
 
 Scoring (eval.every, step 0 and the end) is of the average model x̄ = (1/N) Σ x_i (diloco: the
 global θ), with the evaluator's record fields (workload.evaluate: test, dev-tuned threshold) plus
@@ -36,7 +44,7 @@ from typing import Any
 import torch
 
 from seedflood import config as config_mod
-from seedflood import gossip, tensorwire
+from seedflood import gossip, lora, tensorwire
 from seedflood import topology as topo
 from seedflood.baselines_core import Algorithm, Choco, Ctx, DiLoCo, Flat, Gossip, Mezo
 from seedflood.checkpoint import atomic_write_text
@@ -55,16 +63,28 @@ DEFAULT_LR: dict[str, float] = {
     "dsgd": 1e-3,  # plain SGD, batch 16, 135M LM, 2-way classification loss
     "choco": 1e-3,
     "diloco": 1e-5,  # inner AdamW (fine-tuning scale)
+    "dzsgd-lora": 1e-4,  # MeZO's LoRA grid is {1e-5, 5e-5, 1e-4}; adapters move less per unit lr
+    "dsgd-lora": 1e-2,  # plain SGD on adapters (B = 0 at the start: small gradients on A)
+    "choco-lora": 1e-2,
 }
 ALGORITHMS = tuple(DEFAULT_LR)
-GOSSIP = ("dzsgd", "dsgd", "choco")
+LORA = ("dzsgd-lora", "dsgd-lora", "choco-lora")
+GOSSIP = ("dzsgd", "dsgd", "choco", *LORA)
 ALGORITHM_CLASSES: dict[str, type[Algorithm]] = {
     "dzsgd": Gossip,
     "dsgd": Gossip,
     "choco": Choco,
     "diloco": DiLoCo,
     "mezo": Mezo,
+    "dzsgd-lora": Gossip,
+    "dsgd-lora": Gossip,
+    "choco-lora": Choco,
 }
+
+
+def base_name(name: str) -> str:
+    """The update rule an algorithm runs: 'dsgd-lora' -> 'dsgd'."""
+    return name.removesuffix("-lora")
 
 
 # --- frames per step (analytic) -------------------------------------------------------------------
@@ -73,7 +93,7 @@ ALGORITHM_CLASSES: dict[str, type[Algorithm]] = {
 def frame_bytes(cfg: Config, numel: int, segments: int) -> int:
     """Bytes of one algorithm frame (without the transport's HEADER): what one edge carries per
     communication for gossip, per origin's frame for diloco; 0 for mezo."""
-    name, a = cfg.algorithm.name, cfg.algorithm
+    name, a = base_name(cfg.algorithm.name), cfg.algorithm
     if name in ("dzsgd", "dsgd"):
         return tensorwire.size("dense", numel)
     if name == "choco":
@@ -96,9 +116,14 @@ class Result:
 
 def _workload(cfg: Config) -> tuple[Workload, Gaussian]:
     """The run's workload (model, splits, shards, batches: as SeedFlood's clients build it) with a
-    Gaussian direction over the zo.trainable matrices (the MeZO step), whatever zo.direction says."""
+    Gaussian direction over the trainable parameters (the MeZO step), whatever zo.direction says:
+    the zo.trainable matrices, or for a -lora algorithm the adapters lora.inject adds."""
     w = Workload.build(cfg)
-    names = select_trainable(w.model, cfg.zo.trainable)
+    a = cfg.algorithm
+    if a.name in LORA:
+        names = lora.inject(w.model, a.lora_rank, a.lora_alpha, a.lora_targets, cfg.run.seed)
+    else:
+        names = select_trainable(w.model, cfg.zo.trainable)
     w.direction = Gaussian(w.model, names, cfg.run.seed)
     return w, w.direction
 
@@ -142,10 +167,11 @@ def train(cfg: Config, progress: bool = True) -> Result:
     seg = len(flat.sizes)
     per_frame = frame_bytes(cfg, flat.numel, seg)
     log.info(
-        "%s: %d clients, %d trainable scalars, lr %g, %s per frame",
+        "%s: %d clients, %d trainable scalars%s, lr %g, %s per frame",
         name,
         ctx.n,
         flat.numel,
+        f" (LoRA r={cfg.algorithm.lora_rank} on {','.join(cfg.algorithm.lora_targets)})" if name in LORA else "",
         lr,
         human_bytes(per_frame),
     )
@@ -241,6 +267,11 @@ def train(cfg: Config, progress: bool = True) -> Result:
         "frame_bytes": per_frame,
         "header_bytes": HEADER,
         "trainable_params": flat.numel,
+        "lora": (
+            {"rank": cfg.algorithm.lora_rank, "alpha": cfg.algorithm.lora_alpha, "targets": cfg.algorithm.lora_targets}
+            if name in LORA
+            else None
+        ),
         "lr": lr,
         "wall_seconds": round(time.monotonic() - t_start, 2),
         "consensus_distance": final["consensus_distance"],

@@ -311,6 +311,9 @@ def test_every_setting_changed_round_trips(tmp_path):
         "algorithm.outer_momentum=0.5",
         "algorithm.compress=int8",
         "algorithm.overlap=true",
+        "algorithm.lora_rank=4",
+        "algorithm.lora_alpha=8.0",
+        "algorithm.lora_targets=[q_proj]",
         "churn.settle=2",
         "churn.audit_every=5",
     ]

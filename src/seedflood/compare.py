@@ -79,14 +79,18 @@ class CompareError(ConfigError):
 
 # -- the comparison -------------------------------------------------------------------------------
 def parse_algorithms(text: str | None) -> list[str]:
-    """'seedflood,dzsgd' -> ['seedflood', 'dzsgd'] (None: all of them); unknown or repeated names
-    raise CompareError."""
+    """'seedflood,dzsgd' -> ['seedflood', 'dzsgd'] (None: all of them); unknown or repeated names,
+    or a '-lora' name of an algorithm without a LoRA variant (diloco, mezo, seedflood), raise
+    CompareError."""
     if text is None:
         return list(ALGORITHMS)
     names = [t.strip() for t in text.split(",") if t.strip()]
     if not names:
         raise CompareError(f"--algorithms: name at least one of {', '.join(ALGORITHMS)}")
     for name in names:
+        if name.endswith("-lora") and name not in ALGORITHMS and name.removesuffix("-lora") in ALGORITHMS:
+            lora = ", ".join(a for a in ALGORITHMS if a.endswith("-lora"))
+            raise CompareError(f"--algorithms: {name.removesuffix('-lora')} has no LoRA variant (those are: {lora})")
         if name not in ALGORITHMS:
             raise CompareError(f"--algorithms: unknown algorithm {name!r} (allowed: {', '.join(ALGORITHMS)})")
     if len(set(names)) != len(names):
@@ -445,7 +449,13 @@ def report(out: Path, algorithms: Sequence[str] | None = None) -> list[dict[str,
         "Final accuracy, AUC and dev-threshold accuracy are the last scoring of the run (gossip "
         "algorithms: the clients' average model). Bytes per edge: mean over directed topology edges "
         "of the bytes one edge carried in the whole run (exact count in brackets). Worst-client "
-        "accuracy of a bit-identical run is its accuracy.",
+        "accuracy of a bit-identical run is its accuracy."
+        + (
+            " A `-lora` algorithm trains and sends only LoRA adapters (its bytes are those of the "
+            "adapter vector); the base weights stay frozen and the same on every client."
+            if any(a.endswith("-lora") for a in algorithms)
+            else ""
+        ),
         "",
         "![accuracy against cumulative bytes per edge](acc_vs_bytes.png)",
         "",

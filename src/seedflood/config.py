@@ -384,6 +384,12 @@ class ChurnConfig:
         )
 
 
+AlgorithmName = Literal[
+    "seedflood", "dzsgd", "dsgd", "choco", "diloco", "mezo", "dzsgd-lora", "dsgd-lora", "choco-lora"
+]
+"""Every `algorithm.name`, in `seedflood compare`'s table order."""
+
+
 @dataclass
 class SimConfig:
     """`seedflood simulate` only (the shared-model simulation); a launched run ignores it."""
@@ -408,10 +414,13 @@ class AlgorithmConfig:
     byte counter and evaluator (docs/design.md §12). Keys other than `name` act only on the
     baselines that read them."""
 
-    name: Literal["seedflood", "dzsgd", "dsgd", "choco", "diloco", "mezo"] = "seedflood"
+    name: AlgorithmName = "seedflood"
     """seedflood (this system), dzsgd (gossip ZO: a MeZO step, then Metropolis-Hastings mixing),
     dsgd (gossip first-order SGD), choco (CHOCO-SGD, top-k compressed), diloco (inner AdamW,
-    outer Nesterov on the averaged pseudo-gradient), mezo (one client, all the data)."""
+    outer Nesterov on the averaged pseudo-gradient), mezo (one client, all the data). A `-lora`
+    name is that gossip algorithm on LoRA adapters only (the paper's DSGD-LoRA, ChocoSGD-LoRA
+    and DZSGD-LoRA): the base weights stay frozen and identical on every client, only the
+    adapters train and travel. diloco, mezo and seedflood have no LoRA variant."""
     lr: float = 0.0
     """Local step size of a baseline (ZO SGD for dzsgd/mezo, SGD for dsgd/choco, inner AdamW for
     diloco); 0 = that algorithm's default (baselines.DEFAULT_LR)."""
@@ -432,6 +441,13 @@ class AlgorithmConfig:
     overlap: bool = False
     """diloco: DiLoCoX's one-step-delayed overlap (apply the previous outer round's average while
     the next H inner steps run)."""
+    lora_rank: int = 8
+    """-lora algorithms: r, the adapters' rank (MeZO's LoRA setting, and the paper's: r = 8)."""
+    lora_alpha: float = 16.0
+    """-lora algorithms: α; the adapter's output is scaled by α / r (MeZO's and peft's 16)."""
+    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
+    """-lora algorithms: the nn.Linear modules that get adapters, by the last part of their name
+    (Llama and OPT name the attention's query and value projections q_proj and v_proj)."""
 
     def __post_init__(self) -> None:
         _require(self.lr >= 0, "algorithm.lr", f"must be >= 0 (0 = the algorithm's default), got {self.lr}")
@@ -442,6 +458,14 @@ class AlgorithmConfig:
         _require(self.outer_lr > 0, "algorithm.outer_lr", f"must be > 0, got {self.outer_lr}")
         _require(
             0 <= self.outer_momentum < 1, "algorithm.outer_momentum", f"must be in [0, 1), got {self.outer_momentum}"
+        )
+        _require(self.lora_rank >= 1, "algorithm.lora_rank", f"must be >= 1, got {self.lora_rank}")
+        _require(self.lora_alpha > 0, "algorithm.lora_alpha", f"must be > 0, got {self.lora_alpha}")
+        _require(len(self.lora_targets) > 0, "algorithm.lora_targets", "needs at least one module name")
+        _require(
+            all(t.strip() and "." not in t for t in self.lora_targets),
+            "algorithm.lora_targets",
+            f"must be module names without dots, e.g. [q_proj, v_proj], got {self.lora_targets!r}",
         )
 
 

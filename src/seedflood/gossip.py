@@ -5,7 +5,11 @@ Owns the arithmetic the gossip baselines (baselines.py: dzsgd, dsgd, choco) shar
   W_ii = 1 − Σ_{j≠i} W_ij, 0 elsewhere. W is symmetric and doubly stochastic (rows and columns
   sum to 1), so x ← W x keeps the mean of the clients' vectors (Lian et al. 2017's DSGD).
 - `mh_row(top, i)`: node i's row as {j: W_ij} over itself and its neighbours (all it needs).
-- `mix(own, received, row, node)`: W_ii·x_i + Σ_j W_ij·x_j for one node, fp32, into a new vector.
+- `mix(own, received, row, node)`: W_ii·x_i + Σ_j W_ij·x_j for one node, into a new vector,
+  computed as x_i + Σ_{j≠i} W_ij·(x_j − x_i) (the same W, since W_ii = 1 − Σ_{j≠i} W_ij): a node
+  whose neighbours hold its own bits keeps them exactly, so identical clients stay bit-identical
+  (the W_ii·x_i + Σ form rounds, e.g. 3 · f32(1/3) ≠ 1, and moved about half the entries by an ulp).
+- `pull(own, received, row, node)`: Σ_{j≠i} W_ij·(x_j − x_i) alone (CHOCO-SGD's consensus step).
 - `consensus_distance(xs)`: (mean over clients of ‖x_i − x̄‖₂, that / ‖x̄‖₂), Euclidean norms of
   the flat trainable vectors, x̄ the plain mean.
 
@@ -41,19 +45,28 @@ def mh_row(top: Topology, i: int) -> dict[int, float]:
     return row
 
 
-def mix(own: torch.Tensor, received: Mapping[int, torch.Tensor], row: Mapping[int, float], node: int) -> torch.Tensor:
-    """W_ii·own + Σ_j W_ij·received[j] (a new tensor; `received` must hold every neighbour in row).
+def pull(own: torch.Tensor, received: Mapping[int, torch.Tensor], row: Mapping[int, float], node: int) -> torch.Tensor:
+    """Σ_{j≠i} W_ij·(received[j] − own) (a new tensor; `received` must hold every neighbour in row).
 
-    Accumulated in own's dtype in ascending neighbour order, so the result is a fixed function
-    of the inputs (no thread or arrival order enters).
+    Accumulated in own's dtype in ascending neighbour order through one scratch vector, so the
+    result is a fixed function of the inputs (no thread or arrival order enters), and exactly 0
+    where every neighbour holds own's value.
     """
     peers = sorted(j for j in row if j != node)
     if missing := set(peers) - set(received):
         raise ValueError(f"node {node}: mixing needs the vectors of neighbours {sorted(missing)}")
-    out = own * row[node]
+    out = torch.zeros_like(own)
+    scratch = torch.empty_like(own)
     for j in peers:
-        out.add_(received[j], alpha=row[j])
+        torch.sub(received[j], own, out=scratch)
+        out.add_(scratch, alpha=row[j])
     return out
+
+
+def mix(own: torch.Tensor, received: Mapping[int, torch.Tensor], row: Mapping[int, float], node: int) -> torch.Tensor:
+    """W_ii·own + Σ_j W_ij·received[j], computed as own + pull(...) (a new tensor; see `pull`):
+    own itself when every neighbour holds own's bits."""
+    return pull(own, received, row, node).add_(own)
 
 
 def mean(xs: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -69,3 +69,14 @@ def test_consensus_distance_values():
     assert dist == pytest.approx(5.0)
     assert rel == pytest.approx(5.0 / 4.0)
     assert gossip.consensus_distance([a, a.clone()]) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("tc", GRAPHS, ids=lambda tc: tc.kind)
+def test_mixing_identical_vectors_is_an_exact_no_op(tc):
+    """x_i + Σ W_ij (x_j − x_i): identical clients keep their bits (W_ii·x + Σ W_ij·x rounds)."""
+    top = topo.build(tc)
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(1))
+    for i in top.nodes:
+        row = gossip.mh_row(top, i)
+        assert torch.equal(gossip.mix(x, {j: x for j in top.neighbors(i)}, row, i), x)
+        assert torch.equal(gossip.pull(x, {j: x for j in top.neighbors(i)}, row, i), torch.zeros_like(x))

@@ -341,3 +341,45 @@ def test_f5_harsh_chaos_with_a_cut_link_and_repeated_rejoins_keeps_one_history(s
     # a connected majority is always up between faults: the run finishes, every client on it
     assert sorted(r.hashes) == list(range(8)), (seed, r.exits)
     check_survivors(cfg, r, tmp_path)
+
+
+class _Connects:
+    """What `Client.rejoin` needs of a transport: `connect` (nothing is exchanged here)."""
+
+    peers: tuple[int, ...] = ()
+
+    def connect(self, peers, timeout_s=None):
+        self.peers = (*self.peers, *peers)
+        return list(peers)
+
+
+def test_f7_a_catch_up_for_another_incarnation_is_refused_and_a_forked_sponsor_cannot_be_committed():
+    from seedflood.agreement import GENESIS, Value, Vote, step_digest
+    from seedflood.client import Client
+    from seedflood.membership import MembershipError
+    from seedflood.message import FrameError, Message
+
+    cfg = cfg_for(steps=6)
+    p = protocol_of(cfg)
+    w = Workload.build(cfg)
+
+    def client(inc: int) -> Client:
+        return Client(3, (), p, w.direction, lambda _s: 0.0, _Connects(), incarnation=inc)  # type: ignore[arg-type]
+
+    steps = [(s, [Message.make(o, s, p.seed(o, s), 0.01 * o) for o in range(8)]) for s in range(5)]
+    sponsor = client(0)
+    sponsor.resume(steps)
+    assert len(sponsor.history) == 5 - p.delay  # applied; the rest held, as at a live step boundary
+    blob = sponsor._catch_up(5, 5 + p.delay + 1, inc=2)
+    with pytest.raises(FrameError, match="admits incarnation 2, this process is incarnation 3"):
+        client(3).rejoin(blob)
+    fresh = client(2)
+    fresh.rejoin(blob)  # its own incarnation: taken, and nothing of it trusted beyond the CRC yet
+    assert fresh.agreement.through == len(sponsor.history) - 1
+    # a quorum voting a step on a chain other than the one the sponsor handed over: the newcomer
+    # cannot commit it and stops, instead of applying a history the others do not hold
+    s = fresh.agreement.through + 1
+    other = Value(GENESIS, frozenset(range(8)), (), step_digest(GENESIS, s, [], ()))
+    votes = [Vote(s, 1, o, 0, other) for o in range(5)]
+    with pytest.raises(MembershipError, match="does not hold"):
+        fresh.agreement.review(lambda step: votes if step == s else [], lambda step: None)

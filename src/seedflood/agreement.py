@@ -350,11 +350,6 @@ class Agreement:
         return self.vote(s, nxt, value)
 
 
-def votes_in(notes: Iterable[Note], n_origins: int) -> list[Vote]:
-    """The votes among `notes` (VOTE notes; others are skipped)."""
-    return [Vote.of(n, n_origins) for n in notes if n.kind == VOTE]
-
-
 def joins_in(notes: Iterable[Note]) -> dict[int, int]:
     """origin -> incarnation of the JOIN notes among `notes`."""
     return {n.origin: n.value for n in notes if n.kind == JOIN}

@@ -123,7 +123,6 @@ class Client:
         self.state_hash = state_hash
         self.evaluator = evaluator
         self._fed = 0  # the transport's evaluator edge (count) that got its catch-up blob
-        self._logged_changes: dict[int, Change] = {}
         self.history: list[tuple[int, list[Message]]] = []
         """Churn: every decided step from 0, what a sponsor hands a rejoining neighbour."""
         self.joined_at = 0  # first step this client originates (a rejoined client: its JOIN step)
@@ -181,10 +180,10 @@ class Client:
         if self.next_step or self.applier.last_step >= 0:
             raise FloodError(f"node {self.node}: resume must come before the first step")
         cut = max(0, len(records) - self.protocol.delay)
-        self._logged_changes = dict(changes or {})
+        logged = dict(changes or {})
         if self.protocol.churn:  # every logged step is committed; those >= cut wait to be applied
             for s, msgs in records:
-                self.agreement.extend(s, msgs, self._logged_changes.get(s), pending=s >= cut)
+                self.agreement.extend(s, msgs, logged.get(s), pending=s >= cut)
         self.applier.apply_all(records[:cut])
         if self.protocol.churn:
             self.history = [(s, list(msgs)) for s, msgs in records[:cut]]

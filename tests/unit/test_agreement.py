@@ -166,3 +166,23 @@ def test_a_pipelined_vote_on_a_guess_that_lost_is_void_and_the_client_votes_agai
     # ballot 0 of step 1 holds only this client's void vote, and 1 of 2 voters is unheard:
     # closed (no unvoted value reaches 2 of 2), nothing possible -> a fresh vote in ballot 1
     assert [Vote.of(n, 3) for n in out] == [Vote(1, 1, 0, 0, fresh)]
+
+
+def test_a_held_copy_that_hashes_to_another_digest_than_the_committed_one_stops_the_client():
+    import networkx as nx
+
+    import explorer
+    from seedflood.agreement import Voter
+    from seedflood.flooding import Flood
+
+    p = explorer.protocol_for(nx.complete_graph(3), steps=2)
+    flood = Flood(0, [1, 2], range(3), tolerate_conflicts=True)
+    ag = Agreement(0, 3, 1)
+    voter = Voter(p, flood, ag, lambda _: None)
+    flood.receive(1, [msg(o, 0) for o in range(3)])
+    assert voter.take(0) is None  # not committed yet
+    ag.pending[0] = value(0, {0, 1, 2}, scalar=2.0)  # a quorum committed other scalars
+    with pytest.raises(MembershipError, match="its copy of step 0 differs"):
+        voter.take(0)
+    ag.pending[0] = value(0, {0, 1, 2})
+    assert [m.origin for m in voter.take(0)] == [0, 1, 2]

@@ -24,7 +24,7 @@ from seedflood.core.message import encode
 from seedflood.core.protocol import Protocol
 from seedflood.core.replay import state_hash
 from seedflood.core.topology import build
-from seedflood.core.transport import _EOS, Inbox
+from seedflood.core.transport import EOS, Inbox
 from seedflood.ml.workload import Workload
 from seedflood.roles.evaluator import Evaluator, EvaluatorError, restore
 from seedflood.roles.simulation import simulate
@@ -48,7 +48,7 @@ def evaluate(cfg: config.Config, records, start: int = 0) -> tuple[Evaluator, di
     inbox = Inbox("test")
     for _, msgs in records[start:]:
         inbox._put(encode(msgs))
-    inbox._put(_EOS)
+    inbox._put(EOS)
     ev = Evaluator(cfg, p, w, inbox, header, start_step=start, progress=False)
     try:
         return ev, ev.run()

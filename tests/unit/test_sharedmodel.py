@@ -25,7 +25,7 @@ from seedflood.core import protocol as proto
 from seedflood.core.flooding import FloodError
 from seedflood.core.message import Message, encode
 from seedflood.core.protocol import Protocol
-from seedflood.core.transport import _EOS, Inbox
+from seedflood.core.transport import EOS, Inbox
 from seedflood.ml.workload import Workload
 from seedflood.roles import sharedmodel
 from seedflood.roles.evaluator import Evaluator, restore
@@ -166,7 +166,7 @@ def evaluator_fed(cfg: config.Config, records) -> dict:
     inbox = Inbox("test")
     for _, msgs in records:
         inbox._put(encode(msgs))
-    inbox._put(_EOS)
+    inbox._put(EOS)
     ev = Evaluator(cfg, p, w, inbox, header, start_step=start, progress=False)
     try:
         return ev.run()

@@ -20,7 +20,7 @@ agreed log and its report (`rundir.ClientLog`, eval.client_logs), so no agreed s
 evaluator's timing: rank 0 completes its log from the longest client log on its disk before it
 resumes (`rundir.complete_from_clients`), and reads there the reports the store does not hold.
 Start-up has its own bound (transport.startup_timeout_s): every churn client waits, saying so,
-until every other is up before it connects its edges (`links.await_start`).
+until every other is up before it connects its edges (`rendezvous.await_start`).
 
 Assumes: every process gets the same config; the run directory is on storage rank 0 can write
 (clients on other hosts need no access to it: they catch up from the broadcast log).
@@ -40,7 +40,8 @@ from seedflood.comm import runtime
 from seedflood.comm.attach import AttachInbox
 from seedflood.comm.bounded import StoreGone
 from seedflood.comm.gloo import EvaluatorInbox, GlooTransport
-from seedflood.comm.links import STARTED_KEY, EdgeTransport, await_start, sponsor_key
+from seedflood.comm.links import EdgeTransport
+from seedflood.comm.rendezvous import STARTED_KEY, await_start, sponsor_key
 from seedflood.core import protocol as proto
 from seedflood.core import topology as topo
 from seedflood.core.config import Config

@@ -23,7 +23,7 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
     from seedflood.comm.runtime import WorldError
     from seedflood.core.config import ConfigError
     from seedflood.core.directions import DirectionError
-    from seedflood.core.topology import TopologyError
+    from seedflood.core.graph import TopologyError
     from seedflood.ml.model import ModelError
     from seedflood.ml.tasks import TaskError
     from seedflood.roles.train import RunError

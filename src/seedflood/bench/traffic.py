@@ -24,7 +24,7 @@ def fig_bytes(opts: Options) -> dict[str, Any]:
     import dataclasses
 
     from seedflood.bench import wirecost
-    from seedflood.core import topology as topo
+    from seedflood.core import builders
     from seedflood.core.transport import HEADER
     from seedflood.roles.simulation import simulate
 
@@ -90,7 +90,7 @@ def fig_bytes(opts: Options) -> dict[str, Any]:
     # and codec without a model (wirecost; equal to a simulated run's counter row for row).
     paper_steps = 300 if opts.quick else PAPER_STEPS
     t0 = time.perf_counter()
-    paper = wirecost.project(topo.ring(16), paper_steps)
+    paper = wirecost.project(builders.ring(16), paper_steps)
     paper_wall = time.perf_counter() - t0
     out = {
         "sizes": results,

@@ -43,8 +43,8 @@ from seedflood.comm.gloo import EvaluatorInbox, GlooTransport
 from seedflood.comm.links import EdgeTransport
 from seedflood.comm.rendezvous import STARTED_KEY, await_start, sponsor_key
 from seedflood.core import protocol as proto
-from seedflood.core import topology as topo
 from seedflood.core.config import Config
+from seedflood.core.graph import Topology
 from seedflood.core.membership import Change, MembershipError, Roster, decode_step, encode_step
 from seedflood.core.protocol import Protocol
 from seedflood.core.replay import state_hash
@@ -128,7 +128,7 @@ def _resume(cfg: Config, protocol: Protocol, w: Workload, group: runtime.Group) 
 
 
 def _transport(
-    cfg: Config, top: topo.Topology, node: int, group: runtime.Group, counter: ByteCounter, attach: int | None
+    cfg: Config, top: Topology, node: int, group: runtime.Group, counter: ByteCounter, attach: int | None
 ) -> GlooTransport | EdgeTransport:
     """Strict (`attach` None: the configured one): point-to-point on the process group. Churn
     (`attach`: the attach node after the logged changes): a gloo group per edge, connected now."""
@@ -168,7 +168,7 @@ def _transport(
 
 def _client(
     cfg: Config,
-    top: topo.Topology,
+    top: Topology,
     protocol: Protocol,
     node: int,
     w: Workload,
@@ -329,7 +329,7 @@ def _rejoin(cfg: Config, node: int, client: Client, transport: EdgeTransport) ->
 
 def _evaluate(
     cfg: Config,
-    top: topo.Topology,
+    top: Topology,
     protocol: Protocol,
     w: Workload,
     group: runtime.Group,

@@ -23,7 +23,7 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
     from seedflood.comm.runtime import WorldError
     from seedflood.core.config import ConfigError
     from seedflood.core.directions import DirectionError
-    from seedflood.core.topology import TopologyError
+    from seedflood.core.graph import TopologyError
     from seedflood.ml.model import ModelError
     from seedflood.ml.tasks import TaskError
     from seedflood.roles.train import RunError
@@ -378,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:  # bench has its own parser (options must not be eaten here)
-        from seedflood.bench import figures as bench
+        from seedflood.bench import cli as bench
 
         return bench.main(argv[1:])
     args = build_parser().parse_args(argv)

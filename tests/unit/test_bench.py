@@ -16,7 +16,7 @@ import math
 import pytest
 import torch
 
-from seedflood.bench import figures as bench
+from seedflood.bench import cli as bench
 from seedflood.core import transport
 
 # The wire (message.py v2, transport.py): per directed edge and hop one frame, preceded by a

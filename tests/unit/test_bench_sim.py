@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from seedflood.bench import figures as bench
+from seedflood.bench import cli as bench
 from seedflood.bench import sim as bench_sim
 
 

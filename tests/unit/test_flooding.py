@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seedflood.core import rng, topology
+from seedflood.core import builders, rng
 from seedflood.core.flooding import Flood, FloodError
 from seedflood.core.message import Message
 
@@ -15,16 +15,16 @@ from seedflood.core.message import Message
 def graphs():
     out = []
     for n in (2, 3, 5, 8, 16, 33, 64):
-        out += [topology.ring(n), topology.complete(n), topology.star(n), topology.tree(n)]
+        out += [builders.ring(n), builders.complete(n), builders.star(n), builders.tree(n)]
     out += [
-        topology.grid(16),
-        topology.grid(12, rows=3),
-        topology.torus(16),
-        topology.torus(64),
-        topology.random_regular(16, 3, seed=1),
-        topology.erdos_renyi(32, 0.15, seed=2),
-        topology.watts_strogatz(40, 4, 0.1, seed=3),
-        topology.grid(7),
+        builders.grid(16),
+        builders.grid(12, rows=3),
+        builders.torus(16),
+        builders.torus(64),
+        builders.random_regular(16, 3, seed=1),
+        builders.erdos_renyi(32, 0.15, seed=2),
+        builders.watts_strogatz(40, 4, 0.1, seed=3),
+        builders.grid(7),
     ]
     return out
 
@@ -91,11 +91,11 @@ def test_full_flood_delivers_everything_exactly_once_within_diameter(top, routed
 @pytest.mark.parametrize(
     "top",
     [
-        topology.ring(16),
-        topology.torus(64),
-        topology.tree(31),
-        topology.grid(16),
-        topology.watts_strogatz(40, 4, 0.1, seed=3),
+        builders.ring(16),
+        builders.torus(64),
+        builders.tree(31),
+        builders.grid(16),
+        builders.watts_strogatz(40, 4, 0.1, seed=3),
     ],
     ids=lambda t: f"{t.name}-{t.n}",
 )
@@ -143,7 +143,7 @@ def test_routes_must_name_neighbours():
 @given(st.integers(2, 24), st.integers(0, 10**6), st.integers(1, 4))
 @settings(max_examples=60, deadline=None)
 def test_random_graphs_flood_exactly_once(n, seed, hops):
-    top = topology.erdos_renyi(n, 0.3, seed=seed)
+    top = builders.erdos_renyi(n, 0.3, seed=seed)
     net = Lockstep(top)
     net.originate(0)
     for _ in range(hops * math.ceil(top.diameter / hops)):

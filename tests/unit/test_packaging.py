@@ -28,12 +28,13 @@ COPIED = ("setup.cfg", "pyproject.toml", "README.md", "src", "topologies")
 PROBE = """
 import json, seedflood
 from seedflood.core import topology
+from seedflood.core import topofiles
 from seedflood.core.config import TopologyConfig
 spec = topology.parse_spec("ring16")
 by_file = topology.build(TopologyConfig(kind="file", nodes=16, file="ring16.yaml"))
 print(json.dumps({
     "module": seedflood.__file__,
-    "dir": str(topology.TOPOLOGY_DIR),
+    "dir": str(topofiles.TOPOLOGY_DIR),
     "spec_file": spec.file,
     "spec": [spec.kind, spec.nodes, topology.build(spec).name, topology.build(spec).diameter],
     "by_file": [by_file.name, by_file.n, len(by_file.edges)],

@@ -20,7 +20,7 @@ import torch
 
 from seedflood import cli
 from seedflood.bench import wirecost
-from seedflood.core import config, lockstep, topology
+from seedflood.core import builders, config, lockstep, topology
 from seedflood.core import protocol as proto
 from seedflood.core.flooding import FloodError
 from seedflood.core.message import Message, encode
@@ -89,11 +89,11 @@ def test_the_byte_count_with_overlap_equals_the_model_free_count():
         "topology.kind=ring", "topology.nodes=6", "flood.hops_per_step=1", "flood.overlap=true", "run.steps=4"
     )
     got = sharedmodel.simulate(cfg, hash_every_step=False)
-    want = wirecost.count(topology.ring(6), 4, hops_per_step=1, overlap=True)
+    want = wirecost.count(builders.ring(6), 4, hops_per_step=1, overlap=True)
     assert got.counter.rows() == want.rows()
     # Overlap changes when a step is applied (one step later), never what travels or when: the
     # drain runs with lag delay − 1, so the traffic is the plain run's, hop for hop.
-    assert want.rows() == wirecost.count(topology.ring(6), 4, hops_per_step=1).rows()
+    assert want.rows() == wirecost.count(builders.ring(6), 4, hops_per_step=1).rows()
 
 
 def test_one_model_for_every_client(monkeypatch):
@@ -125,7 +125,7 @@ def test_stop_and_resume_equals_the_uninterrupted_run_and_the_reference(hops):
 
 def test_every_node_must_hold_the_same_complete_step():
     """The lockstep refuses to hand out a step two nodes hold differently (never applied)."""
-    top = topology.ring(3)
+    top = builders.ring(3)
     lock = lockstep.Lockstep(top, 1, 1, 0)
     for i in top.nodes:
         lock.floods[i].originate([Message.make(i, 0, 0, 1.0)])

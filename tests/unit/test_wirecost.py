@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from seedflood.bench import wirecost
-from seedflood.core import config, topology
+from seedflood.core import builders, config
 from seedflood.core.transport import HEADER
 from seedflood.roles.simulation import simulate
 
@@ -26,7 +26,7 @@ def test_ring_of_4_full_flooding_matches_the_frame_sizes_by_hand():
                 for j in ((i + 1) % 4, (i - 1) % 4):
                     behind = (i - (j - i)) % 4
                     want[(s, i, j)] = 2 * HEADER + size(i) + size(behind)
-        got = wirecost.count(topology.ring(4), steps, hops_per_step=0, version=version)
+        got = wirecost.count(builders.ring(4), steps, hops_per_step=0, version=version)
         assert {(s, a, b): n for s, a, b, n in got.rows()} == want, version
 
 
@@ -42,7 +42,7 @@ def test_hops_beyond_the_diameter_send_empty_frames_and_count_their_length_heade
 def test_ring_of_16_steady_state_by_hand_and_v2_below_v1():
     """16-ring, K = 1. One hop a step: each edge carries 8 messages of 8 steps a hop (offsets and
     origins 1 byte each in v2). Full flooding: 8 hops of one message each."""
-    ring = topology.ring(16)
+    ring = builders.ring(16)
     got = {(v, h): wirecost.measure(ring, 40, hops_per_step=h, version=v) for v in (1, 2) for h in (0, 1)}
     assert got[(2, 1)].per_step_steady == HEADER + 13 + 8 * (1 + 1 + 4)  # 65
     assert got[(1, 1)].per_step_steady == HEADER + 16 + 8 * 24  # 212
@@ -56,11 +56,11 @@ def test_ring_of_16_steady_state_by_hand_and_v2_below_v1():
 
 def test_a_networkx_graph_counts_like_its_topology():
     g = nx.relabel_nodes(nx.cycle_graph(5), {i: f"n{i}" for i in range(5)})
-    assert wirecost.count(g, 4).rows() == wirecost.count(topology.ring(5), 4).rows()
+    assert wirecost.count(g, 4).rows() == wirecost.count(builders.ring(5), 4).rows()
 
 
 def test_rows_have_one_cell_per_header():
-    res = wirecost.project(topology.ring(4), 5)
+    res = wirecost.project(builders.ring(4), 5)
     assert [(r.version, r.hops) for r in res] == [(1, 2), (1, 1), (2, 2), (2, 1)]
     assert all(len(row) == len(wirecost.HEADERS) for row in wirecost.rows(res))
 
@@ -86,7 +86,7 @@ def test_equals_the_bytes_a_real_simulated_run_counts(hops, kind):
             "run.steps=3",
         ],
     )
-    top = topology.ring(5) if kind == "ring" else topology.torus(9)
+    top = builders.ring(5) if kind == "ring" else builders.torus(9)
     real = simulate(cfg, hash_every_step=False).counter.rows()
     assert real == wirecost.count(top, 3, hops_per_step=hops, perturbations=2).rows()
     if kind == "torus":  # the runtime forwards along shortest paths only: fewer bytes than to all

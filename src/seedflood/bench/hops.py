@@ -254,6 +254,7 @@ def fig_hops(quick: bool, steps: int = 0, timeout_s: float = 600.0) -> dict[str,
     """The figure: one row per (graph, N). quick: ring, N = 4 and 8, 3 timed steps; else every
     graph and N = 4…32, 5 timed steps (`steps` overrides). One warm-up step is not reported."""
     from seedflood.core import topology as topo
+    from seedflood.core.graph import TopologyError
 
     kinds, sizes = (("ring",), QUICK_SIZES) if quick else (KINDS, SIZES)
     steps = steps or (3 if quick else 5)
@@ -262,7 +263,7 @@ def fig_hops(quick: bool, steps: int = 0, timeout_s: float = 600.0) -> dict[str,
         for n in sizes:
             try:  # a torus needs a factorable N (4 = 2×2 folds onto a ring; still a valid graph)
                 topo.build(_topology_cfg(kind, n))
-            except topo.TopologyError as e:
+            except TopologyError as e:
                 rows.append({"kind": kind, "nodes": n, "skipped": str(e)})
                 continue
             rows.append(_reduce(kind, n, _run_config(kind, n, steps, 1, timeout_s)))

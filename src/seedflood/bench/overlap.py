@@ -13,9 +13,10 @@ they are slowed one of two ways, and the output says which:
 - otherwise a fixed sleep before every real gloo exchange on 127.0.0.1 (`Delayed`): `latency_s`,
   or `ratio` × the measured time of two forwards (ratio 1: the ideal gain of overlap is 2×).
 
-`fig_overlap(quick) -> dict` starts the processes (this module is also their entry point:
-`python -m seedflood.bench.overlap --worker JSON`) and `print_overlap(result)` prints a table;
-`python -m seedflood.bench.overlap [--quick]` does both.
+Owns the launcher: `fig_overlap(quick) -> dict` brings up the namespaces (or not), starts the
+processes (bench/overlap_worker.py: what each measures) and compares their bits with the
+in-memory reference; `print_overlap(result)` prints a table; `python -m seedflood.bench.overlap
+[--quick]` does both.
 
 Assumes: a POSIX machine with free local ports; the figures are wall-clock times on whatever
 else the machine runs, so they vary between runs (benchmarks print figures, tests never assert
@@ -34,152 +35,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-NODES = 4
-
-
-class Delayed:
-    """A Transport whose every exchange first sleeps `latency_s` (a slow link, simulated; 0 = no
-    sleep) and is timed (`times`, seconds per exchange); push and close pass through. The sleep
-    releases the GIL, as a real network wait does."""
-
-    def __init__(self, inner: Any, latency_s: float) -> None:
-        self.inner = inner
-        self.latency_s = latency_s
-        self.node = inner.node
-        self.peers = inner.peers
-        self.counter = inner.counter
-        self.times: list[float] = []
-
-    @property
-    def last_step(self) -> int:
-        return self.inner.last_step
-
-    def exchange(self, frames: Mapping[int, bytes], step: int) -> dict[int, bytes]:
-        t0 = time.perf_counter()
-        if self.latency_s > 0:
-            time.sleep(self.latency_s)
-        out = self.inner.exchange(frames, step)
-        self.times.append(time.perf_counter() - t0)
-        return out
-
-    def push(self, frame: bytes, step: int) -> None:
-        self.inner.push(frame, step)
-
-    def close(self, abort: bool = False) -> None:
-        self.inner.close(abort)
-
-    def __enter__(self) -> Delayed:
-        return self
-
-    def __exit__(self, exc_type: object, *_: object) -> None:
-        self.close(abort=exc_type is not None)
-
-
-def _steps(quick: bool) -> int:
-    return 12 if quick else 30
-
-
-def _overrides(quick: bool) -> list[str]:
-    steps = _steps(quick)
-    return [
-        "model.name=tiny",
-        "model.tiny={hidden_size: 128, intermediate_size: 256, num_hidden_layers: 2}",
-        "task.name=synthetic",
-        "task.train_examples=256",
-        "task.dev_examples=0",
-        "task.test_examples=8",
-        "task.batch_size=16",
-        "task.max_tokens=64",
-        "run.threads=1",
-        f"run.steps={steps}",
-        "topology.kind=ring",
-        f"topology.nodes={NODES}",
-        "flood.hops_per_step=1",
-        "transport.timeout_s=60",
-        "zo.lr=1.0",
-    ]
-
-
-# -- the worker (one client process) -----------------------------------------------------------
-
-
-def _timed(fn: Callable[[int], float], times: list[float]) -> Callable[[int], float]:
-    def wrapped(step: int) -> float:
-        t0 = time.perf_counter()
-        out = fn(step)
-        times.append(time.perf_counter() - t0)
-        return out
-
-    return wrapped
-
-
-def _worker(opts: dict[str, Any]) -> dict[str, Any]:
-    from seedflood.comm import runtime
-    from seedflood.comm.gloo import GlooTransport
-    from seedflood.core import config
-    from seedflood.core import topology as topo
-    from seedflood.core.protocol import Protocol
-    from seedflood.core.replay import state_hash
-    from seedflood.ml.workload import Workload
-    from seedflood.roles.client import Client
-
-    world = runtime.World.from_env(os.environ)
-    node = world.rank  # no evaluator in this figure: rank r is node r
-    base = _overrides(opts["quick"])
-    out: dict[str, Any] = {"node": node, "modes": {}}
-    with runtime.process_group(world, config.load(None, base).transport) as group:
-        probe = Workload.build(config.load(None, base))
-        fwd: list[float] = []
-        loss = _timed(lambda s: probe.loss(node, s), fwd)
-        for s in range(6):
-            loss(s)
-        two_fwd = 2 * statistics.median(fwd[1:])
-        # every rank sleeps the same: rank 0's measurement, broadcast
-        latency = group.broadcast(opts["ratio"] * two_fwd if opts["latency_s"] is None else opts["latency_s"])
-        out["latency_s"] = latency
-        for overlap in (False, True):
-            cfg = config.load(None, [*base, f"flood.overlap={str(overlap).lower()}"])
-            top = topo.build(cfg.topology)
-            protocol = Protocol.of(cfg, top.diameter)
-            w = Workload.build(cfg)
-            fwd = []
-            gloo = GlooTransport(node, top.neighbors(node), {n: n for n in top.nodes})
-            with Delayed(gloo, latency) as transport:
-                c = Client.in_topology(
-                    top,
-                    node,
-                    protocol,
-                    w.direction,
-                    _timed(lambda s: w.loss(node, s), fwd),
-                    transport,
-                    cfg.transport.timeout_s,
-                )
-                steps: list[float] = []
-                wall0, cpu0 = time.perf_counter(), time.process_time()
-                for t in range(protocol.steps):
-                    t0 = time.perf_counter()
-                    c.step(t)
-                    steps.append(time.perf_counter() - t0)
-                busy = (time.process_time() - cpu0) / (time.perf_counter() - wall0)  # cores this process kept busy
-                c.drain()
-            warm = 2  # the first steps pay for lazy set-up (and overlap's first has no hops to hide)
-            out["modes"]["on" if overlap else "off"] = {
-                "delay": protocol.delay,
-                "step_s": statistics.median(steps[warm:]),
-                "fwd_s": statistics.median(fwd[2 * warm :]),
-                "hop_s": statistics.median(transport.times[warm:]),
-                "cores": busy,
-                "hash": state_hash(w.model, w.direction),
-            }
-    return out
-
-
-# -- the figure (the launcher) -----------------------------------------------------------------
-
+from seedflood.bench.overlap_worker import NODES, overrides, steps_of
 
 AUTO_RATE = "64kbit"  # frames of tens of bytes: ~30 ms per hop on this ring (burst 2kb)
 REPO = Path(__file__).resolve().parents[3]
@@ -202,7 +62,7 @@ def _launch(opts: dict[str, Any], timeout_s: float, netns: str | None = None) ->
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
     }
-    argv = [sys.executable, "-m", "seedflood.bench.overlap", "--worker", json.dumps(opts)]
+    argv = [sys.executable, "-m", "seedflood.bench.overlap_worker", json.dumps(opts)]
 
     def wrap(rank: int) -> list[str]:
         if netns is None:
@@ -283,7 +143,7 @@ def _reference_hashes(quick: bool) -> dict[str, str]:
 
     out = {}
     for mode in ("off", "on"):
-        cfg = config.load(None, [*_overrides(quick), f"flood.overlap={'true' if mode == 'on' else 'false'}"])
+        cfg = config.load(None, [*overrides(quick), f"flood.overlap={'true' if mode == 'on' else 'false'}"])
         plain = dataclasses.replace(Protocol.of(cfg, topo.build(cfg.topology).diameter), overlap=False)
         out[mode] = next(iter(simulate(cfg, hash_every_step=False, protocol=plain).hashes.values()))
     return out
@@ -342,7 +202,7 @@ def fig_overlap(
         "clients": NODES,
         "topology": "ring",
         "hops_per_step": 1,
-        "steps": _steps(quick),
+        "steps": steps_of(quick),
         "transport": slowed,
         "rate": rate,
         "cpus": os.cpu_count(),
@@ -404,11 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--burst", default="2kb", help="tbf burst with --rate (default 2kb)")
     p.add_argument("--json", help="also write the result here")
-    p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.worker:
-        print(json.dumps(_worker(json.loads(args.worker))), flush=True)
-        return 0
     latency = args.latency_ms / 1e3 if args.latency_ms is not None else None
     rate = None if args.rate == "none" else args.rate
     result = fig_overlap(args.quick, ratio=args.ratio, latency_s=latency, rate=rate, burst=args.burst)

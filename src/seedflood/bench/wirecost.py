@@ -18,14 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from seedflood.core import message
-from seedflood.core import topology as topo
+from seedflood.core.graph import Topology
 from seedflood.core.lockstep import Graph, Lockstep, as_topology
 from seedflood.core.message import Message
 from seedflood.core.protocol import schedule as protocol_schedule
 from seedflood.core.transport import ByteCounter
 
 
-def schedule(top: topo.Topology, hops_per_step: int) -> tuple[int, int]:
+def schedule(top: Topology, hops_per_step: int) -> tuple[int, int]:
     """(hops per step, delay) of a strict run without overlap (0 hops = the diameter)."""
     hops = hops_per_step or max(1, top.diameter)
     return hops, protocol_schedule(top.diameter, hops)[1]
@@ -44,7 +44,7 @@ def count(
     """Bytes handed to the transport per (step, src, dst) by a run of `steps` steps, drain included.
 
     N is the graph's node count, K = `perturbations`; `hops_per_step` 0 means full flooding (the
-    diameter). `routed`: forward along shortest paths only (topology.Topology.routes), as the
+    diameter). `routed`: forward along shortest paths only (graph.Topology.routes), as the
     runtime does; False: to every neighbour not known to have a message. `overlap`: the
     schedule of flood.overlap (one more step of delay, a shorter drain). Raises FloodError if a
     step is incomplete when due (cannot happen on a connected graph: the delay is derived from

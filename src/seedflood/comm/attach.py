@@ -3,22 +3,23 @@
 Owns `AttachInbox`, the evaluator's `transport.Inbox` in a churn run (docs/design.md §13). The
 clients agree on one attach node (`membership.Roster.attach`: the configured one until it leaves,
 then the next member after it); that node streams each step it decides to the evaluator over an
-edge built like a topology edge (links.py), and only that node answers the evaluator's greeting.
+edge built like a topology edge (rendezvous.py, edge.py), and only that node answers the
+evaluator's greeting.
 
 How the evaluator follows it, with two threads:
-- the offer thread keeps a greeting (`links.hello_key`) addressed to the newest incarnation of
-  every node except the one it streams from, and every OFFER_S reads their answers. An answer
+- the offer thread keeps a greeting (`rendezvous.hello_key`) addressed to the newest incarnation
+  of every node except the one it streams from, and every OFFER_S reads their answers. An answer
   comes only from the attach node, so an answer from another node means the attach node moved
   (its predecessor left, or stalled and was excluded): the thread builds that edge, takes the
   catch-up blob every edge opens with (the sender's decided steps from the step the evaluator
-  published it needs, `links.evaluator_next_key`), and makes it the stream's edge, closing the
-  old one (which also ends a receive blocked on a stalled predecessor).
+  published it needs, `rendezvous.evaluator_next_key`), and makes it the stream's edge, closing
+  the old one (which also ends a receive blocked on a stalled predecessor).
 - the stream thread receives pushes from the current edge. Every push carries its step, so a
   `membership.StepSequence` hands the consumer each step once, in order from `start`, however
   the successive senders' steps overlap; a gap is an error (TransportError to the consumer).
 An edge that fails, or ends before the last step, is simply dropped: the next attach node, or the
 same one reconnecting, answers a fresh greeting. Evaluator edges beat like topology edges
-(links.Edge, `timeout_s`), so a sender that goes silent (stopped, cut off) is dropped within
+(edge.Edge, `timeout_s`), so a sender that goes silent (stopped, cut off) is dropped within
 timeout_s instead of holding a receive for ever. The stream ends as soon as the last step is in
 (edges stay open until `close`, so the sender's own end marker still finds a receiver). The
 inbox gives up (TransportError) when no edge has been up for `wait_s` (said on screen every
@@ -41,11 +42,10 @@ from collections.abc import Callable, Sequence
 import torch.distributed as dist
 
 from seedflood.comm.bounded import BoundedStore, bounded
+from seedflood.comm.edge import TAG_BLOB, Edge, receive
 from seedflood.comm.framing import TAG_EVAL, HeadBuffer, device, reason
-from seedflood.comm.links import (
+from seedflood.comm.rendezvous import (
     MIN_BUILD_S,
-    TAG_BLOB,
-    Edge,
     build_edge,
     evaluator_next_key,
     greeting,
@@ -53,7 +53,6 @@ from seedflood.comm.links import (
     incarnation_of,
     parse_greeting,
     peek,
-    receive,
     register,
 )
 from seedflood.core.membership import StepSequence, decode_push, decode_pushes

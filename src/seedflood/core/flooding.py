@@ -7,7 +7,7 @@ and forgetting old steps. It knows nothing of bytes, processes or models: a hop 
 Rules (docs/design.md §1, §2):
 - a message new to this node is forwarded to every neighbour except those known to have it
   (the one it came from, any other that also sent it, and any we already sent it to); with
-  `routes` (topology.Topology.routes) only to the neighbours one hop further from its origin,
+  `routes` (graph.Topology.routes) only to the neighbours one hop further from its origin,
   which reach every node at the same hop with fewer copies;
 - a step is complete when it holds all `per_origin` messages of every member origin;
 - steps are handed out for application strictly in order, each once; after that every message of

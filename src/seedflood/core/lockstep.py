@@ -13,10 +13,10 @@ Owns:
   same complete set (else `FloodError`). `roles.sharedmodel` drives it with real estimates and
   one model; `bench.wirecost.count` with placeholder messages.
 - `cumulative_per_edge`: the run-directory contract's `bytes_per_edge_cumulative`.
-- `as_topology`: a networkx graph as a `topology.Topology`.
+- `as_topology`: a networkx graph as a `graph.Topology`.
 
 Assumes: the graph is connected (networkx graph with any hashable nodes, relabelled 0..n-1 in
-sorted order, or a topology.Topology). Pure: no torch.
+sorted order, or a graph.Topology). Pure: no torch.
 """
 
 from __future__ import annotations
@@ -26,24 +26,24 @@ from collections.abc import Callable, Mapping, Sequence
 import networkx as nx
 
 from seedflood.core import message
-from seedflood.core import topology as topo
 from seedflood.core.flooding import Flood, FloodError
+from seedflood.core.graph import Topology
 from seedflood.core.message import Limits, Message
 from seedflood.core.transport import EVALUATOR, HEADER, ByteCounter
 
-Graph = nx.Graph | topo.Topology
+Graph = nx.Graph | Topology
 Estimate = Callable[[int], Mapping[int, Sequence[Message]]]
 """step t -> node -> that node's K messages of step t (what each client originates)."""
 Apply = Callable[[int, list[Message]], None]
 """Called once per step, in order, with the complete step every node holds."""
 
 
-def as_topology(graph: Graph) -> topo.Topology:
-    """A topology.Topology of `graph` (a networkx graph's nodes become 0..n-1, in sorted order)."""
-    if isinstance(graph, topo.Topology):
+def as_topology(graph: Graph) -> Topology:
+    """A graph.Topology of `graph` (a networkx graph's nodes become 0..n-1, in sorted order)."""
+    if isinstance(graph, Topology):
         return graph
     index = {v: i for i, v in enumerate(sorted(graph.nodes))}
-    return topo.Topology("graph", len(index), tuple((index[a], index[b]) for a, b in graph.edges))
+    return Topology("graph", len(index), tuple((index[a], index[b]) for a, b in graph.edges))
 
 
 class Lockstep:
@@ -51,7 +51,7 @@ class Lockstep:
 
     def __init__(
         self,
-        top: topo.Topology,
+        top: Topology,
         perturbations: int,
         hops: int,
         delay: int,
@@ -63,7 +63,7 @@ class Lockstep:
         counter: ByteCounter | None = None,
     ) -> None:
         """`hops`, `delay`, `overlap` as in protocol.Protocol (delay includes overlap's extra
-        step). `routed`: forward along shortest paths only (topology.Topology.routes), as the
+        step). `routed`: forward along shortest paths only (graph.Topology.routes), as the
         runtime does; False: to every neighbour not known to have a message. `wire(t)`: the
         limits a client decodes the frames of step t's hops against (None: no decoding)."""
         self.top = top

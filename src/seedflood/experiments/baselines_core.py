@@ -25,7 +25,7 @@ Owns what `baselines.train` drives (baselines.py owns the run, its scoring and i
   - diloco: rounds of H = inner_steps AdamW steps (β = 0.9/0.999, ε = 1e-8, no weight decay;
     moments kept per client across rounds) from the global θ; each client's pseudo-gradient
     Δ_i = θ − θ_i (DENSE, or INT8 with one absmax scale per tensor when compress = int8) is
-    flooded to every node along shortest-path routes (topology.routes: a node forwards origin
+    flooded to every node along shortest-path routes (graph.Topology.routes: a node forwards origin
     o's frame only to neighbours one hop further from o; origins one after another,
     eccentricity(o) hops each), so every node averages the same decoded frames in origin order:
     the exact average, identical everywhere. Outer step: Nesterov momentum (PyTorch SGD form)
@@ -57,9 +57,9 @@ import torch.nn.functional as F
 
 from seedflood.comm.memory import MemoryTransport
 from seedflood.core import rng, zo
-from seedflood.core import topology as topo
 from seedflood.core.config import Config, ConfigError
 from seedflood.core.directions import Gaussian
+from seedflood.core.graph import Topology
 from seedflood.core.transport import ByteCounter
 from seedflood.experiments import gossip, tensorwire
 from seedflood.ml import model
@@ -122,7 +122,7 @@ class Ctx:
     w: Workload
     flat: Flat
     direction: Gaussian
-    top: topo.Topology | None
+    top: Topology | None
     lr: float
     endpoints: list[MemoryTransport] = field(default_factory=list)
     pool: ThreadPoolExecutor | None = None

@@ -498,7 +498,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     """`seedflood compare`: 0 when every algorithm ran (or was skipped), 1 when one failed, 2 (one
     line on stderr) for a bad invocation."""
-    from seedflood.core.topology import TopologyError
+    from seedflood.core.graph import TopologyError
 
     try:
         return _main(args)

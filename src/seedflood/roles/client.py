@@ -53,11 +53,11 @@ from seedflood.core import membership, zo
 from seedflood.core.agreement import Agreement, Voter
 from seedflood.core.directions import Direction
 from seedflood.core.flooding import Flood, FloodError
+from seedflood.core.graph import Topology
 from seedflood.core.membership import AUDIT, JOIN, Change, Note, Roster
 from seedflood.core.message import FrameError, Message
 from seedflood.core.protocol import Protocol
 from seedflood.core.replay import Applier
-from seedflood.core.topology import Topology
 from seedflood.core.transport import EVALUATOR, Transport, TransportError
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class Client:
         evaluator: bool = False,
         incarnation: int = 0,
     ) -> None:
-        """`routes` (topology.Topology.routes(node)): per origin, the neighbours to forward its
+        """`routes` (graph.Topology.routes(node)): per origin, the neighbours to forward its
         messages to; None = every neighbour. Either way every message arrives at the same hop.
         `hop_timeout_s` (overlap only): how long the main thread waits for one step's hops
         beyond its own work before it gives up on them; None = as long as the transport takes

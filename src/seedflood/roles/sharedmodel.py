@@ -48,6 +48,7 @@ from seedflood.core import lockstep, zo
 from seedflood.core import protocol as proto
 from seedflood.core import topology as topo
 from seedflood.core.config import Config
+from seedflood.core.graph import Topology
 from seedflood.core.message import Message, encode
 from seedflood.core.protocol import Protocol
 from seedflood.core.replay import Applier, state_hash
@@ -69,7 +70,7 @@ Records = Sequence[tuple[int, Sequence[Message]]]
 class SharedModel:
     """N clients of one run on one workload: estimates in turn, the real flood, one apply a step."""
 
-    def __init__(self, cfg: Config, top: topo.Topology, protocol: Protocol, workload: Workload) -> None:
+    def __init__(self, cfg: Config, top: Topology, protocol: Protocol, workload: Workload) -> None:
         topo.check_nodes(top, protocol.n_origins)
         self.cfg = cfg
         self.top = top
@@ -179,7 +180,7 @@ class Result:
 
 def simulate(
     cfg: Config,
-    top: topo.Topology | None = None,
+    top: Topology | None = None,
     *,
     hash_every_step: bool = True,
     stop: int | None = None,

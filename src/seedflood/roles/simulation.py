@@ -34,6 +34,7 @@ import torch
 from seedflood.comm.memory import InMemoryNetwork, Mutator
 from seedflood.core import topology as topo
 from seedflood.core.config import Config
+from seedflood.core.graph import Topology
 from seedflood.core.membership import Change, MembershipError
 from seedflood.core.message import Message
 from seedflood.core.protocol import Protocol
@@ -85,7 +86,7 @@ class Event:
 
 def simulate(
     cfg: Config,
-    top: topo.Topology | None = None,
+    top: Topology | None = None,
     hash_every_step: bool = True,
     mutate: Mutator | None = None,
     stop: int | None = None,

@@ -20,7 +20,7 @@ agreed log and its report (`rundir.ClientLog`, eval.client_logs), so no agreed s
 evaluator's timing: rank 0 completes its log from the longest client log on its disk before it
 resumes (`rundir.complete_from_clients`), and reads there the reports the store does not hold.
 Start-up has its own bound (transport.startup_timeout_s): every churn client waits, saying so,
-until every other is up before it connects its edges (`links.await_start`).
+until every other is up before it connects its edges (`rendezvous.await_start`).
 
 Assumes: every process gets the same config; the run directory is on storage rank 0 can write
 (clients on other hosts need no access to it: they catch up from the broadcast log).
@@ -40,10 +40,11 @@ from seedflood.comm import runtime
 from seedflood.comm.attach import AttachInbox
 from seedflood.comm.bounded import StoreGone
 from seedflood.comm.gloo import EvaluatorInbox, GlooTransport
-from seedflood.comm.links import STARTED_KEY, EdgeTransport, await_start, sponsor_key
+from seedflood.comm.links import EdgeTransport
+from seedflood.comm.rendezvous import STARTED_KEY, await_start, sponsor_key
 from seedflood.core import protocol as proto
-from seedflood.core import topology as topo
 from seedflood.core.config import Config
+from seedflood.core.graph import Topology
 from seedflood.core.membership import Change, MembershipError, Roster, decode_step, encode_step
 from seedflood.core.protocol import Protocol
 from seedflood.core.replay import state_hash
@@ -127,7 +128,7 @@ def _resume(cfg: Config, protocol: Protocol, w: Workload, group: runtime.Group) 
 
 
 def _transport(
-    cfg: Config, top: topo.Topology, node: int, group: runtime.Group, counter: ByteCounter, attach: int | None
+    cfg: Config, top: Topology, node: int, group: runtime.Group, counter: ByteCounter, attach: int | None
 ) -> GlooTransport | EdgeTransport:
     """Strict (`attach` None: the configured one): point-to-point on the process group. Churn
     (`attach`: the attach node after the logged changes): a gloo group per edge, connected now."""
@@ -167,7 +168,7 @@ def _transport(
 
 def _client(
     cfg: Config,
-    top: topo.Topology,
+    top: Topology,
     protocol: Protocol,
     node: int,
     w: Workload,
@@ -328,7 +329,7 @@ def _rejoin(cfg: Config, node: int, client: Client, transport: EdgeTransport) ->
 
 def _evaluate(
     cfg: Config,
-    top: topo.Topology,
+    top: Topology,
     protocol: Protocol,
     w: Workload,
     group: runtime.Group,

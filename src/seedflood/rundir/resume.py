@@ -36,6 +36,7 @@ from seedflood.core import config as config_mod
 from seedflood.core import lockstep
 from seedflood.core import topology as topo
 from seedflood.core.config import Config
+from seedflood.core.graph import Topology
 from seedflood.core.membership import Change, Roster
 from seedflood.core.message import Message
 from seedflood.core.protocol import Protocol
@@ -49,7 +50,7 @@ LOG = "log.bin"
 Records = list[tuple[int, list[Message]]]
 
 
-def topology_of(cfg: Config) -> topo.Topology:
+def topology_of(cfg: Config) -> Topology:
     """The client graph of `cfg`, checked against `topology.nodes`."""
     base = Path(cfg.source).parent if cfg.source else None
     top = topo.build(cfg.topology, base_dir=base)
@@ -136,7 +137,7 @@ def recorded_steps(
 
 def summary_common(
     cfg: Config,
-    top: topo.Topology,
+    top: Topology,
     protocol: Protocol,
     counter: ByteCounter,
     final: dict[str, Any],

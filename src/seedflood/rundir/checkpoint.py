@@ -201,7 +201,7 @@ def _seed_of(header: dict[str, Any], path: Path) -> message.SeedOf:
         raise CheckpointError(
             f'{path}: the log header has no integer trajectory "run.seed", needed to derive message seeds'
         )
-    from seedflood import rng  # numpy + torch: imported only when a v2 log is read or written
+    from seedflood.core import rng  # numpy + torch: imported only when a v2 log is read or written
 
     return functools.partial(rng.derive, run_seed)
 

@@ -24,8 +24,8 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
     from seedflood.core.config import ConfigError
     from seedflood.core.directions import DirectionError
     from seedflood.core.topology import TopologyError
+    from seedflood.ml.datafiles import TaskError
     from seedflood.ml.model import ModelError
-    from seedflood.ml.tasks import TaskError
     from seedflood.roles.train import RunError
     from seedflood.rundir.checkpoint import CheckpointError
 
@@ -59,7 +59,7 @@ def _preflight(cfg, full: bool = True) -> int:
     here, before any process starts and before anything is written.
     """
     from seedflood.core import directions, protocol, topology
-    from seedflood.ml import model, tasks
+    from seedflood.ml import model, sampling, tasks
     from seedflood.ml.workload import train_digest
     from seedflood.rundir import resume as rundir
 
@@ -69,8 +69,8 @@ def _preflight(cfg, full: bool = True) -> int:
     model.check_source(cfg.model)
     directions.check_precision(cfg.zo, cfg.model.dtype)
     if full:
-        splits = tasks.check(cfg.task, cfg.run.seed, top.n)
-        trajectory = protocol.trajectory(cfg, proto, train_digest(splits))
+        train = sampling.check(cfg.task, cfg.run.seed, top.n)
+        trajectory = protocol.trajectory(cfg, proto, train_digest(train))
         records = rundir.resume_records(cfg, proto, trajectory)
         for note in rundir.checkpoint_notes(cfg, len(records)):
             print(
@@ -230,14 +230,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Verify a run directory without loading weights: config.yaml against the log header, every
     log record, every checkpoint's checksum. Exit 2 naming the first problem."""
-    from seedflood.ml import tasks
+    from seedflood.ml import sampling
     from seedflood.ml.workload import train_digest
     from seedflood.rundir import checkpoint as ckpt
     from seedflood.rundir import resume as rundir
 
     run_dir = Path(args.run_dir)
     cfg, proto = rundir.recorded(run_dir)
-    records = rundir.recorded_steps(run_dir, cfg, proto, train_digest(tasks.load_splits(cfg.task, cfg.run.seed)))
+    records = rundir.recorded_steps(run_dir, cfg, proto, train_digest(sampling.load_splits(cfg.task, cfg.run.seed)))
     found = ckpt.checkpoints(run_dir)
     bad = [why for c in found if (why := ckpt.verify(c))]
     if bad:

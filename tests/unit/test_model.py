@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from seedflood.core.config import ModelConfig, TaskConfig
+from seedflood.ml import datafiles, encoding, sampling, tasks
 from seedflood.ml import model as M
-from seedflood.ml import tasks as T
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +29,13 @@ def tiny() -> M.Loaded:
 
 
 @pytest.fixture(scope="module")
-def examples() -> list[T.Example]:
-    return T.load_splits(TaskConfig(name="synthetic", train_examples=24, dev_examples=0, test_examples=0), 0).train
+def examples() -> list[datafiles.Example]:
+    return sampling.load_splits(
+        TaskConfig(name="synthetic", train_examples=24, dev_examples=0, test_examples=0), 0
+    ).train
 
 
-SINGLE = T.get("synthetic")  # candidates "N", "Y": one byte token each -> one forward
+SINGLE = tasks.get("synthetic")  # candidates "N", "Y": one byte token each -> one forward
 MULTI = dataclasses.replace(SINGLE, candidates=(" no", " yes!", "?"))  # 3, 5 and 1 tokens
 
 
@@ -41,7 +43,7 @@ def naive_scores(model, tokenizer, spec, examples, max_tokens=64) -> torch.Tenso
     """Unpadded, one sequence per (example, candidate), full-vocab logits everywhere."""
     out = torch.zeros(len(examples), len(spec.candidates))
     for i, e in enumerate(examples):
-        prompt = T.encode([e], spec, tokenizer, max_tokens)
+        prompt = encoding.encode([e], spec, tokenizer, max_tokens)
         p = prompt.input_ids[0].tolist()
         for c, cand in enumerate(spec.candidates):
             opt = tokenizer(cand, add_special_tokens=False)["input_ids"]
@@ -78,7 +80,7 @@ def test_save_load_round_trip(tiny, examples, tmp_path):
     assert again.identity == str(tmp_path.resolve())
     text = "héllo It was great"
     assert again.tokenizer(text)["input_ids"] == tiny.tokenizer(text)["input_ids"]
-    batch = T.encode(examples[:4], SINGLE, again.tokenizer, 64)
+    batch = encoding.encode(examples[:4], SINGLE, again.tokenizer, 64)
     assert torch.equal(M.candidate_scores(again.model, batch), M.candidate_scores(tiny.model, batch))
 
 
@@ -195,7 +197,7 @@ def test_tiny_rejects_bad_values():
             tiny={"hidden_size": 48, "num_attention_heads": 6, "num_key_value_heads": 3, "num_hidden_layers": 1},
         )
     )
-    batch = T.encode([T.Example({"sentence": "good film"}, 1)], SINGLE, odd.tokenizer, 16)
+    batch = encoding.encode([datafiles.Example({"sentence": "good film"}, 1)], SINGLE, odd.tokenizer, 16)
     assert torch.isfinite(M.candidate_scores(odd.model, batch)).all()
 
 
@@ -284,7 +286,7 @@ def test_gguf_cache_removes_stale_temporary_dirs(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("spec", [SINGLE, MULTI], ids=["single-token", "multi-token"])
 def test_loss_matches_naive_reference(tiny, examples, spec):
-    batch = T.encode(examples[:6], spec, tiny.tokenizer, 64)
+    batch = encoding.encode(examples[:6], spec, tiny.tokenizer, 64)
     assert batch.single_token == (spec is SINGLE)
     scores = M.candidate_scores(tiny.model, batch)
     ref = naive_scores(tiny.model, tiny.tokenizer, spec, examples[:6])
@@ -300,9 +302,11 @@ def test_loss_matches_naive_reference(tiny, examples, spec):
 @pytest.mark.parametrize("spec", [SINGLE, MULTI], ids=["single-token", "multi-token"])
 def test_scores_do_not_depend_on_padding_or_packing(tiny, examples, spec, pack_tokens, monkeypatch):
     monkeypatch.setattr(M, "_PACK_TOKENS", pack_tokens)  # 40 < some prompts: those get own rows
-    batch = T.encode(examples[:8], spec, tiny.tokenizer, 64)
+    batch = encoding.encode(examples[:8], spec, tiny.tokenizer, 64)
     together = M.candidate_scores(tiny.model, batch)
-    alone = torch.cat([M.candidate_scores(tiny.model, T.encode([e], spec, tiny.tokenizer, 64)) for e in examples[:8]])
+    alone = torch.cat(
+        [M.candidate_scores(tiny.model, encoding.encode([e], spec, tiny.tokenizer, 64)) for e in examples[:8]]
+    )
     torch.testing.assert_close(together, alone, atol=1e-5, rtol=0)
     extra = 17  # more right padding than any row needs
     padded = dataclasses.replace(
@@ -316,7 +320,7 @@ def test_scores_do_not_depend_on_padding_or_packing(tiny, examples, spec, pack_t
 def test_eager_attention_reads_the_packed_mask(examples):
     eager = M.load(ModelConfig(name="tiny"))
     eager.model.set_attn_implementation("eager")
-    batch = T.encode(examples[:6], MULTI, eager.tokenizer, 64)
+    batch = encoding.encode(examples[:6], MULTI, eager.tokenizer, 64)
     ref = naive_scores(eager.model, eager.tokenizer, MULTI, examples[:6])
     torch.testing.assert_close(M.candidate_scores(eager.model, batch), ref, atol=1e-5, rtol=0)
 
@@ -324,7 +328,7 @@ def test_eager_attention_reads_the_packed_mask(examples):
 def test_bfloat16_model_gives_float32_scores(examples):
     bf = M.load(ModelConfig(name="tiny", dtype="bfloat16"))
     assert next(bf.model.parameters()).dtype == torch.bfloat16
-    batch = T.encode(examples[:4], SINGLE, bf.tokenizer, 64)
+    batch = encoding.encode(examples[:4], SINGLE, bf.tokenizer, 64)
     assert M.candidate_scores(bf.model, batch).dtype == torch.float32
     assert torch.isfinite(M.loss(bf.model, batch))
 
@@ -333,7 +337,7 @@ def test_evaluate_keeps_input_order(tiny, examples):
     dev = M.evaluate(tiny.model, examples[:10], SINGLE, tiny.tokenizer, 64, batch_size=3)
     res = M.evaluate(tiny.model, examples, SINGLE, tiny.tokenizer, 64, batch_size=5, dev=dev)
     assert res["scores"].shape == (24, 2) and res["labels"].tolist() == [e.label for e in examples]
-    direct = M.candidate_scores(tiny.model, T.encode(examples, SINGLE, tiny.tokenizer, 64)).numpy()
+    direct = M.candidate_scores(tiny.model, encoding.encode(examples, SINGLE, tiny.tokenizer, 64)).numpy()
     np.testing.assert_allclose(res["scores"], direct, atol=1e-5)
     m = res["metrics"]
     assert m["n"] == 24 and 0 <= m["accuracy"] <= 1 and m["auc"] is not None
@@ -364,8 +368,8 @@ def test_smollm2_loads_from_cache(smollm2):
 
 @pytest.mark.slow
 def test_smollm2_zero_shot_rt(smollm2):
-    splits = T.load_splits(TaskConfig(name="rt", test_examples=200), 0)
-    res = M.evaluate(smollm2.model, splits.test, T.get("rt"), smollm2.tokenizer, 64, batch_size=16)
+    splits = sampling.load_splits(TaskConfig(name="rt", test_examples=200), 0)
+    res = M.evaluate(smollm2.model, splits.test, tasks.get("rt"), smollm2.tokenizer, 64, batch_size=16)
     m = res["metrics"]
     assert 0.45 <= m["accuracy"] <= 0.60, m  # the SeedFlood paper reports 52% zero-shot on SST-2
     assert m["pred_frac"][1] > 0.85, m  # it answers "great" almost always

@@ -58,7 +58,9 @@ from seedflood.core import rng
 from seedflood.core.config import ModelConfig
 from seedflood.core.replay import tensors_hash
 from seedflood.ml import scoring
-from seedflood.ml.tasks import Batch, Example, TaskSpec, encode
+from seedflood.ml.datafiles import Example
+from seedflood.ml.encoding import Batch, encode
+from seedflood.ml.tasks import TaskSpec
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

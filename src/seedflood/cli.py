@@ -25,7 +25,7 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
     from seedflood.core.directions import DirectionError
     from seedflood.core.topology import TopologyError
     from seedflood.ml.datafiles import TaskError
-    from seedflood.ml.model import ModelError
+    from seedflood.ml.sources import ModelError
     from seedflood.roles.train import RunError
     from seedflood.rundir.checkpoint import CheckpointError
 

@@ -10,12 +10,12 @@ import pytest
 
 from seedflood.core.config import TaskConfig
 from seedflood.ml import datafiles, encoding, sampling, tasks
-from seedflood.ml.model import _tiny_tokenizer
+from seedflood.ml.sources import tiny_tokenizer
 
 
 @pytest.fixture(scope="module")
 def tok():
-    return _tiny_tokenizer()
+    return tiny_tokenizer()
 
 
 def small(name: str = "synthetic", **kw) -> TaskConfig:

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from seedflood.core.config import ModelConfig, TaskConfig
-from seedflood.ml import datafiles, encoding, sampling, tasks
+from seedflood.ml import datafiles, encoding, objective, sampling, sources, tasks
 from seedflood.ml import model as M
 
 # (task, one row in the hub's columns, the verbalized text of every candidate in label order)
@@ -110,7 +110,7 @@ FIXTURES = [
 
 @pytest.fixture(scope="module")
 def tok():
-    return M._tiny_tokenizer()
+    return sources.tiny_tokenizer()
 
 
 def load_row(tmp_path, name: str, row: dict) -> datafiles.Example:
@@ -228,5 +228,5 @@ def test_copa_scores_match_a_naive_reference():
             {"premise": "He ran.", "choice1": "He was late.", "choice2": "He was very tired.", "question": "cause"}, 1
         ),
     ]
-    scores = M.candidate_scores(tiny.model, encoding.encode(rows, tasks.get("copa"), tiny.tokenizer, 64))
+    scores = objective.candidate_scores(tiny.model, encoding.encode(rows, tasks.get("copa"), tiny.tokenizer, 64))
     torch.testing.assert_close(scores, naive_copa_scores(tiny.model, tiny.tokenizer, rows), atol=1e-5, rtol=0)

@@ -10,7 +10,7 @@ import pytest
 from seedflood.core import config
 from seedflood.core.config import ConfigError, TaskConfig
 from seedflood.ml import datafiles, encoding, sampling, tasks
-from seedflood.ml.model import _tiny_tokenizer
+from seedflood.ml.sources import tiny_tokenizer
 
 ROWS = [  # (review, title, stars); stars "pos"/"NEG" in mixed case on purpose
     ("Loved every minute", "Great", "pos"),
@@ -49,7 +49,7 @@ def rendered(cfg: TaskConfig, examples) -> list[tuple[str, int]]:
 
 @pytest.fixture(scope="module")
 def tok():
-    return _tiny_tokenizer()
+    return tiny_tokenizer()
 
 
 def test_jsonl_round_trip(tmp_path, tok):

@@ -1,7 +1,8 @@
 """What one process trains or scores: a config turned into model, direction, data and loss.
 
-Owns: composing the adapters (model.py, tasks.py, sampling.py, encoding.py) with the core (directions.py) for a role:
-a client's loss on its batch of a step, and the evaluator's scoring of the consensus model.
+Owns: composing the adapters (model.py, objective.py, tasks.py, sampling.py, encoding.py) with the
+core (directions.py) for a role: a client's loss on its batch of a step, and the evaluator's
+scoring of the consensus model.
 Roles receive a Workload; tests can build one around any model and loss.
 
 Assumes: every process of a run builds its Workload from the same config, so base weights,
@@ -18,7 +19,7 @@ from typing import Any
 from seedflood.core import directions, protocol
 from seedflood.core.config import Config
 from seedflood.core.directions import Direction
-from seedflood.ml import encoding, host, model, sampling, tasks
+from seedflood.ml import encoding, host, model, objective, sampling, tasks
 from seedflood.ml.datafiles import Example, TaskError
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ class Workload:
 
     def loss(self, client: int, step: int) -> float:
         """L(θ) on the client's batch of `step`, under whatever perturbation context is active."""
-        return float(model.loss(self.model, self.batch(client, step)))
+        return float(objective.loss(self.model, self.batch(client, step)))
 
     def scores(self) -> dict[str, Any]:
         """The current model's dev and test scores as the fields of a metrics line (the evaluator's
@@ -111,7 +112,7 @@ class Workload:
         if limit:
             examples = examples[:limit]
         with self.direction.current():
-            return model.evaluate(
+            return objective.evaluate(
                 self.model,
                 examples,
                 self.spec,

@@ -27,7 +27,7 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
     from seedflood.ml.datafiles import TaskError
     from seedflood.ml.sources import ModelError
     from seedflood.roles.train import RunError
-    from seedflood.rundir.checkpoint import CheckpointError
+    from seedflood.rundir.layout import CheckpointError
 
     return (ConfigError, TopologyError, TaskError, ModelError, WorldError, CheckpointError, DirectionError, RunError)
 
@@ -184,15 +184,15 @@ def _rebuild(run_dir: Path, steps: int | None):
     config.yaml must match the log header; every record passes the wire's validation)."""
     from seedflood.core.replay import Applier
     from seedflood.ml.workload import Workload
-    from seedflood.rundir import checkpoint as ckpt
     from seedflood.rundir import resume as rundir
+    from seedflood.rundir.layout import CheckpointError
 
     cfg, proto = rundir.recorded(run_dir)
     w = Workload.build(cfg)
     records = rundir.recorded_steps(run_dir, cfg, proto, w.train_digest(), w.loaded.base_hash)
     if steps is not None:
         if not 0 <= steps <= len(records):
-            raise ckpt.CheckpointError(f"--step {steps} is outside 0..{len(records)} (steps in the log)")
+            raise CheckpointError(f"--step {steps} is outside 0..{len(records)} (steps in the log)")
         records = records[:steps]
     Applier(w.direction, proto).apply_all(records)
     return cfg, w, len(records)
@@ -202,7 +202,7 @@ def _writable_dir(path: Path) -> None:
     """Raise CheckpointError unless `path` can be created (or is a directory we can write)."""
     import os
 
-    from seedflood.rundir.checkpoint import CheckpointError
+    from seedflood.rundir.layout import CheckpointError
 
     p = path.resolve()
     existing = next(a for a in (p, *p.parents) if a.exists())
@@ -232,8 +232,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     log record, every checkpoint's checksum. Exit 2 naming the first problem."""
     from seedflood.ml import sampling
     from seedflood.ml.workload import train_digest
-    from seedflood.rundir import checkpoint as ckpt
+    from seedflood.rundir import checkpoints as ckpt
     from seedflood.rundir import resume as rundir
+    from seedflood.rundir.layout import CheckpointError
 
     run_dir = Path(args.run_dir)
     cfg, proto = rundir.recorded(run_dir)
@@ -242,7 +243,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     bad = [why for c in found if (why := ckpt.verify(c))]
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise ckpt.CheckpointError(bad[0] + more)
+        raise CheckpointError(bad[0] + more)
     print(json.dumps({"ok": True, "steps": len(records), "checkpoints": [c.name for c in found]}))
     return 0
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from seedflood.rundir.checkpoint import LOG_MAGIC
+from seedflood.rundir.logheader import LOG_MAGIC
 from seedflood.core.transport import HEADER
 
 pytestmark = pytest.mark.dist

@@ -1,4 +1,4 @@
-"""checkpoint.py: torn tail vs corruption in the message log, the check hook, the settings
+"""rundir log and checkpoint modules: torn tail vs corruption in the message log, the check hook, the settings
 fingerprint, durability, and checkpoint integrity (sha256, fallback, prune, atomic_dir).
 
 Every test works on a few hundred bytes under tmp_path and runs in milliseconds.
@@ -20,8 +20,11 @@ import torch
 
 from seedflood.core import message, rng
 from seedflood.core.message import Limits, Message
-from seedflood.rundir import checkpoint as ckpt
-from seedflood.rundir.checkpoint import CheckpointError, LogReader, LogWriter
+from seedflood.rundir import checkpoints as ckpt
+from seedflood.rundir.atomic import atomic_dir, atomic_write_text
+from seedflood.rundir.layout import CheckpointError
+from seedflood.rundir.logfile import LogReader, LogWriter
+from seedflood.rundir.logheader import LOG_MAGIC, LOG_MAGIC_V1, header_mismatch, read_header, read_header_at
 
 N = 3  # messages per step
 TRAJ = {"run.seed": 0, "zo.lr": 10.0, "zo.eps": 1e-3, "n_clients": N, "delay": 0}
@@ -67,7 +70,7 @@ def start_log(path: Path, fmt: Fmt, head: dict | None = None) -> None:
         LogWriter(path, head or header()).close()
         return
     body = json.dumps(head or header(), sort_keys=True).encode()
-    path.write_bytes(ckpt.LOG_MAGIC_V1 + len(body).to_bytes(4, "little") + body)
+    path.write_bytes(LOG_MAGIC_V1 + len(body).to_bytes(4, "little") + body)
 
 
 def write_log(path: Path, steps: int, fmt: Fmt = V2) -> int:
@@ -123,7 +126,7 @@ def test_round_trip_and_header(tmp_path: Path, fmt: Fmt) -> None:
     reader = LogReader(p)
     head, records = reader.read(check=limits_check)
     assert head == json.loads(json.dumps(header()))
-    assert ckpt.read_header(p) == head
+    assert read_header(p) == head
     assert records == [(s, msgs(s)) for s in range(5)]
     assert reader.torn == 0
 
@@ -333,16 +336,16 @@ def test_header_mismatch_names_exactly_the_differing_keys() -> None:
         "trajectory": {"a": 1, "b": 5, "d": 4, "t": (1, 2), "f": 10.0, "s": "ring:4"},
         "config": {"x": 1},
     }
-    assert ckpt.header_mismatch(old, new) == [
+    assert header_mismatch(old, new) == [
         'base_hash ("abc" -> "def")',
         "b (2 -> 5)",
         "c (3 -> absent)",
         "d (absent -> 4)",
     ]
-    assert ckpt.header_mismatch(old, old) == []
-    assert ckpt.header_mismatch({**old, "config": 1}, {**old, "config": 2}) == []
+    assert header_mismatch(old, old) == []
+    assert header_mismatch({**old, "config": 1}, {**old, "config": 2}) == []
     legacy = {"run_seed": 0, "n_clients": 3, "base_hash": "def"}
-    assert ckpt.header_mismatch(legacy, new) == [
+    assert header_mismatch(legacy, new) == [
         "trajectory (absent -> present: the log was written by an older SeedFlood)",
     ]
 
@@ -353,7 +356,7 @@ V1_FIXTURE = Path(__file__).parent / "data" / "log_v1.bin"  # written by the v1 
 
 def test_a_committed_v1_log_and_the_same_runs_v2_log_hold_the_same_messages(tmp_path: Path) -> None:
     head, records = LogReader(V1_FIXTURE).read()
-    assert V1_FIXTURE.read_bytes().startswith(ckpt.LOG_MAGIC_V1)
+    assert V1_FIXTURE.read_bytes().startswith(LOG_MAGIC_V1)
     assert [s for s, _ in records] == [0, 1, 2, 3] and all(len(ms) == 6 for _, ms in records)  # N = 3, K = 2
     run_seed = head["trajectory"]["run.seed"]
     assert all(m.seed == rng.derive(run_seed, m.origin, m.step, m.k) for _, ms in records for m in ms)
@@ -363,13 +366,13 @@ def test_a_committed_v1_log_and_the_same_runs_v2_log_hold_the_same_messages(tmp_
     for s, ms in records:
         w.append(s, ms)
     w.close()
-    assert p.read_bytes().startswith(ckpt.LOG_MAGIC)
+    assert p.read_bytes().startswith(LOG_MAGIC)
     assert LogReader(p).read() == (head, records)
     assert p.stat().st_size < V1_FIXTURE.stat().st_size
     # Resuming the v1 log keeps it v1 (one frame version per log) and byte-identical.
     q = tmp_path / "v1.bin"
     data = V1_FIXTURE.read_bytes()
-    q.write_bytes(data[: ckpt._read_header(io.BytesIO(data), q)[1]])
+    q.write_bytes(data[: read_header_at(io.BytesIO(data), q)[1]])
     w = LogWriter(q, head)
     assert w.version == 1
     for s, ms in records:
@@ -445,9 +448,9 @@ def test_creating_a_log_leaves_no_temp_file(tmp_path: Path, fmt: Fmt) -> None:
 # -- checkpoints ---------------------------------------------------------------------------------
 def make_ckpt(run: Path, step: int) -> Path:
     d = ckpt.checkpoint_dir(run, step)
-    with ckpt.atomic_dir(d) as tmp:
+    with atomic_dir(d) as tmp:
         sha = ckpt.save_state(tmp / "state.pt", {"w": torch.arange(64, dtype=torch.float32) + step})
-        ckpt.atomic_write_text(tmp / "meta.json", json.dumps({"step": step, "state_sha256": sha}))
+        atomic_write_text(tmp / "meta.json", json.dumps({"step": step, "state_sha256": sha}))
     return d
 
 
@@ -527,14 +530,14 @@ def test_prune_keeps_the_newest_and_the_latest_target(tmp_path: Path) -> None:
 def test_atomic_dir_leaves_no_trace_when_the_body_raises(tmp_path: Path) -> None:
     target = tmp_path / "step_000001"
     with pytest.raises(RuntimeError):
-        with ckpt.atomic_dir(target) as tmp:
+        with atomic_dir(target) as tmp:
             (tmp / "state.pt").write_bytes(b"half")
             raise RuntimeError("boom")
     assert list(tmp_path.iterdir()) == []
     make_ckpt(tmp_path, 1)
     before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     with pytest.raises(RuntimeError):
-        with ckpt.atomic_dir(ckpt.checkpoint_dir(tmp_path, 1)) as tmp:
+        with atomic_dir(ckpt.checkpoint_dir(tmp_path, 1)) as tmp:
             (tmp / "meta.json").write_text("{}")
             raise RuntimeError("boom")
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before

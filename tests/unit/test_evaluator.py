@@ -28,7 +28,8 @@ from seedflood.core.transport import EOS, Inbox
 from seedflood.ml.workload import Workload
 from seedflood.roles.evaluator import Evaluator, EvaluatorError, restore
 from seedflood.roles.simulation import simulate
-from seedflood.rundir import checkpoint as ckpt
+from seedflood.rundir.logfile import LogReader
+from seedflood.rundir.logheader import LOG_MAGIC
 from seedflood.rundir.resume import log_header
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,7 +100,7 @@ def test_run_directory_layout(finished):
     assert meta["param_hash"] == want and len(meta["state_sha256"]) == 64
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [0, 3, 6]
-    header, logged = ckpt.LogReader(out / "log.bin").read()
+    header, logged = LogReader(out / "log.bin").read()
     assert logged == records and header["trajectory"]["zo.lr"] == 1.0
 
 
@@ -130,8 +131,8 @@ def test_edited_config_yaml_is_refused_by_replay(run_dir, capsys):
 def record_offsets(path: Path) -> list[tuple[int, int]]:
     """(offset, step) of each record in a log."""
     data = path.read_bytes()
-    (n,) = struct.unpack_from("<I", data, len(ckpt.LOG_MAGIC))
-    off, out = len(ckpt.LOG_MAGIC) + 4 + n, []
+    (n,) = struct.unpack_from("<I", data, len(LOG_MAGIC))
+    off, out = len(LOG_MAGIC) + 4 + n, []
     while off < len(data):
         step, length = struct.unpack_from("<II", data, off)
         out.append((off, step))

@@ -608,7 +608,8 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
     from seedflood.core.protocol import Protocol
     from seedflood.core.replay import Applier, state_hash
     from seedflood.ml import model as M
-    from seedflood.rundir import checkpoint as ckpt
+    from seedflood.rundir import checkpoints as ckpt
+    from seedflood.rundir.logfile import LogReader, LogWriter
 
     steps, clients = (125, 16) if opts.quick else (6250, 16)
     repeats = opts.repeats("catchup")
@@ -629,7 +630,7 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
     rows, results = [], []
     with tempfile.TemporaryDirectory(prefix="seedflood-bench-") as tmp:
         log_path = Path(tmp) / "log.bin"
-        writer = ckpt.LogWriter(
+        writer = LogWriter(
             log_path,
             {
                 "base_identity": loaded.identity,
@@ -648,7 +649,7 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
             def replay() -> tuple[dict[str, float], Any]:
                 reset()
                 w0, c0 = _now()
-                _, records = ckpt.LogReader(log_path).read()
+                _, records = LogReader(log_path).read()
                 t1 = time.perf_counter()
                 d = directions.build(loaded.model, vcfg.zo, vcfg.subspace, vcfg.run.seed)
                 d.basis(0)  # a fresh client generates the epoch's basis: part of catching up
@@ -876,7 +877,7 @@ def fig_tradeoff(opts: Options) -> dict[str, Any]:
     from seedflood.core.directions import SubCGE
     from seedflood.core.protocol import Protocol
     from seedflood.core.replay import Applier
-    from seedflood.rundir import checkpoint as ckpt
+    from seedflood.rundir.logfile import LogReader, LogWriter
 
     ranks = (8, 32) if opts.quick else (8, 16, 32, 64)
     cadences = (1, 10, 100, 1000)
@@ -908,11 +909,11 @@ def fig_tradeoff(opts: Options) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="seedflood-bench-") as tmp:
         log_path = Path(tmp) / "log.bin"
         header = {"base_identity": "bench", "base_hash": "", "trajectory": {"run.seed": seed}, "config": {}}
-        writer = ckpt.LogWriter(log_path, header)
+        writer = LogWriter(log_path, header)
         for s in range(short):
             writer.append(s, _messages(s, clients, seed, 11))
         writer.close()
-        read = best(lambda: ckpt.LogReader(log_path).read()) / (short * clients)  # per message
+        read = best(lambda: LogReader(log_path).read()) / (short * clients)  # per message
         proto = Protocol.of(w.cfg, 1)
         for r in ranks:
             sub = SubCGE(model, names, seed, SubspaceConfig(rank=r, refresh=refresh, merge_every=refresh))
@@ -984,7 +985,7 @@ def fig_tradeoff(opts: Options) -> dict[str, Any]:
                 rd = SubCGE(model, names, seed, SubspaceConfig(rank=r, refresh=refresh, merge_every=m))
                 rd.basis(0)
                 c0 = time.process_time()
-                recs = ckpt.LogReader(log_path).read()[1]
+                recs = LogReader(log_path).read()[1]
                 Applier(rd, proto).apply_all(recs)
                 measured = time.process_time() - c0
                 reset()

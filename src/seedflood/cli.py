@@ -235,6 +235,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from seedflood.rundir import checkpoints as ckpt
     from seedflood.rundir import resume as rundir
     from seedflood.rundir.layout import CheckpointError
+    from seedflood.rundir.logheader import header_checked
 
     run_dir = Path(args.run_dir)
     cfg, proto = rundir.recorded(run_dir)
@@ -244,6 +245,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise CheckpointError(bad[0] + more)
+    if not header_checked(run_dir / "log.bin"):
+        print(
+            "seedflood: note: log.bin predates log header checksums (a legacy log): its header is read unchecked",
+            file=sys.stderr,
+        )
     print(json.dumps({"ok": True, "steps": len(records), "checkpoints": [c.name for c in found]}))
     return 0
 

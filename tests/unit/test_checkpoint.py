@@ -12,6 +12,8 @@ import json
 import math
 import os
 import re
+import struct
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +26,15 @@ from seedflood.rundir import checkpoints as ckpt
 from seedflood.rundir.atomic import atomic_dir, atomic_write_text
 from seedflood.rundir.layout import CheckpointError
 from seedflood.rundir.logfile import LogReader, LogWriter
-from seedflood.rundir.logheader import LOG_MAGIC, LOG_MAGIC_V1, header_mismatch, read_header, read_header_at
+from seedflood.rundir.logheader import (
+    LOG_MAGIC,
+    LOG_MAGIC_V1,
+    LOG_MAGIC_V2,
+    header_checked,
+    header_mismatch,
+    read_header,
+    read_header_at,
+)
 
 N = 3  # messages per step
 TRAJ = {"run.seed": 0, "zo.lr": 10.0, "zo.eps": 1e-3, "n_clients": N, "delay": 0}
@@ -379,6 +389,60 @@ def test_a_committed_v1_log_and_the_same_runs_v2_log_hold_the_same_messages(tmp_
         w.append(s, ms)
     w.close()
     assert q.read_bytes() == data
+
+
+def as_legacy_v2(data: bytes) -> bytes:
+    """A v3 log rewritten as a log from before the header CRC: magic 2, no CRC, same records."""
+    (n,) = struct.unpack_from("<I", data, len(LOG_MAGIC))
+    head_end = len(LOG_MAGIC) + 4 + n
+    return LOG_MAGIC_V2 + data[len(LOG_MAGIC) : head_end] + data[head_end + 4 :]
+
+
+def test_a_new_log_header_carries_its_own_crc(tmp_path: Path) -> None:
+    p = tmp_path / "log.bin"
+    write_log(p, 2)
+    data = p.read_bytes()
+    (n,) = struct.unpack_from("<I", data, len(LOG_MAGIC))
+    sized = data[len(LOG_MAGIC) : len(LOG_MAGIC) + 4 + n]
+    assert data.startswith(LOG_MAGIC) and LOG_MAGIC == b"SEEDFLOOD-LOG 3\n"
+    assert struct.unpack_from("<I", data, len(LOG_MAGIC) + 4 + n)[0] == zlib.crc32(sized)
+    assert header_checked(p) and read_header(p) == header()
+
+
+@pytest.mark.parametrize("where", ['"config": {', '"trajectory": {'], ids=["config-snapshot", "fingerprint"])
+def test_a_flipped_bit_in_the_header_is_a_corrupt_log_header(tmp_path: Path, where: str) -> None:
+    p = tmp_path / "log.bin"
+    write_log(p, 2)
+    data = p.read_bytes()
+    at = data.index(where.encode()) + len(where) + 1  # a letter of the object's first key: JSON stays valid
+    p.write_bytes(flipped(data, at, 0))
+    for read in (read_header, lambda path: LogReader(path).read(), lambda path: LogWriter(path, header())):
+        with pytest.raises(CheckpointError, match=r"log\.bin: the log header is corrupt \(checksum mismatch\)"):
+            read(p)
+    assert p.read_bytes() == flipped(data, at, 0)  # the writer refused before changing a byte
+
+
+def test_a_header_cut_before_its_crc_is_truncated(tmp_path: Path) -> None:
+    p = tmp_path / "log.bin"
+    write_log(p, 0)
+    p.write_bytes(p.read_bytes()[:-2])
+    with pytest.raises(CheckpointError, match="truncated log header"):
+        read_header(p)
+
+
+def test_a_log_from_before_the_header_crc_is_read_and_resumed_as_legacy(tmp_path: Path) -> None:
+    """Decision (docs/design.md §5): magic-2 logs are accepted, header unchecked, format kept."""
+    p = tmp_path / "log.bin"
+    write_log(p, 3)
+    want = LogReader(p).read()
+    q = tmp_path / "legacy.bin"
+    q.write_bytes(as_legacy_v2(p.read_bytes()))
+    assert not header_checked(q) and LogReader(q).read() == want
+    w = LogWriter(q, header())
+    assert w.version == 2 and w.next_step == 3
+    w.append(3, msgs(3))
+    w.close()
+    assert q.read_bytes().startswith(LOG_MAGIC_V2) and [s for s, _ in LogReader(q).read()[1]] == [0, 1, 2, 3]
 
 
 def test_a_new_log_without_a_run_seed_is_refused_before_writing(tmp_path: Path) -> None:

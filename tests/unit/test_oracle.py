@@ -87,7 +87,7 @@ def _rewrite(log: Path, out: Path, edit) -> None:
     data = log.read_bytes()
     seed_of = functools.partial(rng.derive, read_header(log)["trajectory"]["run.seed"])
     (n,) = struct.unpack_from("<I", data, len(LOG_MAGIC))
-    pos = len(LOG_MAGIC) + 4 + n
+    pos = len(LOG_MAGIC) + 4 + n + 4  # magic, u32 n, JSON header, u32 header CRC
     parts = [data[:pos]]
     while pos < len(data):
         step, length = struct.unpack_from("<II", data, pos)

@@ -201,7 +201,7 @@ def log_parts(path: Path) -> tuple[dict, bytes]:
     (n,) = struct.unpack_from("<I", data, at)
     header = json.loads(data[at + 4 : at + 4 + n])
     del header["config"]["run"]["out_dir"]
-    return header, data[at + 4 + n :]
+    return header, data[at + 4 + n + 4 :]  # after the header's u32 CRC
 
 
 @pytest.fixture(scope="module")

@@ -1,15 +1,20 @@
 """The message log's header: magic line, settings fingerprint, frame version, seed derivation.
 
 Owns the start of a log.bin (all integers little-endian):
-  b"SEEDFLOOD-LOG 2\\n", u32 n, n bytes of JSON header ("base_identity", "base_hash",
+  b"SEEDFLOOD-LOG 3\\n", u32 n, n bytes of JSON header ("base_identity", "base_hash",
   "trajectory": a flat {dotted key: value} of every setting that shapes the training trajectory,
-  "config": the full config, informational), written once by temp-then-rename (`encode_header`).
+  "config": the full config, informational), u32 crc32 of (u32 n + the n bytes); written once
+  by temp-then-rename (`encode_header`). A header failing its CRC raises CheckpointError naming
+  log.bin's header, before any of its settings is compared with config.yaml.
   The log is self-describing: v2 frames carry no seeds, and the reader derives each one as
   rng.derive(trajectory["run.seed"], origin, step, k), so a v2 log header must hold an integer
   "run.seed" in its trajectory (the writer refuses to create one without it; `LogFormat`).
   Logs with the magic b"SEEDFLOOD-LOG 1\\n" hold v1 frames (16-byte header, 24-byte messages with
   their seeds) and stay readable; one log holds one frame version, the one its magic names, so a
-  writer resuming a v1 log keeps appending v1 frames.
+  writer resuming a v1 log keeps appending v1 frames. Logs with the magic b"SEEDFLOOD-LOG 2\\n"
+  (v2 frames) were written before the header had a CRC: they are read as legacy, their header
+  unchecked (`header_checked` says so; `seedflood check` notes it), and a resumed one keeps its
+  format, as a v1 log does.
 Also `header_mismatch`: the log header's settings fingerprint against a resuming run's.
 
 Assumes: the records after the header are logrecords.py's.
@@ -20,6 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import struct
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -27,11 +33,13 @@ from typing import IO, Any
 from seedflood.core import message
 from seedflood.rundir.layout import CheckpointError
 
-LOG_MAGIC = b"SEEDFLOOD-LOG 2\n"
-"""What new logs begin with: their records hold message.py v2 frames."""
+LOG_MAGIC = b"SEEDFLOOD-LOG 3\n"
+"""What new logs begin with: a header with its own CRC; records hold message.py v2 frames."""
+LOG_MAGIC_V2 = b"SEEDFLOOD-LOG 2\n"
+"""Logs written before the header CRC (legacy): v2 frames, header read unchecked."""
 LOG_MAGIC_V1 = b"SEEDFLOOD-LOG 1\n"
-"""Logs written before frame v2: their records hold v1 frames (read and appended to as v1)."""
-_FRAME_VERSION = {LOG_MAGIC: message.VERSION_2, LOG_MAGIC_V1: message.VERSION_1}
+"""Logs written before frame v2 (legacy): v1 frames (read and appended to as v1), header unchecked."""
+_FRAME_VERSION = {LOG_MAGIC: message.VERSION_2, LOG_MAGIC_V2: message.VERSION_2, LOG_MAGIC_V1: message.VERSION_1}
 _U32 = struct.Struct("<I")
 
 
@@ -78,13 +86,21 @@ def read_header_at(f: IO[bytes], path: Path) -> tuple[dict[str, Any], int, int]:
     body = f.read(n)
     if len(body) < n:
         raise CheckpointError(f"{path}: truncated log header ({len(body)} of {n} bytes)")
+    end = len(magic) + 4 + n
+    if magic == LOG_MAGIC:  # legacy magics have no header CRC
+        crc = f.read(4)
+        if len(crc) < 4:
+            raise CheckpointError(f"{path}: truncated log header (no checksum)")
+        if _U32.unpack(crc)[0] != zlib.crc32(raw + body):
+            raise CheckpointError(f"{path}: the log header is corrupt (checksum mismatch)")
+        end += 4
     try:
         header = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         raise CheckpointError(f"{path}: log header is not valid JSON") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: log header is not a JSON object")
-    return header, len(magic) + 4 + n, _FRAME_VERSION[magic]
+    return header, end, _FRAME_VERSION[magic]
 
 
 def read_header(path: Path) -> dict[str, Any]:
@@ -93,6 +109,12 @@ def read_header(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"message log {path} does not exist")
     with open(path, "rb") as f:
         return read_header_at(f, path)[0]
+
+
+def header_checked(path: Path) -> bool:
+    """Whether the log at `path` carries a header CRC (False: a legacy log, read unchecked)."""
+    with open(path, "rb") as f:
+        return f.read(len(LOG_MAGIC)) == LOG_MAGIC
 
 
 _ABSENT = object()
@@ -134,6 +156,8 @@ def header_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def encode_header(header: dict[str, Any]) -> bytes:
-    """The bytes a new log begins with: magic, u32 length, the JSON header (sorted keys)."""
+    """The bytes a new log begins with: magic, u32 length, the JSON header (sorted keys), u32 crc32
+    of the length and the JSON."""
     body = json.dumps(header, sort_keys=True).encode()
-    return LOG_MAGIC + _U32.pack(len(body)) + body
+    sized = _U32.pack(len(body)) + body
+    return LOG_MAGIC + sized + _U32.pack(zlib.crc32(sized))

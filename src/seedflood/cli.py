@@ -58,11 +58,12 @@ def _preflight(cfg, full: bool = True) -> int:
     directory a resume would continue (settings, log integrity, checkpoints), so a bad run stops
     here, before any process starts and before anything is written.
     """
-    from seedflood.core import directions, protocol, topology
+    from seedflood.core import config, directions, protocol, topology
     from seedflood.ml import model, sampling, tasks
     from seedflood.ml.workload import train_digest
     from seedflood.rundir import resume as rundir
 
+    config.check_run(cfg)
     top = rundir.topology_of(cfg)
     proto = protocol.Protocol.of(cfg, top.diameter)
     tasks.get(cfg.task)

@@ -5,7 +5,8 @@ log format and update rule, computed without the code paths under test: no Clien
 Applier, Protocol (its lr schedule and coefficient), checkpoint reader, codec or transport. The
 log is parsed here with `struct` from its documented layout (all little-endian):
 
-  b"SEEDFLOOD-LOG 1\\n", u32 n, n bytes of JSON header; then per step a record
+  b"SEEDFLOOD-LOG 1\\n", u32 n, n bytes of JSON header (b"SEEDFLOOD-LOG 3\\n": then a u32 crc32 of
+  u32 n + the JSON); then per step a record
   u32 step, u32 frame length, frame = 16-byte header (magic b"SFLD", u16 version = 1,
   u16 record size = 24, u32 count, u32 crc32 of the records) + count records `<IIQfHH`
   (origin, step, seed, scalar as float32, k, reserved = 0).
@@ -47,6 +48,7 @@ from seedflood.ml import model as sf_model
 
 LOG_MAGIC = b"SEEDFLOOD-LOG 1\n"
 LOG_MAGIC_2 = b"SEEDFLOOD-LOG 2\n"
+LOG_MAGIC_3 = b"SEEDFLOOD-LOG 3\n"  # v2 frames, and a u32 crc32 of (u32 n + JSON) after the header
 FRAME_MAGIC_2 = b"SF"
 WIDTH = (0, 1, 2, 4)  # v2 layout codes -> bytes
 UINT = {0: "", 1: "B", 2: "H", 4: "I"}
@@ -74,9 +76,9 @@ class LoggedMessage:
 def read_log(path: str | Path) -> tuple[dict, list[tuple[int, list[LoggedMessage]]]]:
     """The JSON header and every step record, strictly checked, in file order."""
     data = Path(path).read_bytes()
-    if not data.startswith((LOG_MAGIC, LOG_MAGIC_2)):
+    if not data.startswith((LOG_MAGIC, LOG_MAGIC_2, LOG_MAGIC_3)):
         raise OracleError(f"{path}: bad log magic")
-    v2 = data.startswith(LOG_MAGIC_2)
+    v2 = data.startswith((LOG_MAGIC_2, LOG_MAGIC_3))
     pos = len(LOG_MAGIC)
     if len(data) < pos + 4:
         raise OracleError(f"{path}: truncated header length")
@@ -86,6 +88,10 @@ def read_log(path: str | Path) -> tuple[dict, list[tuple[int, list[LoggedMessage
         raise OracleError(f"{path}: truncated JSON header")
     header = json.loads(data[pos : pos + n])
     pos += n
+    if data.startswith(LOG_MAGIC_3):
+        if len(data) < pos + 4 or U32.unpack_from(data, pos)[0] != zlib.crc32(data[pos - n - 4 : pos]):
+            raise OracleError(f"{path}: bad header CRC")
+        pos += 4
     steps: list[tuple[int, list[LoggedMessage]]] = []
     while pos < len(data):
         if len(data) < pos + STEP_RECORD.size:

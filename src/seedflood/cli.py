@@ -24,10 +24,10 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
     from seedflood.core.config import ConfigError
     from seedflood.core.directions import DirectionError
     from seedflood.core.graph import TopologyError
-    from seedflood.ml.model import ModelError
-    from seedflood.ml.tasks import TaskError
+    from seedflood.ml.datafiles import TaskError
+    from seedflood.ml.sources import ModelError
     from seedflood.roles.train import RunError
-    from seedflood.rundir.checkpoint import CheckpointError
+    from seedflood.rundir.layout import CheckpointError
 
     return (ConfigError, TopologyError, TaskError, ModelError, WorldError, CheckpointError, DirectionError, RunError)
 
@@ -58,19 +58,20 @@ def _preflight(cfg, full: bool = True) -> int:
     directory a resume would continue (settings, log integrity, checkpoints), so a bad run stops
     here, before any process starts and before anything is written.
     """
-    from seedflood.core import directions, protocol, topology
-    from seedflood.ml import model, tasks
+    from seedflood.core import config, directions, protocol, topology
+    from seedflood.ml import model, sampling, tasks
     from seedflood.ml.workload import train_digest
     from seedflood.rundir import resume as rundir
 
+    config.check_run(cfg)
     top = rundir.topology_of(cfg)
     proto = protocol.Protocol.of(cfg, top.diameter)
     tasks.get(cfg.task)
     model.check_source(cfg.model)
     directions.check_precision(cfg.zo, cfg.model.dtype)
     if full:
-        splits = tasks.check(cfg.task, cfg.run.seed, top.n)
-        trajectory = protocol.trajectory(cfg, proto, train_digest(splits))
+        train = sampling.check(cfg.task, cfg.run.seed, top.n)
+        trajectory = protocol.trajectory(cfg, proto, train_digest(train))
         records = rundir.resume_records(cfg, proto, trajectory)
         for note in rundir.checkpoint_notes(cfg, len(records)):
             print(
@@ -184,15 +185,15 @@ def _rebuild(run_dir: Path, steps: int | None):
     config.yaml must match the log header; every record passes the wire's validation)."""
     from seedflood.core.replay import Applier
     from seedflood.ml.workload import Workload
-    from seedflood.rundir import checkpoint as ckpt
     from seedflood.rundir import resume as rundir
+    from seedflood.rundir.layout import CheckpointError
 
     cfg, proto = rundir.recorded(run_dir)
     w = Workload.build(cfg)
     records = rundir.recorded_steps(run_dir, cfg, proto, w.train_digest(), w.loaded.base_hash)
     if steps is not None:
         if not 0 <= steps <= len(records):
-            raise ckpt.CheckpointError(f"--step {steps} is outside 0..{len(records)} (steps in the log)")
+            raise CheckpointError(f"--step {steps} is outside 0..{len(records)} (steps in the log)")
         records = records[:steps]
     Applier(w.direction, proto).apply_all(records)
     return cfg, w, len(records)
@@ -202,7 +203,7 @@ def _writable_dir(path: Path) -> None:
     """Raise CheckpointError unless `path` can be created (or is a directory we can write)."""
     import os
 
-    from seedflood.rundir.checkpoint import CheckpointError
+    from seedflood.rundir.layout import CheckpointError
 
     p = path.resolve()
     existing = next(a for a in (p, *p.parents) if a.exists())
@@ -230,19 +231,26 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Verify a run directory without loading weights: config.yaml against the log header, every
     log record, every checkpoint's checksum. Exit 2 naming the first problem."""
-    from seedflood.ml import tasks
+    from seedflood.ml import sampling
     from seedflood.ml.workload import train_digest
-    from seedflood.rundir import checkpoint as ckpt
+    from seedflood.rundir import checkpoints as ckpt
     from seedflood.rundir import resume as rundir
+    from seedflood.rundir.layout import CheckpointError
+    from seedflood.rundir.logheader import header_checked
 
     run_dir = Path(args.run_dir)
     cfg, proto = rundir.recorded(run_dir)
-    records = rundir.recorded_steps(run_dir, cfg, proto, train_digest(tasks.load_splits(cfg.task, cfg.run.seed)))
+    records = rundir.recorded_steps(run_dir, cfg, proto, train_digest(sampling.load_splits(cfg.task, cfg.run.seed)))
     found = ckpt.checkpoints(run_dir)
     bad = [why for c in found if (why := ckpt.verify(c))]
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise ckpt.CheckpointError(bad[0] + more)
+        raise CheckpointError(bad[0] + more)
+    if not header_checked(run_dir / "log.bin"):
+        print(
+            "seedflood: note: log.bin predates log header checksums (a legacy log): its header is read unchecked",
+            file=sys.stderr,
+        )
     print(json.dumps({"ok": True, "steps": len(records), "checkpoints": [c.name for c in found]}))
     return 0
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from seedflood.rundir.checkpoint import LogReader
+from seedflood.rundir.logfile import LogReader
 from seedflood.core.membership import Change
 
 pytestmark = pytest.mark.dist

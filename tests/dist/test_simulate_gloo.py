@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from seedflood.rundir.checkpoint import LOG_MAGIC
+from seedflood.rundir.logheader import LOG_MAGIC
 from seedflood.core.transport import HEADER
 
 pytestmark = pytest.mark.dist
@@ -108,7 +108,8 @@ def test_simulate_equals_the_launched_run(run_world, procs_ok, tmp_path, case):
     # (the log record minus its u32 step), then the end-of-stream marker
     log = (out / "log.bin").read_bytes()
     magic = len(LOG_MAGIC)
-    records = len(log) - (magic + 4 + int.from_bytes(log[magic : magic + 4], "little"))  # u32 step, u32 len, frame
+    header = magic + 4 + int.from_bytes(log[magic : magic + 4], "little") + 4  # ... JSON, u32 header CRC
+    records = len(log) - header  # u32 step, u32 len, frame
     assert want["bytes_total"] - got["bytes_total"] == records - 4 * 6 + HEADER
     # the same end-of-run summary lines as the launched evaluator prints
     assert sim.stdout.splitlines() == procs[0].stdout.splitlines()

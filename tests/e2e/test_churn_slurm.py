@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 import e2e_support as sup
-from seedflood.rundir.checkpoint import CheckpointError, LogReader
+from seedflood.rundir.layout import CheckpointError
+from seedflood.rundir.logfile import LogReader
 
 pytestmark = pytest.mark.e2e
 CHURN = "launch/slurm/churn.sh"

@@ -26,9 +26,8 @@ from seedflood.core import config, topology
 from seedflood.core.config import ModelConfig, TaskConfig
 from seedflood.core.protocol import Protocol
 from seedflood.core.replay import Applier, state_hash
-from seedflood.ml import batched
+from seedflood.ml import batched, encoding, grouped, objective, sampling, tasks
 from seedflood.ml import model as M
-from seedflood.ml import tasks as T
 from seedflood.ml.workload import Workload
 from seedflood.roles import sharedmodel
 
@@ -54,7 +53,7 @@ def tiny() -> M.Loaded:
     return M.load(ModelConfig(name="tiny"))
 
 
-SINGLE = T.get("synthetic")
+SINGLE = tasks.get("synthetic")
 MULTI = dataclasses.replace(SINGLE, candidates=(" no", " yes!", "?"))  # 3, 5 and 1 tokens
 
 
@@ -63,17 +62,17 @@ MULTI = dataclasses.replace(SINGLE, candidates=(" no", " yes!", "?"))  # 3, 5 an
 def test_grouped_losses_equal_each_batch_alone(tiny, spec, pack, monkeypatch):
     """Groups of different sizes (3..8 examples, so different row counts when rows are short)
     give each batch's own loss; the layout passed to the context is the decoder's input."""
-    monkeypatch.setattr(M, "_PACK_TOKENS", pack)
-    ex = T.load_splits(TaskConfig(name="synthetic", train_examples=40, dev_examples=0, test_examples=0), 0).train
-    batches = [T.encode(ex[i : i + n], spec, tiny.tokenizer, 64) for i, n in [(0, 8), (8, 3), (11, 5), (16, 8)]]
+    monkeypatch.setattr(objective, "_PACK_TOKENS", pack)
+    ex = sampling.load_splits(TaskConfig(name="synthetic", train_examples=40, dev_examples=0, test_examples=0), 0).train
+    batches = [encoding.encode(ex[i : i + n], spec, tiny.tokenizer, 64) for i, n in [(0, 8), (8, 3), (11, 5), (16, 8)]]
     seen = []
 
     def context(layout):
         seen.append(layout)
         return torch.no_grad()
 
-    got = M.grouped_losses(tiny.model, batches, context)
-    want = [float(M.loss(tiny.model, b)) for b in batches]
+    got = grouped.grouped_losses(tiny.model, batches, context)
+    want = [float(objective.loss(tiny.model, b)) for b in batches]
     np.testing.assert_allclose(got, want, rtol=LOSS_RTOL, atol=0)
     (layout,) = seen
     assert layout.groups == 4 and len(layout.row_group()) == sum(layout.rows)

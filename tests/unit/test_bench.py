@@ -163,10 +163,10 @@ def test_catchup_replay_matches_loaded_state(report):
     c = report["figures"]["catchup"]
     assert c["messages"] == c["steps"] * c["clients"]
     assert 0 < c["log_bytes"] < c["state_bytes"]
-    # The log holds its magic line + u32 + JSON header, then per step an 8-byte (step, length)
+    # The log holds its magic line + u32 + JSON header + u32 CRC, then per step an 8-byte (step, length)
     # record header and a v2 frame of 13 + (1 + 4)·clients bytes (origin byte + scalar).
     records = c["steps"] * (8 + FRAME_HEADER + (1 + SCALAR) * c["clients"])
-    header = c["log_bytes"] - len(b"SEEDFLOOD-LOG 2\n") - 4 - records
+    header = c["log_bytes"] - len(b"SEEDFLOOD-LOG 3\n") - 4 - 4 - records
     assert 2 <= header < 65536, header  # at least "{}"
     assert c["size_ratio"] == pytest.approx(c["state_bytes"] / c["log_bytes"], rel=1e-12)
     assert [v["merge_every"] for v in c["variants"]] == [0]  # the default: merge once per epoch

@@ -1,4 +1,4 @@
-"""checkpoint.py: torn tail vs corruption in the message log, the check hook, the settings
+"""rundir log and checkpoint modules: torn tail vs corruption in the message log, the check hook, the settings
 fingerprint, durability, and checkpoint integrity (sha256, fallback, prune, atomic_dir).
 
 Every test works on a few hundred bytes under tmp_path and runs in milliseconds.
@@ -12,6 +12,8 @@ import json
 import math
 import os
 import re
+import struct
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +22,19 @@ import torch
 
 from seedflood.core import message, rng
 from seedflood.core.message import Limits, Message
-from seedflood.rundir import checkpoint as ckpt
-from seedflood.rundir.checkpoint import CheckpointError, LogReader, LogWriter
+from seedflood.rundir import checkpoints as ckpt
+from seedflood.rundir.atomic import atomic_dir, atomic_write_text
+from seedflood.rundir.layout import CheckpointError
+from seedflood.rundir.logfile import LogReader, LogWriter
+from seedflood.rundir.logheader import (
+    LOG_MAGIC,
+    LOG_MAGIC_V1,
+    LOG_MAGIC_V2,
+    header_checked,
+    header_mismatch,
+    read_header,
+    read_header_at,
+)
 
 N = 3  # messages per step
 TRAJ = {"run.seed": 0, "zo.lr": 10.0, "zo.eps": 1e-3, "n_clients": N, "delay": 0}
@@ -67,7 +80,7 @@ def start_log(path: Path, fmt: Fmt, head: dict | None = None) -> None:
         LogWriter(path, head or header()).close()
         return
     body = json.dumps(head or header(), sort_keys=True).encode()
-    path.write_bytes(ckpt.LOG_MAGIC_V1 + len(body).to_bytes(4, "little") + body)
+    path.write_bytes(LOG_MAGIC_V1 + len(body).to_bytes(4, "little") + body)
 
 
 def write_log(path: Path, steps: int, fmt: Fmt = V2) -> int:
@@ -123,7 +136,7 @@ def test_round_trip_and_header(tmp_path: Path, fmt: Fmt) -> None:
     reader = LogReader(p)
     head, records = reader.read(check=limits_check)
     assert head == json.loads(json.dumps(header()))
-    assert ckpt.read_header(p) == head
+    assert read_header(p) == head
     assert records == [(s, msgs(s)) for s in range(5)]
     assert reader.torn == 0
 
@@ -333,16 +346,16 @@ def test_header_mismatch_names_exactly_the_differing_keys() -> None:
         "trajectory": {"a": 1, "b": 5, "d": 4, "t": (1, 2), "f": 10.0, "s": "ring:4"},
         "config": {"x": 1},
     }
-    assert ckpt.header_mismatch(old, new) == [
+    assert header_mismatch(old, new) == [
         'base_hash ("abc" -> "def")',
         "b (2 -> 5)",
         "c (3 -> absent)",
         "d (absent -> 4)",
     ]
-    assert ckpt.header_mismatch(old, old) == []
-    assert ckpt.header_mismatch({**old, "config": 1}, {**old, "config": 2}) == []
+    assert header_mismatch(old, old) == []
+    assert header_mismatch({**old, "config": 1}, {**old, "config": 2}) == []
     legacy = {"run_seed": 0, "n_clients": 3, "base_hash": "def"}
-    assert ckpt.header_mismatch(legacy, new) == [
+    assert header_mismatch(legacy, new) == [
         "trajectory (absent -> present: the log was written by an older SeedFlood)",
     ]
 
@@ -353,7 +366,7 @@ V1_FIXTURE = Path(__file__).parent / "data" / "log_v1.bin"  # written by the v1 
 
 def test_a_committed_v1_log_and_the_same_runs_v2_log_hold_the_same_messages(tmp_path: Path) -> None:
     head, records = LogReader(V1_FIXTURE).read()
-    assert V1_FIXTURE.read_bytes().startswith(ckpt.LOG_MAGIC_V1)
+    assert V1_FIXTURE.read_bytes().startswith(LOG_MAGIC_V1)
     assert [s for s, _ in records] == [0, 1, 2, 3] and all(len(ms) == 6 for _, ms in records)  # N = 3, K = 2
     run_seed = head["trajectory"]["run.seed"]
     assert all(m.seed == rng.derive(run_seed, m.origin, m.step, m.k) for _, ms in records for m in ms)
@@ -363,19 +376,73 @@ def test_a_committed_v1_log_and_the_same_runs_v2_log_hold_the_same_messages(tmp_
     for s, ms in records:
         w.append(s, ms)
     w.close()
-    assert p.read_bytes().startswith(ckpt.LOG_MAGIC)
+    assert p.read_bytes().startswith(LOG_MAGIC)
     assert LogReader(p).read() == (head, records)
     assert p.stat().st_size < V1_FIXTURE.stat().st_size
     # Resuming the v1 log keeps it v1 (one frame version per log) and byte-identical.
     q = tmp_path / "v1.bin"
     data = V1_FIXTURE.read_bytes()
-    q.write_bytes(data[: ckpt._read_header(io.BytesIO(data), q)[1]])
+    q.write_bytes(data[: read_header_at(io.BytesIO(data), q)[1]])
     w = LogWriter(q, head)
     assert w.version == 1
     for s, ms in records:
         w.append(s, ms)
     w.close()
     assert q.read_bytes() == data
+
+
+def as_legacy_v2(data: bytes) -> bytes:
+    """A v3 log rewritten as a log from before the header CRC: magic 2, no CRC, same records."""
+    (n,) = struct.unpack_from("<I", data, len(LOG_MAGIC))
+    head_end = len(LOG_MAGIC) + 4 + n
+    return LOG_MAGIC_V2 + data[len(LOG_MAGIC) : head_end] + data[head_end + 4 :]
+
+
+def test_a_new_log_header_carries_its_own_crc(tmp_path: Path) -> None:
+    p = tmp_path / "log.bin"
+    write_log(p, 2)
+    data = p.read_bytes()
+    (n,) = struct.unpack_from("<I", data, len(LOG_MAGIC))
+    sized = data[len(LOG_MAGIC) : len(LOG_MAGIC) + 4 + n]
+    assert data.startswith(LOG_MAGIC) and LOG_MAGIC == b"SEEDFLOOD-LOG 3\n"
+    assert struct.unpack_from("<I", data, len(LOG_MAGIC) + 4 + n)[0] == zlib.crc32(sized)
+    assert header_checked(p) and read_header(p) == header()
+
+
+@pytest.mark.parametrize("where", ['"config": {', '"trajectory": {'], ids=["config-snapshot", "fingerprint"])
+def test_a_flipped_bit_in_the_header_is_a_corrupt_log_header(tmp_path: Path, where: str) -> None:
+    p = tmp_path / "log.bin"
+    write_log(p, 2)
+    data = p.read_bytes()
+    at = data.index(where.encode()) + len(where) + 1  # a letter of the object's first key: JSON stays valid
+    p.write_bytes(flipped(data, at, 0))
+    for read in (read_header, lambda path: LogReader(path).read(), lambda path: LogWriter(path, header())):
+        with pytest.raises(CheckpointError, match=r"log\.bin: the log header is corrupt \(checksum mismatch\)"):
+            read(p)
+    assert p.read_bytes() == flipped(data, at, 0)  # the writer refused before changing a byte
+
+
+def test_a_header_cut_before_its_crc_is_truncated(tmp_path: Path) -> None:
+    p = tmp_path / "log.bin"
+    write_log(p, 0)
+    p.write_bytes(p.read_bytes()[:-2])
+    with pytest.raises(CheckpointError, match="truncated log header"):
+        read_header(p)
+
+
+def test_a_log_from_before_the_header_crc_is_read_and_resumed_as_legacy(tmp_path: Path) -> None:
+    """Decision (docs/design.md §5): magic-2 logs are accepted, header unchecked, format kept."""
+    p = tmp_path / "log.bin"
+    write_log(p, 3)
+    want = LogReader(p).read()
+    q = tmp_path / "legacy.bin"
+    q.write_bytes(as_legacy_v2(p.read_bytes()))
+    assert not header_checked(q) and LogReader(q).read() == want
+    w = LogWriter(q, header())
+    assert w.version == 2 and w.next_step == 3
+    w.append(3, msgs(3))
+    w.close()
+    assert q.read_bytes().startswith(LOG_MAGIC_V2) and [s for s, _ in LogReader(q).read()[1]] == [0, 1, 2, 3]
 
 
 def test_a_new_log_without_a_run_seed_is_refused_before_writing(tmp_path: Path) -> None:
@@ -445,9 +512,9 @@ def test_creating_a_log_leaves_no_temp_file(tmp_path: Path, fmt: Fmt) -> None:
 # -- checkpoints ---------------------------------------------------------------------------------
 def make_ckpt(run: Path, step: int) -> Path:
     d = ckpt.checkpoint_dir(run, step)
-    with ckpt.atomic_dir(d) as tmp:
+    with atomic_dir(d) as tmp:
         sha = ckpt.save_state(tmp / "state.pt", {"w": torch.arange(64, dtype=torch.float32) + step})
-        ckpt.atomic_write_text(tmp / "meta.json", json.dumps({"step": step, "state_sha256": sha}))
+        atomic_write_text(tmp / "meta.json", json.dumps({"step": step, "state_sha256": sha}))
     return d
 
 
@@ -527,14 +594,14 @@ def test_prune_keeps_the_newest_and_the_latest_target(tmp_path: Path) -> None:
 def test_atomic_dir_leaves_no_trace_when_the_body_raises(tmp_path: Path) -> None:
     target = tmp_path / "step_000001"
     with pytest.raises(RuntimeError):
-        with ckpt.atomic_dir(target) as tmp:
+        with atomic_dir(target) as tmp:
             (tmp / "state.pt").write_bytes(b"half")
             raise RuntimeError("boom")
     assert list(tmp_path.iterdir()) == []
     make_ckpt(tmp_path, 1)
     before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     with pytest.raises(RuntimeError):
-        with ckpt.atomic_dir(ckpt.checkpoint_dir(tmp_path, 1)) as tmp:
+        with atomic_dir(ckpt.checkpoint_dir(tmp_path, 1)) as tmp:
             (tmp / "meta.json").write_text("{}")
             raise RuntimeError("boom")
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before

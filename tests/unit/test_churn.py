@@ -25,7 +25,7 @@ from seedflood.core.protocol import Protocol, trajectory
 from seedflood.core.replay import Applier, state_hash
 from seedflood.ml.workload import Workload
 from seedflood.roles.simulation import Event, SimResult, simulate
-from seedflood.rundir.checkpoint import LogReader, LogWriter
+from seedflood.rundir.logfile import LogReader, LogWriter
 
 torch.set_num_threads(1)
 DEBUG = Path(__file__).resolve().parents[2] / "launch" / "configs" / "debug.yaml"
@@ -233,7 +233,7 @@ def test_change_records_are_checked_on_read(tmp_path):
     writer.close()
     data = path.read_bytes()
     at = data.index(b'"leave":[5]')
-    from seedflood.rundir.checkpoint import CheckpointError
+    from seedflood.rundir.layout import CheckpointError
 
     flipped = data[:at] + data[at:].replace(b"[5]", b"[4]", 1)
     path.write_bytes(flipped)

@@ -15,8 +15,8 @@ from seedflood.core import config
 from seedflood.core import protocol as proto
 from seedflood.core.membership import Change
 from seedflood.core.message import Message
-from seedflood.rundir import checkpoint as ckpt
 from seedflood.rundir import resume as rundir
+from seedflood.rundir.logfile import LogReader, LogWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 DEBUG = ROOT / "launch" / "configs" / "debug.yaml"
@@ -46,7 +46,7 @@ def test_a_client_log_is_a_replayable_run_directory_with_its_report(tmp_path):
     d = tmp_path / "run" / "clients" / "node-1"
     assert (d / "config.yaml").is_file() and json.loads((d / "report.json").read_text()) == {"node": 1, "hash": "h"}
     assert rundir.client_report(cfg, 1) == {"node": 1, "hash": "h"} and rundir.client_report(cfg, 0) is None
-    reader = ckpt.LogReader(d / "log.bin")
+    reader = LogReader(d / "log.bin")
     _, records = reader.read(check=p.check_step)
     assert records == history and reader.changes == changes
     # what `seedflood replay` reads: config.yaml against the log header, every record checked
@@ -68,9 +68,9 @@ def test_a_reopened_client_log_keeps_what_agrees_and_cuts_a_difference_keeping_a
     again.extend(history, {})
     again.close()
     d = tmp_path / "run" / "clients" / "node-0"
-    assert ckpt.LogReader(d / "log.bin").read()[1] == history
+    assert LogReader(d / "log.bin").read()[1] == history
     (old,) = d.glob("log.bin.*.old")
-    assert len(ckpt.LogReader(old).read()[1]) == 3
+    assert len(LogReader(old).read()[1]) == 3
 
 
 def test_one_process_per_node_directory(tmp_path):
@@ -100,7 +100,7 @@ def write_client(cfg, p, header, node: int, history, changes=None) -> None:
 def test_the_evaluator_log_is_completed_from_the_longest_agreeing_client_log(tmp_path):
     cfg, p, header = setup(tmp_path)
     history = [step(p, s) for s in range(8)]
-    own = ckpt.LogWriter(tmp_path / "run" / "log.bin", header, check=p.check_step)
+    own = LogWriter(tmp_path / "run" / "log.bin", header, check=p.check_step)
     for s, m in history[:3]:
         own.append(s, m)
     own.close()
@@ -109,7 +109,7 @@ def test_the_evaluator_log_is_completed_from_the_longest_agreeing_client_log(tmp
     write_client(cfg, p, header, 2, [step(p, s, scalar=9.0) for s in range(8)])  # another history
     records = rundir.complete_from_clients(cfg, p, header, history[:3])
     assert records == history
-    assert ckpt.LogReader(tmp_path / "run" / "log.bin").read(check=p.check_step)[1] == history
+    assert LogReader(tmp_path / "run" / "log.bin").read(check=p.check_step)[1] == history
     # complete already: nothing more to take
     assert rundir.complete_from_clients(cfg, p, header, history) == history
 

@@ -28,7 +28,8 @@ from seedflood.core.transport import EOS, Inbox
 from seedflood.ml.workload import Workload
 from seedflood.roles.evaluator import Evaluator, EvaluatorError, restore
 from seedflood.roles.simulation import simulate
-from seedflood.rundir import checkpoint as ckpt
+from seedflood.rundir.logfile import LogReader
+from seedflood.rundir.logheader import LOG_MAGIC
 from seedflood.rundir.resume import log_header
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,7 +100,7 @@ def test_run_directory_layout(finished):
     assert meta["param_hash"] == want and len(meta["state_sha256"]) == 64
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [0, 3, 6]
-    header, logged = ckpt.LogReader(out / "log.bin").read()
+    header, logged = LogReader(out / "log.bin").read()
     assert logged == records and header["trajectory"]["zo.lr"] == 1.0
 
 
@@ -127,11 +128,26 @@ def test_edited_config_yaml_is_refused_by_replay(run_dir, capsys):
     assert snapshot(run_dir) == before
 
 
+@pytest.mark.parametrize("where", ['"config": {', '"trajectory": {'], ids=["config-snapshot", "fingerprint"])
+def test_a_bit_flip_in_the_log_header_is_reported_as_log_bin_not_config_yaml(run_dir, capsys, where):
+    """The header has its own CRC: a flip in its config snapshot (which nothing compares) or in its
+    trajectory fingerprint (which config.yaml is compared with) names log.bin's header."""
+    log = run_dir / "log.bin"
+    data = bytearray(log.read_bytes())
+    data[data.index(where.encode()) + len(where) + 1] ^= 0x01  # a letter of the first key: still valid JSON
+    log.write_bytes(bytes(data))
+    before = snapshot(run_dir)
+    for cmd in ("check", "replay"):
+        line = one_line_exit_2(capsys, [cmd, str(run_dir)])
+        assert f"{log}: the log header is corrupt (checksum mismatch)" in line and "config.yaml" not in line, line
+    assert snapshot(run_dir) == before
+
+
 def record_offsets(path: Path) -> list[tuple[int, int]]:
     """(offset, step) of each record in a log."""
     data = path.read_bytes()
-    (n,) = struct.unpack_from("<I", data, len(ckpt.LOG_MAGIC))
-    off, out = len(ckpt.LOG_MAGIC) + 4 + n, []
+    (n,) = struct.unpack_from("<I", data, len(LOG_MAGIC))
+    off, out = len(LOG_MAGIC) + 4 + n + 4, []  # magic, u32 n, JSON header, u32 header CRC
     while off < len(data):
         step, length = struct.unpack_from("<II", data, off)
         out.append((off, step))

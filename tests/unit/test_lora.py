@@ -15,7 +15,7 @@ from seedflood.core import config
 from seedflood.core.config import ConfigError
 from seedflood.core.transport import HEADER
 from seedflood.experiments import baselines, compare
-from seedflood.ml import lora, model
+from seedflood.ml import lora, model, objective
 
 torch.set_num_threads(1)
 
@@ -134,7 +134,9 @@ def test_adapters_start_from_the_seed_with_b_zero_so_the_model_is_the_base_model
     r = runs["dsgd-lora"]  # at x⁰ the adapted model computes what the base model does
     r.ctx.flat.bind(r.x0)
     batch = r.ctx.w.batch(0, 0)
-    assert torch.equal(model.candidate_scores(r.ctx.w.model, batch), model.candidate_scores(fresh_tiny(), batch))
+    assert torch.equal(
+        objective.candidate_scores(r.ctx.w.model, batch), objective.candidate_scores(fresh_tiny(), batch)
+    )
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))

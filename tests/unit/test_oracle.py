@@ -1,7 +1,7 @@
 """The independent oracle (tests/oracle.py) against the in-memory reference run.
 
 A simulation of the debug config writes the log its evaluator would write (node 0's applied
-steps through checkpoint.LogWriter); the oracle, reading those bytes with its own parser and its
+steps through LogWriter); the oracle, reading those bytes with its own parser and its
 own lr schedule, must reach every client's hash after every step, and must stop agreeing as soon
 as one logged scalar changes (or refuse the log when the change breaks a checksum or a step).
 """
@@ -18,7 +18,8 @@ import torch
 import oracle
 from seedflood.core import config, message, rng
 from seedflood.roles.simulation import SimResult, simulate
-from seedflood.rundir import checkpoint
+from seedflood.rundir.logfile import LogWriter
+from seedflood.rundir.logheader import LOG_MAGIC, read_header
 
 torch.set_num_threads(1)
 
@@ -45,7 +46,7 @@ def write_log(path: Path, res: SimResult, base_hash: str, run_seed: int) -> None
     """The log of a simulated run, as the evaluator writes it (LogWriter, one record per step)."""
     trajectory = {"run.seed": run_seed}  # a v2 log's reader derives the seeds from it
     header = {"base_identity": "tiny (test)", "base_hash": base_hash, "trajectory": trajectory, "config": {}}
-    writer = checkpoint.LogWriter(path, header)
+    writer = LogWriter(path, header)
     for step, msgs in res.records:
         writer.append(step, msgs)
     writer.close()
@@ -84,9 +85,9 @@ def _rewrite(log: Path, out: Path, edit) -> None:
     """Copy `log` to `out` with `edit(step, messages) -> messages` applied to every record,
     re-encoded with valid frames (correct counts and checksums)."""
     data = log.read_bytes()
-    seed_of = functools.partial(rng.derive, checkpoint.read_header(log)["trajectory"]["run.seed"])
-    (n,) = struct.unpack_from("<I", data, len(checkpoint.LOG_MAGIC))
-    pos = len(checkpoint.LOG_MAGIC) + 4 + n
+    seed_of = functools.partial(rng.derive, read_header(log)["trajectory"]["run.seed"])
+    (n,) = struct.unpack_from("<I", data, len(LOG_MAGIC))
+    pos = len(LOG_MAGIC) + 4 + n + 4  # magic, u32 n, JSON header, u32 header CRC
     parts = [data[:pos]]
     while pos < len(data):
         step, length = struct.unpack_from("<II", data, pos)

@@ -30,7 +30,8 @@ from seedflood.ml.workload import Workload
 from seedflood.roles import sharedmodel
 from seedflood.roles.evaluator import Evaluator, restore
 from seedflood.roles.simulation import simulate
-from seedflood.rundir import checkpoint as ckpt
+from seedflood.rundir.layout import CheckpointError
+from seedflood.rundir.logheader import LOG_MAGIC
 from seedflood.rundir.resume import log_header
 
 torch.set_num_threads(1)
@@ -195,12 +196,12 @@ def metas(run: Path) -> dict[str, str]:
 def log_parts(path: Path) -> tuple[dict, bytes]:
     """(header with config.run.out_dir removed, every record's bytes) of a message log."""
     data = path.read_bytes()
-    assert data.startswith(ckpt.LOG_MAGIC)
-    at = len(ckpt.LOG_MAGIC)
+    assert data.startswith(LOG_MAGIC)
+    at = len(LOG_MAGIC)
     (n,) = struct.unpack_from("<I", data, at)
     header = json.loads(data[at + 4 : at + 4 + n])
     del header["config"]["run"]["out_dir"]
-    return header, data[at + 4 + n :]
+    return header, data[at + 4 + n + 4 :]  # after the header's u32 CRC
 
 
 @pytest.fixture(scope="module")
@@ -275,7 +276,7 @@ def test_a_resume_under_other_settings_is_refused_and_changes_nothing(tmp_path):
     out = tmp_path / "changed"
     sharedmodel.run(dir_cfg(out, "run.steps=2"), progress=False)
     before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
-    with pytest.raises(ckpt.CheckpointError, match=r"zo.eps \(0.001 -> 0.05\)"):
+    with pytest.raises(CheckpointError, match=r"zo.eps \(0.001 -> 0.05\)"):
         sharedmodel.run(dir_cfg(out, "run.steps=4", "zo.eps=0.05"), progress=False)
     assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
 

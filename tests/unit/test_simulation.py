@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from seedflood.core import config, message
-from seedflood.ml import model as M
-from seedflood.ml import tasks
+from seedflood.ml import encoding, objective
 from seedflood.ml.workload import Workload
 from seedflood.roles.simulation import simulate
 
@@ -33,7 +32,7 @@ def cfg_for(*overrides):
 
 def train_loss(w: Workload) -> float:
     with w.direction.current():
-        return float(M.loss(w.model, tasks.encode(w.splits.train, w.spec, w.loaded.tokenizer, 64)))
+        return float(objective.loss(w.model, encoding.encode(w.splits.train, w.spec, w.loaded.tokenizer, 64)))
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""tasks.py: registry, splits, shards, batches, encoding, local data files (tiny tokenizer)."""
+"""tasks, sampling, encoding, datafiles: registry, splits, shards, batches, encoding, local data files (tiny tokenizer)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import os
 import pytest
 
 from seedflood.core.config import TaskConfig
-from seedflood.ml import tasks as T
-from seedflood.ml.model import _tiny_tokenizer
+from seedflood.ml import datafiles, encoding, sampling, tasks
+from seedflood.ml.sources import tiny_tokenizer
 
 
 @pytest.fixture(scope="module")
 def tok():
-    return _tiny_tokenizer()
+    return tiny_tokenizer()
 
 
 def small(name: str = "synthetic", **kw) -> TaskConfig:
@@ -27,77 +27,79 @@ def texts(examples):
 
 
 def test_registry_and_unknown_task():
-    assert {"rt", "sst2", "rte", "cb", "boolq", "wic", "multirc", "copa", "synthetic", "table"} <= set(T.TASKS)
-    assert T.get("rt").candidates == (" terrible", " great")
+    assert {"rt", "sst2", "rte", "cb", "boolq", "wic", "multirc", "copa", "synthetic", "table"} <= set(tasks.TASKS)
+    assert tasks.get("rt").candidates == (" terrible", " great")
     registered = "boolq, cb, copa, multirc, rt, rte, sst2, synthetic, table, wic"
-    with pytest.raises(T.TaskError, match=rf"unknown task 'nope' \(registered: {registered}\)$"):
-        T.get("nope")
-    with pytest.raises(T.TaskError, match=r"unknown task 'jsonl' .*\(your own csv/jsonl files: task.name: table\)$"):
-        T.get("jsonl")
+    with pytest.raises(datafiles.TaskError, match=rf"unknown task 'nope' \(registered: {registered}\)$"):
+        tasks.get("nope")
+    with pytest.raises(
+        datafiles.TaskError, match=r"unknown task 'jsonl' .*\(your own csv/jsonl files: task.name: table\)$"
+    ):
+        tasks.get("jsonl")
 
 
 def test_mezo_templates():
-    assert T.get("sst2").template({"sentence": "A fine film."}) + " great" == "A fine film. It was great"
-    rte = T.get("rte")
+    assert tasks.get("sst2").template({"sentence": "A fine film."}) + " great" == "A fine film. It was great"
+    rte = tasks.get("rte")
     assert rte.template({"premise": "P.", "hypothesis": "H"}) + rte.candidates[0] == (
         'P.\nDoes this mean that "H" is true? Yes or No?\nYes'
     )
-    boolq = T.get("boolq")
+    boolq = tasks.get("boolq")
     prompt = boolq.template({"passage": "Text.", "question": "is it true"})
     assert prompt + boolq.candidates[1] == "Text. Is it true?\nYes"
 
 
 def test_synthetic_splits_are_deterministic_and_learnable():
-    a, b = T.load_splits(small(), 3), T.load_splits(small(), 3)
+    a, b = sampling.load_splits(small(), 3), sampling.load_splits(small(), 3)
     assert a == b
     assert (len(a.train), len(a.dev), len(a.test)) == (40, 10, 20)
-    assert texts(T.load_splits(small(), 4).train) != texts(a.train)
+    assert texts(sampling.load_splits(small(), 4).train) != texts(a.train)
     assert not set(texts(a.train)) & set(texts(a.dev))
     for e in a.train + a.test:  # the label is the majority sentiment of the words
         words = e.fields["sentence"].split()
-        pos = sum(w in T._POS for w in words)
-        neg = sum(w in T._NEG for w in words)
+        pos = sum(w in tasks._POS for w in words)
+        neg = sum(w in tasks._NEG for w in words)
         assert e.label == int(pos > neg) and (pos + neg) % 2 == 1
 
 
 def test_rt_splits_disjoint_and_balanced_enough():
     cfg = TaskConfig(name="rt", train_examples=300, dev_examples=100, test_examples=200)
-    s = T.load_splits(cfg, 0)
+    s = sampling.load_splits(cfg, 0)
     assert (len(s.train), len(s.dev), len(s.test)) == (300, 100, 200)
     train, dev, test = map(set, (texts(s.train), texts(s.dev), texts(s.test)))
     assert len(train) == 300 and not (train & dev or train & test or dev & test)
     assert 0.4 < sum(e.label for e in s.test) / len(s.test) < 0.75  # fresh ≈ 58% of the corpus
-    assert T.load_splits(cfg, 0) == s
-    with pytest.raises(T.TaskError, match="takes no task.data_files"):
-        T.load_splits(dataclasses.replace(cfg, data_files={"train": "x.csv"}), 0)
+    assert sampling.load_splits(cfg, 0) == s
+    with pytest.raises(datafiles.TaskError, match="takes no task.data_files"):
+        sampling.load_splits(dataclasses.replace(cfg, data_files={"train": "x.csv"}), 0)
 
 
 def test_shards_partition_the_train_set():
-    train = T.load_splits(small(train_examples=43), 0).train
-    shards = [T.shard(train, c, 4) for c in range(4)]
+    train = sampling.load_splits(small(train_examples=43), 0).train
+    shards = [sampling.shard(train, c, 4) for c in range(4)]
     assert sorted(texts(sum(shards, []))) == sorted(texts(train))
     assert {len(s) for s in shards} == {10, 11}
-    with pytest.raises(T.TaskError, match="not in 0..3"):
-        T.shard(train, 4, 4)
-    with pytest.raises(T.TaskError, match="cannot be shared"):
-        T.shard(train[:3], 0, 4)
+    with pytest.raises(datafiles.TaskError, match="not in 0..3"):
+        sampling.shard(train, 4, 4)
+    with pytest.raises(datafiles.TaskError, match="cannot be shared"):
+        sampling.shard(train[:3], 0, 4)
 
 
 def test_batches_are_pure_functions_of_seed_client_step():
-    shard = T.shard(T.load_splits(small(), 0).train, 1, 2)
-    b = T.batch_examples(shard, 7, 1, 5, 8)
-    assert b == T.batch_examples(shard, 7, 1, 5, 8)
+    shard = sampling.shard(sampling.load_splits(small(), 0).train, 1, 2)
+    b = sampling.batch_examples(shard, 7, 1, 5, 8)
+    assert b == sampling.batch_examples(shard, 7, 1, 5, 8)
     assert len(b) == 8 and len(set(texts(b))) == 8
-    assert b != T.batch_examples(shard, 7, 1, 6, 8)
-    assert b != T.batch_examples(shard, 7, 0, 5, 8)
-    assert b != T.batch_examples(shard, 8, 1, 5, 8)
-    assert sorted(texts(T.batch_examples(shard, 7, 1, 5, 1000))) == sorted(texts(shard))
+    assert b != sampling.batch_examples(shard, 7, 1, 6, 8)
+    assert b != sampling.batch_examples(shard, 7, 0, 5, 8)
+    assert b != sampling.batch_examples(shard, 8, 1, 5, 8)
+    assert sorted(texts(sampling.batch_examples(shard, 7, 1, 5, 1000))) == sorted(texts(shard))
 
 
 def test_encode_shapes_and_option_positions(tok):
-    examples = T.load_splits(small(), 0).train[:5]
-    spec = dataclasses.replace(T.get("synthetic"), candidates=(" no", " yes", "!"))
-    batch = T.encode(examples, spec, tok, 64)
+    examples = sampling.load_splits(small(), 0).train[:5]
+    spec = dataclasses.replace(tasks.get("synthetic"), candidates=(" no", " yes", "!"))
+    batch = encoding.encode(examples, spec, tok, 64)
     b, t = batch.input_ids.shape
     assert b == 5 and batch.labels.tolist() == [e.label for e in examples]
     assert batch.attention_mask.sum(1).tolist() == batch.lengths.tolist() and t == max(batch.lengths)
@@ -114,15 +116,15 @@ def test_encode_shapes_and_option_positions(tok):
         assert ids[r, pos[r, : len(opt)] + 1].tolist() == opt
         assert ids[r, : n + len(opt)].tolist() == batch.input_ids[r // 3, :n].tolist() + opt
         assert mask[r].sum() == n + len(opt) and mask[r, : n + len(opt)].all()
-    assert T.encode(examples, T.get("synthetic"), tok, 64).single_token
+    assert encoding.encode(examples, tasks.get("synthetic"), tok, 64).single_token
 
 
 def test_encode_cuts_the_text_before_the_template(tok):
-    spec = T.get("sst2")
-    long = T.Example({"sentence": "abcdefghijklmnopqrstuvwxyz"}, 1)
-    batch = T.encode([long], spec, tok, 10)  # byte tokenizer: 10 tokens = 10 characters
+    spec = tasks.get("sst2")
+    long = datafiles.Example({"sentence": "abcdefghijklmnopqrstuvwxyz"}, 1)
+    batch = encoding.encode([long], spec, tok, 10)  # byte tokenizer: 10 tokens = 10 characters
     assert tok.decode(batch.input_ids[0], skip_special_tokens=True) == "abcdefghij It was"
-    assert T.encode([long], spec, tok, 10).input_ids.equal(batch.input_ids)
+    assert encoding.encode([long], spec, tok, 10).input_ids.equal(batch.input_ids)
 
 
 def write_csv(path, header, rows):
@@ -133,18 +135,18 @@ def write_csv(path, header, rows):
 def test_local_files(tmp_path):
     train = write_csv(tmp_path / "train.csv", ["sentence", "label"], [(f"good {i}", i % 2) for i in range(30)])
     test = write_csv(tmp_path / "test.csv", ["sentence", "label"], [(f"ok {i}", "positive") for i in range(8)])
-    s = T.load_splits(small("sst2", data_files={"train": train, "test": test}), 0)
+    s = sampling.load_splits(small("sst2", data_files={"train": train, "test": test}), 0)
     assert (len(s.train), len(s.dev), len(s.test)) == (30, 0, 8)  # capped: only 30 train rows
     assert {e.label for e in s.test} == {1}
 
     rte = tmp_path / "rte.tsv"
     rte.write_text('sentence1\tsentence2\tlabel\nA "quote.\tB\tentailment\nC\tD\tnot_entailment\n')
-    s = T.load_splits(small("rte", data_files={"train": str(rte), "validation": str(rte)}), 0)
+    s = sampling.load_splits(small("rte", data_files={"train": str(rte), "validation": str(rte)}), 0)
     assert sorted((e.fields["premise"], e.label) for e in s.test) == [('A "quote.', 0), ("C", 1)]
 
     boolq = tmp_path / "boolq.jsonl"
     boolq.write_text("\n".join(json.dumps({"passage": "p", "question": "q", "answer": a}) for a in (True, False)))
-    s = T.load_splits(small("boolq", data_files={"train": str(boolq), "test": str(boolq)}), 0)
+    s = sampling.load_splits(small("boolq", data_files={"train": str(boolq), "test": str(boolq)}), 0)
     assert sorted(e.label for e in s.test) == [0, 1]
 
 
@@ -164,14 +166,14 @@ def test_bad_data_files(tmp_path):
         "unsupported format": {"train": write_csv(tmp_path / "x.txt", ["a"], []), "test": good},
     }
     for message, files in cases.items():
-        with pytest.raises(T.TaskError, match=message):
-            T.load_splits(small("sst2", data_files=files), 0)
+        with pytest.raises(datafiles.TaskError, match=message):
+            sampling.load_splits(small("sst2", data_files=files), 0)
 
 
 @pytest.mark.skipif(os.environ.get("HF_HUB_OFFLINE") != "1", reason="needs HF_HUB_OFFLINE=1 (no network)")
 def test_hub_unavailable_offline():
-    with pytest.raises(T.TaskError, match="set task.data_files"):
-        T.load_splits(small("rte"), 0)
+    with pytest.raises(datafiles.TaskError, match="set task.data_files"):
+        sampling.load_splits(small("rte"), 0)
 
 
 def test_local_formats_read_like_the_csv(tmp_path):
@@ -191,7 +193,7 @@ def test_local_formats_read_like_the_csv(tmp_path):
     want = [(r["sentence"], r["label"]) for r in rows]
     for name in ("t.parquet", "t.json", "t.csv.gz", "t.jsonl.xz"):
         files = {"train": str(tmp_path / name), "test": str(tmp_path / name)}
-        s = T.load_splits(small("sst2", data_files=files, test_examples=100), 0)
+        s = sampling.load_splits(small("sst2", data_files=files, test_examples=100), 0)
         assert sorted((e.fields["sentence"], e.label) for e in s.test) == sorted(want), name
 
 
@@ -200,7 +202,7 @@ def test_label_column_may_change_type_late_in_a_csv(tmp_path):
     lines = ["sentence,label"] + [f"s{i},{i % 2}" for i in range(12_000)] + ["last,positive"]
     (tmp_path / "big.csv").write_text("\n".join(lines) + "\n")
     files = {"train": str(tmp_path / "big.csv"), "test": str(tmp_path / "big.csv")}
-    s = T.load_splits(small("sst2", data_files=files, test_examples=20_000), 0)
+    s = sampling.load_splits(small("sst2", data_files=files, test_examples=20_000), 0)
     assert len(s.test) == 12_001 and {e.label for e in s.test if e.fields["sentence"] == "last"} == {1}
 
 
@@ -215,14 +217,16 @@ def test_data_file_errors_are_one_line(tmp_path):
         "broken.parquet": r"data file \S+broken.parquet cannot be read as parquet: ",
     }
     for name, message in cases.items():
-        with pytest.raises(T.TaskError, match=message) as info:
-            T.load_splits(small("sst2", data_files={"train": str(tmp_path / name), "test": good}), 0)
+        with pytest.raises(datafiles.TaskError, match=message) as info:
+            sampling.load_splits(small("sst2", data_files={"train": str(tmp_path / name), "test": good}), 0)
         assert "\n" not in str(info.value)
 
 
 def test_check_accepts_runnable_configs():
-    assert T.check(small(train_examples=4), 0, 4) == T.load_splits(small(train_examples=4), 0)  # one each is enough
-    T.check(TaskConfig(name="rt"), 0, 16)  # the defaults, as the preflight of a real run
+    assert sampling.check(small(train_examples=4), 0, 4) == sampling.load_splits(
+        small(train_examples=4), 0
+    )  # one each is enough
+    sampling.check(TaskConfig(name="rt"), 0, 16)  # the defaults, as the preflight of a real run
 
 
 def test_check_rejects_what_would_fail_after_launch(tmp_path):
@@ -257,7 +261,7 @@ def test_check_rejects_what_would_fail_after_launch(tmp_path):
         ),
     ]
     for cfg, clients, message in cases:
-        with pytest.raises(T.TaskError, match=message) as info:
-            T.check(cfg, 0, clients)
+        with pytest.raises(datafiles.TaskError, match=message) as info:
+            sampling.check(cfg, 0, clients)
         assert "\n" not in str(info.value)
-    T.check(small("sst2", data_files=files, dev_examples=0), 0, 3)  # 3 clients: one row each
+    sampling.check(small("sst2", data_files=files, dev_examples=0), 0, 3)  # 3 clients: one row each

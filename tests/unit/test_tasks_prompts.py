@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from seedflood.core.config import ModelConfig, TaskConfig
+from seedflood.ml import datafiles, encoding, objective, sampling, sources, tasks
 from seedflood.ml import model as M
-from seedflood.ml import tasks as T
 
 # (task, one row in the hub's columns, the verbalized text of every candidate in label order)
 FIXTURES = [
@@ -110,22 +110,22 @@ FIXTURES = [
 
 @pytest.fixture(scope="module")
 def tok():
-    return M._tiny_tokenizer()
+    return sources.tiny_tokenizer()
 
 
-def load_row(tmp_path, name: str, row: dict) -> T.Example:
+def load_row(tmp_path, name: str, row: dict) -> datafiles.Example:
     path = tmp_path / f"{name}.jsonl"
     path.write_text(json.dumps(row) + "\n")
     cfg = TaskConfig(name=name, data_files={"train": str(path), "test": str(path)}, dev_examples=0)
-    (example,) = T.load_splits(cfg, 0).test
+    (example,) = sampling.load_splits(cfg, 0).test
     return example
 
 
 @pytest.mark.parametrize(("name", "row", "want"), FIXTURES, ids=[f"{f[0]}-{i}" for i, f in enumerate(FIXTURES)])
 def test_rendered_prompts_are_mezos(tmp_path, tok, name, row, want):
     example = load_row(tmp_path, name, row)
-    spec = T.get(name)
-    batch = T.encode([example], spec, tok, 512)
+    spec = tasks.get(name)
+    batch = encoding.encode([example], spec, tok, 512)
     ids, mask, _ = batch.expand()
     named = {"entailment": 0, "not_entailment": 1, "neutral": 2}  # the hub's label names, by hand
     assert batch.n_candidates == len(want) and example.label == named.get(row["label"], row["label"])
@@ -137,15 +137,15 @@ def test_rendered_prompts_are_mezos(tmp_path, tok, name, row, want):
 
 def test_copa_encodes_per_example_candidates(tok):
     rows = [
-        T.Example(
+        datafiles.Example(
             {"premise": "It got dark.", "choice1": "The sun set.", "choice2": "I slept.", "question": "cause"}, 0
         ),
-        T.Example(
+        datafiles.Example(
             {"premise": "She was thirsty", "choice1": "She drank water.", "choice2": "A b.", "question": "effect"}, 1
         ),
     ]
-    spec = T.get("copa")
-    batch = T.encode(rows, spec, tok, 64)
+    spec = tasks.get("copa")
+    batch = encoding.encode(rows, spec, tok, 64)
     assert batch.per_example and batch.n_candidates == 2 and batch.option_ids.shape[0] == 4
     opts, mask = batch.row_options()
     assert opts.shape == mask.shape == batch.option_ids.shape  # (B·C)×L: already one row per scored sequence
@@ -158,7 +158,7 @@ def test_copa_encodes_per_example_candidates(tok):
         "She was thirsty so she drank water.",
         "She was thirsty so a b.",
     ]
-    bare = T.encode(rows, dataclasses.replace(spec, choices=lambda f: (f["choice1"], f["choice2"])), tok, 64)
+    bare = encoding.encode(rows, dataclasses.replace(spec, choices=lambda f: (f["choice1"], f["choice2"])), tok, 64)
     first = [[tok(c[:1], add_special_tokens=False)["input_ids"][0] for c in pair] for pair in (("T", "I"), ("S", "A"))]
     assert bare.first_tokens().tolist() == first  # each example's own first option tokens, B×C
     assert not batch.single_token and batch.labels.tolist() == [0, 1]
@@ -167,8 +167,8 @@ def test_copa_encodes_per_example_candidates(tok):
 
 
 def test_fixed_candidates_keep_the_shared_table(tok):
-    rows = [T.Example({"sentence": s}, 1) for s in ("good", "a bad one")]
-    batch = T.encode(rows, T.get("sst2"), tok, 64)
+    rows = [datafiles.Example({"sentence": s}, 1) for s in ("good", "a bad one")]
+    batch = encoding.encode(rows, tasks.get("sst2"), tok, 64)
     assert not batch.per_example and batch.option_ids.shape[0] == 2 and batch.n_candidates == 2
     opts, mask = batch.row_options()
     assert opts.equal(batch.option_ids.repeat(2, 1)) and mask.equal(batch.option_mask.repeat(2, 1))
@@ -177,7 +177,7 @@ def test_fixed_candidates_keep_the_shared_table(tok):
 
 def test_copa_rejects_an_unknown_question(tmp_path):
     row = {"premise": "p.", "choice1": "a", "choice2": "b", "question": "why", "label": 0}
-    with pytest.raises(T.TaskError, match=r"copa.jsonl: question 'why' is not cause or effect$"):
+    with pytest.raises(datafiles.TaskError, match=r"copa.jsonl: question 'why' is not cause or effect$"):
         load_row(tmp_path, "copa", row)
 
 
@@ -192,8 +192,8 @@ def test_copa_rejects_an_unknown_question(tmp_path):
     ],
 )
 def test_missing_dataset_is_one_line_saying_how_to_provide_files(name, columns):
-    with pytest.raises(T.TaskError) as info:
-        T.load_splits(TaskConfig(name=name), 0)
+    with pytest.raises(datafiles.TaskError) as info:
+        sampling.load_splits(TaskConfig(name=name), 0)
     message = str(info.value)
     assert "\n" not in message and message.startswith(f"task {name}: no task.data_files and hub dataset aps/super_glue")
     assert message.endswith(
@@ -203,7 +203,7 @@ def test_missing_dataset_is_one_line_saying_how_to_provide_files(name, columns):
 
 def naive_copa_scores(model, tok, rows) -> torch.Tensor:
     """One unpadded sequence per (example, candidate): mean log-prob of the candidate's bytes."""
-    spec = T.get("copa")
+    spec = tasks.get("copa")
     out = torch.zeros(len(rows), 2)
     for i, e in enumerate(rows):
         p = tok(spec.template(e.fields))["input_ids"]
@@ -218,15 +218,15 @@ def naive_copa_scores(model, tok, rows) -> torch.Tensor:
 def test_copa_scores_match_a_naive_reference():
     tiny = M.load(ModelConfig(name="tiny"))
     rows = [
-        T.Example(
+        datafiles.Example(
             {"premise": "It got dark.", "choice1": "The sun set.", "choice2": "I slept.", "question": "cause"}, 0
         ),
-        T.Example(
+        datafiles.Example(
             {"premise": "Rain fell", "choice1": "The road got wet.", "choice2": "Dogs barked.", "question": "effect"}, 0
         ),
-        T.Example(
+        datafiles.Example(
             {"premise": "He ran.", "choice1": "He was late.", "choice2": "He was very tired.", "question": "cause"}, 1
         ),
     ]
-    scores = M.candidate_scores(tiny.model, T.encode(rows, T.get("copa"), tiny.tokenizer, 64))
+    scores = objective.candidate_scores(tiny.model, encoding.encode(rows, tasks.get("copa"), tiny.tokenizer, 64))
     torch.testing.assert_close(scores, naive_copa_scores(tiny.model, tiny.tokenizer, rows), atol=1e-5, rtol=0)

@@ -9,8 +9,8 @@ import pytest
 
 from seedflood.core import config
 from seedflood.core.config import ConfigError, TaskConfig
-from seedflood.ml import tasks as T
-from seedflood.ml.model import _tiny_tokenizer
+from seedflood.ml import datafiles, encoding, sampling, tasks
+from seedflood.ml.sources import tiny_tokenizer
 
 ROWS = [  # (review, title, stars); stars "pos"/"NEG" in mixed case on purpose
     ("Loved every minute", "Great", "pos"),
@@ -43,23 +43,23 @@ def want_texts() -> list[tuple[str, int]]:
 
 
 def rendered(cfg: TaskConfig, examples) -> list[tuple[str, int]]:
-    spec = T.get(cfg)
+    spec = tasks.get(cfg)
     return sorted((spec.template(e.fields), e.label) for e in examples)
 
 
 @pytest.fixture(scope="module")
 def tok():
-    return _tiny_tokenizer()
+    return tiny_tokenizer()
 
 
 def test_jsonl_round_trip(tmp_path, tok):
     path = tmp_path / "reviews.jsonl"
     path.write_text("\n".join(json.dumps({"review": r, "title": t, "stars": s, "extra": 1}) for r, t, s in ROWS))
     cfg = table_cfg({"train": str(path), "test": str(path)})
-    s = T.load_splits(cfg, 0)
+    s = sampling.load_splits(cfg, 0)
     assert rendered(cfg, s.test) == want_texts() and len(s.train) == 6
     assert set(s.test[0].fields) == {"review", "title"}  # only the template's columns are read
-    batch = T.encode(s.test, T.get(cfg), tok, 64)
+    batch = encoding.encode(s.test, tasks.get(cfg), tok, 64)
     ids, mask, _ = batch.expand()
     first = tok.decode(ids[0][mask[0].bool()], skip_special_tokens=True)
     assert first == rendered(cfg, s.test[:1])[0][0] + " bad" and batch.n_candidates == 2
@@ -72,7 +72,7 @@ def test_csv_round_trip_with_one_file_and_integer_labels(tmp_path):
     ]
     path.write_text("\n".join(lines) + "\n")
     cfg = table_cfg({"train": str(path)}, label_values=[], train_examples=4, test_examples=2)
-    s = T.load_splits(cfg, 0)  # no test file: test is carved out of train, disjoint
+    s = sampling.load_splits(cfg, 0)  # no test file: test is carved out of train, disjoint
     assert (len(s.train), len(s.test)) == (4, 2)
     assert rendered(cfg, s.train + s.test) == want_texts()
 
@@ -83,7 +83,7 @@ def test_label_values_map_raw_values_in_their_order(tmp_path):
         path.write_text("\n".join(json.dumps({"x": str(i), "y": v}) for i, v in enumerate(values)))
         cfg = table_cfg({"train": str(path), "test": str(path)}, template="{x}", label_field="y")
         cfg = dataclasses.replace(cfg, label_values=label_values, test_examples=len(values))
-        return [e.label for e in sorted(T.load_splits(cfg, 0).test, key=lambda e: int(e.fields["x"]))]
+        return [e.label for e in sorted(sampling.load_splits(cfg, 0).test, key=lambda e: int(e.fields["x"]))]
 
     assert labels([1, 0, 1], ["1", "0"]) == [0, 1, 0]  # the listed order decides, not the value
     assert labels([True, False], ["FALSE", "true"]) == [1, 0]  # booleans read as true/false, any case
@@ -91,9 +91,9 @@ def test_label_values_map_raw_values_in_their_order(tmp_path):
     assert labels(["Pos ", "neg"], ["neg", "pos"]) == [1, 0]  # stripped, case-insensitive
     assert labels([1, 0], []) == [1, 0] and labels(["1", "0"], []) == [1, 0]  # no values: 0..C-1
     assert labels([True, False], []) == [1, 0] and labels([1.0, 0.0], []) == [1, 0]
-    with pytest.raises(T.TaskError, match=r"row 1: label 2 is not one of 0..1$"):
+    with pytest.raises(datafiles.TaskError, match=r"row 1: label 2 is not one of 0..1$"):
         labels([0, 2], [])
-    with pytest.raises(T.TaskError, match=r"row 0: label 'x' is not one of a, b \(task.label_values\)$"):
+    with pytest.raises(datafiles.TaskError, match=r"row 0: label 'x' is not one of a, b \(task.label_values\)$"):
         labels(["x"], ["a", "b"])
 
 
@@ -102,19 +102,19 @@ def test_text_fields_are_cut_and_others_are_not(tmp_path, tok):
     path.write_text(json.dumps({"a": "abcdefghijkl", "b": "mnopqrstuvwx", "label": 0}) + "\n")
     cfg = table_cfg({"train": str(path), "test": str(path)}, template="{a}|{b}", label_field="label", label_values=[])
     cut = dataclasses.replace(cfg, text_fields=["b"])
-    (e,) = T.load_splits(cut, 0).test
-    batch = T.encode([e], T.get(cut), tok, 4)  # byte tokenizer: 4 tokens = 4 characters
+    (e,) = sampling.load_splits(cut, 0).test
+    batch = encoding.encode([e], tasks.get(cut), tok, 4)  # byte tokenizer: 4 tokens = 4 characters
     assert tok.decode(batch.input_ids[0], skip_special_tokens=True) == "abcdefghijkl|mnop"
-    batch = T.encode([e], T.get(cfg), tok, 4)  # default: every column the template names
+    batch = encoding.encode([e], tasks.get(cfg), tok, 4)  # default: every column the template names
     assert tok.decode(batch.input_ids[0], skip_special_tokens=True) == "abcd|mnop"
 
 
 def test_overrides_of_a_registered_task(tok):
     cfg = TaskConfig(name="sst2", template="Review: {sentence}\nSentiment:", candidates=[" negative", " positive"])
-    spec = T.get(cfg)
+    spec = tasks.get(cfg)
     assert spec.template({"sentence": "Fine."}) + spec.candidates[1] == "Review: Fine.\nSentiment: positive"
-    assert spec.loader is T.TASKS["sst2"].loader and spec.truncate == ("sentence",)
-    assert T.get(TaskConfig(name="sst2")) == T.TASKS["sst2"]  # no override: MeZO's own
+    assert spec.loader is tasks.TASKS["sst2"].loader and spec.truncate == ("sentence",)
+    assert tasks.get(TaskConfig(name="sst2")) == tasks.TASKS["sst2"]  # no override: MeZO's own
 
 
 @pytest.mark.parametrize(
@@ -169,10 +169,10 @@ def test_bad_keys_are_one_line_config_errors(overrides, message):
 )
 def test_keys_a_task_cannot_use_are_one_line_task_errors(cfg, message):
     if message is None:
-        T.get(cfg)
+        tasks.get(cfg)
         return
-    with pytest.raises(T.TaskError) as info:
-        T.get(cfg)
+    with pytest.raises(datafiles.TaskError) as info:
+        tasks.get(cfg)
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
 
 
@@ -185,17 +185,17 @@ def test_table_data_errors(tmp_path):
         ({"train": str(path)}, r"row 0: label 'meh' is not one of neg, pos \(task.label_values\)$"),
     ]
     for files, message in cases:
-        with pytest.raises(T.TaskError, match=message):
-            T.load_splits(table_cfg(files), 0)
-    with pytest.raises(T.TaskError, match=r"missing column grade"):
-        T.load_splits(table_cfg({"train": str(path)}, label_field="grade"), 0)
-    with pytest.raises(T.TaskError, match=r"build its spec with tasks.get\(cfg.task\)"):
-        T.get("table").template({})
+        with pytest.raises(datafiles.TaskError, match=message):
+            sampling.load_splits(table_cfg(files), 0)
+    with pytest.raises(datafiles.TaskError, match=r"missing column grade"):
+        sampling.load_splits(table_cfg({"train": str(path)}, label_field="grade"), 0)
+    with pytest.raises(datafiles.TaskError, match=r"build its spec with tasks.get\(cfg.task\)"):
+        tasks.get("table").template({})
 
 
 def test_preflight_catches_a_template_naming_a_missing_field():
     cfg = TaskConfig(name="synthetic", template="{review} It was", train_examples=4, dev_examples=0, test_examples=2)
     with pytest.raises(
-        T.TaskError, match=r"^task synthetic: task.template: template '\{review\} It was' names 'review'"
+        datafiles.TaskError, match=r"^task synthetic: task.template: template '\{review\} It was' names 'review'"
     ):
-        T.check(cfg, 0, 2)
+        sampling.check(cfg, 0, 2)

@@ -37,7 +37,8 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
     from seedflood.core.protocol import Protocol
     from seedflood.core.replay import Applier, state_hash
     from seedflood.ml import model as M
-    from seedflood.rundir import checkpoint as ckpt
+    from seedflood.rundir import checkpoints as ckpt
+    from seedflood.rundir.logfile import LogReader, LogWriter
 
     steps, clients = (125, 16) if opts.quick else (6250, 16)
     repeats = opts.repeats("catchup")
@@ -58,7 +59,7 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
     rows, results = [], []
     with tempfile.TemporaryDirectory(prefix="seedflood-bench-") as tmp:
         log_path = Path(tmp) / "log.bin"
-        writer = ckpt.LogWriter(
+        writer = LogWriter(
             log_path,
             {
                 "base_identity": loaded.identity,
@@ -77,7 +78,7 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
             def replay() -> tuple[dict[str, float], Any]:
                 reset()
                 w0, c0 = now()
-                _, records = ckpt.LogReader(log_path).read()
+                _, records = LogReader(log_path).read()
                 t1 = time.perf_counter()
                 d = directions.build(loaded.model, vcfg.zo, vcfg.subspace, vcfg.run.seed)
                 d.basis(0)  # a fresh client generates the epoch's basis: part of catching up

@@ -31,7 +31,7 @@ def fig_tradeoff(opts: Options) -> dict[str, Any]:
     from seedflood.core.directions import SubCGE
     from seedflood.core.protocol import Protocol
     from seedflood.core.replay import Applier
-    from seedflood.rundir import checkpoint as ckpt
+    from seedflood.rundir.logfile import LogReader, LogWriter
 
     ranks = (8, 32) if opts.quick else (8, 16, 32, 64)
     cadences = (1, 10, 100, 1000)
@@ -63,11 +63,11 @@ def fig_tradeoff(opts: Options) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="seedflood-bench-") as tmp:
         log_path = Path(tmp) / "log.bin"
         header = {"base_identity": "bench", "base_hash": "", "trajectory": {"run.seed": seed}, "config": {}}
-        writer = ckpt.LogWriter(log_path, header)
+        writer = LogWriter(log_path, header)
         for s in range(short):
             writer.append(s, step_messages(s, clients, seed, 11))
         writer.close()
-        read = best(lambda: ckpt.LogReader(log_path).read()) / (short * clients)  # per message
+        read = best(lambda: LogReader(log_path).read()) / (short * clients)  # per message
         proto = Protocol.of(w.cfg, 1)
         for r in ranks:
             sub = SubCGE(model, names, seed, SubspaceConfig(rank=r, refresh=refresh, merge_every=refresh))
@@ -139,7 +139,7 @@ def fig_tradeoff(opts: Options) -> dict[str, Any]:
                 rd = SubCGE(model, names, seed, SubspaceConfig(rank=r, refresh=refresh, merge_every=m))
                 rd.basis(0)
                 c0 = time.process_time()
-                recs = ckpt.LogReader(log_path).read()[1]
+                recs = LogReader(log_path).read()[1]
                 Applier(rd, proto).apply_all(recs)
                 measured = time.process_time() - c0
                 reset()

@@ -507,6 +507,15 @@ SECTIONS: dict[str, type] = {
 }
 
 
+def check_run(cfg: Config) -> None:
+    """What a run started from the command line (train, simulate, world-size) needs beyond the
+    schema: at least two clients, since one client has no one to flood to or gossip with (mezo
+    is the one-client baseline and sets its own topology). Not a TopologyConfig rule: one-node
+    workloads are built in code (the MeZO baseline, benchmarks, tests)."""
+    if cfg.topology.nodes < 2 and cfg.algorithm.name != "mezo":
+        raise ConfigError(f"topology.nodes: a decentralized run needs at least 2 clients, got {cfg.topology.nodes}")
+
+
 def flat(d: Mapping[str, Any]) -> dict[str, Any]:
     """{section: {key: value}} -> {"section.key": value}, the names `--set` takes.
 

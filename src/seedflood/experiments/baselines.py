@@ -53,7 +53,7 @@ from seedflood.experiments import gossip, tensorwire
 from seedflood.experiments.baselines_core import Algorithm, Choco, Ctx, DiLoCo, Flat, Gossip, Mezo
 from seedflood.ml import lora
 from seedflood.ml.workload import Workload
-from seedflood.rundir.checkpoint import atomic_write_text
+from seedflood.rundir.atomic import atomic_write_text
 from seedflood.rundir.metrics import TENSORBOARD_DIR, MetricsWriter, Progress, human_bytes, truncate_metrics
 
 log = logging.getLogger(__name__)

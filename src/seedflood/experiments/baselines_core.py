@@ -62,7 +62,7 @@ from seedflood.core.directions import Gaussian
 from seedflood.core.graph import Topology
 from seedflood.core.transport import ByteCounter
 from seedflood.experiments import gossip, tensorwire
-from seedflood.ml import model
+from seedflood.ml import objective
 from seedflood.ml.workload import Workload
 
 ADAM_BETAS = (0.9, 0.999)
@@ -109,8 +109,8 @@ class Flat:
             p.grad = None
 
 
-_scores_with_grad: Callable[..., torch.Tensor] = model.candidate_scores_grad
-"""model.candidate_scores without its inference_mode decorator (the same computation, differentiable)."""
+_scores_with_grad: Callable[..., torch.Tensor] = objective.candidate_scores_grad
+"""objective.candidate_scores without its inference_mode decorator (the same computation, differentiable)."""
 
 
 @dataclass

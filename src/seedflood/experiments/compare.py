@@ -44,7 +44,7 @@ from typing import Any
 from seedflood.core import config as config_mod
 from seedflood.core.config import AlgorithmConfig, Config, ConfigError
 from seedflood.experiments.sweep import format_table, last_final
-from seedflood.rundir.checkpoint import atomic_write_text
+from seedflood.rundir.atomic import atomic_write_text
 from seedflood.rundir.metrics import TENSORBOARD_DIR, event_files, export_tensorboard, human_bytes, read_metrics
 
 ALGORITHMS: tuple[str, ...] = typing.get_args(typing.get_type_hints(AlgorithmConfig)["name"])

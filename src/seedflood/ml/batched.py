@@ -4,7 +4,7 @@ in one forward (`sim.batched: true`; `seedflood simulate` only).
 Why it is possible: in `sharedmodel` every client's estimate runs on the same shared weights; the
 clients differ only in their batch and their direction. So the 2·K·N perturbed batches of a step
 (client i, perturbation k, sign ±) are stacked into one decoder input, one group of packed rows per
-(i, k, ±) (`model.grouped_losses`, `model.GroupLayout`), and each trainable layer adds each
+(i, k, ±) (`grouped.grouped_losses`, `grouped.GroupLayout`), and each trainable layer adds each
 group's own perturbation to that group's rows only:
 
 - SubCGE: z restricted to matrix j is σ·u_a·v_bᵀ for one basis coordinate (a, b), so group g's
@@ -48,7 +48,7 @@ Where it pays: on a GPU, where one client's forward is launch-bound. On a CPU a 
 compute-bound already and stacked activations fall out of cache, so batched is 0.8–1.0× the
 sequential rate there (benchmarks/README.md, `sim`).
 
-Assumes: the model is a decoder that `model.grouped_losses` can drive (model.py's assumptions),
+Assumes: the model is a decoder that `grouped.grouped_losses` can drive (objective.py's assumptions),
 and its trainable layers see hidden states of shape (packed rows, width, ·), rows in
 `GroupLayout` order (the decoder's layout; checked per call).
 """
@@ -68,11 +68,11 @@ from seedflood.core.config import SimConfig
 from seedflood.core.directions import Direction, Gaussian, SubCGE
 from seedflood.core.protocol import Protocol
 from seedflood.core.zo import EstimateError
-from seedflood.ml import model as M
+from seedflood.ml import grouped, objective
 
 log = logging.getLogger(__name__)
 
-Context = Callable[[M.GroupLayout], contextlib.AbstractContextManager[Any]]
+Context = Callable[[grouped.GroupLayout], contextlib.AbstractContextManager[Any]]
 
 
 def _owner(model: nn.Module, name: str) -> nn.Module | None:
@@ -83,7 +83,7 @@ def _fallback_reason(model: nn.Module, direction: Direction) -> str | None:
     """Why this model and direction cannot be batched (None: they can)."""
     if not isinstance(direction, SubCGE | Gaussian):
         return f"direction {type(direction).__name__} has no batched form"
-    decoder, head = M.parts(model)
+    decoder, head = objective.parts(model)
     inside = {id(m) for m in decoder.modules()}
     for name in direction.names:
         mod = _owner(model, name)
@@ -95,7 +95,7 @@ def _fallback_reason(model: nn.Module, direction: Direction) -> str | None:
 
 
 @contextlib.contextmanager
-def _subcge(direction: SubCGE, step: int, seeds: Sequence[int], scales: Sequence[float], layout: M.GroupLayout):
+def _subcge(direction: SubCGE, step: int, seeds: Sequence[int], scales: Sequence[float], layout: grouped.GroupLayout):
     """Forwards see W (+ the pending core, as `current()`) plus, on group g's rows,
     scales[g]·z(seeds[g]) — as `direction.perturbed(seeds[g], step, scales[g])` per group."""
     import numpy as np
@@ -138,7 +138,7 @@ def _subcge(direction: SubCGE, step: int, seeds: Sequence[int], scales: Sequence
 
 
 @contextlib.contextmanager
-def _gaussian(direction: Gaussian, units: Sequence[int], eps: float, layout: M.GroupLayout) -> Iterator[None]:
+def _gaussian(direction: Gaussian, units: Sequence[int], eps: float, layout: grouped.GroupLayout) -> Iterator[None]:
     """Group 2i computes with θ + ε·z(units[i]), group 2i + 1 with θ − ε·z(units[i]): each trainable
     layer multiplies each group's rows by that group's perturbed copy, built with the sequential
     path's expression when the layer runs (z drawn once for both signs; two copies alive)."""
@@ -211,7 +211,9 @@ class BatchedEstimator:
                 batches += [b, b]
                 seeds += [seed, seed]
                 scales += [eps, -eps]
-            losses = M.grouped_losses(self.model, batches, self._context(step, seeds, scales, [s for *_, s in units]))
+            losses = grouped.grouped_losses(
+                self.model, batches, self._context(step, seeds, scales, [s for *_, s in units])
+            )
             for i, (node, _, _) in enumerate(units):
                 plus, minus = losses[2 * i], losses[2 * i + 1]
                 if not (math.isfinite(plus) and math.isfinite(minus)):
@@ -232,4 +234,4 @@ class BatchedEstimator:
         """The unperturbed losses of `batches` from one grouped forward on the canonical state (the
         benchmark's floor: what one forward at the batched size costs)."""
         with self.direction.current():
-            return M.grouped_losses(self.model, batches)
+            return grouped.grouped_losses(self.model, batches)

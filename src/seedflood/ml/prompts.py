@@ -4,9 +4,9 @@
 Owns: example fields -> prompt text, and the candidate strings (in label order) appended to it.
 A candidate carries its own leading separator (" great" after "... It was", "Yes" after a
 newline), so prompt + candidate is exactly MeZO's verbalized text and the candidate's tokens,
-tokenized on their own, are the tokens a byte-level BPE gives the joined text (tasks.encode).
+tokenized on their own, are the tokens a byte-level BPE gives the joined text (encoding.encode).
 
-Assumes: fields are already stripped strings (tasks._rows strips them, as MeZO strips SST-2's
+Assumes: fields are already stripped strings (datafiles.table_rows strips them, as MeZO strips SST-2's
 sentence). Pure Python: no torch, no I/O.
 """
 

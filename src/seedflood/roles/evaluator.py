@@ -42,8 +42,11 @@ from seedflood.core.replay import Applier, state_hash
 from seedflood.core.transport import Inbox, TransportError
 from seedflood.ml import model
 from seedflood.ml.workload import Workload
-from seedflood.rundir import checkpoint as ckpt
+from seedflood.rundir import checkpoints as ckpt
 from seedflood.rundir import resume as rundir
+from seedflood.rundir.atomic import atomic_dir, atomic_write_text
+from seedflood.rundir.layout import CheckpointError
+from seedflood.rundir.logfile import LogWriter
 from seedflood.rundir.metrics import TENSORBOARD_DIR, MetricsWriter, Progress, human_bytes, truncate_metrics
 from seedflood.rundir.resume import LOG, Records
 
@@ -68,7 +71,7 @@ def restore(w: Workload, protocol: Protocol, run_dir: Path, records: Records) ->
     if found is not None:
         meta = ckpt.read_meta(found)
         if meta.get("base_hash") != w.loaded.base_hash:
-            raise ckpt.CheckpointError(f"{found}: base model hash differs from this run's model")
+            raise CheckpointError(f"{found}: base model hash differs from this run's model")
         state = ckpt.load_state(found / "state.pt", meta["state_sha256"])
         params = dict(w.model.named_parameters())
         for name in w.direction.names:
@@ -76,7 +79,7 @@ def restore(w: Workload, protocol: Protocol, run_dir: Path, records: Records) ->
         extra = set(w.direction.extra_state())
         w.direction.load_extra_state({k: v for k, v in state.items() if k in extra})
         if state_hash(w.model, w.direction) != meta["param_hash"]:
-            raise ckpt.CheckpointError(f"{found}: restored state does not have the hash its meta.json records")
+            raise CheckpointError(f"{found}: restored state does not have the hash its meta.json records")
         start = meta["step"]
         log.info("restored checkpoint %s; replaying %d logged steps after it", found.name, len(records) - start)
     applier.last_step = start - 1
@@ -110,7 +113,7 @@ class Evaluator:
         self.applier = Applier(workload.direction, protocol)
         self.applier.last_step = start_step - 1
         self.next_step = start_step
-        self.log = ckpt.LogWriter(self.run_dir / LOG, header, check=protocol.check_step)
+        self.log = LogWriter(self.run_dir / LOG, header, check=protocol.check_step)
         self.log.truncate_to(start_step)
         self.roster = Roster(protocol.n_origins, attach=cfg.eval.attach)
         """Members of the next step; a churn run's steps carry their changes (logged with them)."""
@@ -229,7 +232,7 @@ class Evaluator:
 
     def begin(self) -> None:
         """Before the first step: the run's config.yaml, and the zero-shot score of a new run."""
-        ckpt.atomic_write_text(self.run_dir / "config.yaml", config_mod.dump(self.cfg))
+        atomic_write_text(self.run_dir / "config.yaml", config_mod.dump(self.cfg))
         if self.next_step == 0:
             self.zero_shot = self.score(0, zero_shot=True)
 
@@ -248,7 +251,7 @@ class Evaluator:
         w = self.w
         self.log.sync()  # the log up to this step is durable before a checkpoint points past it
         target = ckpt.checkpoint_dir(self.run_dir, step)
-        with ckpt.atomic_dir(target) as tmp:
+        with atomic_dir(target) as tmp:
             state = {n: p.detach().cpu() for n, p in zip(w.direction.names, w.direction.params)}
             state.update(w.direction.extra_state())
             sha = ckpt.save_state(tmp / "state.pt", state)
@@ -263,7 +266,7 @@ class Evaluator:
                 "state_sha256": sha,
                 "config": self.cfg.to_dict(),
             }
-            ckpt.atomic_write_text(tmp / "meta.json", json.dumps(meta, indent=1, sort_keys=True))
+            atomic_write_text(tmp / "meta.json", json.dumps(meta, indent=1, sort_keys=True))
         ckpt.mark_latest(self.run_dir, target)
         ckpt.prune(self.run_dir, KEEP)
         log.info("checkpoint after step %d at %s", step, target)

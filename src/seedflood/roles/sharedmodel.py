@@ -57,8 +57,8 @@ from seedflood.ml import host
 from seedflood.ml.batched import BatchedEstimator
 from seedflood.ml.workload import Workload
 from seedflood.roles.evaluator import Evaluator, restore
-from seedflood.rundir import checkpoint as ckpt
 from seedflood.rundir import resume as rundir
+from seedflood.rundir.atomic import atomic_write_text
 from seedflood.rundir.metrics import human_bytes
 
 log = logging.getLogger(__name__)
@@ -258,6 +258,6 @@ def run(cfg: Config, progress: bool = True) -> dict[str, Any]:
         "consensus_distance": 0.0,
         "bit_identical": True,
     }
-    ckpt.atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, sort_keys=True))
+    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, sort_keys=True))
     log.info("mean bytes per edge per step: %s", human_bytes(summary["bytes_per_edge_per_step"]))
     return summary

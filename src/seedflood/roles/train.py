@@ -53,8 +53,9 @@ from seedflood.ml import host
 from seedflood.ml.workload import Workload
 from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Evaluator, restore
-from seedflood.rundir import checkpoint as ckpt
 from seedflood.rundir import resume as rundir
+from seedflood.rundir.atomic import atomic_write_text
+from seedflood.rundir.layout import CheckpointError
 from seedflood.rundir.metrics import human_bytes, setup_logging
 from seedflood.rundir.resume import Records
 
@@ -110,7 +111,7 @@ def _resume(cfg: Config, protocol: Protocol, w: Workload, group: runtime.Group) 
                 records = rundir.complete_from_clients(cfg, protocol, header, records)
             changes = rundir.logged_changes(cfg) if records else {}
             payload = {"records": [(s, encode_step(m, changes.get(s))) for s, m in records]}
-        except ckpt.CheckpointError as e:
+        except CheckpointError as e:
             payload = {"error": str(e)}
     payload = group.broadcast(payload)
     if "error" in payload:
@@ -391,7 +392,7 @@ def _evaluate(
         "consensus_distance": 0.0 if consensus else None,  # bit-identical clients: no distance
         "bit_identical": consensus,
     }
-    ckpt.atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, sort_keys=True))
+    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, sort_keys=True))
     if summary["consensus"] is False:
         log.error("clients disagree with the evaluator: %s vs %s", summary["client_hashes"], final["param_hash"])
     log.info("mean bytes per edge per step: %s", human_bytes(summary["bytes_per_edge_per_step"]))

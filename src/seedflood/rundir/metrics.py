@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
-from seedflood.rundir.checkpoint import atomic_write_text  # stdlib-only at import time (no torch)
+from seedflood.rundir.atomic import atomic_write_text  # stdlib-only at import time (no torch)
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,11 @@ from seedflood.core.message import Message
 from seedflood.core.protocol import Protocol
 from seedflood.core.protocol import trajectory as trajectory_of
 from seedflood.core.transport import ByteCounter
-from seedflood.rundir import checkpoint as ckpt
+from seedflood.rundir import checkpoints as ckpt
+from seedflood.rundir.atomic import atomic_write_text
+from seedflood.rundir.layout import CheckpointError, find_run_dir
+from seedflood.rundir.logfile import LogReader, LogWriter
+from seedflood.rundir.logheader import header_mismatch, read_header
 
 log = logging.getLogger(__name__)
 
@@ -79,19 +83,19 @@ def resume_records(
     if not path.is_file():
         return []
     if not cfg.checkpoint.resume:
-        raise ckpt.CheckpointError(
+        raise CheckpointError(
             f"{run_dir} already holds a run and checkpoint.resume is false: choose another run.out_dir or delete it"
         )
-    old = ckpt.read_header(path)
+    old = read_header(path)
     new = {"trajectory": trajectory, "base_hash": base_hash if base_hash is not None else old.get("base_hash")}
-    if diff := ckpt.header_mismatch(old, new):
-        raise ckpt.CheckpointError(
+    if diff := header_mismatch(old, new):
+        raise CheckpointError(
             f"{path} belongs to a different run: settings differ: {', '.join(diff)}; "
             "use a new run.out_dir or delete the directory"
         )
-    _, records = ckpt.LogReader(path).read(check=protocol.check_step)
+    _, records = LogReader(path).read(check=protocol.check_step)
     if len(records) > protocol.steps:
-        raise ckpt.CheckpointError(
+        raise CheckpointError(
             f"{path} already holds {len(records)} steps, more than run.steps={protocol.steps}: "
             f"set run.steps >= {len(records)} or use a new run.out_dir"
         )
@@ -100,7 +104,7 @@ def resume_records(
 
 def logged_changes(cfg: Config) -> dict[int, Change]:
     """The membership changes (step -> Change) of the run directory's log (churn runs)."""
-    reader = ckpt.LogReader(Path(cfg.run.out_dir) / LOG)
+    reader = LogReader(Path(cfg.run.out_dir) / LOG)
     reader.read()
     return reader.changes
 
@@ -115,7 +119,7 @@ def checkpoint_notes(cfg: Config, logged: int) -> list[str]:
 
 def recorded(run_dir: Path) -> tuple[Config, Protocol]:
     """The config a run directory recorded (config.yaml) and the protocol it implies."""
-    cfg = config_mod.load(ckpt.find_run_dir(run_dir) / "config.yaml")
+    cfg = config_mod.load(find_run_dir(run_dir) / "config.yaml")
     return cfg, Protocol.of(cfg, topology_of(cfg).diameter)
 
 
@@ -126,13 +130,13 @@ def recorded_steps(
     describe the trajectory the log header recorded (an edited config.yaml names the keys).
     `base_hash` None skips the base model comparison (no weights loaded)."""
     path = run_dir / LOG
-    header = ckpt.read_header(path)
+    header = read_header(path)
     mine = {"trajectory": trajectory_of(cfg, protocol, train_digest), "base_hash": base_hash or header.get("base_hash")}
-    if diff := ckpt.header_mismatch(header, mine):
-        raise ckpt.CheckpointError(
+    if diff := header_mismatch(header, mine):
+        raise CheckpointError(
             f"{run_dir}/config.yaml does not match the settings {LOG} was written with: {', '.join(diff)}"
         )
-    return ckpt.LogReader(path).read(check=protocol.check_step)[1]
+    return LogReader(path).read(check=protocol.check_step)[1]
 
 
 def summary_common(
@@ -199,7 +203,7 @@ def client_dir(cfg: Config, node: int) -> Path | None:
 
 class ClientLog:
     """One client's own copy of the agreed log, on its own disk: a directory `seedflood replay`
-    reads like a run directory (config.yaml, log.bin in checkpoint.py's format, CRC-checked
+    reads like a run directory (config.yaml, log.bin in logfile.py's format, CRC-checked
     records, membership records before their steps) plus the client's final report.
 
     `extend(history, changes)` appends every decided step it lacks (flushed per step, fsynced
@@ -214,7 +218,7 @@ class ClientLog:
     def __init__(self, cfg: Config, protocol: Protocol, header: dict[str, Any], node: int) -> None:
         self.node = node
         self.dir = client_dir(cfg, node)
-        self.writer: ckpt.LogWriter | None = None
+        self.writer: LogWriter | None = None
         self._lock: Any = None
         self._held: Records | None = None  # the records a reopened log held (read at the first extend)
         self._verified = 0  # of them, those found equal to the history so far
@@ -235,14 +239,14 @@ class ClientLog:
                 return
             self._owned = True
             (self.dir / REPORT).unlink(missing_ok=True)  # a report left by an earlier launch is not this one's
-            ckpt.atomic_write_text(self.dir / "config.yaml", config_mod.dump(cfg))
+            atomic_write_text(self.dir / "config.yaml", config_mod.dump(cfg))
             try:
-                self.writer = ckpt.LogWriter(self.dir / LOG, header, check=protocol.check_step)
-            except ckpt.CheckpointError as e:  # another run's or a damaged log: keep it aside, start anew
+                self.writer = LogWriter(self.dir / LOG, header, check=protocol.check_step)
+            except CheckpointError as e:  # another run's or a damaged log: keep it aside, start anew
                 aside = self.dir / f"{LOG}.{int(time.time())}.bad"
                 (self.dir / LOG).rename(aside)
                 log.warning("node %d: client log %s set aside (%s)", node, aside, e)
-                self.writer = ckpt.LogWriter(self.dir / LOG, header, check=protocol.check_step)
+                self.writer = LogWriter(self.dir / LOG, header, check=protocol.check_step)
         except OSError as e:
             self._fail(e)
 
@@ -263,7 +267,7 @@ class ClientLog:
             return
         try:
             if self._held is None:
-                self._held = ckpt.LogReader(w.path).read()[1] if w.next_step else []
+                self._held = LogReader(w.path).read()[1] if w.next_step else []
             while self._verified < min(len(history), len(self._held)):
                 s = self._verified
                 if sorted(history[s][1]) != sorted(self._held[s][1]):
@@ -272,7 +276,7 @@ class ClientLog:
                 self._verified += 1
             for s, msgs in history[w.next_step :]:
                 w.append(s, msgs, changes.get(s))
-        except (OSError, ckpt.CheckpointError) as e:
+        except (OSError, CheckpointError) as e:
             self._fail(e)
 
     def _cut(self, step: int) -> None:
@@ -297,7 +301,7 @@ class ClientLog:
         if self.dir is None or not self._owned:
             return
         try:
-            ckpt.atomic_write_text(self.dir / REPORT, json.dumps(value))
+            atomic_write_text(self.dir / REPORT, json.dumps(value))
         except OSError as e:
             log.warning("node %d: could not write %s: %s", self.node, self.dir / REPORT, e)
 
@@ -335,16 +339,16 @@ def steps_from_clients(
     root = client_root(cfg)
     if root is None or not root.is_dir():
         return None
-    mine_reader = ckpt.LogReader(own)
+    mine_reader = LogReader(own)
     _, mine = mine_reader.read() if own.is_file() else ({}, [])
     best: tuple[Path, Records, dict[int, Change]] | None = None
     for path in sorted(root.glob(f"node-*/{LOG}")):
         try:
-            if diff := ckpt.header_mismatch(ckpt.read_header(path), header):
-                raise ckpt.CheckpointError(f"settings differ: {', '.join(diff)}")
-            reader = ckpt.LogReader(path)
+            if diff := header_mismatch(read_header(path), header):
+                raise CheckpointError(f"settings differ: {', '.join(diff)}")
+            reader = LogReader(path)
             _, records = reader.read(check=protocol.check_step)
-        except (OSError, ckpt.CheckpointError) as e:
+        except (OSError, CheckpointError) as e:
             log.warning("client log %s not used: %s", path, e)
             continue
         differs = next(
@@ -373,7 +377,7 @@ def complete_from_clients(cfg: Config, protocol: Protocol, header: dict[str, Any
     if found is None or len(found[1]) <= len(records):
         return records
     path, theirs, changes = found
-    writer = ckpt.LogWriter(own, header, check=protocol.check_step)
+    writer = LogWriter(own, header, check=protocol.check_step)
     try:
         writer.truncate_to(len(records))  # a torn or unchecked tail past the records resumed from
         for s, msgs in theirs[len(records) :]:

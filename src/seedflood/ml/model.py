@@ -741,20 +741,23 @@ def evaluate(
     max_tokens: int,
     batch_size: int,
     dev: Mapping[str, Any] | None = None,
+    on_batch: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Score `examples`: {"scores": N×C float32 array, "labels": N int64 array, "metrics": Metrics}.
 
     Pass a previous result on the dev split as `dev` to get the test accuracy at the dev-tuned
-    margin threshold (binary tasks).
+    margin threshold (binary tasks). `on_batch` (a progress display) is called after each batch
+    with the number of examples scored so far.
     """
     if not examples:
         raise ValueError("evaluate needs at least one example")
-    scores = np.concatenate(
-        [
-            candidate_scores(model, encode(examples[i : i + batch_size], spec, tokenizer, max_tokens)).cpu().numpy()
-            for i in range(0, len(examples), batch_size)
-        ]
-    )
+    parts = []
+    for i in range(0, len(examples), batch_size):
+        batch = encode(examples[i : i + batch_size], spec, tokenizer, max_tokens)
+        parts.append(candidate_scores(model, batch).cpu().numpy())
+        if on_batch is not None:
+            on_batch(min(i + batch_size, len(examples)))
+    scores = np.concatenate(parts)
     labels = np.array([e.label for e in examples], dtype=np.int64)
     metrics = scoring.metrics(
         scores, labels, None if dev is None else dev["scores"], None if dev is None else dev["labels"]

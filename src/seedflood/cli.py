@@ -17,6 +17,7 @@ from typing import Any
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
+JSON_HELP = "print the result as one JSON object (for scripts) instead of the summary lines"
 
 
 def _bad_input_errors() -> tuple[type[BaseException], ...]:
@@ -223,7 +224,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from seedflood.ml import model
 
         model.save(w.loaded, Path(args.out), w.direction.effective_tensors())
-    print(json.dumps({"steps": n, "param_hash": digest, **({"out": args.out} if args.out else {})}))
+    result = {"steps": n, "param_hash": digest, **({"out": args.out} if args.out else {})}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    _print_fields(
+        [
+            ("run directory", args.run_dir),
+            ("replayed", f"{n} logged steps applied to the base model"),
+            ("param hash", digest),
+            *([("model directory", args.out)] if args.out else []),
+        ]
+    )
     return 0
 
 
@@ -243,16 +255,55 @@ def cmd_check(args: argparse.Namespace) -> int:
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise ckpt.CheckpointError(bad[0] + more)
-    print(json.dumps({"ok": True, "steps": len(records), "checkpoints": [c.name for c in found]}))
+    names = [c.name for c in found]
+    if args.json:
+        print(json.dumps({"ok": True, "steps": len(records), "checkpoints": names}))
+        return 0
+    _print_fields(
+        [
+            ("run directory", str(run_dir)),
+            ("verdict", "OK: config.yaml matches the log header; every log record and checkpoint checksum is valid"),
+            ("steps logged", str(len(records))),
+            ("checkpoints", f"{len(names)}" + (f" ({', '.join(names)})" if names else "")),
+        ]
+    )
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from seedflood.rundir.metrics import PhaseProgress
+
     cfg, w, n = _rebuild(Path(args.run_dir), args.step)
-    dev = w.evaluate("dev") if w.splits.dev else None
-    m = w.evaluate("test", dev=dev)["metrics"]
-    print(json.dumps({"steps": n, **m}))
+    with PhaseProgress(f"scoring step {n} (dev + test)") as bar:
+        m = w.score_splits(on_examples=bar.update)[1]["metrics"]
+    if args.json:
+        print(json.dumps({"steps": n, **m}))
+        return 0
+
+    def fmt(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.3f}"
+
+    shares = ", ".join(f"{f:.2f}" for f in m["pred_frac"])
+    _print_fields(
+        [
+            ("run directory", args.run_dir),
+            ("scored", f"the model after {n} logged steps, on {m['n']} test examples"),
+            (
+                "accuracy",
+                f"{fmt(m['accuracy'])}  AUC {fmt(m['auc'])}  dev-threshold accuracy {fmt(m['threshold_accuracy'])}",
+            ),
+            ("loss", f"{m['loss']:.4f} (mean cross-entropy, nats)"),
+            ("predictions", f"{shares} (share per label)"),
+        ]
+    )
     return 0
+
+
+def _print_fields(rows: list[tuple[str, str]]) -> None:
+    """`label:  value` lines, the values aligned in one column."""
+    width = max(len(label) for label, _ in rows) + 2
+    for label, value in rows:
+        print(f"{label + ':':<{width}}{value}")
 
 
 def cmd_topology_show(args: argparse.Namespace) -> int:
@@ -321,10 +372,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--step", type=int, help="number of logged steps to apply (default: all)")
         if name == "replay":
             sp.add_argument("--out", help="also write a save_pretrained model directory here")
+        sp.add_argument("--json", action="store_true", help=JSON_HELP)
         sp.set_defaults(fn=fn)
 
     ck = sub.add_parser("check", help="verify a run directory: settings, every log record, every checkpoint")
     ck.add_argument("run_dir")
+    ck.add_argument("--json", action="store_true", help=JSON_HELP)
     ck.set_defaults(fn=cmd_check)
 
     top = sub.add_parser("topology", help="inspect topologies")

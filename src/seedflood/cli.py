@@ -10,6 +10,7 @@ import argparse
 import atexit
 import json
 import os
+import select
 import sys
 import threading
 from pathlib import Path
@@ -469,6 +470,39 @@ def exit_process(code: int) -> None:
     raise SystemExit(code)
 
 
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell reports for a coreutils command whose reader went away (`cat f | head`),
+so `set -o pipefail` scripts see `seedflood ... | head` as they see any such pipeline."""
+
+
+def _stdout_reader_gone() -> bool:
+    """True when stdout is a pipe whose read end is closed (poll reports POLLERR on such a write end)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no fd (a replaced stdout) or no poll: not ours to judge
+        return False
+
+
 def console() -> None:
-    """The `seedflood` console script (and `python -m seedflood`)."""
-    exit_process(main())
+    """The `seedflood` console script (and `python -m seedflood`).
+
+    A closed pipe ends quietly: when the reader of stdout goes away (`seedflood topology show
+    ring:16 | head`) the write or the final flush raises BrokenPipeError; stdout is then pointed
+    at /dev/null (so the interpreter's own flush at exit cannot raise again) and the process
+    exits EXIT_BROKEN_PIPE with nothing on stderr (the documented recipe of Python's `signal`
+    module, with the status a SIGPIPE death would have; the default SIGPIPE action is not
+    restored, as it would kill a run mid-write of its files). A BrokenPipeError from anything
+    else (a socket to a peer that died) is not a closed stdout and propagates as before."""
+    try:
+        code = main()
+        sys.stdout.flush()  # the last buffered output fails here, inside the try, not at exit
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        code = EXIT_BROKEN_PIPE
+    exit_process(code)

@@ -1,6 +1,6 @@
 """The command line as a user meets it: bad input fails before training (one line on stderr, exit
 status 2, nothing written); check, replay and eval print a summary (--json for scripts); scoring
-shows progress."""
+shows progress; a closed pipe ends quietly."""
 
 from __future__ import annotations
 
@@ -371,3 +371,47 @@ def test_a_failure_with_json_still_exits_2_with_one_line(tmp_path):
     for command in ("check", "replay", "eval"):
         line = one_error_line(seedflood(command, str(tmp_path), "--json"))
         assert "not a run directory" in line
+
+
+# -- a closed pipe -----------------------------------------------------------------------------------
+def test_a_closed_pipe_ends_quietly_with_status_141():
+    """`seedflood topology show ring:16 | head` ended in a BrokenPipeError traceback. The reader
+    here closes its end before the command writes, so every write fails, as a `head` that has
+    read enough: nothing on stderr, status 141 (128 + SIGPIPE, as a shell reports for `cat`)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    p = subprocess.Popen(
+        [sys.executable, "-m", "seedflood", "topology", "show", "torus:8x16"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env={**base, "HF_HUB_OFFLINE": "1"},
+    )
+    p.stdout.close()
+    _, err = p.communicate(timeout=120)
+    assert err == b"" and p.returncode == 141, err.decode()
+
+
+def test_head_of_a_pipeline_gets_the_first_lines_and_no_traceback():
+    p = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {sys.executable} -m seedflood topology show ring:16 | head -n 1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert p.stdout == "topology ring16\n" and p.stderr == "", p.stderr
+    assert p.returncode in (0, 141)  # 141 when head was gone before the write, 0 when it came after
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_not_swallowed(monkeypatch):
+    """Only a closed stdout ends quietly: a BrokenPipeError from elsewhere (a socket to a dead
+    peer) still propagates, with stdout open."""
+    from seedflood import cli
+
+    def broken() -> int:
+        raise BrokenPipeError("a socket to a peer that died")
+
+    monkeypatch.setattr(cli, "main", broken)
+    with pytest.raises(BrokenPipeError, match="peer that died"):
+        cli.console()

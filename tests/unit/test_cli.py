@@ -367,10 +367,13 @@ def test_simulate_shows_the_progress_of_every_scoring(simulated):
         assert counts[0].startswith("32/128 examples") and counts[-1].startswith("done, 128/128 examples in "), err
 
 
-def test_a_failure_with_json_still_exits_2_with_one_line(tmp_path):
+def test_a_failure_with_json_still_exits_2_with_one_line(tmp_path, capsys):
+    from seedflood import cli
+
     for command in ("check", "replay", "eval"):
-        line = one_error_line(seedflood(command, str(tmp_path), "--json"))
-        assert "not a run directory" in line
+        assert cli.main([command, str(tmp_path), "--json"]) == 2
+        got = capsys.readouterr()
+        assert got.out == "" and got.err == f"seedflood: error: {tmp_path} is not a run directory (no log.bin)\n"
 
 
 # -- a closed pipe -----------------------------------------------------------------------------------

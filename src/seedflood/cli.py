@@ -10,6 +10,7 @@ import argparse
 import atexit
 import json
 import os
+import select
 import sys
 import threading
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
+JSON_HELP = "print the result as one JSON object (for scripts) instead of the summary lines"
 
 
 def _bad_input_errors() -> tuple[type[BaseException], ...]:
@@ -224,7 +226,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from seedflood.ml import model
 
         model.save(w.loaded, Path(args.out), w.direction.effective_tensors())
-    print(json.dumps({"steps": n, "param_hash": digest, **({"out": args.out} if args.out else {})}))
+    result = {"steps": n, "param_hash": digest, **({"out": args.out} if args.out else {})}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    _print_fields(
+        [
+            ("run directory", args.run_dir),
+            ("replayed", f"{n} logged steps applied to the base model"),
+            ("param hash", digest),
+            *([("model directory", args.out)] if args.out else []),
+        ]
+    )
     return 0
 
 
@@ -251,16 +264,55 @@ def cmd_check(args: argparse.Namespace) -> int:
             "seedflood: note: log.bin predates log header checksums (a legacy log): its header is read unchecked",
             file=sys.stderr,
         )
-    print(json.dumps({"ok": True, "steps": len(records), "checkpoints": [c.name for c in found]}))
+    names = [c.name for c in found]
+    if args.json:
+        print(json.dumps({"ok": True, "steps": len(records), "checkpoints": names}))
+        return 0
+    _print_fields(
+        [
+            ("run directory", str(run_dir)),
+            ("verdict", "OK: config.yaml matches the log header; every log record and checkpoint checksum is valid"),
+            ("steps logged", str(len(records))),
+            ("checkpoints", f"{len(names)}" + (f" ({', '.join(names)})" if names else "")),
+        ]
+    )
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from seedflood.rundir.metrics import PhaseProgress
+
     cfg, w, n = _rebuild(Path(args.run_dir), args.step)
-    dev = w.evaluate("dev") if w.splits.dev else None
-    m = w.evaluate("test", dev=dev)["metrics"]
-    print(json.dumps({"steps": n, **m}))
+    with PhaseProgress(f"scoring step {n} (dev + test)") as bar:
+        m = w.score_splits(on_examples=bar.update)[1]["metrics"]
+    if args.json:
+        print(json.dumps({"steps": n, **m}))
+        return 0
+
+    def fmt(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.3f}"
+
+    shares = ", ".join(f"{f:.2f}" for f in m["pred_frac"])
+    _print_fields(
+        [
+            ("run directory", args.run_dir),
+            ("scored", f"the model after {n} logged steps, on {m['n']} test examples"),
+            (
+                "accuracy",
+                f"{fmt(m['accuracy'])}  AUC {fmt(m['auc'])}  dev-threshold accuracy {fmt(m['threshold_accuracy'])}",
+            ),
+            ("loss", f"{m['loss']:.4f} (mean cross-entropy, nats)"),
+            ("predictions", f"{shares} (share per label)"),
+        ]
+    )
     return 0
+
+
+def _print_fields(rows: list[tuple[str, str]]) -> None:
+    """`label:  value` lines, the values aligned in one column."""
+    width = max(len(label) for label, _ in rows) + 2
+    for label, value in rows:
+        print(f"{label + ':':<{width}}{value}")
 
 
 def cmd_topology_show(args: argparse.Namespace) -> int:
@@ -329,10 +381,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--step", type=int, help="number of logged steps to apply (default: all)")
         if name == "replay":
             sp.add_argument("--out", help="also write a save_pretrained model directory here")
+        sp.add_argument("--json", action="store_true", help=JSON_HELP)
         sp.set_defaults(fn=fn)
 
     ck = sub.add_parser("check", help="verify a run directory: settings, every log record, every checkpoint")
     ck.add_argument("run_dir")
+    ck.add_argument("--json", action="store_true", help=JSON_HELP)
     ck.set_defaults(fn=cmd_check)
 
     top = sub.add_parser("topology", help="inspect topologies")
@@ -424,6 +478,39 @@ def exit_process(code: int) -> None:
     raise SystemExit(code)
 
 
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell reports for a coreutils command whose reader went away (`cat f | head`),
+so `set -o pipefail` scripts see `seedflood ... | head` as they see any such pipeline."""
+
+
+def _stdout_reader_gone() -> bool:
+    """True when stdout is a pipe whose read end is closed (poll reports POLLERR on such a write end)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no fd (a replaced stdout) or no poll: not ours to judge
+        return False
+
+
 def console() -> None:
-    """The `seedflood` console script (and `python -m seedflood`)."""
-    exit_process(main())
+    """The `seedflood` console script (and `python -m seedflood`).
+
+    A closed pipe ends quietly: when the reader of stdout goes away (`seedflood topology show
+    ring:16 | head`) the write or the final flush raises BrokenPipeError; stdout is then pointed
+    at /dev/null (so the interpreter's own flush at exit cannot raise again) and the process
+    exits EXIT_BROKEN_PIPE with nothing on stderr (the documented recipe of Python's `signal`
+    module, with the status a SIGPIPE death would have; the default SIGPIPE action is not
+    restored, as it would kill a run mid-write of its files). A BrokenPipeError from anything
+    else (a socket to a peer that died) is not a closed stdout and propagates as before."""
+    try:
+        code = main()
+        sys.stdout.flush()  # the last buffered output fails here, inside the try, not at exit
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        code = EXIT_BROKEN_PIPE
+    exit_process(code)

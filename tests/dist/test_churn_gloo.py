@@ -83,7 +83,7 @@ def check_survivors(procs: list, s: dict, out: Path, victim: int) -> None:
     ((step, change),) = reader.changes.items()
     assert change.leave == (victim,) and f"step {step}: leave {victim}" in s["membership_changes"][0]
     replay = subprocess.run(
-        [sys.executable, "-m", "seedflood", "replay", str(out)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "seedflood", "replay", str(out), "--json"], capture_output=True, text=True, timeout=120
     )
     assert replay.returncode == 0, replay.stderr
     assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": 40, "param_hash": s["param_hash"]}
@@ -194,7 +194,7 @@ def check_run(out: Path, steps: int, text: str) -> dict:
     assert s["left"] == [] and s["consensus"], text
     assert s["client_hashes"] == [s["param_hash"]] * 4
     replay = subprocess.run(
-        [sys.executable, "-m", "seedflood", "replay", str(out)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "seedflood", "replay", str(out), "--json"], capture_output=True, text=True, timeout=120
     )
     assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": steps, "param_hash": s["param_hash"]}
     return s
@@ -308,14 +308,14 @@ def test_the_store_dies_mid_run_and_the_run_ends_without_it(tmp_path, signum):
     assert "consensus: unchecked (no client reported: the store is gone)" in text, text
     assert "bytes per edge per step: unknown (no client reported)" in text, text
     replay = subprocess.run(
-        [sys.executable, "-m", "seedflood", "replay", str(out)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "seedflood", "replay", str(out), "--json"], capture_output=True, text=True, timeout=120
     )
     assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": steps, "param_hash": s["param_hash"]}
 
 
 def replay(run_dir: Path) -> dict:
     p = subprocess.run(
-        [sys.executable, "-m", "seedflood", "replay", str(run_dir)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "seedflood", "replay", str(run_dir), "--json"], capture_output=True, text=True, timeout=120
     )
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])

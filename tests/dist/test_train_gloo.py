@@ -64,7 +64,7 @@ def test_processes_match_the_in_memory_reference(run_world, procs_ok, tmp_path, 
     assert oracle_hash(tmp_path / kind / "config.yaml", tmp_path / kind / "log.bin") == (6, reference_hash)
 
     if kind == "ring":
-        replay = subprocess.run([sys.executable, "-m", "seedflood", "replay", str(tmp_path / kind)],
+        replay = subprocess.run([sys.executable, "-m", "seedflood", "replay", str(tmp_path / kind), "--json"],
                                 capture_output=True, text=True, timeout=120)
         assert replay.returncode == 0, replay.stderr
         assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": 6, "param_hash": reference_hash}
@@ -72,7 +72,7 @@ def test_processes_match_the_in_memory_reference(run_world, procs_ok, tmp_path, 
         meta = json.loads((tmp_path / kind / "checkpoints" / "step_000006" / "meta.json").read_text())
         assert meta["param_hash"] == reference_hash
         # `seedflood eval` rebuilds the same model and scores it as the evaluator did at the end.
-        scored = subprocess.run([sys.executable, "-m", "seedflood", "eval", str(tmp_path / kind)],
+        scored = subprocess.run([sys.executable, "-m", "seedflood", "eval", str(tmp_path / kind), "--json"],
                                 capture_output=True, text=True, timeout=120)
         assert scored.returncode == 0, scored.stderr
         got = json.loads(scored.stdout.strip().splitlines()[-1])

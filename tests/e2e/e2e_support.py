@@ -93,7 +93,7 @@ def churn_sets(out_dir: Path, steps: int, *overrides: str) -> list[str]:
 def replay(out_dir: Path) -> dict[str, Any]:
     """What `seedflood replay OUT` prints last ({"steps", "param_hash"}); it must exit 0."""
     r = subprocess.run(
-        [sys.executable, "-m", "seedflood", "replay", str(out_dir)],
+        [sys.executable, "-m", "seedflood", "replay", str(out_dir), "--json"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -142,7 +142,7 @@ def test_checkpoint_is_a_plain_hugging_face_model(reference_run: dict, tmp_path:
     run_dir = model_dir.parents[2]
     out = tmp_path / "replayed"
     replay = subprocess.run(
-        [sys.executable, "-m", "seedflood", "replay", str(run_dir), "--out", str(out)],
+        [sys.executable, "-m", "seedflood", "replay", str(run_dir), "--out", str(out), "--json"],
         capture_output=True,
         text=True,
         timeout=180,

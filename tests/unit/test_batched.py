@@ -223,7 +223,7 @@ def test_seedflood_simulate_batched_writes_a_run_that_replays_to_its_hash(tmp_pa
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
     capsys.readouterr()
-    assert cli.main(["replay", str(out)]) == 0
+    assert cli.main(["replay", str(out), "--json"]) == 0
     replayed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert replayed["param_hash"] == summary["param_hash"] and replayed["steps"] == 6
     assert config.load(out / "config.yaml").sim.batched is True

@@ -1,7 +1,12 @@
-"""Bad input fails before training: one line on stderr, exit status 2, nothing written."""
+"""The command line as a user meets it: bad input fails before training (one line on stderr, exit
+status 2, nothing written); check, replay and eval print a summary (--json for scripts); scoring
+shows progress; a closed pipe ends quietly."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import subprocess
 import sys
@@ -260,3 +265,165 @@ def test_the_exit_status_survives_a_thread_left_in_a_torch_call():
     )
     assert p.returncode == 3, (p.returncode, p.stderr[-2000:])
     assert p.stdout == "report written\n" and "terminate called" not in p.stderr
+
+
+# -- what check, replay and eval print -------------------------------------------------------------
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory) -> tuple[Path, dict, str]:
+    """A finished debug run (simulate, in this process), its summary.json, and its stderr.
+
+    Progress lines of a phase are lowered to one per batch (PHASE_LINE_EVERY_S = 0) so a
+    6-step run's scorings, each well under a second, show them on this non-terminal stderr."""
+    from seedflood import cli
+    from seedflood.rundir import metrics
+
+    out = tmp_path_factory.mktemp("cli") / "run"
+    err = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        mp.setattr(metrics, "PHASE_LINE_EVERY_S", 0.0)
+        assert cli.main(["simulate", "--config", DEBUG, "--set", f"run.out_dir={out}"]) == 0
+    return out, json.loads((out / "summary.json").read_text()), err.getvalue()
+
+
+def fields(text: str) -> dict[str, str]:
+    """`label:  value` lines as a dict; asserts the values start in one column."""
+    lines = text.splitlines()
+    assert lines, "no output"
+    columns = {len(line) - len(line.split(":", 1)[1].lstrip()) for line in lines}
+    assert len(columns) == 1, f"values not aligned:\n{text}"
+    return {label: value.strip() for label, value in (line.split(":", 1) for line in lines)}
+
+
+def not_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return True
+    return False
+
+
+def test_check_prints_a_summary_and_json_on_request(simulated, capsys):
+    from seedflood import cli
+
+    out, _, _ = simulated
+    assert cli.main(["check", str(out)]) == 0
+    text = capsys.readouterr().out
+    got = fields(text)
+    assert not_json(text)
+    assert got["run directory"] == str(out) and got["verdict"].startswith("OK")
+    assert got["steps logged"] == "6" and got["checkpoints"] == "2 (step_000006, step_000003)"
+    assert cli.main(["check", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "ok": True,
+        "steps": 6,
+        "checkpoints": ["step_000006", "step_000003"],
+    }
+
+
+def test_replay_prints_a_summary_and_json_on_request(simulated, capsys, tmp_path):
+    from seedflood import cli
+
+    out, summary, _ = simulated
+    assert cli.main(["replay", str(out), "--out", str(tmp_path / "hf")]) == 0
+    text = capsys.readouterr().out
+    assert not_json(text)
+    assert fields(text) == {
+        "run directory": str(out),
+        "replayed": "6 logged steps applied to the base model",
+        "param hash": summary["param_hash"],
+        "model directory": str(tmp_path / "hf"),
+    }
+    assert cli.main(["replay", str(out), "--step", "3", "--json"]) == 0
+    three = json.loads(capsys.readouterr().out)
+    assert (
+        three["steps"] == 3 and three.keys() == {"steps", "param_hash"} and three["param_hash"] != summary["param_hash"]
+    )
+
+
+def test_eval_prints_a_summary_json_on_request_and_shows_its_progress(simulated, capsys, monkeypatch):
+    from seedflood import cli
+    from seedflood.rundir import metrics
+
+    out, summary, _ = simulated
+    final = summary["final"]
+    monkeypatch.setattr(metrics, "PHASE_LINE_EVERY_S", 0.0)
+    assert cli.main(["eval", str(out)]) == 0
+    got = capsys.readouterr()
+    assert not_json(got.out)
+    f = fields(got.out)
+    assert f["run directory"] == str(out) and f["scored"] == "the model after 6 logged steps, on 64 test examples"
+    assert f["accuracy"].startswith(f"{final['accuracy']:.3f}  AUC {final['auc']:.3f}")
+    assert f["loss"].startswith(f"{final['loss']:.4f}")
+    # debug.yaml: 64 dev + 64 test examples, eval.batch_size 32: four batches, one line each, then the end
+    lines = [ln for ln in got.err.splitlines() if ln.startswith("scoring step 6 (dev + test): ")]
+    assert [ln.split(": ", 1)[1].split(" ", 1)[0] for ln in lines] == ["32/128", "64/128", "96/128", "128/128", "done,"]
+    assert cli.main(["eval", str(out), "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert m.keys() == {"steps", "n", "accuracy", "loss", "pred_frac", "auc", "threshold", "threshold_accuracy"}
+    assert m["steps"] == 6 and m["n"] == 64
+    assert (m["accuracy"], m["auc"], m["threshold_accuracy"]) == (
+        final["accuracy"],
+        final["auc"],
+        final["threshold_accuracy"],
+    )
+
+
+def test_simulate_shows_the_progress_of_every_scoring(simulated):
+    """The zero-shot, periodic and final scorings (the evaluator's) each report their examples."""
+    err = simulated[2]
+    for step in (0, 3, 6):
+        counts = [ln.split(": ", 1)[1] for ln in err.splitlines() if ln.startswith(f"scoring step {step}: ")]
+        assert counts[0].startswith("32/128 examples") and counts[-1].startswith("done, 128/128 examples in "), err
+
+
+def test_a_failure_with_json_still_exits_2_with_one_line(tmp_path, capsys):
+    from seedflood import cli
+
+    for command in ("check", "replay", "eval"):
+        assert cli.main([command, str(tmp_path), "--json"]) == 2
+        got = capsys.readouterr()
+        assert got.out == "" and got.err == f"seedflood: error: {tmp_path} is not a run directory (no log.bin)\n"
+
+
+# -- a closed pipe -----------------------------------------------------------------------------------
+def test_a_closed_pipe_ends_quietly_with_status_141():
+    """`seedflood topology show ring:16 | head` ended in a BrokenPipeError traceback. The reader
+    here closes its end before the command writes, so every write fails, as a `head` that has
+    read enough: nothing on stderr, status 141 (128 + SIGPIPE, as a shell reports for `cat`)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    p = subprocess.Popen(
+        [sys.executable, "-m", "seedflood", "topology", "show", "torus:8x16"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env={**base, "HF_HUB_OFFLINE": "1"},
+    )
+    p.stdout.close()
+    _, err = p.communicate(timeout=120)
+    assert err == b"" and p.returncode == 141, err.decode()
+
+
+def test_head_of_a_pipeline_gets_the_first_lines_and_no_traceback():
+    p = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {sys.executable} -m seedflood topology show ring:16 | head -n 1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert p.stdout == "topology ring16\n" and p.stderr == "", p.stderr
+    assert p.returncode in (0, 141)  # 141 when head was gone before the write, 0 when it came after
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_not_swallowed(monkeypatch):
+    """Only a closed stdout ends quietly: a BrokenPipeError from elsewhere (a socket to a dead
+    peer) still propagates, with stdout open."""
+    from seedflood import cli
+
+    def broken() -> int:
+        raise BrokenPipeError("a socket to a peer that died")
+
+    monkeypatch.setattr(cli, "main", broken)
+    with pytest.raises(BrokenPipeError, match="peer that died"):
+        cli.console()

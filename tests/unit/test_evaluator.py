@@ -112,9 +112,9 @@ def test_a_gap_in_the_stream_is_refused(tmp_path, finished):
 
 
 def test_replay_and_check_accept_the_intact_directory(run_dir, finished, capsys):
-    assert cli.main(["replay", str(run_dir)]) == 0
+    assert cli.main(["replay", str(run_dir), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"steps": 6, "param_hash": finished[1]}
-    assert cli.main(["check", str(run_dir)]) == 0
+    assert cli.main(["check", str(run_dir), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["checkpoints"] == ["step_000006", "step_000004"]
 
 

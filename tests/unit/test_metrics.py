@@ -1,15 +1,23 @@
 """metrics.py: truncate_metrics keeps one history when a run resumes from an earlier step; the
-TensorBoard sink gets every scalar of every record and changes nothing in metrics.jsonl."""
+TensorBoard sink gets every scalar of every record and changes nothing in metrics.jsonl; a long
+phase (scoring) shows its progress, as a bar on a terminal and as sparse lines in a log."""
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
-from seedflood.rundir.metrics import MetricsWriter, export_tensorboard, read_metrics, truncate_metrics
+from seedflood.rundir.metrics import (
+    MetricsWriter,
+    PhaseProgress,
+    export_tensorboard,
+    read_metrics,
+    truncate_metrics,
+)
 
 
 def test_truncate_metrics_keeps_whole_lines_up_to_the_step(tmp_path: Path) -> None:
@@ -155,3 +163,79 @@ def test_tensorboards_own_reader_finds_the_scalars(tmp_path: Path) -> None:
         "accuracy", "loss", "auc", "threshold_accuracy", "bytes_per_edge", "consensus_distance", "worst_accuracy"
     }  # fmt: skip
     assert [(e.step, e.value) for e in acc.Scalars("accuracy")] == [(0, 0.5), (10, 0.625), (20, 0.75)]
+
+
+# -- PhaseProgress: a long scoring shows it is alive --------------------------------------------------
+class Clock:
+    """A settable monotonic clock (seconds)."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_off_a_terminal_a_phase_prints_a_line_at_most_every_interval() -> None:
+    clock, out = Clock(), io.StringIO()
+    with PhaseProgress("scoring step 0", stream=out, every_s=15, clock=clock) as p:
+        for done in range(10, 101, 10):  # one batch of 10 every 4 s: 40 s in all
+            clock.t += 4
+            p.update(done, 100)
+    assert out.getvalue().splitlines() == [
+        "scoring step 0: 40/100 examples (40%), 16 s, about 24 s left",
+        "scoring step 0: 80/100 examples (80%), 32 s, about 8 s left",
+        "scoring step 0: done, 100/100 examples in 40 s",
+    ]
+
+
+def test_a_short_phase_prints_nothing_and_a_disabled_one_never() -> None:
+    clock, out = Clock(), io.StringIO()
+    with PhaseProgress("scoring step 3", stream=out, every_s=15, clock=clock) as p:
+        clock.t += 14
+        p.update(100, 100)
+    with PhaseProgress("scoring step 3", stream=out, every_s=0, clock=clock, enabled=False) as p:
+        clock.t += 60
+        p.update(50, 100)
+    assert out.getvalue() == ""
+
+
+def test_a_phase_cut_short_says_where_it_stopped() -> None:
+    clock, out = Clock(), io.StringIO()
+    with pytest.raises(KeyboardInterrupt), PhaseProgress("eval", stream=out, every_s=1, clock=clock) as p:
+        clock.t += 2
+        p.update(30, 100)
+        raise KeyboardInterrupt
+    assert out.getvalue().splitlines()[-1] == "eval: stopped, 30/100 examples in 2 s"
+
+
+def test_on_a_terminal_a_phase_is_a_bar_that_is_removed_at_the_end() -> None:
+    out = Tty()
+    with PhaseProgress("scoring step 6", stream=out, delay_s=0) as p:
+        p.update(64, 128)
+        p.bar.refresh()
+        assert "scoring step 6:  50%" in out.getvalue() and "64/128" in out.getvalue()
+    assert p.bar is None
+    text = out.getvalue()
+    assert text.endswith("\r") and text.split("\r")[-2].strip() == ""  # the line blanked (leave=False)
+    assert "\n" not in out.getvalue()  # a bar, not log lines
+
+
+def test_scoring_reports_dev_and_test_as_one_count() -> None:
+    """Workload.score_splits: after each batch, examples scored so far out of dev + test."""
+    from seedflood.core import config
+    from seedflood.ml.workload import Workload
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = config.load(root / "launch" / "configs" / "debug.yaml", ["task.dev_examples=40", "eval.batch_size=16"])
+    w = Workload.build(cfg)
+    seen: list[tuple[int, int]] = []
+    dev, test = w.score_splits(on_examples=lambda done, total: seen.append((done, total)))
+    assert seen == [(16, 104), (32, 104), (40, 104), (56, 104), (72, 104), (88, 104), (104, 104)]
+    assert dev is not None and dev["metrics"]["n"] == 40 and test["metrics"]["n"] == 64
+    assert w.scores() == w.scores(on_examples=lambda *_: None)  # the callback changes no score

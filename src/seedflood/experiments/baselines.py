@@ -54,7 +54,14 @@ from seedflood.experiments.baselines_core import Algorithm, Choco, Ctx, DiLoCo, 
 from seedflood.ml import lora
 from seedflood.ml.workload import Workload
 from seedflood.rundir.atomic import atomic_write_text
-from seedflood.rundir.metrics import TENSORBOARD_DIR, MetricsWriter, Progress, human_bytes, truncate_metrics
+from seedflood.rundir.metrics import (
+    TENSORBOARD_DIR,
+    MetricsWriter,
+    PhaseProgress,
+    Progress,
+    human_bytes,
+    truncate_metrics,
+)
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +206,8 @@ def train(cfg: Config, progress: bool = True) -> Result:
         xbar = algo.average()
         dist, rel = (0.0, 0.0) if algo.identical else gossip.consensus_distance(xs, xbar)
         flat.bind(xbar)
-        m = w.scores()
+        with PhaseProgress(f"scoring step {step}", enabled=progress) as phase:
+            m = w.scores(on_examples=phase.update)
         losses, ctx.train_losses[:] = list(ctx.train_losses), []
         sent = ctx.counter().per_step_total(include_evaluator=False) if top is not None else {}
         record = {
@@ -237,9 +245,12 @@ def train(cfg: Config, progress: bool = True) -> Result:
         worst: dict[str, Any] = {}
         if not algo.identical:  # every client on test: the worst one
             accs = []
-            for x in algo.clients():
-                flat.bind(x)
-                accs.append(w.evaluate("test")["metrics"]["accuracy"])
+            clients = algo.clients()
+            with PhaseProgress("scoring every client on test", unit="client", enabled=progress) as phase:
+                for i, x in enumerate(clients):
+                    flat.bind(x)
+                    accs.append(w.evaluate("test")["metrics"]["accuracy"])
+                    phase.update(i + 1, len(clients))
             node = min(range(len(accs)), key=accs.__getitem__)
             worst = {"worst_accuracy": accs[node], "worst_node": node, "client_accuracies": accs}
         final = score(steps, final=True, **{k: v for k, v in worst.items() if k != "client_accuracies"})

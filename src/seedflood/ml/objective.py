@@ -18,7 +18,7 @@ logit soft-capping or scaling.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -145,20 +145,23 @@ def evaluate(
     max_tokens: int,
     batch_size: int,
     dev: Mapping[str, Any] | None = None,
+    on_batch: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Score `examples`: {"scores": N×C float32 array, "labels": N int64 array, "metrics": Metrics}.
 
     Pass a previous result on the dev split as `dev` to get the test accuracy at the dev-tuned
-    margin threshold (binary tasks).
+    margin threshold (binary tasks). `on_batch` (a progress display) is called after each batch
+    with the number of examples scored so far.
     """
     if not examples:
         raise ValueError("evaluate needs at least one example")
-    scores = np.concatenate(
-        [
-            candidate_scores(model, encode(examples[i : i + batch_size], spec, tokenizer, max_tokens)).cpu().numpy()
-            for i in range(0, len(examples), batch_size)
-        ]
-    )
+    chunks = []
+    for i in range(0, len(examples), batch_size):
+        batch = encode(examples[i : i + batch_size], spec, tokenizer, max_tokens)
+        chunks.append(candidate_scores(model, batch).cpu().numpy())
+        if on_batch is not None:
+            on_batch(min(i + batch_size, len(examples)))
+    scores = np.concatenate(chunks)
     labels = np.array([e.label for e in examples], dtype=np.int64)
     metrics = scoring.metrics(
         scores, labels, None if dev is None else dev["scores"], None if dev is None else dev["labels"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,9 @@ from seedflood.ml import encoding, host, model, objective, sampling, tasks
 from seedflood.ml.datafiles import Example, TaskError
 
 log = logging.getLogger(__name__)
+
+ExamplesScored = Callable[[int, int], None]
+"""A scoring progress callback: (examples scored so far, examples to score)."""
 
 
 def train_digest(splits: sampling.Splits) -> str:
@@ -90,12 +94,25 @@ class Workload:
         """L(θ) on the client's batch of `step`, under whatever perturbation context is active."""
         return float(objective.loss(self.model, self.batch(client, step)))
 
-    def scores(self) -> dict[str, Any]:
+    def score_splits(self, on_examples: ExamplesScored | None = None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """`evaluate` on dev (None without a dev split), then on test with dev's threshold.
+        `on_examples(done, total)` (a progress display) follows both as one count: it is called
+        after each batch with the examples scored so far out of dev's and test's together."""
+        n_dev = len(self.splits.dev) if self.splits.dev else 0
+        total = n_dev + len(self.splits.test)
+
+        def after(offset: int) -> Callable[[int], None] | None:
+            return None if on_examples is None else (lambda done: on_examples(offset + done, total))
+
+        dev = self.evaluate("dev", on_batch=after(0)) if n_dev else None
+        return dev, self.evaluate("test", dev=dev, on_batch=after(n_dev))
+
+    def scores(self, on_examples: ExamplesScored | None = None) -> dict[str, Any]:
         """The current model's dev and test scores as the fields of a metrics line (the evaluator's
         and the baselines'): test accuracy, loss, AUC, dev-threshold accuracy, prediction shares,
-        and dev accuracy (None without a dev split)."""
-        dev = self.evaluate("dev") if self.splits.dev else None
-        m = self.evaluate("test", dev=dev)["metrics"]
+        and dev accuracy (None without a dev split). `on_examples`: as `score_splits`."""
+        dev, test = self.score_splits(on_examples)
+        m = test["metrics"]
         fields = {
             "accuracy": m["accuracy"],
             "loss": m["loss"],
@@ -106,8 +123,15 @@ class Workload:
         }
         return fields
 
-    def evaluate(self, split: str, dev: dict[str, Any] | None = None, limit: int = 0) -> dict[str, Any]:
-        """Score the canonical model (pending updates included) on a split."""
+    def evaluate(
+        self,
+        split: str,
+        dev: dict[str, Any] | None = None,
+        limit: int = 0,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> dict[str, Any]:
+        """Score the canonical model (pending updates included) on a split; `on_batch` as
+        `objective.evaluate`'s (examples of this split scored so far)."""
         examples = getattr(self.splits, split)
         if limit:
             examples = examples[:limit]
@@ -120,4 +144,5 @@ class Workload:
                 self.cfg.task.max_tokens,
                 self.cfg.eval.batch_size,
                 dev=dev,
+                on_batch=on_batch,
             )

@@ -7,7 +7,8 @@ step, fsynced at each checkpoint), and every `eval.every` steps scores the model
 test splits; every `checkpoint.every` steps it writes a checkpoint (the newest `KEEP` are kept,
 so a corrupt one can fall back to the one before). It trains nothing and never takes part in a
 hop, so it cannot slow the clients down: frames wait in its inbox while it scores, and the
-progress bar follows the clients (frames received), not the scoring.
+progress bar follows the clients (frames received), not the scoring; each scoring shows its own
+progress over the examples (`PhaseProgress`: a second bar on a terminal, a line every 15 s in a log).
 
 Two ways to be fed: `run()` follows an inbox (the launched run: frames pushed by the attach
 client, applied to the evaluator's own model copy); or, with `apply=False` and no inbox, the
@@ -47,7 +48,14 @@ from seedflood.rundir import resume as rundir
 from seedflood.rundir.atomic import atomic_dir, atomic_write_text
 from seedflood.rundir.layout import CheckpointError
 from seedflood.rundir.logfile import LogWriter
-from seedflood.rundir.metrics import TENSORBOARD_DIR, MetricsWriter, Progress, human_bytes, truncate_metrics
+from seedflood.rundir.metrics import (
+    TENSORBOARD_DIR,
+    MetricsWriter,
+    PhaseProgress,
+    Progress,
+    human_bytes,
+    truncate_metrics,
+)
 from seedflood.rundir.resume import LOG, Records
 
 log = logging.getLogger(__name__)
@@ -126,6 +134,8 @@ class Evaluator:
         truncate_metrics(self.run_dir / "metrics.jsonl", start_step - 1 if rescored else start_step)
         self.metrics = MetricsWriter(self.run_dir / "metrics.jsonl", tensorboard=self.run_dir / TENSORBOARD_DIR)
         self.progress = Progress(protocol.steps, initial=start_step, enabled=progress)
+        self.show_progress = progress
+        """Also show each scoring's progress over its examples (PhaseProgress)."""
         if inbox is not None:
             inbox.on_frame = lambda: self.progress.advance_to(start_step + inbox.received)
         self.last: dict[str, Any] = {}
@@ -136,7 +146,8 @@ class Evaluator:
     def score(self, step: int, **extra: Any) -> dict[str, Any]:
         """Evaluate the canonical model after `step` steps; writes one metrics line."""
         t = time.monotonic()
-        m = self.w.scores()
+        with PhaseProgress(f"scoring step {step}", enabled=self.show_progress) as bar:
+            m = self.w.scores(on_examples=bar.update)
         record = {
             "step": step,
             **m,

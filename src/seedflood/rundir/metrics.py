@@ -4,7 +4,8 @@ Owns: the per-process logging setup, the `metrics.jsonl` writer (one flushed JSO
 line, so a crash loses at most the line being written), its optional TensorBoard sink (the same
 records' scalars as event files in `<run dir>/tb`, written synchronously with tensorboardX),
 `truncate_metrics` (cut the file back to one history when a run resumes from an earlier step),
-and the evaluator's progress bar.
+the evaluator's progress bar over steps, and `PhaseProgress` for a counted phase inside it
+(scoring's examples).
 
 metrics.jsonl is the record of a run and does not depend on the sink: with or without it, the
 same records give the same bytes (the sink adds nothing to a line), so SeedFlood's metrics stay
@@ -273,6 +274,107 @@ class Progress:
     def close(self) -> None:
         with self._lock:
             self.bar.close()
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+PHASE_LINE_EVERY_S = 15.0
+"""Seconds between two progress lines of a phase when stderr is not a terminal (read at each
+PhaseProgress's start, so tests can lower it)."""
+
+
+class PhaseProgress:
+    """Progress through one counted phase (scoring: examples of dev and test) on stderr.
+
+    On a terminal: a tqdm bar, shown once the phase has taken `delay_s` (short phases stay
+    silent) and removed when it ends; beside an open `Progress` bar it takes the next line. Not
+    on a terminal (a log file, a pipe, a launcher's capture): one plain line at most every
+    `every_s` seconds (default PHASE_LINE_EVERY_S), the first after `every_s`, and a closing
+    line when any was printed, so a long phase is visibly alive and a log stays one line per
+    event. `update(done, total)` is the `on_examples` callback of `Workload.scores` and
+    `score_splits`; use as a context manager.
+    """
+
+    def __init__(
+        self,
+        desc: str,
+        unit: str = "example",
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        every_s: float | None = None,
+        delay_s: float = 2.0,
+        clock: Any = time.monotonic,
+    ) -> None:
+        self.desc, self.unit, self.enabled = desc, unit, enabled
+        self.stream = sys.stderr if stream is None else stream
+        self.tty = _isatty(self.stream)
+        self.every_s = PHASE_LINE_EVERY_S if every_s is None else every_s
+        self.delay_s, self.clock = delay_s, clock
+        self.t0 = self.last = clock()
+        self.done = self.total = 0
+        self.lines = 0
+        """Plain lines printed (non-terminal mode)."""
+        self.bar: Any = None
+
+    def update(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        self.done, self.total = done, total
+        if self.tty:
+            if self.bar is None:
+                from tqdm import tqdm
+
+                self.bar = tqdm(
+                    total=total,
+                    desc=self.desc,
+                    unit=self.unit,
+                    leave=False,
+                    delay=self.delay_s,
+                    dynamic_ncols=True,
+                    file=self.stream,
+                )
+            self.bar.update(done - self.bar.n)
+            return
+        now = self.clock()
+        if now - self.last >= self.every_s:
+            self.last = now
+            self._line(now)
+
+    def _line(self, now: float, closing: bool = False) -> None:
+        elapsed = now - self.t0
+        if closing:
+            state = "done" if self.done >= self.total else "stopped"
+            text = f"{self.desc}: {state}, {self.done}/{self.total} {self.unit}s in {elapsed:.0f} s"
+        else:
+            share = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
+            left = ""
+            if 0 < self.done < self.total:
+                left = f", about {elapsed * (self.total - self.done) / self.done:.0f} s left"
+            text = f"{self.desc}: {self.done}/{self.total} {self.unit}s{share}, {elapsed:.0f} s{left}"
+        self.lines += 1
+        from tqdm import tqdm
+
+        tqdm.write(text, file=self.stream)  # clears an open `Progress` bar's line first, redraws it after
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        elif self.lines and self.enabled:
+            self._line(self.clock(), closing=True)
+            self.lines = 0
+
+    def __enter__(self) -> PhaseProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def human_bytes(n: float) -> str:

@@ -354,8 +354,8 @@ def test_f5_a_sponsor_cut_off_from_the_others_right_after_it_sponsors_reaches_th
     boundary (the old rule) never come up and both stop ("not committed within N extra hops");
     edges connected at the hop index the JOIN note names come up while they wait, node 1's
     messages of step t + 2 still reach every voter in time, and all 8 finish on one history."""
-    from seedflood.roles import simulation
     from seedflood.comm.memory import InMemoryNetwork
+    from seedflood.roles import simulation
 
     class Network(InMemoryNetwork):
         claimed_at: int | None = None  # node 1's hop index when it claimed node 0

@@ -21,7 +21,8 @@ Faults (`Fault.kind`), each at a round:
 - `cut`: the links in `edges` fail both ways (a partition is a cut of every link across it).
 - `restart`: a dead node comes back as a new incarnation: its lowest live member neighbour
   sponsors it with the real catch-up rules (the decided steps, the held messages and notes, a
-  JOIN note for t + delay + 1), as `Client._boundary` / `Client.rejoin` do.
+  JOIN note for t + delay + 1 whose edges connect (delay + 1) · hops rounds later: rounds are
+  the shared hop clock), as `Client._boundary` / `Client.rejoin` / `Client._link` do.
 
 Checks (`Outcome`): safety — every client's applied (step, digest) list is a prefix of one
 history, and so is the evaluator's log (it follows whichever client is the attach node, each
@@ -41,7 +42,7 @@ import networkx as nx
 
 from seedflood.core.agreement import Agreement, Voter
 from seedflood.core.flooding import Flood
-from seedflood.core.membership import JOIN, MembershipError, Note, StepSequence
+from seedflood.core.membership import JOIN, MembershipError, StepSequence, join_note
 from seedflood.core.message import FrameError, Message
 from seedflood.core.protocol import Protocol, schedule
 
@@ -208,6 +209,7 @@ class World:
         self.seq = StepSequence(0)
         self.attach_node = -1
         self.error = ""
+        self.round = 0  # the round being run: the shared hop clock
 
     # -- faults ----------------------------------------------------------------------------
     def _fail(self, a: int, b: int) -> None:
@@ -251,28 +253,36 @@ class World:
         msgs, notes = s.flood.held_items()
         n.flood.restore(msgs)
         e = s.t + p.delay + 1
+        link = self.round + p.hops * (p.delay + 1)
         n.flood.originate_notes(notes)
-        s.flood.originate_notes([Note(e, JOIN, v, inc)])
+        s.flood.originate_notes([join_note(e, v, inc, link)])
         n.t, n.hop, n.joined_at = s.t, 0, e
         self.nodes[v] = n
         self.links.add(edge(v, s.i))
         n.flood.add_peer(s.i)
         s.flood.add_peer(v)
-        self._joining.append((v, e))
+        self._joining.append((v, e, link))
 
     def _connect_joiners(self) -> None:
-        """At its JOIN step a newcomer and each member neighbour connect their edge (both ends)."""
-        for v, e in list(self._joining):
-            n = self.nodes[v]
-            if not n.running or n.t < e:
+        """At the round its JOIN note names, a newcomer and each neighbour connect their edge,
+        where both ends' rules agree (`Client._link`: the newcomer connects its member
+        neighbours, a member connects the newcomer if it holds the note), whatever steps they
+        are at or wait in."""
+        for v, e, link in list(self._joining):
+            if self.round < link:
                 continue
-            self._joining.remove((v, e))
+            self._joining.remove((v, e, link))
+            n = self.nodes[v]
+            if not n.running:
+                continue
             for u in sorted(self.g.neighbors(v)):
                 m = self.nodes[u]
                 if (
                     m.running
                     and u not in n.flood.peers
+                    and u in n.voter.agreement.roster.members
                     and u in m.voter.agreement.roster.members
+                    and any(j.origin == v for j in m.flood.notes(e, JOIN))
                     and self._cut_ok(u, v)
                 ):
                     self.links.add(edge(u, v))
@@ -288,10 +298,11 @@ class World:
         limit = max_rounds or (p.steps + p.delay + 2) * p.hops + 2 * p.patience_hops + 8 * p.hops * (p.delay + 1)
         pending = list(self.faults)
         self._cut: set[Edge] = set()
-        self._joining: list[tuple[int, int]] = []
+        self._joining: list[tuple[int, int, int]] = []  # (newcomer, JOIN step, link round)
         self._retry: list[int] = []  # restarts waiting for the old incarnation to leave
         crashing: dict[int, frozenset[int]] = {}
         for r in range(limit):
+            self.round = r
             if not any(n.running for n in self.nodes.values()):
                 break
             crashing.clear()

@@ -343,6 +343,46 @@ def test_f5_harsh_chaos_with_a_cut_link_and_repeated_rejoins_keeps_one_history(s
     check_survivors(cfg, r, tmp_path)
 
 
+def test_f5_a_sponsor_cut_off_from_the_others_right_after_it_sponsors_reaches_them_through_the_newcomer(
+    monkeypatch, tmp_path
+):
+    """Harsh seed 39's stop, made deterministic. Node 1 sponsors restarted node 0 at the start
+    of its step t (the only one allowed to) and at the first hop of step t + 2 loses its links to
+    2 and 5: its one path to the others is now node 0, whose edges to 3 and 4 connect at its JOIN
+    (the first hop of step t + 3 if nobody waits). Node 1 and node 0 both wait at step t + 2 for
+    step t's commit, whose votes only those edges can bring: edges connected at the JOIN step's
+    boundary (the old rule) never come up and both stop ("not committed within N extra hops");
+    edges connected at the hop index the JOIN note names come up while they wait, node 1's
+    messages of step t + 2 still reach every voter in time, and all 8 finish on one history."""
+    from seedflood.comm.memory import InMemoryNetwork
+    from seedflood.roles import simulation
+
+    class Network(InMemoryNetwork):
+        claimed_at: int | None = None  # node 1's hop index when it claimed node 0
+
+        def claim(self, sponsor: int, node: int) -> bool:
+            if (sponsor, node) != (1, 0):
+                return False
+            if self.claimed_at is None:
+                self.claimed_at = self._endpoints[1].hop
+            return super().claim(sponsor, node)
+
+        def _send(self, src: int, dst: int, hop: int, frame: bytes) -> None:
+            if src == 1 and self.claimed_at is not None and hop == self.claimed_at + 6 and (1, 2) not in self._cut:
+                for q in (2, 5):  # the JOIN note reached every node long ago (diameter 3)
+                    self.cut(1, q)
+                    self.cut(q, 1)
+            super()._send(src, dst, hop, frame)
+
+    monkeypatch.setattr(simulation, "InMemoryNetwork", Network)
+    cfg = cfg_for(steps=20)
+    r = simulate(cfg, events=[Event(3, 0, "kill"), Event(6, 0, "restart")])
+    assert r.exits == {} and sorted(r.hashes) == list(range(8)), r.exits
+    assert left(r) == {0: 3} and 0 in joined(r)
+    check_one_history(r)
+    check_survivors(cfg, r, tmp_path)
+
+
 class _Connects:
     """What `Client.rejoin` needs of a transport: `connect` (nothing is exchanged here)."""
 

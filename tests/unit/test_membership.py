@@ -26,6 +26,8 @@ from seedflood.core.membership import (
     encode_push,
     encode_pushes,
     encode_step,
+    join_note,
+    link_hop,
     next_attach,
 )
 from seedflood.core.message import FrameError, Limits, Message
@@ -53,7 +55,7 @@ def test_hop_payload_without_notes_is_exactly_the_message_frame():
 
 def test_hop_payload_with_notes_round_trips_and_any_flipped_bit_is_refused():
     msgs = [msg(1, 4)]
-    notes = [Note(4, JOIN, 3, 2), Note(2, AUDIT, 1, 0xDEADBEEF12345678), Note(5, VOTE, 0, 1, b"\x01" * 29)]
+    notes = [join_note(4, 3, 2, 17), Note(2, AUDIT, 1, 0xDEADBEEF12345678), Note(5, VOTE, 0, 1, b"\x01" * 29)]
     payload = encode_hop(msgs, notes)
     assert decode_hop(payload, LIMITS) == (msgs, sorted(notes))
     for i in range(len(payload)):
@@ -71,8 +73,11 @@ def test_notes_beyond_the_window_or_of_unknown_origin_are_refused_and_stale_ones
         decode_hop(encode_hop([], [Note(3, AUDIT, 9, 1)]), LIMITS)
     with pytest.raises(FrameError, match="step 101"):
         decode_hop(encode_hop([], [Note(101, AUDIT, 1, 1)]), LIMITS)
-    with pytest.raises(FrameError, match="only votes have a body"):
+    with pytest.raises(FrameError, match="a vote has a body, an audit none"):
         decode_hop(encode_hop([], [Note(3, AUDIT, 1, 1, b"x")]), LIMITS)
+    with pytest.raises(FrameError, match="8-byte link hop, got 0 bytes"):
+        decode_hop(encode_hop([], [Note(3, JOIN, 1, 1)]), LIMITS)
+    assert link_hop(join_note(3, 1, 1, 2**40)) == 2**40
     # F8: a sponsor owes a late neighbour every note it still holds, older than the receiver's
     # window too; such a note is stale, not an error (it crashed sponsor and newcomer before)
     window = Limits(n_origins=8, min_step=105, max_step=233, max_k=1, seed_of=seed_of)
@@ -190,9 +195,9 @@ def test_step_sequence_refuses_a_step_that_arrives_again_with_other_contents():
 
 
 def test_catch_up_payload_round_trips_and_any_flipped_bit_is_refused():
-    held = encode_hop([msg(2, 5)], [Note(5, JOIN, 3, 2)])
+    held = encode_hop([msg(2, 5)], [join_note(5, 3, 2, 40)])
     steps = [(0, encode_step([msg(0, 0)])), (1, encode_step([msg(1, 1)], Change(1, leave=(0,))))]
-    c = CatchUp(sponsor=1, next_step=7, join_step=8, incarnation=2, steps=steps, held=held)
+    c = CatchUp(sponsor=1, next_step=7, join_step=8, incarnation=2, steps=steps, held=held, hop=2**33 + 5)
     data = c.to_bytes()
     assert CatchUp.from_bytes(data) == c
     assert CatchUp.from_bytes(CatchUp(0, 0, 1, 2, [], b"").to_bytes()).steps == []

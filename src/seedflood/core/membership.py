@@ -7,7 +7,7 @@ Owns (docs/design.md §13):
 - `Roster`: the members of every step, a pure function of the changes (what is committed
   and how is agreement.py's business).
 - `Note`: a record flooded with the messages: `JOIN` (a sponsor admits a restarted origin from a
-  step on), `AUDIT` (an origin's state hash after a step) and `VOTE` (an origin's vote on a
+  step on, and names the hop at which its edges connect: `join_note`, `link_hop`), `AUDIT` (an origin's state hash after a step) and `VOTE` (an origin's vote on a
   step's content, agreement.Vote in its body).
 - `audit_verdict`: which origins' audited hashes differ from the majority's.
 - the hop payload (`encode_hop` / `decode_hop`): a message frame, plus notes when there are any;
@@ -60,7 +60,8 @@ class ExcludedError(MembershipError):
 # -- notes -------------------------------------------------------------------------------------------
 @dataclass(frozen=True, order=True)
 class Note:
-    """A flooded record. JOIN: `origin` counts again from `step` on, `value` = its incarnation.
+    """A flooded record. JOIN: `origin` counts again from `step` on, `value` = its incarnation,
+    `body` = the u64 hop index at which it and its neighbours connect their edges (`link_hop`).
     AUDIT: `origin`'s state hash after applying `step`, `value` = its first 8 bytes (u64).
     VOTE: `origin`'s vote on the content of `step` in ballot `value`; `body` is the vote
     (agreement.Vote: incarnation, digests, members, joins)."""
@@ -78,6 +79,20 @@ class Note:
         if self.kind == VOTE:
             return (_KINDS[self.kind], self.origin, self.step, self.value)
         return (_KINDS[self.kind], self.origin, self.step)
+
+
+_LINK = struct.Struct("<Q")  # a JOIN note's body: the hop index its edges connect at
+
+
+def join_note(step: int, origin: int, incarnation: int, link_hop: int) -> Note:
+    """JOIN: `origin` (this incarnation) counts from `step`; it and its neighbours connect their
+    edges right before exchange `link_hop` (a hop index, the same at both ends of every edge)."""
+    return Note(step, JOIN, origin, incarnation, _LINK.pack(link_hop))
+
+
+def link_hop(note: Note) -> int:
+    """The hop index a JOIN note's edges connect at."""
+    return _LINK.unpack(note.body)[0]
 
 
 def audit_value(state_hash: str) -> int:
@@ -102,8 +117,10 @@ def check_note(n: Note, limits: Limits) -> bool:
         raise FrameError(f"note origin {n.origin} out of range 0..{limits.n_origins - 1}")
     if n.step > limits.max_step:
         raise FrameError(f"note step {n.step} beyond window {limits.min_step}..{limits.max_step}")
-    if (n.kind == VOTE) != bool(n.body):
-        raise FrameError(f"note {n.id}: only votes have a body")
+    if (n.kind == VOTE and not n.body) or (n.kind == AUDIT and n.body):
+        raise FrameError(f"note {n.id}: a vote has a body, an audit none")
+    if n.kind == JOIN and len(n.body) != _LINK.size:
+        raise FrameError(f"note {n.id}: a join's body is its {_LINK.size}-byte link hop, got {len(n.body)} bytes")
     return n.step >= limits.min_step
 
 
@@ -258,16 +275,19 @@ def decode_pushes(blob: bytes) -> list[tuple[int, bytes]]:
     return out
 
 
-_CATCH_UP_MAGIC = b"SJ\x01"
-_CATCH_UP_HEAD = struct.Struct("<IIII")  # sponsor, next step, join step, incarnation
+_CATCH_UP_MAGIC = b"SJ\x02"
+_CATCH_UP_HEAD = struct.Struct("<IIIIQ")  # sponsor, next step, join step, incarnation, hop
 
 
 @dataclass(frozen=True)
 class CatchUp:
     """What a sponsor hands a rejoining neighbour (docs/design.md §13): its decided steps from 0
     (step, step payload), the hop payload of the messages and notes it holds for undecided steps,
-    the step the newcomer goes on from, its JOIN step and the incarnation admitted. Bytes: magic,
-    CRC-32 of the rest, the four u32, u32 held length, held, then `encode_pushes(steps)`."""
+    the step the newcomer goes on from, its JOIN step, the incarnation admitted and `hop`, the
+    sponsor's hop index of the edge's first exchange (the newcomer's hop clock starts there, so
+    its JOIN note's link hop means the same exchange at both ends of its other edges). Bytes:
+    magic, CRC-32 of the rest, four u32 and a u64, u32 held length, held, then
+    `encode_pushes(steps)`."""
 
     sponsor: int
     next_step: int
@@ -275,9 +295,10 @@ class CatchUp:
     incarnation: int
     steps: list[tuple[int, bytes]]
     held: bytes
+    hop: int = 0
 
     def to_bytes(self) -> bytes:
-        head = _CATCH_UP_HEAD.pack(self.sponsor, self.next_step, self.join_step, self.incarnation)
+        head = _CATCH_UP_HEAD.pack(self.sponsor, self.next_step, self.join_step, self.incarnation, self.hop)
         body = head + _U32.pack(len(self.held)) + self.held + encode_pushes(self.steps)
         return _CATCH_UP_MAGIC + _U32.pack(zlib.crc32(body)) + body
 
@@ -289,13 +310,14 @@ class CatchUp:
             raise FrameError("catch-up payload: bad magic or truncated")
         if _U32.unpack_from(data, len(_CATCH_UP_MAGIC))[0] != zlib.crc32(data[at:]):
             raise FrameError("catch-up payload fails its CRC")
-        sponsor, next_step, join_step, incarnation = _CATCH_UP_HEAD.unpack_from(data, at)
+        sponsor, next_step, join_step, incarnation, hop = _CATCH_UP_HEAD.unpack_from(data, at)
         at += _CATCH_UP_HEAD.size
         (n,) = _U32.unpack_from(data, at)
         at += 4
         if at + n > len(data):
             raise FrameError("catch-up payload: held messages run past the end")
-        return cls(sponsor, next_step, join_step, incarnation, decode_pushes(data[at + n :]), data[at : at + n])
+        steps = decode_pushes(data[at + n :])
+        return cls(sponsor, next_step, join_step, incarnation, steps, data[at : at + n], hop)
 
 
 class StepSequence:

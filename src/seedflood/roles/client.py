@@ -131,8 +131,11 @@ class Client:
         """Called with (step, messages) for each step applied beyond the resumed log."""
         self.next_step = 0
         self.logged = 0  # steps that were already in the log this client resumed from
-        self.hops_run = 0  # hops this client has run (the agreement's clock)
+        # the hop clock: the index of the next exchange, shared by every client of a connected
+        # run (a newcomer starts at its sponsor's); the agreement's clock and `_link`'s schedule
+        self.hops_run = 0
         self._deferred: set[int] = set()  # restarted neighbours still members under their old incarnation
+        self._links: dict[int, list[Note]] = {}  # hop index -> JOIN notes whose edges connect then
         self.hop_timeout_s = hop_timeout_s
         self._inflight: _Hops | None = None  # overlap: the hops of step next_step − 1, running
 
@@ -232,8 +235,8 @@ class Client:
 
     # -- rejoin (churn) -------------------------------------------------------------------------
     def _boundary(self, t: int) -> None:
-        """Before step t: sponsor a restarted neighbour that is ours to catch up, and connect
-        the edges of rejoining neighbours whose JOIN step is t (both ends connect at this hop)."""
+        """Before step t: sponsor a restarted neighbour that is ours to catch up (its other edges
+        connect later, at the hop its JOIN note names: `_link`)."""
         transport = self.transport
         timeout = self.hop_timeout_s
         revived = getattr(transport, "revived", list)() if t >= self.joined_at else []  # members sponsor
@@ -247,26 +250,59 @@ class Client:
                 continue  # another neighbour sponsors it, or it is gone again
             # JOIN at e = t + delay + 1: the note gets the hops a message of step t gets before it
             # is applied, so it normally reaches every voter before they propose step e (one that
-            # lacks it proposes e without the newcomer, and the ballots settle which commits)
+            # lacks it proposes e without the newcomer, and the ballots settle which commits).
+            # Its other edges connect at the hop index where step e's first hop falls if nobody
+            # waits: a hop index, not a step, because a client waiting for a commit hops on at
+            # its step (its neighbours' steps move on), and because the newcomer and this sponsor
+            # may both wait before e for votes that only those edges can bring (F5)
             e = t + self.protocol.delay + 1
-            self.flood.originate_notes([Note(e, JOIN, p, inc)])
+            link = self.hops_run + self.protocol.hops * (self.protocol.delay + 1)
+            note = membership.join_note(e, p, inc, link)
+            self.flood.originate_notes([note])
+            self._note_links([note])
             transport.send_blob(p, self._catch_up(t, e, inc))  # type: ignore[attr-defined]
             self.flood.add_peer(p)
-            log.warning("node %d: sponsoring node %d (incarnation %d): joins at step %d", self.node, p, inc, e)
+            log.warning(
+                "node %d: sponsoring node %d (incarnation %d): joins at step %d, its edges connect at hop %d",
+                self.node,
+                p,
+                inc,
+                e,
+                link,
+            )
         if self.evaluator and self.roster.attach == self.node:
             self._follow()
-        for n in self.flood.notes(t, JOIN):
-            # the joiner connects its edges to the members now, and each of them connects it: one
-            # rule on both ends (the rosters agree), so a neighbour that is itself still rejoining
-            # connects neither way (connecting one end alone leaves the edge's hops unpaired)
-            mine = n.origin == self.node
-            if mine:
-                edges = [q for q in self._neighbours() if q in self.roster.members]
-            else:
-                edges = [n.origin] if self.node in self.roster.members else []
-            edges = [q for q in edges if q != self.node and q not in self.flood.peers and q in self._neighbours()]
-            for q in transport.connect(edges, timeout) if edges else []:  # type: ignore[attr-defined]
-                self.flood.add_peer(q)
+
+    def _note_links(self, items: Sequence[object]) -> None:
+        """Remember the JOIN notes among `items` by the hop index their edges connect at."""
+        for n in items:
+            if isinstance(n, Note) and n.kind == JOIN and membership.link_hop(n) >= self.hops_run:
+                self._links.setdefault(membership.link_hop(n), []).append(n)
+
+    def _link(self) -> None:
+        """Right before exchange number `hops_run`: connect the edges of rejoining neighbours
+        whose JOIN note names this hop. Every client of a connected run shares one hop clock
+        (each exchange pairs the i-th frames of both ends of an edge, and a newcomer's clock
+        starts at its sponsor's), so both ends of an edge connect at the same exchange, whatever
+        steps they are at or wait in. One rule on both ends (their rosters agree): the newcomer
+        connects its member neighbours, and each member connects it; a neighbour that is itself
+        still rejoining connects neither way (connecting one end alone leaves the edge's hops
+        unpaired). A client that gets the note only after its hop (a part farther than the
+        note travels in delay + 1 steps) does not connect: the edge stays down."""
+        due = self._links.pop(self.hops_run, [])
+        for h in [h for h in self._links if h < self.hops_run]:
+            del self._links[h]
+        edges: list[int] = []
+        for n in due:
+            if n.origin == self.node:
+                if n.value != self.agreement.incarnation:
+                    continue  # an earlier incarnation's join
+                edges += [q for q in self._neighbours() if q in self.roster.members]
+            elif self.node in self.roster.members:
+                edges.append(n.origin)
+        edges = sorted({q for q in edges if q != self.node and q not in self.flood.peers and q in self._neighbours()})
+        for q in self.transport.connect(edges, self.hop_timeout_s) if edges else []:  # type: ignore[attr-defined]
+            self.flood.add_peer(q)
 
     def _follow(self) -> None:
         """As the attach node, between steps: answer the evaluator if it greets us (a start, a
@@ -302,7 +338,8 @@ class Client:
         step (with its change), the messages and notes held for undecided steps, its JOIN step."""
         msgs, notes = self.flood.held_items()
         steps = [(s, membership.encode_step(m, self.roster.changes.get(s))) for s, m in self.history]
-        return membership.CatchUp(self.node, t, e, inc, steps, membership.encode_hop(msgs, notes)).to_bytes()
+        held = membership.encode_hop(msgs, notes)
+        return membership.CatchUp(self.node, t, e, inc, steps, held, self.hops_run).to_bytes()
 
     def rejoin(self, blob: bytes) -> None:
         """Catch up from a sponsor's payload (`_catch_up`) as a restarted client: replay every
@@ -332,6 +369,8 @@ class Client:
         msgs, notes = membership.decode_hop(d.held, self.protocol.limits(0, 2**32 - 1))
         self.flood.restore(msgs)
         self.flood.originate_notes(notes)
+        self.hops_run = d.hop  # the sponsor's hop clock: this client's first exchange is its hop d.hop
+        self._note_links(notes)
         self.next_step = d.next_step
         self.logged = self.voter.logged = len(steps)
         self.joined_at = d.join_step
@@ -414,6 +453,8 @@ class Client:
             log.debug("node %d: hops in flight also failed: %s", self.node, e)
 
     def hop(self, t: int) -> None:
+        if self.protocol.churn:
+            self._link()
         self.hops_run += 1
         frames = {}
         for p, items in self.flood.outbox().items():
@@ -432,7 +473,9 @@ class Client:
                 msgs, notes = membership.decode_hop(incoming[peer], limits)
             except FrameError as e:
                 raise FrameError(f"node {self.node}: bad frame from node {peer} at step {t}: {e}") from None
-            self.flood.receive(peer, [*msgs, *notes])
+            new = self.flood.receive(peer, [*msgs, *notes])
+            if notes:
+                self._note_links(new)
 
     def apply_through(self, upto: int, t: int | None = None) -> None:
         """Apply every step <= upto; each must be complete (else the topology/hops are wrong).

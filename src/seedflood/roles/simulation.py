@@ -166,8 +166,10 @@ def simulate(
                 gone_by = time.monotonic() + LATE_FACTOR * cfg.transport.timeout_s
                 while network.held_by(node) and time.monotonic() < gone_by:
                     time.sleep(0.01)
+                # the restarted process loads its model (base weights only) before it registers,
+                # as train.py does: a sponsor then never waits on a neighbour still loading
+                workloads[node] = Workload.build(cfg)
                 network.revive(node)
-                workloads[node] = Workload.build(cfg)  # the restarted process: base weights only
                 exits.pop(node, None)
                 once(node, rejoin=True)
                 if node not in exits or not others_running(node):

@@ -368,6 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
     from seedflood import compare
 
     compare.add_parser(sub)
+    from seedflood import reproduce
+
+    reproduce.add_parser(sub)
     sub.add_parser("bench", help="measure the published figures (seedflood bench --help; benchmarks/README.md)")
     return p
 

@@ -1,0 +1,515 @@
+"""`seedflood reproduce`: the paper's grid, planned to fit a time budget on this machine, run, reported.
+
+Owns: the grid (issue 19 items 1-4, `grid`), the step-cost model and its calibration
+(`Costs`, `calibrate`), the planner (`plan_grid`), the plan file and the running of a plan
+(`execute`), and the command. The tables, the verdicts and the plot are reproduce_report.py's.
+
+    DIR/plan.json          the plan: arguments, costs, steps, the runs (name, algorithm, overrides)
+    DIR/<name>/            one `seedflood compare` directory per run (compare.run plans, skips a
+        <algorithm>/       finished run, records failures); the run directory proper
+
+The grid, on the base config (default launch/configs/rt-smollm2-16.yaml), in priority tiers:
+  tier 1  ring16: seedflood, dsgd (the normaliser), dzsgd, choco-lora    (answers item 1's ordering)
+  tier 2  ring16: choco, diloco, dsgd-lora, dzsgd-lora; hops 1, 2, 4 (< diameter); seedflood at
+          32, 64, 128 clients                                             (items 1, 2, 3)
+  tier 3  torus16 (4×4): the eight algorithms; dsgd, dzsgd, choco at 32, 64, 128 clients
+  tier 4  SubCGE rank 8, 16, 64 and refresh 10, 100 (seedflood, ring16)
+The ring16 run of seedflood is also the 16-client point of the scaling rows, the diameter row of
+the hops table and the base point (rank and refresh of the config) of the SubCGE table.
+
+Planning: every run of a plan takes the same S steps. A tier joins the plan once S reaches its
+MIN_STEPS (extra questions are asked only once the core one has steps to answer it), so the
+grid is a non-decreasing function of S, the plan's cost is increasing in S, and the planner takes
+the largest S ≤ max_steps whose cost fits the budget: a larger budget never gives fewer steps or
+fewer runs. When tier 1 at one step does not fit, the longest prefix of it that does is planned.
+Runs whose client vectors do not fit the device's free memory are left out (and listed).
+
+Cost model (seconds; `calibrate` measures the four primitives on this machine with the base
+config's model, batch and eval batch): a ZO forward f (one loss forward of a client's batch), a
+first-order step 3f (backward ≈ 2 forwards: stated, not measured), a scored example e, and a
+dense frame g (tensorwire encode + decode of the full trainable vector; LoRA frames scale by
+the adapter fraction, choco's top-k frame costs one g for the selection). Per step: seedflood
+2N·f (on CUDA with sim.batched: 2N·f / BATCHED_GAIN, the issue's goal, not yet measured);
+dzsgd 2N·f + N·deg·g; dsgd, choco 3N·f + N·deg·g; diloco 3N·f + N·g; a -lora variant the same
+with its frame fraction. Per run: model load, (S / eval.every + 1) scorings of the test and dev
+sets, and for gossip algorithms every client scored on test at the end (baselines.py).
+
+Assumes: compare.py's run-directory contract; one run at a time (no concurrent runs per GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from seedflood import compare
+from seedflood import config as config_mod
+from seedflood.checkpoint import atomic_write_text
+from seedflood.config import Config, ConfigError
+
+DEFAULT_CONFIG = "launch/configs/rt-smollm2-16.yaml"
+DEFAULT_RESULTS = "docs/results.md"
+PLAN = "plan.json"
+GROUPS = ("ring16", "torus16", "scale", "hops", "subcge")
+ALGS16 = ("seedflood", "dsgd", "dzsgd", "choco-lora", "choco", "diloco", "dsgd-lora", "dzsgd-lora")
+SCALE_N = (32, 64, 128)
+HOPS = (1, 2, 4, 8)
+RANKS, REFRESHES = (8, 16, 64), (10, 100)
+MIN_STEPS = {1: 1, 2: 10, 3: 50, 4: 100}
+"""A tier joins the plan once the steps reach this."""
+BATCHED_GAIN = 5.0
+"""CUDA, sim.batched: a 16-client step ≈ 3 × one client's two forwards (issue 19's goal) ≈ 2N·f / 5."""
+FIRST_ORDER = 3.0
+"""A forward + backward in forwards (stated)."""
+MEMORY_USE = 0.8
+"""Fraction of the free device memory a run may plan to use."""
+LORA = ("dsgd-lora", "choco-lora", "dzsgd-lora")
+GOSSIP = ("dzsgd", "dsgd", "choco", *LORA)
+
+
+class ReproduceError(ConfigError):
+    """A bad `seedflood reproduce` invocation or directory; one line, exit status 2."""
+
+
+@dataclass(frozen=True)
+class Base:
+    """The config every run starts from: a YAML path (None: the defaults) and --set values."""
+
+    config: str | None
+    sets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One run of the grid: DIR/name/algorithm, the base config plus `overrides`."""
+
+    name: str
+    algorithm: str
+    tier: int
+    clients: int
+    degree: int
+    overrides: tuple[str, ...]
+    groups: tuple[str, ...]
+
+
+@dataclass
+class Costs:
+    """Measured primitives (seconds) and sizes the cost model uses (see the module doc)."""
+
+    device: str
+    forward: float
+    """f: one loss forward of a client's batch."""
+    example: float
+    """e: one scored example (eval batch / its size)."""
+    frame: float
+    """g: encode + decode one dense frame of the full trainable vector."""
+    setup: float
+    """Model and data load of one run."""
+    trainable: int
+    """Full-parameter trainable scalars."""
+    lora: int
+    """Adapter scalars of a -lora run."""
+    scored: int
+    """Test + dev examples of one scoring."""
+    test: int
+    memory: float
+    """Free device memory, bytes."""
+
+
+def _topology(kind: str, n: int) -> tuple[str, ...]:
+    rows = "topology.rows=4" if kind == "torus" else "topology.rows=0"
+    return (f"topology.kind={kind}", f"topology.nodes={n}", rows, "topology.file=")
+
+
+def grid(groups: Sequence[str] = GROUPS, algorithms: Sequence[str] = ALGS16) -> list[Spec]:
+    """Every run of the chosen groups and algorithms, deduplicated, in tier then table order."""
+    ring16 = _topology("ring", 16)
+    specs: dict[str, Spec] = {}
+
+    def add(name: str, alg: str, tier: int, n: int, deg: int, extra: tuple[str, ...], group: str) -> None:
+        if alg not in algorithms:
+            return
+        old = specs.get(name)
+        if old is not None:
+            groups_ = old.groups if group in old.groups else (*old.groups, group)
+            specs[name] = Spec(name, alg, min(old.tier, tier), n, deg, old.overrides, groups_)
+        else:
+            specs[name] = Spec(name, alg, tier, n, deg, extra, (group,))
+
+    def tier(alg: str) -> int:
+        return 1 if alg in ALGS16[:4] else 2
+
+    for alg in ALGS16:
+        if "ring16" in groups:
+            add(f"ring16-{alg}", alg, tier(alg), 16, 2, ring16, "ring16")
+        if "torus16" in groups:
+            add(f"torus16-{alg}", alg, 3, 16, 4, _topology("torus", 16), "torus16")
+    if "scale" in groups:
+        for alg in ("seedflood", "dsgd", "dzsgd", "choco"):
+            add(f"ring16-{alg}", alg, tier(alg), 16, 2, ring16, "scale")  # the 16-client point
+            for n in SCALE_N:
+                add(f"ring{n}-{alg}", alg, 2 if alg == "seedflood" else 3, n, 2, _topology("ring", n), "scale")
+    if "hops" in groups:
+        add("ring16-seedflood", "seedflood", 1, 16, 2, ring16, "hops")  # the diameter row
+        for h in HOPS:
+            if h < 8:  # ring16's diameter is 8: hops >= 8 is the diameter run itself
+                add(f"hops{h}-seedflood", "seedflood", 2, 16, 2, (*ring16, f"flood.hops_per_step={h}"), "hops")
+    if "subcge" in groups:
+        add("ring16-seedflood", "seedflood", 1, 16, 2, ring16, "subcge")  # the config's rank and refresh
+        for r in RANKS:
+            add(f"rank{r}-seedflood", "seedflood", 4, 16, 2, (*ring16, f"subspace.rank={r}"), "subcge")
+        for p in REFRESHES:
+            add(f"refresh{p}-seedflood", "seedflood", 4, 16, 2, (*ring16, f"subspace.refresh={p}"), "subcge")
+    return sorted(specs.values(), key=lambda s: s.tier)  # stable: table order within a tier
+
+
+def eval_every(steps: int) -> int:
+    """Scoring at 0 and the end (and every fifth of the run from 20 steps on)."""
+    return steps if steps < 20 else math.ceil(steps / 5)
+
+
+def step_seconds(spec: Spec, c: Costs) -> float:
+    """The model's seconds of one step of `spec` (module doc)."""
+    n, a = spec.clients, spec.algorithm
+    frac = c.lora / c.trainable if a in LORA else 1.0
+    base = a.removesuffix("-lora")
+    if a == "seedflood":
+        return 2 * n * c.forward / (BATCHED_GAIN if c.device == "cuda" else 1.0)
+    if a == "mezo":
+        return 2 * c.forward
+    fwd = 2.0 if base == "dzsgd" else FIRST_ORDER
+    frames = 1 if base == "diloco" else spec.degree
+    return n * (fwd * c.forward + frames * frac * c.frame)
+
+
+def run_seconds(spec: Spec, steps: int, c: Costs) -> float:
+    """The model's seconds of the whole run of `spec` at `steps`."""
+    scorings = steps // eval_every(steps) + 1 + (steps % eval_every(steps) != 0)
+    finals = spec.clients * c.test if spec.algorithm in GOSSIP else 0
+    return c.setup + steps * step_seconds(spec, c) + (scorings * c.scored + finals) * c.example
+
+
+def memory_bytes(spec: Spec, c: Costs) -> float:
+    """Client vectors a run holds: x_i, a frame in flight and a mixing buffer per client (choco,
+    diloco: one more); seedflood holds one model for all."""
+    if spec.algorithm in ("seedflood", "mezo"):
+        return 0.0
+    numel = c.lora if spec.algorithm in LORA else c.trainable
+    copies = 4 if spec.algorithm.removesuffix("-lora") in ("choco", "diloco") else 3
+    return 4.0 * numel * copies * spec.clients
+
+
+@dataclass
+class Plan:
+    steps: int
+    runs: list[Spec]
+    seconds: list[float]
+    left_out: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> float:
+        return sum(self.seconds)
+
+
+def plan_grid(specs: Sequence[Spec], costs: Costs, budget_s: float, max_steps: int = 5000) -> Plan:
+    """The largest step count (and the tiers it admits) whose runs fit `budget_s` (module doc)."""
+    if budget_s <= 0:
+        raise ReproduceError(f"--budget must be > 0 minutes, got {budget_s / 60:g}")
+    fits = [s for s in specs if memory_bytes(s, costs) <= MEMORY_USE * costs.memory]
+    left = [f"{s.name}: needs {memory_bytes(s, costs) / 2**30:.1f} GiB" for s in specs if s not in fits]
+
+    def runs_at(steps: int) -> list[Spec]:
+        return [s for s in fits if MIN_STEPS[s.tier] <= steps]
+
+    def cost(steps: int) -> float:
+        return sum(run_seconds(s, steps, costs) for s in runs_at(steps))
+
+    if not fits:
+        raise ReproduceError("no run of the grid fits this device's memory: " + "; ".join(left))
+    if cost(1) > budget_s:
+        prefix: list[Spec] = []
+        for s in runs_at(1):
+            if sum(run_seconds(r, 1, costs) for r in (*prefix, s)) > budget_s:
+                break
+            prefix.append(s)
+        if not prefix:
+            need = run_seconds(runs_at(1)[0], 1, costs) / 60
+            raise ReproduceError(
+                f"--budget: {budget_s / 60:.1f} min left after calibrating is below the smallest plan "
+                f"({runs_at(1)[0].name}, 1 step: {need:.1f} min)"
+            )
+        left.append("over the budget at 1 step: " + ", ".join(s.name for s in fits if s not in prefix))
+        return Plan(1, prefix, [run_seconds(s, 1, costs) for s in prefix], left)
+    lo, hi = 1, max_steps  # cost(lo) fits; find the largest S that fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if cost(mid) <= budget_s else (lo, mid - 1)
+    runs = runs_at(lo)
+    for tier in sorted({s.tier for s in fits if s not in runs}):
+        names = ", ".join(s.name for s in fits if s not in runs and s.tier == tier)
+        left.append(f"tier {tier} (joins at {MIN_STEPS[tier]}+ steps): {names}")
+    return Plan(lo, runs, [run_seconds(s, lo, costs) for s in runs], left)
+
+
+def run_config(base: Base, spec: Spec, steps: int, device: str, out: Path) -> Config:
+    """The config of one planned run (compare.config_for then sets its algorithm and out_dir)."""
+    extra = [
+        f"run.steps={steps}",
+        f"eval.every={eval_every(steps)}",
+        "checkpoint.every=0",
+        "checkpoint.hf_model=false",
+        f"model.device={device}",
+        f"sim.batched={'true' if device == 'cuda' else 'false'}",
+        f"run.out_dir={out / spec.name}",
+    ]
+    return config_mod.load(base.config, [*base.sets, *spec.overrides, *extra])
+
+
+def calibrate(base: Base, device: str, echo: Callable[[str], None] = print) -> Costs:
+    """Measure f, e, g and the load time on this machine with the base config's model and task."""
+    import torch
+
+    from seedflood import model, tensorwire
+    from seedflood.directions import select_trainable
+    from seedflood.workload import Workload
+
+    cfg = config_mod.load(base.config, [*base.sets, f"model.device={device}", *_topology("ring", 16)])
+    model.check_source(cfg.model)  # a missing download: one line naming it, as world-size says it
+    t0 = time.monotonic()
+    w = Workload.build(cfg)
+    setup = time.monotonic() - t0
+
+    def timed(fn: Callable[[], object], warm: bool = True) -> float:
+        if warm:
+            fn()  # first call: lazy initialisation, caches
+        t = time.monotonic()
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.monotonic() - t
+
+    with torch.no_grad():
+        forward = timed(lambda: model.loss(w.model, w.batch(0, 0)))
+    k = min(cfg.eval.batch_size, len(w.splits.test))
+    example = timed(lambda: w.evaluate("test", limit=k), warm=False) / k  # after the forwards' warm-up
+    names = select_trainable(w.model, cfg.zo.trainable)
+    params = dict(w.model.named_parameters())
+    trainable = sum(params[n].numel() for n in names)
+    vec = torch.zeros(trainable, dtype=torch.float32)
+    frame = timed(lambda: tensorwire.decode(tensorwire.encode_dense(vec)), warm=False)
+    r, targets = cfg.algorithm.lora_rank, cfg.algorithm.lora_targets
+    adapters = sum(
+        r * (m.in_features + m.out_features)
+        for name, m in w.model.named_modules()
+        if isinstance(m, torch.nn.Linear) and name.rpartition(".")[2] in targets
+    )
+    # adapters: lora.inject's count (Σ r·(in + out) over the targets), without injecting
+    memory = float(torch.cuda.mem_get_info()[0]) if device == "cuda" else _mem_available()
+    scored = len(w.splits.test) + len(w.splits.dev)
+    c = Costs(device, forward, example, frame, setup, trainable, adapters or 1, scored, len(w.splits.test), memory)
+    echo(
+        f"reproduce: calibrated on {device}: forward {forward:.3f} s (batch {cfg.task.batch_size}), "
+        f"scoring {example * 1e3:.1f} ms/example, dense frame {frame:.3f} s ({trainable:,} scalars), "
+        f"load {setup:.1f} s, free memory {memory / 2**30:.1f} GiB"
+    )
+    return c
+
+
+def _mem_available() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return float("inf")
+
+
+def describe(plan: Plan) -> str:
+    """The plan as printed before anything runs."""
+    lines = [f"plan: {len(plan.runs)} runs of {plan.steps} steps each, expected {plan.total / 60:.1f} min:"]
+    for s, sec in zip(plan.runs, plan.seconds):
+        lines.append(f"  {s.name:<22} {s.algorithm:<11} tier {s.tier}  {sec / 60:7.1f} min  ({', '.join(s.groups)})")
+    if plan.left_out:
+        lines += ["left out:", *(f"  {why}" for why in plan.left_out)]
+    return "\n".join(lines)
+
+
+def save_plan(out: Path, plan: Plan, costs: Costs, args: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    body = {
+        "args": args,
+        "costs": asdict(costs),
+        "steps": plan.steps,
+        "runs": [asdict(s) for s in plan.runs],
+        "seconds": plan.seconds,
+        "left_out": plan.left_out,
+    }
+    atomic_write_text(out / PLAN, json.dumps(body, indent=1) + "\n")
+
+
+def load_plan(out: Path) -> tuple[Plan, dict[str, Any]]:
+    """The stored plan of DIR and the whole plan.json."""
+    try:
+        body = json.loads((out / PLAN).read_text())
+        runs = [Spec(**{**s, "overrides": tuple(s["overrides"]), "groups": tuple(s["groups"])}) for s in body["runs"]]
+        return Plan(body["steps"], runs, body["seconds"], body["left_out"]), body
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ReproduceError(f"{out / PLAN}: no readable plan ({compare.one_line(e)})") from None
+
+
+def execute(
+    base: Base, plan: Plan, device: str, out: Path, budget_s: float, command: str, echo: Callable[[str], None] = print
+) -> list[dict[str, Any]]:
+    """Run the plan's runs in order through compare.run (finished runs are skipped); a run that
+    would end past 1.25 × the budget is not started (its row says so)."""
+    t0 = time.monotonic()
+    outcomes = []
+    for i, (spec, expected) in enumerate(zip(plan.runs, plan.seconds), 1):
+        cfg = run_config(base, spec, plan.steps, device, out)
+        done = (out / spec.name / spec.algorithm / "summary.json").is_file()
+        spent = time.monotonic() - t0
+        if not done and spent + expected > 1.25 * budget_s:
+            echo(f"reproduce: {spec.name}: not started ({spent / 60:.1f} min spent, {expected / 60:.1f} min expected)")
+            outcomes.append({"algorithm": spec.algorithm, "status": "not started", "name": spec.name})
+            continue
+        echo(
+            f"reproduce: run {i}/{len(plan.runs)} {spec.name} ({expected / 60:.1f} min expected, {spent / 60:.1f} spent)"
+        )
+        got = compare.run(cfg, [spec.algorithm], out / spec.name, force=False, command=command, echo=echo)
+        outcomes += [{**o, "name": spec.name} for o in got]
+    return outcomes
+
+
+# -- the command ----------------------------------------------------------------------------------
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add `reproduce` to the `seedflood` subcommands."""
+    p = sub.add_parser(
+        "reproduce",
+        help="plan the paper's grid to fit --budget minutes here, run it, write docs/results.md's tables",
+        description="Calibrate a step's cost on this machine, plan the largest part of the paper's grid "
+        "(16 clients ring/torus against the baselines, 16-128 clients, hops per step, SubCGE rank and "
+        "refresh) that fits the budget, print the plan, run it (finished runs are skipped), then write "
+        "the generated section of --results-md and a plot.",
+    )
+    p.error = compare._one_line_error(p)  # type: ignore[method-assign]
+    p.add_argument("--budget", help="minutes of wall time to plan for (required unless --report-only)")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--out", default="runs/reproduce", help="directory of the plan and the runs")
+    p.add_argument("--config", default=DEFAULT_CONFIG, help=f"base config (default {DEFAULT_CONFIG})")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override for every run")
+    p.add_argument("--groups", default=",".join(GROUPS), help=f"comma-separated subset of {','.join(GROUPS)}")
+    p.add_argument("--algorithms", default=",".join(ALGS16), help="comma-separated subset of the grid's algorithms")
+    p.add_argument("--max-steps", type=int, default=5000, help="cap on the steps of a run (the paper's 5000)")
+    p.add_argument("--results-md", default=DEFAULT_RESULTS, help="file whose generated section is rewritten")
+    p.add_argument("--dry-run", action="store_true", help="calibrate and print the plan; run and write nothing")
+    p.add_argument("--report-only", action="store_true", help="only rewrite the tables and plot from --out")
+    p.set_defaults(fn=main)
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    """0: every planned run finished; 1: a run failed or was not started; 2: bad input (one line)."""
+    from seedflood import reproduce_report
+    from seedflood.topology import TopologyError
+
+    try:
+        out = Path(args.out)
+        results_md: Path | None = Path(args.results_md)
+        if args.results_md == DEFAULT_RESULTS and not Path(DEFAULT_RESULTS).is_file():
+            results_md = None  # not run from the repository root: only DIR's own report
+        if args.report_only:
+            reproduce_report.report(out, results_md, echo=print)
+            return 0
+        budget_s = _budget(args.budget) * 60
+        device = _device(args.device)
+        base = Base(args.config, tuple(args.set))
+        groups = _subset(args.groups, GROUPS, "--groups")
+        algorithms = _subset(args.algorithms, ALGS16, "--algorithms")
+        if args.max_steps < 1:
+            raise ReproduceError(f"--max-steps must be >= 1, got {args.max_steps}")
+        config_mod.load(base.config, list(base.sets))  # a bad config or --set: one line, before anything
+        command = "seedflood " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""
+        key = {
+            "budget_min": budget_s / 60,
+            "device": device,
+            "config": base.config,
+            "set": list(base.sets),
+            "groups": groups,
+            "algorithms": algorithms,
+            "max_steps": args.max_steps,
+        }
+        if (out / PLAN).is_file():
+            plan, body = load_plan(out)
+            stored = {k: body["args"].get(k) for k in key}
+            if stored != key:
+                diff = ", ".join(f"{k} {stored[k]!r} -> {key[k]!r}" for k in key if stored[k] != key[k])
+                raise ReproduceError(f"{out} holds the plan of other arguments ({diff}): use another --out")
+            print(f"reproduce: resuming the plan stored in {out / PLAN}")
+        else:
+            t0 = time.monotonic()
+            costs = calibrate(base, device)
+            budget_s -= time.monotonic() - t0  # the calibration spent part of the budget
+            plan = plan_grid(grid(groups, algorithms), costs, max(budget_s, 1.0), args.max_steps)
+            if not args.dry_run:
+                save_plan(out, plan, costs, {**key, "command": command, **_machine(device)})
+        print(describe(plan))
+        if args.dry_run:
+            return 0
+        outcomes = execute(base, plan, device, out, budget_s, command)
+        reproduce_report.report(out, results_md, echo=print)
+        return 1 if any(o["status"] in ("failed", "not started") for o in outcomes) else 0
+    except (ConfigError, TopologyError) as e:
+        print(f"seedflood: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _budget(text: str | None) -> float:
+    if text is None:
+        raise ReproduceError("--budget MINUTES is required (or --report-only)")
+    try:
+        value = float(text)
+    except ValueError:
+        raise ReproduceError(f"--budget must be a number of minutes, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ReproduceError(f"--budget must be > 0 minutes, got {text}")
+    return value
+
+
+def _device(text: str) -> str:
+    if text not in ("cpu", "cuda"):
+        raise ReproduceError(f"--device must be cpu or cuda, got {text!r}")
+    if text == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ReproduceError("--device cuda: no CUDA device is visible to torch here")
+    return text
+
+
+def _subset(text: str, allowed: Sequence[str], flag: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [n for n in names if n not in allowed]
+    if bad or not names:
+        raise ReproduceError(f"{flag}: {', '.join(bad) or 'empty'} (allowed: {', '.join(allowed)})")
+    return [a for a in allowed if a in names]
+
+
+def _machine(device: str) -> dict[str, Any]:
+    """Where the plan was made: cores, load average (a shared machine runs slower), GPU name."""
+    import os
+
+    import torch
+
+    info: dict[str, Any] = {"cores": os.cpu_count(), "load_average": round(os.getloadavg()[0], 2)}
+    if device == "cuda":
+        info["gpu"] = torch.cuda.get_device_name()
+    return info

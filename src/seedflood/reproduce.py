@@ -18,11 +18,12 @@ The ring16 run of seedflood is also the 16-client point of the scaling rows, the
 the hops table and the base point (rank and refresh of the config) of the SubCGE table.
 
 Planning: every run of a plan takes the same S steps. A tier joins the plan once S reaches its
-MIN_STEPS (extra questions are asked only once the core one has steps to answer it), so the
-grid is a non-decreasing function of S, the plan's cost is increasing in S, and the planner takes
-the largest S ≤ max_steps whose cost fits the budget: a larger budget never gives fewer steps or
-fewer runs. When tier 1 at one step does not fit, the longest prefix of it that does is planned.
-Runs whose client vectors do not fit the device's free memory are left out (and listed).
+MIN_STEPS (extra questions are asked only once the core one has steps to answer it). Plans form
+a chain ordered by cost: (S, every run admitted at S) for S = 1, 2, ..., and where a tier joins
+at S + 1, the links (S + 1, the runs so far plus the joining tier's first k runs) in between.
+The planner takes the last link that fits the budget (largest S by bisection, then the joining
+tier one run at a time), so a larger budget never gives fewer steps or fewer runs. Runs whose
+client vectors do not fit the device's free memory are left out (and listed).
 
 Cost model (seconds; `calibrate` measures the four primitives on this machine with the base
 config's model, batch and eval batch): a ZO forward f (one loss forward of a client's batch), a
@@ -168,7 +169,20 @@ def grid(groups: Sequence[str] = GROUPS, algorithms: Sequence[str] = ALGS16) -> 
             add(f"rank{r}-seedflood", "seedflood", 4, 16, 2, (*ring16, f"subspace.rank={r}"), "subcge")
         for p in REFRESHES:
             add(f"refresh{p}-seedflood", "seedflood", 4, 16, 2, (*ring16, f"subspace.refresh={p}"), "subcge")
-    return sorted(specs.values(), key=lambda s: s.tier)  # stable: table order within a tier
+    return sorted(specs.values(), key=_priority)
+
+
+FIRST = ("ring128-seedflood", "hops4-seedflood")
+"""Within tier 2, the runs the paper's ordering questions need (128 ≥ 16; 4 hops ≈ diameter)."""
+
+
+def _priority(s: Spec) -> tuple[int, int, int]:
+    """Tier; then (tiers ≥ 2) FIRST, SeedFlood, LoRA, full-parameter: a joining tier's cheap runs,
+    which answer the questions, come before its costly ones (sorting is stable: table order next)."""
+    if s.tier == 1:
+        return (1, 0, 0)
+    kind = 0 if s.algorithm == "seedflood" else 1 if s.algorithm in LORA else 2
+    return (s.tier, 0 if s.name in FIRST else 1, kind)
 
 
 def eval_every(steps: int) -> int:
@@ -229,34 +243,40 @@ def plan_grid(specs: Sequence[Spec], costs: Costs, budget_s: float, max_steps: i
     def runs_at(steps: int) -> list[Spec]:
         return [s for s in fits if MIN_STEPS[s.tier] <= steps]
 
-    def cost(steps: int) -> float:
-        return sum(run_seconds(s, steps, costs) for s in runs_at(steps))
-
     if not fits:
         raise ReproduceError("no run of the grid fits this device's memory: " + "; ".join(left))
-    if cost(1) > budget_s:
-        prefix: list[Spec] = []
-        for s in runs_at(1):
-            if sum(run_seconds(r, 1, costs) for r in (*prefix, s)) > budget_s:
-                break
-            prefix.append(s)
-        if not prefix:
-            need = run_seconds(runs_at(1)[0], 1, costs) / 60
-            raise ReproduceError(
-                f"--budget: {budget_s / 60:.1f} min left after calibrating is below the smallest plan "
-                f"({runs_at(1)[0].name}, 1 step: {need:.1f} min)"
-            )
-        left.append("over the budget at 1 step: " + ", ".join(s.name for s in fits if s not in prefix))
-        return Plan(1, prefix, [run_seconds(s, 1, costs) for s in prefix], left)
-    lo, hi = 1, max_steps  # cost(lo) fits; find the largest S that fits
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if cost(mid) <= budget_s else (lo, mid - 1)
-    runs = runs_at(lo)
-    for tier in sorted({s.tier for s in fits if s not in runs}):
-        names = ", ".join(s.name for s in fits if s not in runs and s.tier == tier)
+
+    def cost_of(runs: Sequence[Spec], steps: int) -> float:
+        return sum(run_seconds(s, steps, costs) for s in runs)
+
+    best = 0  # the largest S whose whole admitted grid fits (0: not even tier 1 at one step)
+    if cost_of(runs_at(1), 1) <= budget_s:
+        lo, hi = 1, max_steps
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if cost_of(runs_at(mid), mid) <= budget_s else (lo, mid - 1)
+        best = lo
+    steps, runs = best, runs_at(best) if best else []
+    if best < max_steps:  # the chain's next links: S + 1 steps, the tier joining there one run at a time
+        new = [s for s in fits if MIN_STEPS[s.tier] == best + 1]
+        if new and cost_of(runs, best + 1) <= budget_s:
+            steps = best + 1
+            for s in new:
+                if cost_of([*runs, s], steps) > budget_s:
+                    break
+                runs = [*runs, s]
+            if runs_at(steps) != runs:
+                left.append(f"over the budget at {steps} steps: " + ", ".join(s.name for s in new if s not in runs))
+    if not runs:
+        need = run_seconds(runs_at(1)[0], 1, costs) / 60
+        raise ReproduceError(
+            f"--budget: {budget_s / 60:.1f} min left after calibrating is below the smallest plan "
+            f"({runs_at(1)[0].name}, 1 step: {need:.1f} min)"
+        )
+    for tier in sorted({s.tier for s in fits if MIN_STEPS[s.tier] > steps}):
+        names = ", ".join(s.name for s in fits if s.tier == tier)
         left.append(f"tier {tier} (joins at {MIN_STEPS[tier]}+ steps): {names}")
-    return Plan(lo, runs, [run_seconds(s, lo, costs) for s in runs], left)
+    return Plan(steps, runs, [run_seconds(s, steps, costs) for s in runs], left)
 
 
 def run_config(base: Base, spec: Spec, steps: int, device: str, out: Path) -> Config:

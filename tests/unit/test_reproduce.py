@@ -34,11 +34,13 @@ def test_grid_holds_the_papers_four_items_once_each() -> None:
         64,
         128,
     }
-    assert [k for k in specs if k.startswith("hops")] == ["hops1-seedflood", "hops2-seedflood", "hops4-seedflood"]
+    assert sorted(k for k in specs if k.startswith("hops")) == ["hops1-seedflood", "hops2-seedflood", "hops4-seedflood"]
     assert "flood.hops_per_step=4" in specs["hops4-seedflood"].overrides
     assert {s.tier for s in grid() if s.name in ("ring16-dsgd", "ring16-dzsgd", "ring16-choco-lora")} == {1}
     only = grid(["hops"], ["seedflood", "dsgd"])
-    assert [s.name for s in only] == ["ring16-seedflood", "hops1-seedflood", "hops2-seedflood", "hops4-seedflood"]
+    assert [s.name for s in only] == ["ring16-seedflood", "hops4-seedflood", "hops1-seedflood", "hops2-seedflood"]
+    tier2 = [s.name for s in grid() if s.tier == 2]  # the questions' runs first, then cheap before costly
+    assert tier2[:2] == ["ring128-seedflood", "hops4-seedflood"] and tier2[-2:] == ["ring16-choco", "ring16-diloco"]
 
 
 def test_cost_model_counts_forwards_frames_and_scoring() -> None:

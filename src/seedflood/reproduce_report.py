@@ -25,7 +25,8 @@ from typing import Any
 
 from seedflood import compare
 from seedflood.checkpoint import atomic_write_text
-from seedflood.reproduce import HOPS, SCALE_N, Plan, load_plan
+from seedflood.reproduce import load_plan
+from seedflood.reproduce_plan import HOPS, SCALE_N, Plan
 
 BEGIN = "<!-- seedflood reproduce: generated section, begin (rewritten by the command; edit outside) -->"
 END = "<!-- seedflood reproduce: generated section, end -->"

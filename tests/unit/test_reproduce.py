@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from seedflood import cli, reproduce, reproduce_report
-from seedflood.reproduce import Costs, ReproduceError, grid, plan_grid, run_seconds
+from seedflood import reproduce_plan as rp
+from seedflood.reproduce_plan import Costs, ReproduceError, grid, plan_grid, run_seconds
 
 ROOT = Path(__file__).resolve().parents[2]
 DEBUG = str(ROOT / "launch" / "configs" / "debug.yaml")
@@ -26,8 +27,8 @@ def test_grid_holds_the_papers_four_items_once_each() -> None:
     assert len(specs) == len(grid())  # no run twice
     sf = specs["ring16-seedflood"]
     assert sf.tier == 1 and set(sf.groups) == {"ring16", "scale", "hops", "subcge"}
-    assert {s.algorithm for s in grid() if s.name.startswith("ring16-")} == set(reproduce.ALGS16)
-    assert {s.algorithm for s in grid() if s.name.startswith("torus16-")} == set(reproduce.ALGS16)
+    assert {s.algorithm for s in grid() if s.name.startswith("ring16-")} == set(rp.ALGS16)
+    assert {s.algorithm for s in grid() if s.name.startswith("torus16-")} == set(rp.ALGS16)
     assert specs["torus16-dsgd"].degree == 4 and "topology.rows=4" in specs["torus16-dsgd"].overrides
     assert {n for n in (32, 64, 128) for a in ("seedflood", "dsgd", "dzsgd", "choco") if f"ring{n}-{a}" in specs} == {
         32,
@@ -46,15 +47,13 @@ def test_grid_holds_the_papers_four_items_once_each() -> None:
 def test_cost_model_counts_forwards_frames_and_scoring() -> None:
     specs = {s.name: s for s in grid()}
     f, g = CPU.forward, CPU.frame
-    assert reproduce.step_seconds(specs["ring16-seedflood"], CPU) == pytest.approx(32 * f)
-    assert reproduce.step_seconds(specs["ring16-dzsgd"], CPU) == pytest.approx(16 * (2 * f + 2 * g))
-    assert reproduce.step_seconds(specs["ring16-dsgd"], CPU) == pytest.approx(16 * (3 * f + 2 * g))
-    lora = reproduce.step_seconds(specs["ring16-dsgd-lora"], CPU)
+    assert rp.step_seconds(specs["ring16-seedflood"], CPU) == pytest.approx(32 * f)
+    assert rp.step_seconds(specs["ring16-dzsgd"], CPU) == pytest.approx(16 * (2 * f + 2 * g))
+    assert rp.step_seconds(specs["ring16-dsgd"], CPU) == pytest.approx(16 * (3 * f + 2 * g))
+    lora = rp.step_seconds(specs["ring16-dsgd-lora"], CPU)
     assert lora == pytest.approx(16 * (3 * f + 2 * g * 460_800 / 106_168_320))
     cuda = Costs(**{**CPU.__dict__, "device": "cuda"})
-    assert reproduce.step_seconds(specs["ring16-seedflood"], cuda) < reproduce.step_seconds(
-        specs["ring16-seedflood"], CPU
-    )
+    assert rp.step_seconds(specs["ring16-seedflood"], cuda) < rp.step_seconds(specs["ring16-seedflood"], CPU)
     # 10 steps: scorings at 0 and 10; a gossip run also scores every client on test at the end
     assert run_seconds(specs["ring16-seedflood"], 10, CPU) == pytest.approx(20 + 10 * 32 * f + 2 * 700 * 0.1)
     gossip = run_seconds(specs["ring16-dsgd"], 10, CPU)
@@ -69,15 +68,15 @@ def test_the_plan_fits_the_budget_and_grows_monotonically_with_it() -> None:
     for minutes, plan in zip(BUDGETS_MIN, plans):
         assert plan.total <= minutes * 60
         assert plan.seconds == [run_seconds(s, plan.steps, CPU) for s in plan.runs]
-        assert all(s.tier == 1 or plan.steps >= reproduce.MIN_STEPS[s.tier] for s in plan.runs)
+        assert all(s.tier == 1 or plan.steps >= rp.MIN_STEPS[s.tier] for s in plan.runs)
     for small, large in zip(plans, plans[1:]):
         assert small.steps <= large.steps
         assert {s.name for s in small.runs} <= {s.name for s in large.runs}
     assert plans[0].steps < plans[-1].steps and len(plans[0].runs) < len(plans[-1].runs)
     # the largest step count that fits: one more step would not
     p = plans[3]
-    fits = [s for s in grid() if reproduce.memory_bytes(s, CPU) <= reproduce.MEMORY_USE * CPU.memory]
-    admitted = [s for s in fits if reproduce.MIN_STEPS[s.tier] <= p.steps + 1]
+    fits = [s for s in grid() if rp.memory_bytes(s, CPU) <= rp.MEMORY_USE * CPU.memory]
+    admitted = [s for s in fits if rp.MIN_STEPS[s.tier] <= p.steps + 1]
     assert set(p.runs) <= set(admitted) and sum(run_seconds(s, p.steps + 1, CPU) for s in admitted) > 90 * 60
     assert plan_grid(grid(), CPU, 10**9, max_steps=300).steps == 300
 
@@ -225,7 +224,7 @@ def test_report_only_needs_a_plan(tmp_path: Path, capsys) -> None:
 
 
 def test_calibration_measures_this_machine(tmp_path: Path) -> None:
-    c = reproduce.calibrate(reproduce.Base(DEBUG), "cpu", echo=lambda _: None)
+    c = reproduce.calibrate(rp.Base(DEBUG), "cpu", echo=lambda _: None)
     assert c.forward > 0 and c.example > 0 and c.frame >= 0 and c.setup > 0
     assert c.trainable > c.lora > 0 and c.test == 64 and c.scored == 64 + 64 and c.memory > 0
 

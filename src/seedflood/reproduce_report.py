@@ -26,7 +26,7 @@ from typing import Any
 from seedflood import compare
 from seedflood.checkpoint import atomic_write_text
 from seedflood.reproduce import load_plan
-from seedflood.reproduce_plan import HOPS, SCALE_N, Plan
+from seedflood.reproduce_plan import ALGS16, HOPS, SCALE_N, Plan
 
 BEGIN = "<!-- seedflood reproduce: generated section, begin (rewritten by the command; edit outside) -->"
 END = "<!-- seedflood reproduce: generated section, end -->"
@@ -76,11 +76,18 @@ def differ(a: Row | None, b: Row | None) -> tuple[float, float] | None:
     return a["accuracy"] - b["accuracy"], math.hypot(a["se"], b["se"])
 
 
+def missing(*runs: Row | None) -> str:
+    """Why a verdict has no numbers: a run outside the plan, or planned and not finished."""
+    if any(r is None for r in runs):
+        return "not run (not in this plan)"
+    return "not run yet (planned; no finished run directory)"
+
+
 def at_least(a: Row | None, b: Row | None, what: str) -> str:
     """Verdict on 'a ≥ b' (what names it)."""
     d = differ(a, b)
     if d is None:
-        return f"{what}: not run (not in this plan)"
+        return f"{what}: {missing(a, b)}"
     diff, se = d
     text = f"Δ = {diff:+.3f} ± {se:.3f}"
     if diff > 2 * se:
@@ -95,7 +102,7 @@ def hops_verdict(t: dict[str, Row]) -> str:
     diam, four = t.get("ring16-seedflood"), t.get("hops4-seedflood")
     d4 = differ(four, diam)
     if d4 is None:
-        return f"{what}: not run (not in this plan)"
+        return f"{what}: {missing(four, diam)}"
     if abs(d4[0]) > 2 * d4[1]:
         return f"{what}: **no** (4 hops Δ = {d4[0]:+.3f} ± {d4[1]:.3f} against the diameter)"
     few = [(h, differ(t.get(f"hops{h}-seedflood"), diam)) for h in (1, 2)]
@@ -151,14 +158,14 @@ def _tables(t: dict[str, Row], plan: Plan) -> list[str]:
         "| algorithm | graph | steps | accuracy ± s.e. | / DSGD (ring) | AUC | bytes per edge | wall | status |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in t.values():
-        if r["spec"].clients == 16 and r["name"].split("-")[0] in ("ring16", "torus16"):
-            norm = f"{r['accuracy'] / ref:.3f}" if ref and r.get("accuracy") is not None else "-"
-            out.append(
-                f"| {r['spec'].algorithm} | {r['name'].split('-')[0]} | {_steps(r, s)} | {acc(r)} | {norm} | "
-                f"{compare._md_cell('auc', r)} | {compare._md_cell('bytes_per_edge', r)} | "
-                f"{compare._md_cell('wall_seconds', r)} | {_status(r)} |"
-            )
+    sixteen = [t[f"{g}-{a}"] for g in ("ring16", "torus16") for a in ALGS16 if f"{g}-{a}" in t]
+    for r in sixteen:
+        norm = f"{r['accuracy'] / ref:.3f}" if ref and r.get("accuracy") is not None else "-"
+        out.append(
+            f"| {r['spec'].algorithm} | {r['name'].split('-')[0]} | {_steps(r, s)} | {acc(r)} | {norm} | "
+            f"{compare._md_cell('auc', r)} | {compare._md_cell('bytes_per_edge', r)} | "
+            f"{compare._md_cell('wall_seconds', r)} | {_status(r)} |"
+        )
     out += [
         "",
         "**(2) clients at equal steps (ring)**",
@@ -200,7 +207,7 @@ def plot(t: dict[str, Row], path: Path) -> None:
     FigureCanvasAgg(fig)
     axes = fig.subplots(2, 2)
     ax = axes[0][0]
-    sixteen = [r for k, r in ok.items() if r["spec"].clients == 16 and k.split("-")[0] in ("ring16", "torus16")]
+    sixteen = [ok[f"{g}-{a}"] for g in ("ring16", "torus16") for a in ALGS16 if f"{g}-{a}" in ok]
     ax.bar(range(len(sixteen)), [r["accuracy"] for r in sixteen], yerr=[r["se"] for r in sixteen], capsize=3)
     ax.set_xticks(range(len(sixteen)), [r["name"] for r in sixteen], rotation=60, ha="right", fontsize="small")
     ax.set_title("(1) 16 clients"), ax.set_ylabel("test accuracy")
@@ -212,6 +219,7 @@ def plot(t: dict[str, Row], path: Path) -> None:
             ax.errorbar([n for n, _ in pts], [r["accuracy"] for _, r in pts], [r["se"] for _, r in pts], marker="o",
                         label=alg, color=compare._color(alg), capsize=3)  # fmt: skip
     ax.set_xscale("log", base=2), ax.set_title("(2) clients at equal steps"), ax.set_xlabel("clients")
+    ax.set_xticks([16, *SCALE_N], [str(n) for n in (16, *SCALE_N)])
     ax = axes[1][0]
     pts = [(h, ok.get("ring16-seedflood" if h == 8 else f"hops{h}-seedflood")) for h in HOPS]
     pts = [(h, r) for h, r in pts if r is not None and "hops" in r["spec"].groups]
@@ -219,6 +227,7 @@ def plot(t: dict[str, Row], path: Path) -> None:
         ax.errorbar([h for h, _ in pts], [r["accuracy"] for _, r in pts], [r["se"] for _, r in pts], marker="o",
                     capsize=3)  # fmt: skip
     ax.set_xscale("log", base=2), ax.set_title("(3) hops per step (8 = diameter)"), ax.set_xlabel("hops per step")
+    ax.set_xticks(list(HOPS), [str(h) for h in HOPS])
     ax = axes[1][1]
     sub = [r for r in ok.values() if "subcge" in r["spec"].groups]
     ax.bar(range(len(sub)), [r["accuracy"] for r in sub], yerr=[r["se"] for r in sub], capsize=3)

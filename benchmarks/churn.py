@@ -55,15 +55,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from seedflood import config, rng
-from seedflood import topology as topo
-from seedflood.client import Client
-from seedflood.config import Config
-from seedflood.message import Message
-from seedflood.protocol import Protocol
-from seedflood.replay import Applier, state_hash
-from seedflood.simulation import Event, SimResult, simulate
-from seedflood.workload import Workload
+from seedflood.core import config, rng
+from seedflood.core import topology as topo
+from seedflood.core.config import Config
+from seedflood.core.message import Message
+from seedflood.core.protocol import Protocol
+from seedflood.core.replay import Applier, state_hash
+from seedflood.ml.workload import Workload
+from seedflood.roles.client import Client
+from seedflood.roles.simulation import Event, SimResult, simulate
 
 DEBUG = Path(__file__).resolve().parents[1] / "launch" / "configs" / "debug.yaml"
 TIMEOUT_S = 30.0  # transport.timeout_s: kills are detected at once; this only bounds a hang
@@ -122,7 +122,7 @@ def load() -> str:
 def process_start() -> dict[str, float]:
     """Wall and CPU seconds of one Python process importing what a client process imports: part
     of what each process of a relaunch pays and run 4 leaves out (no gloo rendezvous either)."""
-    code = "import torch, torch.distributed, transformers, seedflood.train, seedflood.runtime, seedflood.gloo"
+    code = "import torch, torch.distributed, transformers, seedflood.roles.train, seedflood.comm.runtime, seedflood.comm.gloo"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     w = time.perf_counter()

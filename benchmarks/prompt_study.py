@@ -13,7 +13,8 @@ import dataclasses
 import json
 import sys
 
-from seedflood import config, tasks, workload
+from seedflood.core import config
+from seedflood.ml import tasks, workload
 
 PROMPTS = [
     ("{sentence} It was", [" terrible", " great"]),  # MeZO's SST-2 prompt (the rt default)

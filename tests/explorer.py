@@ -1,8 +1,8 @@
 """The schedule explorer: every fault schedule of a small graph through the real agreement.
 
 Owns a lockstep world of N clients that run the churn client's schedule with the real decision
-code — `seedflood.agreement.Voter` (votes, ballots, commits, taking a committed step) over the
-real `seedflood.flooding.Flood` and `membership.Roster` — and no model: a client "applies" a
+code — `seedflood.core.agreement.Voter` (votes, ballots, commits, taking a committed step) over the
+real `seedflood.core.flooding.Flood` and `membership.Roster` — and no model: a client "applies" a
 step by recording (step, digest). Faults are data (`Fault`), so a program can enumerate them.
 
 The world, one round = one hop of every running client (the global hop index of lockstep
@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from seedflood.agreement import Agreement, Voter
-from seedflood.flooding import Flood
-from seedflood.membership import JOIN, MembershipError, Note, StepSequence
-from seedflood.message import FrameError, Message
-from seedflood.protocol import Protocol, schedule
+from seedflood.core.agreement import Agreement, Voter
+from seedflood.core.flooding import Flood
+from seedflood.core.membership import JOIN, MembershipError, Note, StepSequence
+from seedflood.core.message import FrameError, Message
+from seedflood.core.protocol import Protocol, schedule
 
 Edge = tuple[int, int]
 

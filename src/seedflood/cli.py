@@ -20,33 +20,33 @@ EXIT_FAILED = 1
 
 
 def _bad_input_errors() -> tuple[type[BaseException], ...]:
-    from seedflood.checkpoint import CheckpointError
-    from seedflood.config import ConfigError
-    from seedflood.directions import DirectionError
-    from seedflood.model import ModelError
-    from seedflood.runtime import WorldError
-    from seedflood.tasks import TaskError
-    from seedflood.topology import TopologyError
-    from seedflood.train import RunError
+    from seedflood.comm.runtime import WorldError
+    from seedflood.core.config import ConfigError
+    from seedflood.core.directions import DirectionError
+    from seedflood.core.topology import TopologyError
+    from seedflood.ml.model import ModelError
+    from seedflood.ml.tasks import TaskError
+    from seedflood.roles.train import RunError
+    from seedflood.rundir.checkpoint import CheckpointError
 
     return (ConfigError, TopologyError, TaskError, ModelError, WorldError, CheckpointError, DirectionError, RunError)
 
 
 def _run_errors() -> tuple[type[BaseException], ...]:
     """Failures of a running process that are explained in one line (exit status 1)."""
-    from seedflood.evaluator import EvaluatorError
-    from seedflood.flooding import FloodError
-    from seedflood.membership import MembershipError
-    from seedflood.message import FrameError
-    from seedflood.replay import ReplayError
-    from seedflood.transport import TransportError
-    from seedflood.zo import EstimateError
+    from seedflood.core.flooding import FloodError
+    from seedflood.core.membership import MembershipError
+    from seedflood.core.message import FrameError
+    from seedflood.core.replay import ReplayError
+    from seedflood.core.transport import TransportError
+    from seedflood.core.zo import EstimateError
+    from seedflood.roles.evaluator import EvaluatorError
 
     return (TransportError, FloodError, FrameError, EvaluatorError, EstimateError, ReplayError, MembershipError)
 
 
 def _load_config(args: argparse.Namespace):
-    from seedflood import config
+    from seedflood.core import config
 
     return config.load(args.config, args.set or [])
 
@@ -58,8 +58,10 @@ def _preflight(cfg, full: bool = True) -> int:
     directory a resume would continue (settings, log integrity, checkpoints), so a bad run stops
     here, before any process starts and before anything is written.
     """
-    from seedflood import directions, model, protocol, rundir, tasks, topology
-    from seedflood.workload import train_digest
+    from seedflood.core import directions, protocol, topology
+    from seedflood.ml import model, tasks
+    from seedflood.ml.workload import train_digest
+    from seedflood.rundir import resume as rundir
 
     top = rundir.topology_of(cfg)
     proto = protocol.Protocol.of(cfg, top.diameter)
@@ -79,7 +81,7 @@ def _preflight(cfg, full: bool = True) -> int:
 
 # -- subcommands ----------------------------------------------------------------------------------
 def cmd_train(args: argparse.Namespace) -> int:
-    from seedflood import train
+    from seedflood.roles import train
 
     cfg = _load_config(args)
     _preflight(cfg, full=False)  # the launcher's world-size ran the full preflight; rank 0 rechecks the run dir
@@ -107,12 +109,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     baselines.run for the other algorithms)."""
     cfg = _load_config(args)
     if cfg.algorithm.name != "seedflood":
-        from seedflood import baselines
+        from seedflood.experiments import baselines
 
         _preflight(cfg, full=False)
         _print_run_summary(baselines.run(cfg, progress=True))
         return 0
-    from seedflood import sharedmodel
+    from seedflood.roles import sharedmodel
 
     _preflight(cfg, full=True)  # no launcher ran world-size first: check the data and the run dir here
     _print_run_summary(sharedmodel.run(cfg, progress=True))
@@ -124,7 +126,7 @@ def _print_run_summary(s: dict[str, Any]) -> None:
     if s.get("algorithm", "seedflood") == "seedflood":
         _print_summary(s)
         return
-    from seedflood.metrics import human_bytes
+    from seedflood.rundir.metrics import human_bytes
 
     final = s.get("final") or {}
 
@@ -145,7 +147,7 @@ def _print_run_summary(s: dict[str, Any]) -> None:
 
 
 def _print_summary(s: dict[str, Any]) -> None:
-    from seedflood.metrics import human_bytes
+    from seedflood.rundir.metrics import human_bytes
 
     final, zero = s["final"], s.get("zero_shot") or {}
 
@@ -180,10 +182,10 @@ def _print_summary(s: dict[str, Any]) -> None:
 def _rebuild(run_dir: Path, steps: int | None):
     """Config, workload and number of steps applied, rebuilt from base + log (rundir.recorded_steps:
     config.yaml must match the log header; every record passes the wire's validation)."""
-    from seedflood import checkpoint as ckpt
-    from seedflood import rundir
-    from seedflood.replay import Applier
-    from seedflood.workload import Workload
+    from seedflood.core.replay import Applier
+    from seedflood.ml.workload import Workload
+    from seedflood.rundir import checkpoint as ckpt
+    from seedflood.rundir import resume as rundir
 
     cfg, proto = rundir.recorded(run_dir)
     w = Workload.build(cfg)
@@ -200,7 +202,7 @@ def _writable_dir(path: Path) -> None:
     """Raise CheckpointError unless `path` can be created (or is a directory we can write)."""
     import os
 
-    from seedflood.checkpoint import CheckpointError
+    from seedflood.rundir.checkpoint import CheckpointError
 
     p = path.resolve()
     existing = next(a for a in (p, *p.parents) if a.exists())
@@ -211,14 +213,14 @@ def _writable_dir(path: Path) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from seedflood.replay import state_hash
+    from seedflood.core.replay import state_hash
 
     if args.out:
         _writable_dir(Path(args.out))
     cfg, w, n = _rebuild(Path(args.run_dir), args.step)
     digest = state_hash(w.model, w.direction)
     if args.out:
-        from seedflood import model
+        from seedflood.ml import model
 
         model.save(w.loaded, Path(args.out), w.direction.effective_tensors())
     print(json.dumps({"steps": n, "param_hash": digest, **({"out": args.out} if args.out else {})}))
@@ -228,9 +230,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Verify a run directory without loading weights: config.yaml against the log header, every
     log record, every checkpoint's checksum. Exit 2 naming the first problem."""
-    from seedflood import checkpoint as ckpt
-    from seedflood import rundir, tasks
-    from seedflood.workload import train_digest
+    from seedflood.ml import tasks
+    from seedflood.ml.workload import train_digest
+    from seedflood.rundir import checkpoint as ckpt
+    from seedflood.rundir import resume as rundir
 
     run_dir = Path(args.run_dir)
     cfg, proto = rundir.recorded(run_dir)
@@ -253,7 +256,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_topology_show(args: argparse.Namespace) -> int:
-    from seedflood import topology
+    from seedflood.core import topology
 
     cfg = topology.parse_spec(args.spec)
     print(topology.describe(topology.build(cfg)))
@@ -267,14 +270,14 @@ def cmd_world_size(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run configuration INDEX of a sweep: all its processes, under torchrun --standalone here."""
-    from seedflood import sweep
+    from seedflood.experiments import sweep
 
     return sweep.run_index(args.file, args.index, extra=args.set, out_root=args.out_root)
 
 
 def cmd_sweep_summary(args: argparse.Namespace) -> int:
     """One row per run of the sweep; exit status 0 once every run is done."""
-    from seedflood import sweep
+    from seedflood.experiments import sweep
 
     rows = sweep.summarize_sweep(sweep.load(args.file, out_root=args.out_root))
     print(sweep.format_table(rows, args.format), end="")
@@ -283,7 +286,7 @@ def cmd_sweep_summary(args: argparse.Namespace) -> int:
 
 def cmd_store(args: argparse.Namespace) -> int:
     """Host a churn run's rendezvous store until killed (docs/design.md §13)."""
-    from seedflood import runtime
+    from seedflood.comm import runtime
 
     runtime.serve_store(args.host, args.port)
     return 0
@@ -365,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument("--format", choices=["table", "tsv", "json"], default="table")
     ss.set_defaults(fn=cmd_sweep_summary)
 
-    from seedflood import compare
+    from seedflood.experiments import compare
 
     compare.add_parser(sub)
     from seedflood import reproduce
@@ -378,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:  # bench has its own parser (options must not be eaten here)
-        from seedflood import bench
+        from seedflood.bench import figures as bench
 
         return bench.main(argv[1:])
     args = build_parser().parse_args(argv)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from seedflood.runtime import free_port
+from seedflood.comm.runtime import free_port
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from seedflood.checkpoint import LogReader
-from seedflood.membership import Change
+from seedflood.rundir.checkpoint import LogReader
+from seedflood.core.membership import Change
 
 pytestmark = pytest.mark.dist
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,7 +115,7 @@ class Launch:
     def __init__(
         self, tmp_path: Path, sets: list[str], env: dict[str, str] | None = None, later: tuple[int, ...] = ()
     ) -> None:
-        from seedflood.runtime import free_port
+        from seedflood.comm.runtime import free_port
 
         self.tmp = tmp_path
         self.argv = TRAIN + [a for o in sets for a in ("--set", o)]
@@ -244,7 +244,7 @@ class Store:
 @contextmanager
 def own_store(tmp_path: Path) -> Iterator[Store]:
     """`seedflood store` in a process of its own (killed on the way out, stopped or not)."""
-    from seedflood.runtime import free_port
+    from seedflood.comm.runtime import free_port
 
     port = free_port()
     with open(tmp_path / "store.log", "w+") as log:

@@ -129,10 +129,10 @@ def survive(node: Node, done, others: set[int], pause_s: float = 0.005, cap: int
 def worker(role: str, cfg: dict) -> int:
     import logging
 
-    from seedflood.attach import AttachInbox
-    from seedflood.links import EdgeTransport
-    from seedflood.membership import encode_push, encode_pushes
-    from seedflood.transport import EVALUATOR, ByteCounter, Transport
+    from seedflood.comm.attach import AttachInbox
+    from seedflood.comm.links import EdgeTransport
+    from seedflood.core.membership import encode_push, encode_pushes
+    from seedflood.core.transport import EVALUATOR, ByteCounter, Transport
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if role == "storehost":
@@ -480,7 +480,7 @@ def test_store_gone_stops_rejoins_not_hops(tmp_path, how):
 
 @pytest.mark.dist
 def test_evaluator_edge_survives_an_evaluator_restart(cluster):
-    from seedflood.membership import encode_push
+    from seedflood.core.membership import encode_push
 
     cluster.start("n0", "attach", node=0, neighbours=[1], attach=True, until="reconnected")
     cluster.start("n1", "partner", node=1, neighbours=[0])

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from seedflood.checkpoint import LOG_MAGIC
-from seedflood.transport import HEADER
+from seedflood.rundir.checkpoint import LOG_MAGIC
+from seedflood.core.transport import HEADER
 
 pytestmark = pytest.mark.dist
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,8 +22,8 @@ import pytest
 import torch
 
 from oracle import oracle_hash
-from seedflood import config
-from seedflood.simulation import simulate
+from seedflood.core import config
+from seedflood.roles.simulation import simulate
 
 pytestmark = pytest.mark.dist
 ROOT = Path(__file__).resolve().parents[2]

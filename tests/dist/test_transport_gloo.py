@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from seedflood.transport import HEADER  # 4: the u32 length before each frame
+from seedflood.core.transport import HEADER  # 4: the u32 length before each frame
 
 N = 4  # clients; ranks 1..N, the evaluator is rank 0 and attaches to node ATTACH
 ATTACH = 0
@@ -47,10 +47,10 @@ def worker(scenario: str) -> int:
 
     import torch.distributed as dist
 
-    from seedflood.config import TransportConfig
-    from seedflood.gloo import EvaluatorInbox, GlooTransport
-    from seedflood.runtime import World, process_group
-    from seedflood.transport import ByteCounter, TransportError
+    from seedflood.core.config import TransportConfig
+    from seedflood.comm.gloo import EvaluatorInbox, GlooTransport
+    from seedflood.comm.runtime import World, process_group
+    from seedflood.core.transport import ByteCounter, TransportError
 
     world = World.from_env()
     timeout = 20.0 if scenario == "ring" else 60.0  # kill: failures must beat the timeout by far
@@ -158,8 +158,8 @@ def test_killed_peer_makes_neighbours_raise_at_once(run_world):
 def test_single_process_group_comes_up_and_down():
     import torch.distributed as dist
 
-    from seedflood.config import TransportConfig
-    from seedflood.runtime import World, process_group
+    from seedflood.core.config import TransportConfig
+    from seedflood.comm.runtime import World, process_group
 
     with process_group(World.from_env({}), TransportConfig(timeout_s=10)) as group:
         assert dist.is_initialized() and dist.get_world_size() == 1 and group.world.is_evaluator

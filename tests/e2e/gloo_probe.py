@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from seedflood import config as config_mod
-from seedflood import sweep as sweep_mod
+from seedflood.core import config as config_mod
+from seedflood.experiments import sweep as sweep_mod
 
 DIM = 64
 HEADER = struct.Struct("<qqd")  # origin, step, scalar

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import e2e_support as sup
-from seedflood.checkpoint import CheckpointError, LogReader
+from seedflood.rundir.checkpoint import CheckpointError, LogReader
 
 pytestmark = pytest.mark.e2e
 CHURN = "launch/slurm/churn.sh"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import e2e_support as sup
-from seedflood.checkpoint import LogReader
+from seedflood.rundir.checkpoint import LogReader
 
 pytestmark = pytest.mark.e2e
 CHURN = sup.REPO / "launch" / "churn.sh"

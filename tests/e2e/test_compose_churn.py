@@ -28,7 +28,7 @@ import yaml
 
 import e2e_support as sup
 import test_compose as tc
-from seedflood.checkpoint import LogReader
+from seedflood.rundir.checkpoint import LogReader
 
 pytestmark = pytest.mark.e2e
 

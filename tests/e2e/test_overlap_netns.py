@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from seedflood import bench_overlap as bo
+from seedflood.bench import overlap as bo
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import e2e_support as sup
-from seedflood import sweep
+from seedflood.experiments import sweep
 
 pytestmark = pytest.mark.e2e
 

@@ -1,4 +1,4 @@
-"""One agreed history (seedflood.agreement): votes, quorums, ballots and commits — pure, milliseconds.
+"""One agreed history (seedflood.core.agreement): votes, quorums, ballots and commits — pure, milliseconds.
 
 The safety argument is in the module docstring and docs/design.md §13; these tests pin its parts
 one by one, and tests/unit/test_explore.py drives the whole through every small fault schedule.
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from seedflood.agreement import GENESIS, Agreement, Value, Vote, quorum, step_digest, tally
-from seedflood.membership import VOTE, Change, ExcludedError, MembershipError, Roster
-from seedflood.message import FrameError, Message
+from seedflood.core.agreement import GENESIS, Agreement, Value, Vote, quorum, step_digest, tally
+from seedflood.core.membership import VOTE, Change, ExcludedError, MembershipError, Roster
+from seedflood.core.message import FrameError, Message
 
 
 def msg(o: int, s: int, scalar: float = 1.0) -> Message:
@@ -172,8 +172,8 @@ def test_a_held_copy_that_hashes_to_another_digest_than_the_committed_one_stops_
     import networkx as nx
 
     import explorer
-    from seedflood.agreement import Voter
-    from seedflood.flooding import Flood
+    from seedflood.core.agreement import Voter
+    from seedflood.core.flooding import Flood
 
     p = explorer.protocol_for(nx.complete_graph(3), steps=2)
     flood = Flood(0, [1, 2], range(3), tolerate_conflicts=True)

@@ -7,11 +7,12 @@ import json
 import pytest
 import torch
 
-from seedflood import baselines, config, tensorwire
-from seedflood import topology as topo
-from seedflood.config import ConfigError
-from seedflood.simulation import simulate
-from seedflood.transport import HEADER
+from seedflood.core import config
+from seedflood.core import topology as topo
+from seedflood.core.config import ConfigError
+from seedflood.core.transport import HEADER
+from seedflood.experiments import baselines, tensorwire
+from seedflood.roles.simulation import simulate
 
 torch.set_num_threads(1)
 

@@ -22,13 +22,15 @@ import numpy as np
 import pytest
 import torch
 
-from seedflood import batched, config, sharedmodel, topology
-from seedflood import model as M
-from seedflood import tasks as T
-from seedflood.config import ModelConfig, TaskConfig
-from seedflood.protocol import Protocol
-from seedflood.replay import Applier, state_hash
-from seedflood.workload import Workload
+from seedflood.core import config, topology
+from seedflood.core.config import ModelConfig, TaskConfig
+from seedflood.core.protocol import Protocol
+from seedflood.core.replay import Applier, state_hash
+from seedflood.ml import batched
+from seedflood.ml import model as M
+from seedflood.ml import tasks as T
+from seedflood.ml.workload import Workload
+from seedflood.roles import sharedmodel
 
 torch.set_num_threads(1)
 
@@ -143,7 +145,7 @@ def test_what_cannot_be_batched_runs_sequentially(caplog):
     over = ("zo.direction=gaussian", "zo.lr=1e-3", "zo.trainable=['*layers.*.weight', '*embed_tokens*']")
     cfg = cfg_for(*over, "sim.batched=true")
     top = topology.build(cfg.topology)
-    with caplog.at_level(logging.WARNING, logger="seedflood.batched"):
+    with caplog.at_level(logging.WARNING, logger="seedflood.ml.batched"):
         sim = sharedmodel.SharedModel(cfg, top, Protocol.of(cfg, top.diameter), Workload.build(cfg))
     assert sim.batched is None
     assert "running sequentially" in caplog.text and "embed_tokens" in caplog.text
@@ -239,7 +241,7 @@ def test_per_client_scalars_on_cuda(direction):
     SDPA reduce in other orders, so the tolerance is 10× the CPU one. Under cuBLAS's TF32
     override (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1, as docs/results.md's GPU runs) a product keeps
     10 mantissa bits, so losses agree to ~1e-3 relative and the tolerance is 500× the CPU one."""
-    from seedflood.bench_sim import tf32
+    from seedflood.bench.sim import tf32
 
     extra = ("zo.direction=gaussian", "zo.lr=1e-3") if direction == "gaussian" else ()
     seq, bat, w = pair("model.device=cuda", *extra, nodes=16)
@@ -258,7 +260,7 @@ def test_per_client_scalars_on_cuda(direction):
 def test_a_batched_run_records_it_in_its_trajectory_so_a_resume_cannot_switch_silently():
     from pathlib import Path
 
-    from seedflood.protocol import trajectory
+    from seedflood.core.protocol import trajectory
 
     debug = Path(__file__).resolve().parents[2] / "launch" / "configs" / "debug.yaml"
     plain, fast = config.load(debug, []), config.load(debug, ["sim.batched=true", "sim.clients_per_forward=2"])

@@ -16,7 +16,8 @@ import math
 import pytest
 import torch
 
-from seedflood import bench, transport
+from seedflood.bench import figures as bench
+from seedflood.core import transport
 
 # The wire (message.py v2, transport.py): per directed edge and hop one frame, preceded by a
 # LENGTH-byte length (counters include it). A frame of one step with K = 1 and under 256 messages

@@ -12,8 +12,8 @@ import io
 
 import pytest
 
-from seedflood import bench_hops
-from seedflood.transport import HEADER
+from seedflood.bench import hops as bench_hops
+from seedflood.core.transport import HEADER
 
 pytestmark = pytest.mark.dist
 

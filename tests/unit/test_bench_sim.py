@@ -14,7 +14,8 @@ import math
 import pytest
 import torch
 
-from seedflood import bench, bench_sim
+from seedflood.bench import figures as bench
+from seedflood.bench import sim as bench_sim
 
 
 @pytest.fixture(scope="module")

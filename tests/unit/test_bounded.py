@@ -11,8 +11,8 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
-from seedflood.bounded import BoundedStore, StoreGone, bounded
-from seedflood.runtime import Group, World, WorldError
+from seedflood.comm.bounded import BoundedStore, StoreGone, bounded
+from seedflood.comm.runtime import Group, World, WorldError
 
 
 class FakeStore:

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from seedflood import checkpoint as ckpt
-from seedflood import message, rng
-from seedflood.checkpoint import CheckpointError, LogReader, LogWriter
-from seedflood.message import Limits, Message
+from seedflood.core import message, rng
+from seedflood.core.message import Limits, Message
+from seedflood.rundir import checkpoint as ckpt
+from seedflood.rundir.checkpoint import CheckpointError, LogReader, LogWriter
 
 N = 3  # messages per step
 TRAJ = {"run.seed": 0, "zo.lr": 10.0, "zo.eps": 1e-3, "n_clients": N, "delay": 0}

@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from seedflood import config
-from seedflood import topology as topo
-from seedflood.checkpoint import LogReader, LogWriter
-from seedflood.membership import Change
-from seedflood.protocol import Protocol, trajectory
-from seedflood.replay import Applier, state_hash
-from seedflood.simulation import Event, SimResult, simulate
-from seedflood.workload import Workload
+from seedflood.core import config
+from seedflood.core import topology as topo
+from seedflood.core.membership import Change
+from seedflood.core.protocol import Protocol, trajectory
+from seedflood.core.replay import Applier, state_hash
+from seedflood.ml.workload import Workload
+from seedflood.roles.simulation import Event, SimResult, simulate
+from seedflood.rundir.checkpoint import LogReader, LogWriter
 
 torch.set_num_threads(1)
 DEBUG = Path(__file__).resolve().parents[2] / "launch" / "configs" / "debug.yaml"
@@ -233,7 +233,7 @@ def test_change_records_are_checked_on_read(tmp_path):
     writer.close()
     data = path.read_bytes()
     at = data.index(b'"leave":[5]')
-    from seedflood.checkpoint import CheckpointError
+    from seedflood.rundir.checkpoint import CheckpointError
 
     flipped = data[:at] + data[at:].replace(b"[5]", b"[4]", 1)
     path.write_bytes(flipped)
@@ -354,10 +354,10 @@ class _Connects:
 
 
 def test_f7_a_catch_up_for_another_incarnation_is_refused_and_a_forked_sponsor_cannot_be_committed():
-    from seedflood.agreement import GENESIS, Value, Vote, step_digest
-    from seedflood.client import Client
-    from seedflood.membership import MembershipError
-    from seedflood.message import FrameError, Message
+    from seedflood.core.agreement import GENESIS, Value, Vote, step_digest
+    from seedflood.core.membership import MembershipError
+    from seedflood.core.message import FrameError, Message
+    from seedflood.roles.client import Client
 
     cfg = cfg_for(steps=6)
     p = protocol_of(cfg)

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from seedflood import checkpoint as ckpt
-from seedflood import config, rundir
-from seedflood import protocol as proto
-from seedflood.membership import Change
-from seedflood.message import Message
+from seedflood.core import config
+from seedflood.core import protocol as proto
+from seedflood.core.membership import Change
+from seedflood.core.message import Message
+from seedflood.rundir import checkpoint as ckpt
+from seedflood.rundir import resume as rundir
 
 ROOT = Path(__file__).resolve().parents[2]
 DEBUG = ROOT / "launch" / "configs" / "debug.yaml"

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from seedflood import compare, config
-from seedflood.metrics import event_files
+from seedflood.core import config
+from seedflood.experiments import compare
+from seedflood.rundir.metrics import event_files
 
 STEPS, EVERY = 10, 5
 

@@ -3,8 +3,8 @@ import typing
 
 import pytest
 
-from seedflood import config
-from seedflood.config import ConfigError
+from seedflood.core import config
+from seedflood.core.config import ConfigError
 
 
 def test_defaults_validate_and_round_trip(tmp_path):

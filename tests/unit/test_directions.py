@@ -6,10 +6,18 @@ import pytest
 import torch
 from torch import nn
 
-from seedflood import rng, zo
-from seedflood.config import SubspaceConfig, ZOConfig
-from seedflood.directions import MIN_EPS, DirectionError, Gaussian, SubCGE, build, check_precision, select_trainable
-from seedflood.replay import state_hash
+from seedflood.core import rng, zo
+from seedflood.core.config import SubspaceConfig, ZOConfig
+from seedflood.core.directions import (
+    MIN_EPS,
+    DirectionError,
+    Gaussian,
+    SubCGE,
+    build,
+    check_precision,
+    select_trainable,
+)
+from seedflood.core.replay import state_hash
 
 torch.set_num_threads(1)
 
@@ -181,8 +189,8 @@ PRECISION_SEEDS = 16
 
 @pytest.fixture(scope="module")
 def tiny_workloads():
-    from seedflood import config
-    from seedflood.workload import Workload
+    from seedflood.core import config
+    from seedflood.ml.workload import Workload
 
     def build_for(dtype: str):
         # zo.eps is the largest threshold so every dtype builds; each test passes its own ε.

@@ -17,18 +17,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from seedflood import checkpoint as ckpt
-from seedflood import cli, config, message
-from seedflood import protocol as proto
-from seedflood.evaluator import Evaluator, EvaluatorError, restore
-from seedflood.message import encode
-from seedflood.protocol import Protocol
-from seedflood.replay import state_hash
-from seedflood.rundir import log_header
-from seedflood.simulation import simulate
-from seedflood.topology import build
-from seedflood.transport import _EOS, Inbox
-from seedflood.workload import Workload
+from seedflood import cli
+from seedflood.core import config, message
+from seedflood.core import protocol as proto
+from seedflood.core.message import encode
+from seedflood.core.protocol import Protocol
+from seedflood.core.replay import state_hash
+from seedflood.core.topology import build
+from seedflood.core.transport import EOS, Inbox
+from seedflood.ml.workload import Workload
+from seedflood.roles.evaluator import Evaluator, EvaluatorError, restore
+from seedflood.roles.simulation import simulate
+from seedflood.rundir import checkpoint as ckpt
+from seedflood.rundir.resume import log_header
 
 ROOT = Path(__file__).resolve().parents[2]
 DEBUG = ROOT / "launch" / "configs" / "debug.yaml"
@@ -47,7 +48,7 @@ def evaluate(cfg: config.Config, records, start: int = 0) -> tuple[Evaluator, di
     inbox = Inbox("test")
     for _, msgs in records[start:]:
         inbox._put(encode(msgs))
-    inbox._put(_EOS)
+    inbox._put(EOS)
     ev = Evaluator(cfg, p, w, inbox, header, start_step=start, progress=False)
     try:
         return ev, ev.run()

@@ -18,7 +18,7 @@ import networkx as nx
 import pytest
 
 import explorer as ex
-from seedflood import agreement
+from seedflood.core import agreement
 
 DEEP = os.environ.get("SEEDFLOOD_EXPLORE", "") == "deep"
 SMALL = ex.graphs(5)

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seedflood import rng, topology
-from seedflood.flooding import Flood, FloodError
-from seedflood.message import Message
+from seedflood.core import rng, topology
+from seedflood.core.flooding import Flood, FloodError
+from seedflood.core.message import Message
 
 
 def graphs():

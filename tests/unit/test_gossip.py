@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from seedflood import gossip
-from seedflood import topology as topo
-from seedflood.config import TopologyConfig
+from seedflood.core import topology as topo
+from seedflood.core.config import TopologyConfig
+from seedflood.experiments import gossip
 
 GRAPHS = [
     TopologyConfig(kind="ring", nodes=8),

@@ -10,10 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from seedflood import baselines, compare, config, lora, model
-from seedflood.config import ConfigError
-from seedflood.memory import InMemoryNetwork
-from seedflood.transport import HEADER
+from seedflood.comm.memory import InMemoryNetwork
+from seedflood.core import config
+from seedflood.core.config import ConfigError
+from seedflood.core.transport import HEADER
+from seedflood.experiments import baselines, compare
+from seedflood.ml import lora, model
 
 torch.set_num_threads(1)
 

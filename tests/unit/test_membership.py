@@ -1,12 +1,12 @@
-"""The roster, its changes and the notes (seedflood.membership): pure, milliseconds."""
+"""The roster, its changes and the notes (seedflood.core.membership): pure, milliseconds."""
 
 from __future__ import annotations
 
 import pytest
 
-from seedflood import message
-from seedflood.flooding import Flood
-from seedflood.membership import (
+from seedflood.core import message
+from seedflood.core.flooding import Flood
+from seedflood.core.membership import (
     AUDIT,
     JOIN,
     VOTE,
@@ -28,7 +28,7 @@ from seedflood.membership import (
     encode_step,
     next_attach,
 )
-from seedflood.message import FrameError, Limits, Message
+from seedflood.core.message import FrameError, Limits, Message
 
 SEED = 7
 

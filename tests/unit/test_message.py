@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seedflood import message, rng
-from seedflood.message import FrameError, Layout, Limits, Message
+from seedflood.core import message, rng
+from seedflood.core.message import FrameError, Layout, Limits, Message
 
 
 def seed_of(o: int, s: int, k: int) -> int:

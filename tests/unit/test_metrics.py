@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from seedflood.metrics import MetricsWriter, export_tensorboard, read_metrics, truncate_metrics
+from seedflood.rundir.metrics import MetricsWriter, export_tensorboard, read_metrics, truncate_metrics
 
 
 def test_truncate_metrics_keeps_whole_lines_up_to_the_step(tmp_path: Path) -> None:

@@ -18,9 +18,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seedflood import model as M
-from seedflood import tasks as T
-from seedflood.config import ModelConfig, TaskConfig
+from seedflood.core.config import ModelConfig, TaskConfig
+from seedflood.ml import model as M
+from seedflood.ml import tasks as T
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,9 @@ import pytest
 import torch
 
 import oracle
-from seedflood import checkpoint, config, message, rng
-from seedflood.simulation import SimResult, simulate
+from seedflood.core import config, message, rng
+from seedflood.roles.simulation import SimResult, simulate
+from seedflood.rundir import checkpoint
 
 torch.set_num_threads(1)
 

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from seedflood import config, message, zo
-from seedflood import topology as topo
-from seedflood.client import Client
-from seedflood.memory import InMemoryNetwork
-from seedflood.protocol import Protocol, trajectory
-from seedflood.simulation import SimResult, simulate
-from seedflood.transport import TransportError
-from seedflood.workload import Workload
+from seedflood.comm.memory import InMemoryNetwork
+from seedflood.core import config, message, zo
+from seedflood.core import topology as topo
+from seedflood.core.protocol import Protocol, trajectory
+from seedflood.core.transport import TransportError
+from seedflood.ml.workload import Workload
+from seedflood.roles.client import Client
+from seedflood.roles.simulation import SimResult, simulate
 
 torch.set_num_threads(1)
 DEBUG = Path(__file__).resolve().parents[2] / "launch" / "configs" / "debug.yaml"

@@ -27,8 +27,8 @@ COPIED = ("setup.cfg", "pyproject.toml", "README.md", "src", "topologies")
 # `topology.kind: file` config naming the bare file, both resolved from the installed package.
 PROBE = """
 import json, seedflood
-from seedflood import topology
-from seedflood.config import TopologyConfig
+from seedflood.core import topology
+from seedflood.core.config import TopologyConfig
 spec = topology.parse_spec("ring16")
 by_file = topology.build(TopologyConfig(kind="file", nodes=16, file="ring16.yaml"))
 print(json.dumps({

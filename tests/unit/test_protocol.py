@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from seedflood import config
-from seedflood.config import ConfigError
-from seedflood.message import FrameError, Message
-from seedflood.protocol import Protocol, digest, node_of, rank_of, trajectory
+from seedflood.core import config
+from seedflood.core.config import ConfigError
+from seedflood.core.message import FrameError, Message
+from seedflood.core.protocol import Protocol, digest, node_of, rank_of, trajectory
 
 
 def proto(*overrides: str, diameter: int = 2) -> Protocol:

@@ -8,12 +8,12 @@ import pytest
 import torch
 from torch import nn
 
-from seedflood import rng
-from seedflood.config import Config, RunConfig, SubspaceConfig, TopologyConfig, ZOConfig
-from seedflood.directions import build
-from seedflood.message import Message
-from seedflood.protocol import Protocol
-from seedflood.replay import Applier, ReplayError, state_hash
+from seedflood.core import rng
+from seedflood.core.config import Config, RunConfig, SubspaceConfig, TopologyConfig, ZOConfig
+from seedflood.core.directions import build
+from seedflood.core.message import Message
+from seedflood.core.protocol import Protocol
+from seedflood.core.replay import Applier, ReplayError, state_hash
 
 torch.set_num_threads(1)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from seedflood import rng
+from seedflood.core import rng
 
 
 def test_derive_golden():

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from seedflood import scoring
+from seedflood.ml import scoring
 
 
 def test_accuracy_and_loss():

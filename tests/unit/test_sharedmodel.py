@@ -18,17 +18,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from seedflood import checkpoint as ckpt
-from seedflood import cli, config, sharedmodel, topology, wirecost
-from seedflood import protocol as proto
-from seedflood.evaluator import Evaluator, restore
-from seedflood.flooding import FloodError
-from seedflood.message import Message, encode
-from seedflood.protocol import Protocol
-from seedflood.rundir import log_header
-from seedflood.simulation import simulate
-from seedflood.transport import _EOS, Inbox
-from seedflood.workload import Workload
+from seedflood import cli
+from seedflood.bench import wirecost
+from seedflood.core import config, lockstep, topology
+from seedflood.core import protocol as proto
+from seedflood.core.flooding import FloodError
+from seedflood.core.message import Message, encode
+from seedflood.core.protocol import Protocol
+from seedflood.core.transport import EOS, Inbox
+from seedflood.ml.workload import Workload
+from seedflood.roles import sharedmodel
+from seedflood.roles.evaluator import Evaluator, restore
+from seedflood.roles.simulation import simulate
+from seedflood.rundir import checkpoint as ckpt
+from seedflood.rundir.resume import log_header
 
 torch.set_num_threads(1)
 
@@ -123,7 +126,7 @@ def test_stop_and_resume_equals_the_uninterrupted_run_and_the_reference(hops):
 def test_every_node_must_hold_the_same_complete_step():
     """The lockstep refuses to hand out a step two nodes hold differently (never applied)."""
     top = topology.ring(3)
-    lock = wirecost.Lockstep(top, 1, 1, 0)
+    lock = lockstep.Lockstep(top, 1, 1, 0)
     for i in top.nodes:
         lock.floods[i].originate([Message.make(i, 0, 0, 1.0)])
     lock.run_hops(0)
@@ -163,7 +166,7 @@ def evaluator_fed(cfg: config.Config, records) -> dict:
     inbox = Inbox("test")
     for _, msgs in records:
         inbox._put(encode(msgs))
-    inbox._put(_EOS)
+    inbox._put(EOS)
     ev = Evaluator(cfg, p, w, inbox, header, start_step=start, progress=False)
     try:
         return ev.run()
@@ -320,7 +323,7 @@ def test_simulate_sends_other_algorithms_to_baselines(tmp_path, capsys, monkeypa
         "consensus_distance": 0.25,
         "wall_seconds": 1.0,
     }
-    from seedflood import baselines
+    from seedflood.experiments import baselines
 
     monkeypatch.setattr(baselines, "run", lambda cfg, progress=True: seen.append(cfg.algorithm.name) or summary)
     assert cli.main(["simulate", *args]) == 0

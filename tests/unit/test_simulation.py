@@ -7,10 +7,11 @@ bits after every step, on any topology, and training makes progress.
 import pytest
 import torch
 
-from seedflood import config, message, tasks
-from seedflood import model as M
-from seedflood.simulation import simulate
-from seedflood.workload import Workload
+from seedflood.core import config, message
+from seedflood.ml import model as M
+from seedflood.ml import tasks
+from seedflood.ml.workload import Workload
+from seedflood.roles.simulation import simulate
 
 torch.set_num_threads(1)
 

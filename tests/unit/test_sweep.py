@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from seedflood import sweep
-from seedflood.config import ConfigError
+from seedflood.core.config import ConfigError
+from seedflood.experiments import sweep
 
 REPO = Path(__file__).resolve().parents[2]
 DEBUG_SWEEP = REPO / "launch" / "sweeps" / "debug.yaml"
@@ -181,7 +181,7 @@ def _writer_keys(module: Path, function: str, variable: str) -> set[str]:
     raise AssertionError(f"no `{variable} = {{...}}` in {module.name}:{function}")
 
 
-# Values for the fields the evaluator (metrics.jsonl, Evaluator.score) and seedflood.train
+# Values for the fields the evaluator (metrics.jsonl, Evaluator.score) and seedflood.roles.train
 # (summary.json, _evaluate) write; `_finished` writes exactly the fields the writers' source names
 # (None where no value is given here), so a reader that relies on a field nobody writes gets nothing.
 SAMPLE = {
@@ -205,7 +205,8 @@ SAMPLE = {
 def metrics_keys() -> frozenset[str]:
     # Evaluator.score's record spreads Workload.scores' fields (`**m`) into its own literal keys.
     return frozenset(
-        _writer_keys(SRC / "evaluator.py", "score", "record") | _writer_keys(SRC / "workload.py", "scores", "fields")
+        _writer_keys(SRC / "roles" / "evaluator.py", "score", "record")
+        | _writer_keys(SRC / "ml" / "workload.py", "scores", "fields")
     )
 
 
@@ -213,8 +214,8 @@ def metrics_keys() -> frozenset[str]:
 def summary_keys() -> frozenset[str]:
     # train._evaluate's summary spreads rundir.summary_common's keys into its own literal keys.
     return frozenset(
-        _writer_keys(SRC / "train.py", "_evaluate", "summary")
-        | _writer_keys(SRC / "rundir.py", "summary_common", "common")
+        _writer_keys(SRC / "roles" / "train.py", "_evaluate", "summary")
+        | _writer_keys(SRC / "rundir" / "resume.py", "summary_common", "common")
     )
 
 

@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from seedflood import tasks as T
-from seedflood.config import TaskConfig
-from seedflood.model import _tiny_tokenizer
+from seedflood.core.config import TaskConfig
+from seedflood.ml import tasks as T
+from seedflood.ml.model import _tiny_tokenizer
 
 
 @pytest.fixture(scope="module")

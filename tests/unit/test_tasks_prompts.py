@@ -15,9 +15,9 @@ import os
 import pytest
 import torch
 
-from seedflood import model as M
-from seedflood import tasks as T
-from seedflood.config import ModelConfig, TaskConfig
+from seedflood.core.config import ModelConfig, TaskConfig
+from seedflood.ml import model as M
+from seedflood.ml import tasks as T
 
 # (task, one row in the hub's columns, the verbalized text of every candidate in label order)
 FIXTURES = [

@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from seedflood import tasks as T
-from seedflood.config import Config, TaskConfig
-from seedflood.workload import Workload
+from seedflood.core.config import Config, TaskConfig
+from seedflood.ml import tasks as T
+from seedflood.ml.workload import Workload
 
 N, SIZE = 8, 1000
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from seedflood import config
-from seedflood import tasks as T
-from seedflood.config import ConfigError, TaskConfig
-from seedflood.model import _tiny_tokenizer
+from seedflood.core import config
+from seedflood.core.config import ConfigError, TaskConfig
+from seedflood.ml import tasks as T
+from seedflood.ml.model import _tiny_tokenizer
 
 ROWS = [  # (review, title, stars); stars "pos"/"NEG" in mixed case on purpose
     ("Loved every minute", "Great", "pos"),

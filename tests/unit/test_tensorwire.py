@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from seedflood import tensorwire as tw
+from seedflood.experiments import tensorwire as tw
 
 
 def vec(n=1000, seed=0):

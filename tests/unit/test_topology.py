@@ -1,4 +1,4 @@
-"""Unit tests of seedflood.topology: builders, validation, YAML, specs, rank mapping, describe."""
+"""Unit tests of seedflood.core.topology: builders, validation, YAML, specs, rank mapping, describe."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seedflood import topology as T
-from seedflood.config import TopologyConfig
-from seedflood.topology import Topology, TopologyError
+from seedflood.core import topology as T
+from seedflood.core.config import TopologyConfig
+from seedflood.core.topology import Topology, TopologyError
 
 FAST = settings(max_examples=25, deadline=None)
 SIZES = range(1, 65)
@@ -468,7 +468,7 @@ def test_describe_truncates() -> None:
 def test_core_imports_stay_pure() -> None:
     # docs/design.md §10: the core never pulls in torch.distributed, transformers or datasets (nor torch).
     banned = "{'torch', 'transformers', 'datasets'}"
-    code = f"import sys, seedflood.topology; print(sorted({banned} & set(sys.modules)))"
+    code = f"import sys, seedflood.core.topology; print(sorted({banned} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -1,7 +1,7 @@
 """In-memory transport (hops, byte counts, failures, evaluator inbox) and runtime's launcher parsing.
 
 Also pins the transport layer's boundaries: steps are explicit arguments, the inbox reports
-progress (`received`, `on_frame`), and only seedflood.gloo imports torch.distributed.
+progress (`received`, `on_frame`), and only seedflood.comm.gloo imports torch.distributed.
 
 Threads only, no processes: every test finishes in milliseconds (timeouts bound the failures).
 """
@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import pytest
 
-from seedflood.memory import InMemoryNetwork, MemoryTransport
-from seedflood.runtime import World, WorldError, check_world, expand_nodelist, free_port
-from seedflood.transport import EVALUATOR, HEADER, ByteCounter, Inbox, Transport, TransportError
+from seedflood.comm.memory import InMemoryNetwork, MemoryTransport
+from seedflood.comm.runtime import World, WorldError, check_world, expand_nodelist, free_port
+from seedflood.core.transport import EVALUATOR, HEADER, ByteCounter, Inbox, Transport, TransportError
 
 
 def ring(n: int) -> dict[int, list[int]]:
@@ -312,7 +312,7 @@ def test_a_failing_on_frame_hook_breaks_neither_the_sender_nor_the_stream(caplog
 
     inbox.on_frame = hook
     t = net.endpoint(0)
-    with caplog.at_level("WARNING", logger="seedflood.transport"):
+    with caplog.at_level("WARNING", logger="seedflood.core.transport"):
         t.push(b"a", 0)
         t.push(b"b", 1)
     assert calls == [1, 2]  # still called after it failed
@@ -349,14 +349,14 @@ def test_only_the_gloo_module_imports_torch_distributed():
     from pathlib import Path
 
     src = Path(__file__).resolve().parents[2] / "src" / "seedflood"
-    for module in ("transport", "memory"):
+    for module in ("core/transport", "comm/memory"):
         bad = [n for n in _imports(src / f"{module}.py") if n.split(".")[0] == "torch"]
         assert bad == [], f"{module}.py imports {bad}"
-    assert "torch.distributed" in _imports(src / "gloo.py")
+    assert "torch.distributed" in _imports(src / "comm" / "gloo.py")
     # Neither module pulls torch in at all, so the run-time check is meaningful (torch itself
     # imports torch.distributed, which is why the core purity test only checks sources).
     code = (
-        "import sys, seedflood.transport, seedflood.memory\n"
+        "import sys, seedflood.core.transport, seedflood.comm.memory\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -456,7 +456,7 @@ def test_free_port_is_bindable():
 
 
 def test_gloo_transport_needs_a_process_group():
-    from seedflood.gloo import GlooTransport
+    from seedflood.comm.gloo import GlooTransport
 
     with pytest.raises(TransportError, match="no process group"):
         GlooTransport(0, [1])

@@ -6,9 +6,10 @@ import networkx as nx
 import pytest
 import torch
 
-from seedflood import config, topology, wirecost
-from seedflood.simulation import simulate
-from seedflood.transport import HEADER
+from seedflood.bench import wirecost
+from seedflood.core import config, topology
+from seedflood.core.transport import HEADER
+from seedflood.roles.simulation import simulate
 
 torch.set_num_threads(1)
 

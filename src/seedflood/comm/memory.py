@@ -1,0 +1,378 @@
+"""The in-process backend of `seedflood.core.transport`: threads of one process, with fault injection.
+
+Owns `InMemoryNetwork` (one directed FIFO queue per edge, plus the evaluator's `Inbox`),
+`MemoryTransport` (one node's endpoint) and `Mutator` (a frame rewriter for fault injection).
+Used by tests, the in-memory simulation and the benchmarks; it mirrors GlooTransport's
+semantics and byte counting exactly (HEADER + frame, once, at the sender, at the step the
+caller passes; the end marker at `last_step`), so figures from either backend agree.
+
+Churn (`tolerate=True`, docs/design.md §13): a peer failure does not raise; the endpoint drops
+that peer (closing the edge both ways, as gloo closes a pair), records it in `lost`, and returns
+the frames of the peers that answered. A killed peer is dropped at once; a stalled one
+(`stall(node)`: its thread blocks in its next exchange until `unstall`) once it has been silent
+for `timeout_s`: the network plays the per-edge heartbeat, so a peer that is merely late because
+it waits on a stalled node of its own is waited for (up to LATE_FACTOR × timeout_s), never
+dropped in a cascade.
+
+Assumes: each endpoint is driven from one thread; all endpoints live in one process. Imports no
+torch.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from seedflood.core.transport import (
+    EOS,
+    EVALUATOR,
+    HEADER,
+    LATE_FACTOR,
+    ByteCounter,
+    Inbox,
+    TransportError,
+    check_addressed,
+)
+
+
+class _Failure:
+    """Poison placed in a queue: the receiver raises TransportError with this reason."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+_SLICE_S = 0.02  # tolerant receive polls the queue in slices this long to watch the heartbeat
+
+Mutator = Callable[[int, int, int, bytes], "bytes | None"]
+"""(src, dst, hop, frame) -> frame as delivered (None: lost); hop counts the sender's exchanges
+from 0; dst is EVALUATOR (-1) for pushes."""
+
+
+class InMemoryNetwork:
+    """Transports between threads of one process, one directed FIFO queue per edge.
+
+    Semantics mirror gloo: sends never wait, a receive waits for the peer's frame; a closed,
+    aborted or killed node poisons its out-edges, so its neighbours raise TransportError at once
+    (after any frames it did send), and a silent one makes them raise after `timeout_s`.
+    Use endpoints as context managers so an exception in one node thread cascades instead of
+    leaving the others waiting. Fault injection: `kill(node)`, `cut(src, dst)`, `mutate`.
+    """
+
+    def __init__(
+        self,
+        neighbors: Mapping[int, Sequence[int]],
+        timeout_s: float = 10.0,
+        *,
+        attach: int | None = None,
+        mutate: Mutator | None = None,
+        tolerate: bool = False,
+    ) -> None:
+        self.neighbors = {n: tuple(sorted(set(ps))) for n, ps in neighbors.items()}
+        for n, ps in self.neighbors.items():
+            for p in ps:
+                if p == n or n not in self.neighbors.get(p, ()):
+                    raise ValueError(f"neighbours must be symmetric without self loops: {n} -> {p}")
+        if attach is not None and attach not in self.neighbors:
+            raise ValueError(f"attach node {attach} is not in the network")
+        self.timeout_s = timeout_s
+        self.attach = attach
+        self.mutate = mutate
+        self.tolerate = tolerate
+        self._queues: dict[tuple[int, int], queue.SimpleQueue[bytes | _Failure]] = {
+            (n, p): queue.SimpleQueue() for n, ps in self.neighbors.items() for p in ps
+        }
+        self._inbox = Inbox(f"attach node {attach}") if attach is not None else None
+        self._endpoints: dict[int, MemoryTransport] = {}
+        self._dead: dict[int, str] = {}  # node -> reason it was killed
+        self._cut: set[tuple[int, int]] = set()  # (src, dst) links that drop frames
+        self._stalled: dict[int, float] = {}  # node -> monotonic time its stall began
+        self._resumed: dict[int, threading.Event] = {}
+        self._dying: dict[int, tuple[int, int]] = {}  # node -> (exchanges to go, peers it still reaches)
+        self._revived: dict[int, int] = {}  # node -> times it was revived (its incarnation)
+        self._sponsor: dict[int, int] = {}  # revived node -> the neighbour that claimed it
+        self._blobs: dict[int, queue.SimpleQueue[bytes]] = {n: queue.SimpleQueue() for n in self.neighbors}
+        self._lock = threading.Lock()
+
+    def endpoint(self, node: int, counter: ByteCounter | None = None) -> MemoryTransport:
+        if node not in self.neighbors:
+            raise ValueError(f"node {node} is not in the network")
+        if node in self._endpoints:
+            raise ValueError(f"node {node} already has an endpoint")
+        self._endpoints[node] = MemoryTransport(self, node, counter or ByteCounter())
+        return self._endpoints[node]
+
+    def evaluator_inbox(self) -> Inbox:
+        """The evaluator's queue; set `on_frame` on it to hear of each push (called in push)."""
+        if self._inbox is None:
+            raise ValueError("network has no evaluator (pass attach=node)")
+        return self._inbox
+
+    def counter(self) -> ByteCounter:
+        """All endpoints' counts merged."""
+        return ByteCounter.merged([e.counter for e in self._endpoints.values()])
+
+    def kill(self, node: int) -> None:
+        """Crash `node`: its own calls and every receive from it raise from now on."""
+        self._poison(node, f"node {node} was killed", inbound=True)
+        self._dead[node] = f"node {node} was killed"
+
+    def cut(self, src: int, dst: int) -> None:
+        """Fail the link src -> dst: dst's next receive from src raises; later frames are lost."""
+        self._cut.add((src, dst))
+        self._queues[(src, dst)].put(_Failure(f"link {src} -> {dst} was cut"))
+
+    def crash_in(self, node: int, exchanges: int, reach: int) -> None:
+        """Crash `node` inside its exchange `exchanges` from now (0 = the next): its frame of that
+        exchange reaches only its first `reach` peers (in id order), then it dies."""
+        self._dying[node] = (exchanges, reach)
+
+    def revive(self, node: int) -> None:
+        """Restart a killed node (a new incarnation, same id): fresh edges to every neighbour,
+        none connected yet (`MemoryTransport.connect`); its next `endpoint` call makes a new one."""
+        with self._lock:
+            if node not in self._dead:
+                raise ValueError(f"node {node} is alive")
+            for p in self.neighbors[node]:
+                if (node, p) not in self._cut:
+                    self._queues[(node, p)] = queue.SimpleQueue()
+                    self._queues[(p, node)] = queue.SimpleQueue()
+            del self._dead[node]
+            self._endpoints.pop(node, None)
+            self._revived[node] = self._revived.get(node, 0) + 1
+            self._sponsor.pop(node, None)
+
+    def held_by(self, node: int) -> list[int]:
+        """Live nodes whose endpoint still exchanges with `node` (a dead node's old edges: a
+        restart before they are dropped would have them wait on the new incarnation's frames,
+        where between processes the old edge is closed with the old process)."""
+        with self._lock:
+            return [p for p, e in self._endpoints.items() if p != node and p not in self._dead and node in e.peers]
+
+    def claim(self, sponsor: int, node: int) -> bool:
+        """`sponsor` becomes the one neighbour that catches revived `node` up (first caller wins)."""
+        with self._lock:
+            return self._sponsor.setdefault(node, sponsor) == sponsor
+
+    def send_blob(self, dst: int, data: bytes) -> None:
+        """Hand `dst` a catch-up payload (a sponsor's log and held messages)."""
+        self._blobs[dst].put(bytes(data))
+
+    def recv_blob(self, node: int, timeout_s: float) -> bytes:
+        try:
+            return self._blobs[node].get(timeout=timeout_s)
+        except queue.Empty:
+            raise TransportError(f"node {node}: no catch-up from a neighbour within {timeout_s:g} s") from None
+
+    def stall(self, node: int) -> None:
+        """Freeze `node` (SIGSTOP): its next exchange blocks until `unstall`; its heartbeat stops."""
+        self._resumed[node] = threading.Event()
+        self._stalled[node] = time.monotonic()
+
+    def unstall(self, node: int) -> None:
+        """Let a stalled node go on (SIGCONT); its neighbours may have dropped it meanwhile."""
+        self._stalled.pop(node, None)
+        if (event := self._resumed.pop(node, None)) is not None:
+            event.set()
+
+    def _silent_for(self, node: int) -> float:
+        """Seconds since `node`'s heartbeat stopped (0: it beats)."""
+        since = self._stalled.get(node)
+        return 0.0 if since is None else time.monotonic() - since
+
+    def _close_edge(self, src: int, dst: int, reason: str) -> None:
+        """src gave up on dst: dst's receives from src fail from now on (a closed gloo pair)."""
+        self._queues[(src, dst)].put(_Failure(reason))
+
+    def _poison(self, node: int, reason: str, inbound: bool = False, stream: bool = True) -> None:
+        for p in self.neighbors[node]:
+            self._queues[(node, p)].put(_Failure(reason))
+            if inbound:
+                self._queues[(p, node)].put(_Failure(reason))
+        if stream and node == self.attach and self._inbox is not None:
+            self._inbox._put(TransportError(f"evaluator: stream from attach node {node} failed: {reason}"))
+
+    def _send(self, src: int, dst: int, hop: int, frame: bytes) -> None:
+        if (src, dst) in self._cut:
+            return
+        if self.mutate is not None:
+            frame = self.mutate(src, dst, hop, frame)
+            if frame is None:  # the mutator lost it (a node dying mid-send)
+                return
+        self._queues[(src, dst)].put(frame)
+
+    def _recv_tolerant(self, src: int, dst: int) -> bytes:
+        """Wait for src's frame while src is alive and beating (see the module docstring)."""
+        q = self._queues[(src, dst)]
+        hard = time.monotonic() + LATE_FACTOR * self.timeout_s
+        while True:
+            try:
+                item = q.get(timeout=_SLICE_S)
+            except queue.Empty:
+                if src in self._dead:
+                    raise TransportError(f"node {src} is dead") from None
+                if self._silent_for(src) > self.timeout_s:
+                    raise TransportError(f"peer node {src} silent for over {self.timeout_s:g} s") from None
+                if time.monotonic() > hard:
+                    raise TransportError(
+                        f"no frame from peer node {src} within {LATE_FACTOR * self.timeout_s:g} s"
+                    ) from None
+                continue
+            if isinstance(item, _Failure):
+                q.put(item)
+                raise TransportError(item.reason)
+            return item
+
+    def _recv(self, src: int, dst: int, deadline: float) -> bytes:
+        try:
+            item = self._queues[(src, dst)].get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise TransportError(
+                f"node {dst}: receive from peer node {src} failed: no frame within {self.timeout_s} s"
+            ) from None
+        if isinstance(item, _Failure):
+            self._queues[(src, dst)].put(item)  # stays failed, like a closed gloo pair
+            raise TransportError(f"node {dst}: receive from peer node {src} failed: {item.reason}")
+        return item
+
+
+class MemoryTransport:
+    """One node's endpoint of an InMemoryNetwork (use from one thread)."""
+
+    def __init__(self, network: InMemoryNetwork, node: int, counter: ByteCounter) -> None:
+        self.network = network
+        self.node = node
+        self.incarnation = network._revived.get(node, 0)
+        # a revived node starts unconnected: it connects its edges as its sponsor says
+        self.neighbours = network.neighbors[node]  # topology neighbours, connected or not
+        self.peers = self.neighbours if not self.incarnation else ()
+        self._revived_seen = {p: network._revived.get(p, 0) for p in network.neighbors[node]}
+        self.lost: dict[int, str] = {}  # tolerant: peers dropped and not yet taken, -> reason
+        self.counter = counter
+        self.hop = 0  # exchanges so far: the Mutator's `hop`
+        self.last_step = 0  # step of the latest exchange/push: the end marker is counted there
+        self._closed = False
+
+    def __enter__(self) -> MemoryTransport:
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        self.close(abort=exc_type is not None)
+
+    def _check(self) -> None:
+        if reason := self.network._dead.get(self.node):
+            raise TransportError(f"node {self.node}: {reason}")
+        if self._closed:
+            raise TransportError(f"node {self.node}: transport is closed")
+
+    def revived(self) -> list[int]:
+        """Neighbours restarted (a new incarnation) since the last call, not yet connected."""
+        out = []
+        for p in self.network.neighbors[self.node]:
+            inc = self.network._revived.get(p, 0)
+            if inc > self._revived_seen[p] and p not in self.network._dead:
+                self._revived_seen[p] = inc
+                out.append(p)
+        return out
+
+    def connect(self, peers: Sequence[int], timeout_s: float | None = None) -> list[int]:
+        """Start exchanging with `peers` from the next hop (both ends do it at the same hop);
+        returns those added. `timeout_s` is links.EdgeTransport's, unused here (no wait)."""
+        added = []
+        for peer in peers:
+            if peer not in self.network.neighbors[self.node]:
+                raise ValueError(f"node {self.node}: {peer} is not a topology neighbour")
+            if peer not in self.peers and peer not in self.network._dead:
+                self.peers = tuple(sorted((*self.peers, peer)))
+                added.append(peer)
+        return added
+
+    def claim(self, node: int) -> int | None:
+        """Become revived `node`'s sponsor (only one neighbour wins); its incarnation, or None."""
+        return self.network._revived.get(node, 0) if self.network.claim(self.node, node) else None
+
+    def send_blob(self, peer: int, data: bytes) -> None:
+        self.network.send_blob(peer, data)
+
+    def recv_blob(self, peer: int | None, timeout_s: float) -> bytes:
+        """The catch-up payload a sponsor sent (from whichever neighbour claimed us: `peer` unused)."""
+        return self.network.recv_blob(self.node, timeout_s)
+
+    def take_lost(self) -> dict[int, str]:
+        """Peers dropped since the last call (tolerant mode), with the reason."""
+        lost, self.lost = self.lost, {}
+        return lost
+
+    def exchange(self, frames: Mapping[int, bytes], step: int) -> dict[int, bytes]:
+        self._check()
+        if self.network.tolerate:
+            return self._exchange_tolerant(frames, step)
+        check_addressed(self.node, self.peers, frames)
+        self.last_step = step
+        for p in self.peers:
+            frame = bytes(frames.get(p, b""))
+            self.counter.add(step, self.node, p, HEADER + len(frame))
+            self.network._send(self.node, p, self.hop, frame)
+        deadline = time.monotonic() + self.network.timeout_s
+        out = {p: self.network._recv(p, self.node, deadline) for p in self.peers}
+        self.hop += 1
+        return out
+
+    def _exchange_tolerant(self, frames: Mapping[int, bytes], step: int) -> dict[int, bytes]:
+        """One hop with the peers still connected; a failed one is dropped, not raised."""
+        net = self.network
+        if (resumed := net._resumed.get(self.node)) is not None:
+            resumed.wait()  # stalled: frozen here until unstall
+            self._check()
+        self.last_step = step
+        reach = len(self.peers)
+        if (dying := net._dying.get(self.node)) is not None:
+            if dying[0] == 0:
+                reach = dying[1]
+            else:
+                net._dying[self.node] = (dying[0] - 1, dying[1])
+        for i, p in enumerate(self.peers):
+            frame = bytes(frames.get(p, b""))
+            self.counter.add(step, self.node, p, HEADER + len(frame))
+            if i < reach:
+                net._send(self.node, p, self.hop, frame)
+        if reach < len(self.peers):
+            del net._dying[self.node]
+            net.kill(self.node)
+            raise TransportError(f"node {self.node}: crashed mid-send (reached {reach} of {len(self.peers)} peers)")
+        out = {}
+        for p in self.peers:
+            try:
+                out[p] = net._recv_tolerant(p, self.node)
+            except TransportError as e:
+                self.lost[p] = str(e)
+                net._close_edge(self.node, p, f"node {self.node} dropped node {p}")
+        self.peers = tuple(p for p in self.peers if p not in self.lost)
+        self.hop += 1
+        return out
+
+    def push(self, frame: bytes, step: int) -> None:
+        self._check()
+        inbox = self.network._inbox
+        if inbox is None or self.node != self.network.attach:
+            raise ValueError(f"node {self.node} is not the evaluator's attach node")
+        self.last_step = step
+        frame = bytes(frame)
+        self.counter.add(step, self.node, EVALUATOR, HEADER + len(frame))
+        if self.network.mutate is not None:
+            frame = self.network.mutate(self.node, EVALUATOR, self.hop, frame)
+        inbox._put(frame)  # queues, counts `received`, calls `on_frame` here (never raises)
+
+    def close(self, abort: bool = False) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        reason = f"node {self.node} {'aborted' if abort else 'closed'}"
+        inbox = self.network._inbox
+        is_attach = self.node == self.network.attach and inbox is not None
+        if is_attach and not abort and self.node not in self.network._dead:
+            self.counter.add(self.last_step, self.node, EVALUATOR, HEADER)  # the end marker, as gloo
+            inbox._put(EOS)  # type: ignore[union-attr]
+        self.network._poison(self.node, reason, stream=abort)

@@ -1,0 +1,370 @@
+"""The launcher environment and the process group.
+
+Owns:
+- `World`: who this process is (rank, world size, local rank, rendezvous address) as read from
+  SEEDFLOOD_RANK / SEEDFLOOD_WORLD_SIZE (launch/churn.sh: one torchrun agent per process, so each
+  agent's own RANK is 0), else torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), else SLURM (SLURM_PROCID,
+  SLURM_NTASKS, SLURM_LOCALID, the first host of SLURM_JOB_NODELIST), else a single process.
+  Rank 0 is the evaluator; rank r >= 1 is client topology node r - 1.
+- `check_world`: a one-line WorldError when the launch does not fit the topology.
+- `process_group`: a gloo process group with the configured timeout, torn down in `finally`
+  without anything that can block on a dead peer; it yields a `Group` for the run's only
+  collective steps (the resume broadcast, the final reports).
+- `free_port`. (CPUs, threads and memory of this host are `ml.host`'s.)
+
+Assumes: every process of a run sees the same MASTER_ADDR/MASTER_PORT (under SLURM without
+MASTER_PORT the port derives from SLURM_JOB_ID, so all tasks of a job agree without talking).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import re
+import socket
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+import torch.distributed as dist
+
+from seedflood.comm.bounded import BoundedStore
+from seedflood.core.config import TransportConfig
+from seedflood.core.topology import node_of
+
+log = logging.getLogger(__name__)
+
+Launcher = Literal["torchrun", "slurm", "env", "single"]
+DEFAULT_PORT = 29500  # torch's own default
+REPORT_POLL_S = 0.1  # how often the evaluator looks for the clients' final reports (s)
+REPORT_S = 10.0  # how often a start-up wait says on screen what it waits for (s)
+
+
+class WorldError(ValueError):
+    """The launch environment is malformed or does not fit the run; one line."""
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int
+    world_size: int
+    local_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0
+    """0 = pick a free port at init (single process only)."""
+    launcher: Launcher = "single"
+    local_world_size: int = 1
+    """Processes the launcher starts on this machine (LOCAL_WORLD_SIZE, SLURM_NTASKS_PER_NODE; 1
+    when it does not say): run.threads = 0 shares the machine's cores among them."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.world_size:
+            raise WorldError(f"rank {self.rank} is outside world size {self.world_size}")
+        if not 0 <= self.master_port <= 65535:
+            raise WorldError(f"master port {self.master_port} is not a TCP port")
+        if self.world_size > 1 and self.master_port == 0:
+            raise WorldError(f"world size {self.world_size} needs MASTER_PORT")
+        if self.local_world_size < 1:
+            raise WorldError(f"local world size {self.local_world_size} is not a process count")
+
+    @property
+    def is_evaluator(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def client_node(self) -> int:
+        """Topology node of this client (the evaluator gets -1 = transport.EVALUATOR)."""
+        return -1 if self.is_evaluator else node_of(self.rank)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> World:
+        env = environ
+        if "SEEDFLOOD_RANK" in env:  # launch/churn.sh: one agent per process, each its own world of 1
+            return cls(
+                rank=_int(env, "SEEDFLOOD_RANK"),
+                world_size=_int(env, "SEEDFLOOD_WORLD_SIZE"),
+                local_rank=_int(env, "SEEDFLOOD_RANK"),
+                master_addr=_str(env, "MASTER_ADDR", "127.0.0.1"),
+                master_port=_int(env, "MASTER_PORT", DEFAULT_PORT),
+                launcher="torchrun" if "TORCHELASTIC_RUN_ID" in env else "env",
+                local_world_size=_int(env, "SEEDFLOOD_LOCAL_WORLD_SIZE", 1),
+            )
+        if "RANK" in env or "WORLD_SIZE" in env:  # torchrun, or any launcher that sets them
+            single = _int(env, "WORLD_SIZE") == 1
+            return cls(
+                rank=_int(env, "RANK"),
+                world_size=_int(env, "WORLD_SIZE"),
+                local_rank=_int(env, "LOCAL_RANK", 0),
+                master_addr=_str(env, "MASTER_ADDR", "127.0.0.1" if single else None),
+                master_port=_int(env, "MASTER_PORT", 0 if single else None),
+                launcher="torchrun" if "TORCHELASTIC_RUN_ID" in env else "env",
+                local_world_size=_int(env, "LOCAL_WORLD_SIZE", 1),
+            )
+        if "SLURM_PROCID" in env:
+            nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+            host = expand_nodelist(nodelist)[0] if nodelist else "127.0.0.1"
+            # Without MASTER_PORT every task derives the same port from the job id
+            # (20000..39999, below the usual ephemeral range).
+            job = _int(env, "SLURM_JOB_ID", -1)
+            port = 20000 + job % 20000 if job >= 0 else DEFAULT_PORT
+            ntasks = "SLURM_NTASKS" if "SLURM_NTASKS" in env else "SLURM_NPROCS"
+            return cls(
+                rank=_int(env, "SLURM_PROCID"),
+                world_size=_int(env, ntasks),
+                local_rank=_int(env, "SLURM_LOCALID", 0),
+                master_addr=_str(env, "MASTER_ADDR", host),
+                master_port=_int(env, "MASTER_PORT", port),
+                launcher="slurm",
+                local_world_size=_int(env, "SLURM_NTASKS_PER_NODE", 1),
+            )
+        return cls(rank=0, world_size=1)
+
+
+def _str(env: Mapping[str, str], name: str, default: str | None = None) -> str:
+    if name in env and env[name]:
+        return env[name]
+    if default is None:
+        raise WorldError(f"{name} is not set (a multi-process launch needs it)")
+    return default
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    text = _str(env, name, None if default is None else str(default))
+    try:
+        return int(text)
+    except ValueError:
+        raise WorldError(f"{name}={text!r} is not an integer") from None
+
+
+def expand_nodelist(text: str) -> list[str]:
+    """SLURM hostlist -> hosts: 'node[1-3,5]' -> node1 node2 node3 node5, 'a,b' -> a b,
+    'n[01-02]-ib' -> n01-ib n02-ib (zero padding kept; several bracket groups multiply)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text + ","):  # split on commas outside brackets
+        depth += (ch == "[") - (ch == "]")
+        if depth < 0 or (ch == "," and depth == 0 and i == start):
+            raise WorldError(f"malformed SLURM nodelist {text!r}")
+        if ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    if depth != 0:
+        raise WorldError(f"malformed SLURM nodelist {text!r}")
+    return [host for part in parts for host in _expand(part, text)]
+
+
+def _expand(pattern: str, text: str) -> list[str]:
+    m = re.search(r"\[([^\[\]]*)\]", pattern)
+    if m is None:
+        return [pattern]
+    head, tail = pattern[: m.start()], pattern[m.end() :]
+    hosts = []
+    for item in m.group(1).split(","):
+        lo, dash, hi = item.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()) or (dash and int(hi) < int(lo)):
+            raise WorldError(f"malformed SLURM nodelist {text!r}")
+        for v in range(int(lo), int(hi) + 1) if dash else [int(lo)]:
+            hosts += _expand(f"{head}{v:0{len(lo)}d}{tail}", text)
+    return hosts
+
+
+def check_world(world: World, n_clients: int) -> None:
+    """Raise WorldError unless the launch has exactly n_clients clients + 1 evaluator."""
+    need = n_clients + 1
+    if world.world_size != need:
+        how = {
+            "slurm": f"srun --ntasks {need}",
+            "env": f"WORLD_SIZE={need}",
+        }.get(world.launcher, f"torchrun --nproc-per-node {need}")
+        raise WorldError(
+            f"world size {world.world_size} does not match topology: {n_clients} clients + 1 "
+            f"evaluator = {need} processes (launch with {how})"
+        )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free right now (another process may still take it before we bind)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class Group:
+    """The collective side of a run, over the process group's store and gloo.
+
+    Only start-up and the end of a run use it, never a hop: `broadcast` (rank 0's resume log to
+    every rank) and `post` / `collect` (each client leaves its final report in the rendezvous
+    store and exits; the evaluator reads them when it has finished, however long its scoring
+    took, so finishing never waits on the slowest role as a collective would).
+    """
+
+    def __init__(self, world: World, store: dist.Store, timeout: timedelta) -> None:
+        self.world = world
+        self._store: dist.Store | BoundedStore = store
+        self._timeout = timeout
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """`obj` from rank `src` on every rank (pickled; only for trusted peers of one run)."""
+        box = [obj if self.world.rank == src else None]
+        dist.broadcast_object_list(box, src=src)
+        return box[0]
+
+    @staticmethod
+    def report_key(key: str) -> str:
+        """The store key `post` leaves `key`'s value under."""
+        return f"report/{key}"
+
+    def post(self, key: str, value: Any) -> None:
+        """Leave a JSON value under `key` for `collect` (returns at once)."""
+        self._store.set(self.report_key(key), json.dumps(value))
+
+    def collect(self, keys: Sequence[str], timeout_s: float | None = None) -> dict[str, Any]:
+        """The values posted under `keys`, waiting at most timeout_s (default: the group's).
+        Raises WorldError naming who did not report, or bounded.StoreGone when the store is.
+        Polls (`check`, one round trip, every REPORT_POLL_S) rather than one long store wait, so
+        a store that went silent is found within its call bound, not at the end of timeout_s."""
+        names = [self.report_key(k) for k in keys]
+        bound = timeout_s if timeout_s is not None else self._timeout.total_seconds()
+        deadline = time.monotonic() + bound
+        while not self._store.check(names):
+            if time.monotonic() > deadline:
+                missing = [k for k, n in zip(keys, names) if not self._store.check([n])]
+                raise WorldError(f"no final report from {', '.join(missing)} within {bound:g} s")
+            time.sleep(REPORT_POLL_S)
+        return {k: json.loads(self._store.get(n)) for k, n in zip(keys, names)}
+
+
+class StoreGroup(Group):
+    """A churn run's collective side: the store alone, no process group (a static world could
+    never take a restarted client back). `broadcast` is rank `src` setting a key the others wait
+    for; `store` is what links.EdgeTransport connects edges through."""
+
+    def __init__(self, world: World, store: dist.Store, timeout: timedelta, base: dist.Store) -> None:
+        super().__init__(world, store, timeout)
+        self.store: dist.Store | BoundedStore = store
+        self._base = base
+
+    def started(self, timeout_s: float) -> None:
+        """After start-up: every store call is bounded by the hop timeout, not the start-up bound, so a
+        client cut off from the store's host finds out (and stops) in timeout_s: `store` becomes
+        a bounded.BoundedStore (TCPStore's own timeout does not bound a call to a host that went
+        silent). Waits that must be long (`collect`) pass their own bound."""
+        self._base.set_timeout(timedelta(seconds=timeout_s))
+        self.store = self._store = BoundedStore(self._store, timeout_s)
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """Rank `src` sets the key; the others wait for it within the group's (start-up) timeout,
+        saying on screen every REPORT_S that they wait (rank 0 may still be loading its model)."""
+        key = f"broadcast/{src}"
+        if self.world.rank == src:
+            self._store.set(key, pickle.dumps(obj))
+            return obj
+        bound = self._timeout.total_seconds()
+        start = time.monotonic()
+        report = start + REPORT_S
+        while not self._store.check([key]):
+            now = time.monotonic()
+            if now - start > bound:
+                raise WorldError(
+                    f"rank {src} did not start within {bound:g} s (transport.startup_timeout_s): nothing to resume from"
+                )
+            if now >= report:
+                log.warning("waiting for rank %d (the evaluator) to start (%.0f s of %g)", src, now - start, bound)
+                report = now + REPORT_S
+            time.sleep(REPORT_POLL_S)
+        return pickle.loads(self._store.get(key))  # only for trusted peers of one run
+
+
+def _rendezvous_store(world: World, port: int, timeout: timedelta, **options: Any) -> dist.TCPStore:
+    """The TCPStore at master_addr:port: rank 0 hosts it, unless torchrun's agent already does
+    (TORCHELASTIC_USE_AGENT_STORE)."""
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    return dist.TCPStore(
+        world.master_addr,
+        port,
+        world.world_size,
+        is_master=world.rank == 0 and not agent_store,
+        timeout=timeout,
+        **options,
+    )
+
+
+def serve_store(host: str, port: int) -> None:
+    """Host a TCPStore on host:port until the process is killed (`seedflood store`): a store
+    that outlives every role, so the evaluator may die and restart, and rejoins keep working."""
+    store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timedelta(days=365))
+    print(f"seedflood store listening on {host}:{port}", flush=True)
+    while True:
+        time.sleep(3600)
+    del store  # pragma: no cover
+
+
+def store_address(environ: Mapping[str, str] = os.environ) -> tuple[str, int] | None:
+    """SEEDFLOOD_STORE=HOST:PORT: the external store of a churn run (None: rank 0 hosts it)."""
+    text = environ.get("SEEDFLOOD_STORE", "").strip()
+    if not text:
+        return None
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise WorldError(f"SEEDFLOOD_STORE={text!r} is not HOST:PORT")
+    return host, int(port)
+
+
+@contextmanager
+def store_group(world: World, cfg: TransportConfig) -> Iterator[StoreGroup]:
+    """The rendezvous store of a churn run; no process group. With SEEDFLOOD_STORE set, every
+    process connects to that store (`seedflood store`); otherwise rank 0, the evaluator, hosts it
+    (unless a launcher serves one at MASTER_ADDR:MASTER_PORT, as torchrun's agent does)."""
+    # Start-up waits for the slowest process to load its model (the store's host included), so
+    # it gets transport.startup_timeout_s, whatever transport.timeout_s says (that one bounds hops).
+    timeout = timedelta(seconds=max(cfg.timeout_s, cfg.startup_timeout_s))
+    external = store_address()
+    if external is not None:
+        log.info("connecting to the store at %s:%d (up to %g s)", *external, timeout.total_seconds())
+        store = dist.TCPStore(external[0], external[1], is_master=False, timeout=timeout)
+        yield StoreGroup(world, dist.PrefixStore("seedflood/run", store), timeout, store)
+        return
+    port = world.master_port or free_port()
+    if world.rank:
+        log.info(
+            "connecting to the store at %s:%d (rank 0 hosts it; up to %g s)",
+            world.master_addr,
+            port,
+            timeout.total_seconds(),
+        )
+    store = _rendezvous_store(world, port, timeout, wait_for_workers=False)
+    yield StoreGroup(world, dist.PrefixStore("seedflood/run", store), timeout, store)
+
+
+@contextmanager
+def process_group(world: World, cfg: TransportConfig) -> Iterator[Group]:
+    """Initialise the default gloo process group for `world`; destroy it on the way out.
+
+    The rendezvous is an explicit TCPStore on master_addr:master_port hosted by rank 0. The
+    group timeout (cfg.timeout_s) bounds every wait on a silent peer. Teardown is
+    destroy_process_group only (no final barrier: a dead peer would make it hang); failures
+    there are logged, never raised over the error that is already leaving the block.
+    """
+    port = world.master_port or free_port()
+    timeout = timedelta(seconds=cfg.timeout_s)
+    # The rendezvous waits for the slowest process to load its model: transport.startup_timeout_s,
+    # not the hop timeout (a slow loader on a busy machine must not fail the start).
+    # Under torchrun the store at MASTER_PORT is the agent's (TORCHELASTIC_USE_AGENT_STORE) and it
+    # outlives a --max-restarts restart: without a per-attempt prefix the restarted group would
+    # read the dead group's gloo addresses and fail in connectFullMesh ("Connection refused").
+    store = _rendezvous_store(world, port, timedelta(seconds=max(cfg.timeout_s, cfg.startup_timeout_s)))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = dist.PrefixStore(f"seedflood/attempt-{attempt}", store)
+    dist.init_process_group(cfg.backend, store=store, rank=world.rank, world_size=world.world_size, timeout=timeout)
+    log.debug("rank %d/%d: process group up via %s:%d", world.rank, world.world_size, world.master_addr, port)
+    try:
+        yield Group(world, store, timeout)
+    finally:
+        try:
+            dist.destroy_process_group()
+        except Exception as e:  # a dead peer may have broken the group already
+            log.warning("rank %d: process group teardown failed: %s", world.rank, e)

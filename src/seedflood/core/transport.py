@@ -1,0 +1,217 @@
+"""Moving opaque frames between topology neighbours, and one-way to the evaluator: the interface.
+
+Owns what every backend shares, and nothing backend-specific:
+- `Transport`: the interface the flood runs on. One `exchange(frames, step)` is one synchronous
+  hop: a frame (bytes, possibly empty) goes to every neighbour and one comes back from every
+  neighbour. `push(frame, step)` sends a frame one way to the evaluator (only on its attach
+  node) without slowing hops. The step is passed explicitly and only labels the byte counts.
+- `ByteCounter`: every byte handed to the backend, per directed edge and per step. These are the
+  communication figures we publish, so every backend counts the same thing the same way:
+  `HEADER` (4-byte u32 length) + the frame, once, at the sender; the end-of-stream marker `close()`
+  sends to the evaluator is `HEADER` bytes at the transport's `last_step`.
+- `Inbox`: the evaluator's side of the push channel (an ordered queue that ends with the
+  stream, or fails with the sender), with an `on_frame` hook and a `received` count.
+- `TransportError`, and the constants both backends and their callers agree on.
+
+Backends: `seedflood.comm.gloo` (torch.distributed point-to-point between processes; the only
+transport module that imports torch.distributed) and `seedflood.comm.memory` (threads of one process,
+with fault injection). This module imports neither torch nor torch.distributed.
+
+Assumes: a transport is driven from one thread; frame contents are none of this layer's
+business (message.py validates them).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+log = logging.getLogger(__name__)
+
+EVALUATOR = -1
+"""Node id of the evaluator in byte counts (it is rank 0, not a topology node)."""
+HEADER = 4
+"""Bytes of the u32 length that precedes every frame on the wire (counted). Frames are far below
+MAX_FRAME_BYTES (< 2**32), so 4 bytes hold any length plus the end-of-stream marker 2**32 - 1."""
+INLINE_BYTES = 64 * 1024
+"""Receive buffer per peer (gloo): frames up to INLINE_BYTES - HEADER travel in one message."""
+MAX_FRAME_BYTES = 1 << 30
+"""A length header above this is treated as a corrupt stream."""
+LATE_FACTOR = 10
+"""Churn: a peer that still heartbeats is waited for up to this many timeouts per hop (it may be
+waiting on a silent node of its own; dropping it would cascade). memory.py and links.py share it."""
+MAX_PENDING = 1024
+"""Unfinished push messages to the evaluator before `push` waits for the oldest (back-pressure)."""
+
+
+class TransportError(RuntimeError):
+    """A peer failed (crashed, closed, timed out or sent a corrupt stream); names node and rank."""
+
+
+@runtime_checkable
+class Transport(Protocol):
+    node: int
+    peers: tuple[int, ...]
+    """Neighbour node ids, sorted."""
+    counter: ByteCounter
+    last_step: int
+    """Step of the latest exchange or push (0 before any): where close() counts its end marker."""
+
+    def exchange(self, frames: Mapping[int, bytes], step: int) -> dict[int, bytes]:
+        """One hop of `step`: send frames[p] (b"" if absent) to every peer p; return every
+        peer's frame. The bytes sent are counted at `step`."""
+        ...
+
+    def push(self, frame: bytes, step: int) -> None:
+        """Send a frame one way to the evaluator (attach node only), counted at `step`; never
+        waits for a hop."""
+        ...
+
+    def close(self, abort: bool = False) -> None:
+        """Finish: end the evaluator stream (unless abort) and release resources."""
+        ...
+
+
+def check_addressed(node: int, peers: Sequence[int], frames: Mapping[int, bytes]) -> None:
+    """A hop sends only to neighbours: anything else is a caller bug (shared by the backends)."""
+    if unknown := set(frames) - set(peers):
+        raise ValueError(f"node {node}: frames for non-neighbours {sorted(unknown)}")
+
+
+# --- byte accounting ----------------------------------------------------------------------------
+
+
+class ByteCounter:
+    """Bytes handed to the backend, keyed by (step, src node, dst node); dst -1 = evaluator.
+
+    Each process counts what it sends, so one counter holds one node's out-edges; `merged` adds
+    counters of many nodes. Thread-safe: the step is an argument of `add`, so there is no shared
+    mutable "current step" (a gloo push and a hop may count from different places).
+    """
+
+    def __init__(self) -> None:
+        self._bytes: dict[tuple[int, int, int], int] = defaultdict(int)  # (step, src, dst) -> bytes
+        self._lock = threading.Lock()
+
+    def add(self, step: int, src: int, dst: int, nbytes: int) -> None:
+        with self._lock:
+            self._bytes[(step, src, dst)] += nbytes
+
+    def rows(self) -> list[tuple[int, int, int, int]]:
+        """(step, src, dst, bytes), sorted: the raw table, JSON-friendly."""
+        with self._lock:
+            return sorted((s, a, b, n) for (s, a, b), n in self._bytes.items())
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Sequence[int]]) -> ByteCounter:
+        c = cls()
+        for s, a, b, n in rows:
+            c._bytes[(int(s), int(a), int(b))] += int(n)
+        return c
+
+    @classmethod
+    def merged(cls, counters: Sequence[ByteCounter]) -> ByteCounter:
+        return cls.from_rows([r for c in counters for r in c.rows()])
+
+    def total(self) -> int:
+        return sum(n for *_, n in self.rows())
+
+    def per_edge_total(self) -> dict[tuple[int, int], int]:
+        out: dict[tuple[int, int], int] = defaultdict(int)
+        for _, a, b, n in self.rows():
+            out[(a, b)] += n
+        return dict(out)
+
+    def per_step_total(self, include_evaluator: bool = True) -> dict[int, int]:
+        out: dict[int, int] = defaultdict(int)
+        for s, _, b, n in self.rows():
+            if include_evaluator or b != EVALUATOR:
+                out[s] += n
+        return dict(out)
+
+    def mean_bytes_per_edge_per_step(self, include_evaluator: bool = False) -> float:
+        """Total bytes / (directed edges seen × steps seen); the evaluator edge is left out by
+        default because it is not part of the topology."""
+        rows = [r for r in self.rows() if include_evaluator or r[2] != EVALUATOR]
+        edges = {(a, b) for _, a, b, _ in rows}
+        steps = {s for s, *_ in rows}
+        return sum(r[3] for r in rows) / (len(edges) * len(steps)) if rows else 0.0
+
+
+# --- evaluator inbox (base of both backends' receiving side) -----------------------------------
+
+
+class _EndOfStream:
+    pass
+
+
+EOS = _EndOfStream()
+"""Queued once the sender closed its stream without aborting."""
+
+
+class Inbox:
+    """Frames pushed to the evaluator, in order. `get` returns None once the sender ended its
+    stream (close without abort), raises TransportError if the sender failed, TimeoutError if
+    nothing came within `timeout` seconds. Iterating yields frames until the end of stream.
+
+    Progress while the consumer is busy (e.g. scoring): `received` counts frames queued so far
+    (it is raised before the frame is queued, so received >= frames the consumer has taken), and
+    `on_frame`, if set (constructor or `inbox.on_frame = fn`), is called with no arguments on
+    the receiving side right after each frame is queued: gloo's receiver thread, or the pushing
+    node's thread in memory. It must be quick and thread-safe; an exception from it is logged
+    (once) and otherwise ignored, so a display bug can neither kill the stream nor the sender.
+    The end-of-stream marker and failures are not frames: they neither count nor call it.
+    """
+
+    def __init__(self, sender: str, *, on_frame: Callable[[], None] | None = None) -> None:
+        self.sender = sender
+        self.on_frame: Callable[[], None] | None = on_frame
+        self.received = 0  # frames queued so far; written only by the receiving side
+        self._queue: queue.SimpleQueue[bytes | _EndOfStream | TransportError] = queue.SimpleQueue()
+        self._final: _EndOfStream | TransportError | None = None
+        self._hook_failed = False
+
+    def _put(self, item: bytes | _EndOfStream | TransportError) -> None:
+        """Queue a frame, the end of stream or a failure; frames count and call `on_frame`."""
+        if not isinstance(item, bytes):
+            self._queue.put(item)
+            return
+        self.received += 1
+        self._queue.put(item)
+        hook = self.on_frame
+        if hook is not None:
+            try:
+                hook()
+            except Exception:  # a progress display must not become a transport failure
+                if not self._hook_failed:
+                    self._hook_failed = True
+                    log.warning(
+                        "inbox from %s: on_frame raised (logged once, later errors are silent)",
+                        self.sender,
+                        exc_info=True,
+                    )
+
+    def get(self, timeout: float | None = None) -> bytes | None:
+        if isinstance(self._final, TransportError):
+            raise self._final
+        if self._final is not None:
+            return None
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no frame from {self.sender} within {timeout} s") from None
+        if isinstance(item, bytes):
+            return item
+        self._final = item
+        return self.get()
+
+    def __iter__(self) -> Iterator[bytes]:
+        while (frame := self.get()) is not None:
+            yield frame
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,5 @@
+"""The processes a run is made of, composed from the layers below: the client, the evaluator,
+`train` (one process of a launched run), the in-process simulation and the shared-model simulation.
+
+May import: core, comm, ml, rundir. Never: experiments, bench.
+"""

@@ -1,0 +1,275 @@
+"""The evaluator role (rank 0): follows the flood, logs it, scores and checkpoints the consensus.
+
+Owns: the run directory while a run is live. For each complete step pushed by its attach client
+it validates the step (`Protocol.check_step`: every origin, every k, the next step in order),
+applies it to its own copy of the canonical state, appends it to the message log (flushed per
+step, fsynced at each checkpoint), and every `eval.every` steps scores the model on the dev and
+test splits; every `checkpoint.every` steps it writes a checkpoint (the newest `KEEP` are kept,
+so a corrupt one can fall back to the one before). It trains nothing and never takes part in a
+hop, so it cannot slow the clients down: frames wait in its inbox while it scores, and the
+progress bar follows the clients (frames received), not the scoring.
+
+Two ways to be fed: `run()` follows an inbox (the launched run: frames pushed by the attach
+client, applied to the evaluator's own model copy); or, with `apply=False` and no inbox, the
+owner of a model it shares drives it (`sharedmodel`, the one-process simulation): `begin()`,
+`take(frame)` right after the owner applied that step to the shared model, `finish()`. Both
+validate, log, score and checkpoint with the same code, so the run directory is the same.
+
+A churn run's evaluator whose stream ends short (the clients finished while it was down or
+starting) takes the missing steps from the longest client log on its disk (`take_from_clients`,
+`rundir.steps_from_clients`), validated as from the wire, so they are logged, scored and
+checkpointed as streamed ones.
+
+Assumes: frames arrive in step order from one attach client (the transport keeps order);
+`rundir.resume_records` has already accepted the run directory for this config.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from seedflood.core import config as config_mod
+from seedflood.core import membership, message
+from seedflood.core.config import Config
+from seedflood.core.membership import Roster
+from seedflood.core.protocol import Protocol
+from seedflood.core.replay import Applier, state_hash
+from seedflood.core.transport import Inbox, TransportError
+from seedflood.ml import model
+from seedflood.ml.workload import Workload
+from seedflood.rundir import checkpoint as ckpt
+from seedflood.rundir import resume as rundir
+from seedflood.rundir.metrics import TENSORBOARD_DIR, MetricsWriter, Progress, human_bytes, truncate_metrics
+from seedflood.rundir.resume import LOG, Records
+
+log = logging.getLogger(__name__)
+
+KEEP = 2
+"""Checkpoints kept on disk: the newest, and one to fall back to if it is found corrupt."""
+
+
+class EvaluatorError(RuntimeError):
+    """The stream from the attach client broke the protocol (gap, incomplete step)."""
+
+
+def restore(w: Workload, protocol: Protocol, run_dir: Path, records: Records) -> int:
+    """Bring `w` to the state after `records`: the newest intact checkpoint within them plus a
+    replay of the rest (or all of them from the base weights). Returns len(records)."""
+    applier = Applier(w.direction, protocol)
+    start = 0
+    found, skipped = ckpt.usable_checkpoint(run_dir, len(records)) if run_dir.is_dir() else (None, [])
+    for note in skipped:
+        log.warning("%s; falling back to an older checkpoint or the log", note)
+    if found is not None:
+        meta = ckpt.read_meta(found)
+        if meta.get("base_hash") != w.loaded.base_hash:
+            raise ckpt.CheckpointError(f"{found}: base model hash differs from this run's model")
+        state = ckpt.load_state(found / "state.pt", meta["state_sha256"])
+        params = dict(w.model.named_parameters())
+        for name in w.direction.names:
+            params[name].data.copy_(state[name])
+        extra = set(w.direction.extra_state())
+        w.direction.load_extra_state({k: v for k, v in state.items() if k in extra})
+        if state_hash(w.model, w.direction) != meta["param_hash"]:
+            raise ckpt.CheckpointError(f"{found}: restored state does not have the hash its meta.json records")
+        start = meta["step"]
+        log.info("restored checkpoint %s; replaying %d logged steps after it", found.name, len(records) - start)
+    applier.last_step = start - 1
+    applier.apply_all(records[start:])
+    return len(records)
+
+
+class Evaluator:
+    def __init__(
+        self,
+        cfg: Config,
+        protocol: Protocol,
+        workload: Workload,
+        inbox: Inbox | None,
+        header: dict[str, Any],
+        start_step: int = 0,
+        progress: bool = True,
+        apply: bool = True,
+    ) -> None:
+        """`apply` False: the workload's state is advanced by the caller (a model shared with
+        the simulated clients, `sharedmodel`), which calls `take` right after applying that step,
+        so every score and checkpoint sees the state after it; `inbox` is then None and the
+        caller moves `progress` itself."""
+        self.cfg = cfg
+        self.apply = apply
+        self.protocol = protocol
+        self.w = workload
+        self.inbox = inbox
+        self.header = header
+        self.run_dir = Path(cfg.run.out_dir)
+        self.applier = Applier(workload.direction, protocol)
+        self.applier.last_step = start_step - 1
+        self.next_step = start_step
+        self.log = ckpt.LogWriter(self.run_dir / LOG, header, check=protocol.check_step)
+        self.log.truncate_to(start_step)
+        self.roster = Roster(protocol.n_origins, attach=cfg.eval.attach)
+        """Members of the next step; a churn run's steps carry their changes (logged with them)."""
+        for s in sorted(self.log.changes):
+            self.roster.apply(self.log.changes[s])
+        self.log_bytes = (self.run_dir / LOG).stat().st_size
+        # One history after a resume: keep the lines before start_step, and the line at start_step
+        # unless this run scores that step again (zero-shot at 0, the final score at the end).
+        rescored = start_step == 0 or start_step >= protocol.steps
+        truncate_metrics(self.run_dir / "metrics.jsonl", start_step - 1 if rescored else start_step)
+        self.metrics = MetricsWriter(self.run_dir / "metrics.jsonl", tensorboard=self.run_dir / TENSORBOARD_DIR)
+        self.progress = Progress(protocol.steps, initial=start_step, enabled=progress)
+        if inbox is not None:
+            inbox.on_frame = lambda: self.progress.advance_to(start_step + inbox.received)
+        self.last: dict[str, Any] = {}
+        self.zero_shot: dict[str, Any] = {}
+        self.t0 = time.monotonic()
+
+    # -- scoring --------------------------------------------------------------------------------
+    def score(self, step: int, **extra: Any) -> dict[str, Any]:
+        """Evaluate the canonical model after `step` steps; writes one metrics line."""
+        t = time.monotonic()
+        m = self.w.scores()
+        record = {
+            "step": step,
+            **m,
+            "log_bytes": self.log_bytes,
+            "eval_seconds": round(time.monotonic() - t, 2),
+            "elapsed_seconds": round(time.monotonic() - self.t0, 2),
+            **extra,
+        }
+        self.metrics.write(record)
+        self.last = record
+        auc = "n/a" if m["auc"] is None else f"{m['auc']:.3f}"
+        thr = "" if m["threshold_accuracy"] is None else f", dev-threshold acc {m['threshold_accuracy']:.3f}"
+        self.progress.write(f"step {step:5d}: test acc {m['accuracy']:.3f}, loss {m['loss']:.4f}, AUC {auc}{thr}")
+        self.progress.show(eval_step=step, acc=m["accuracy"], loss=m["loss"])
+        return record
+
+    # -- the stream -----------------------------------------------------------------------------
+    def take(self, frame: bytes) -> None:
+        """One complete step from the attach client: validate, apply, log, maybe score/save."""
+        step = self.next_step
+        try:
+            msgs, change = membership.decode_step(frame, step, seed_of=self.protocol.seed)
+            if change:
+                self.roster.apply(change)
+            self.protocol.check_step(step, msgs, members=self.roster.members)
+        except message.FrameError as e:
+            raise EvaluatorError(f"evaluator: bad frame for step {step}: {e}") from None
+        if change:
+            log.warning("membership %s", change.describe())
+        if self.apply:
+            self.applier.apply(step, msgs)
+        self.log_bytes += self.log.append(step, msgs, change)
+        self.next_step += 1
+        done = self.next_step
+        self.progress.show(log=human_bytes(self.log_bytes))
+        if self.cfg.eval.every and done % self.cfg.eval.every == 0 and done < self.protocol.steps:
+            self.score(done)
+        if self.cfg.checkpoint.every and done % self.cfg.checkpoint.every == 0 and done < self.protocol.steps:
+            self.save(done)
+
+    def run(self) -> dict[str, Any]:
+        """Follow the stream to its end; returns the final metrics record. The inbox hands over
+        the steps from `start_step` on, in order (a churn run's `attach.AttachInbox` merges a
+        restarted evaluator's catch-up and every change of attach node into that)."""
+        if self.inbox is None:
+            raise ValueError("Evaluator.run follows an inbox; without one call begin / take / finish")
+        self.begin()
+        # Churn: the attach edge's heartbeat tells a dead client from a slow step (a hop may wait
+        # out a silent neighbour, a start-up may wait out a missing one), so wait while it beats.
+        timeout = None if self.protocol.churn else self.cfg.transport.timeout_s
+        if self.next_step < self.protocol.steps:
+            self.take_from_clients(whole=True)  # a restart after the clients finished: nobody streams
+        while self.next_step < self.protocol.steps:
+            try:
+                frame = self.inbox.get(timeout=timeout)
+            except TimeoutError as e:
+                if self.take_from_clients():
+                    break
+                raise EvaluatorError(f"evaluator: {e} (after step {self.next_step - 1})") from None
+            except TransportError:
+                if self.take_from_clients():
+                    break
+                raise
+            if frame is None:
+                if self.take_from_clients():
+                    break
+                raise EvaluatorError(
+                    f"evaluator: the stream ended after step {self.next_step - 1} of {self.protocol.steps}"
+                )
+            self.take(frame)
+        return self.finish()
+
+    def take_from_clients(self, whole: bool = False) -> bool:
+        """Churn runs: take the steps from `next_step` on from the longest client log readable on
+        this disk (`rundir.steps_from_clients`: this run's, CRC- and wire-checked, agreeing with
+        this log), as if streamed; `whole`: only when it holds every step of the run (the clients
+        are done). True when the run is complete then. What the stream could not bring (the
+        clients finished while this evaluator was down or starting) is so never lost."""
+        if not self.protocol.churn:
+            return False
+        found = rundir.steps_from_clients(self.cfg, self.protocol, self.header, self.run_dir / LOG)
+        if found is None:
+            return False
+        path, records, changes = found
+        if len(records) <= self.next_step or (whole and len(records) < self.protocol.steps):
+            return False
+        first = self.next_step
+        for s, msgs in records[first:]:
+            self.take(membership.encode_step(msgs, changes.get(s)))
+        self.progress.advance_to(self.next_step)
+        log.warning("evaluator: took steps %d..%d from the client log %s", first, self.next_step - 1, path)
+        return self.next_step >= self.protocol.steps
+
+    def begin(self) -> None:
+        """Before the first step: the run's config.yaml, and the zero-shot score of a new run."""
+        ckpt.atomic_write_text(self.run_dir / "config.yaml", config_mod.dump(self.cfg))
+        if self.next_step == 0:
+            self.zero_shot = self.score(0, zero_shot=True)
+
+    def finish(self) -> dict[str, Any]:
+        """After the last step: the final score (with the state's hash) and checkpoint."""
+        if self.next_step != self.protocol.steps:
+            raise EvaluatorError(f"evaluator: finished after step {self.next_step - 1} of {self.protocol.steps}")
+        self.progress.close()
+        final = self.score(self.next_step, final=True, param_hash=state_hash(self.w.model, self.w.direction))
+        self.save(self.next_step)
+        return final
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def save(self, step: int) -> Path:
+        """Checkpoint after `step` steps: state, meta, log prefix and (optionally) an HF model dir."""
+        w = self.w
+        self.log.sync()  # the log up to this step is durable before a checkpoint points past it
+        target = ckpt.checkpoint_dir(self.run_dir, step)
+        with ckpt.atomic_dir(target) as tmp:
+            state = {n: p.detach().cpu() for n, p in zip(w.direction.names, w.direction.params)}
+            state.update(w.direction.extra_state())
+            sha = ckpt.save_state(tmp / "state.pt", state)
+            shutil.copyfile(self.run_dir / LOG, tmp / LOG)
+            if self.cfg.checkpoint.hf_model:
+                model.save(w.loaded, tmp / "hf", w.direction.effective_tensors())
+            meta = {
+                "step": step,
+                "base_identity": w.loaded.identity,
+                "base_hash": w.loaded.base_hash,
+                "param_hash": state_hash(w.model, w.direction),
+                "state_sha256": sha,
+                "config": self.cfg.to_dict(),
+            }
+            ckpt.atomic_write_text(tmp / "meta.json", json.dumps(meta, indent=1, sort_keys=True))
+        ckpt.mark_latest(self.run_dir, target)
+        ckpt.prune(self.run_dir, KEEP)
+        log.info("checkpoint after step %d at %s", step, target)
+        return target
+
+    def close(self) -> None:
+        self.metrics.close()
+        self.log.close()
+        self.progress.close()

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from seedflood import cli, reproduce, reproduce_report
-from seedflood import reproduce_plan as rp
-from seedflood.reproduce_plan import Costs, ReproduceError, grid, plan_grid, run_seconds
+from seedflood import cli
+from seedflood.experiments import reproduce, reproduce_report
+from seedflood.experiments import reproduce_plan as rp
+from seedflood.experiments.reproduce_plan import Costs, ReproduceError, grid, plan_grid, run_seconds
 
 ROOT = Path(__file__).resolve().parents[2]
 DEBUG = str(ROOT / "launch" / "configs" / "debug.yaml")
@@ -264,7 +265,7 @@ def fake_run(out: Path, spec: rp.Spec, accuracy: float, steps: int = 10) -> None
 def test_the_report_fills_all_four_tables_and_answers_from_the_runs(tmp_path: Path) -> None:
     specs = {s.name: s for s in grid()}
     plan = rp.Plan(10, list(specs.values()), [60.0] * len(specs))
-    reproduce.save_plan(tmp_path, plan, CPU, {"device": "cpu", "command": "seedflood reproduce --budget 9"})
+    rp.save_plan(tmp_path, plan, CPU, {"device": "cpu", "command": "seedflood reproduce --budget 9"})
     accuracy = {  # n = 500 test examples: s.e. ≈ 0.018, so 0.05 apart is told apart, 0.01 is not
         "ring16-seedflood": 0.82,
         "ring16-dsgd": 0.80,

@@ -2,8 +2,8 @@
 calibration, and the planner that fits the grid to a time budget.
 
 Owns: the grid (issue 19 items 1-4, `grid`), the cost model (`Costs`, `step_seconds`,
-`run_seconds`, `memory_bytes`), its calibration on this machine (`calibrate`) and the planner
-(`plan_grid`). Running a plan and the command are reproduce.py's; the report reproduce_report.py's.
+`run_seconds`, `memory_bytes`), its calibration on this machine (`calibrate`), the planner
+(`plan_grid`) and the plan file DIR/plan.json (`save_plan`, `load_plan`). Running a plan and the command are reproduce.py's; the report reproduce_report.py's.
 
 The grid, on the base config (default launch/configs/rt-smollm2-16.yaml), in priority tiers:
   tier 1  ring16: seedflood, dsgd (the normaliser), dzsgd, choco-lora    (answers item 1's ordering)
@@ -38,15 +38,20 @@ Assumes: a Workload can be built from the base config here (calibrate loads its 
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-from seedflood import config as config_mod
-from seedflood.config import ConfigError
+from seedflood.core import config as config_mod
+from seedflood.core.config import ConfigError
+from seedflood.rundir.checkpoint import atomic_write_text
 
+PLAN = "plan.json"
+"""The stored plan in DIR (save_plan, load_plan)."""
 GROUPS = ("ring16", "torus16", "scale", "hops", "subcge")
 ALGS16 = ("seedflood", "dsgd", "dzsgd", "choco-lora", "choco", "diloco", "dsgd-lora", "dzsgd-lora")
 SCALE_N = (32, 64, 128)
@@ -271,9 +276,10 @@ def calibrate(base: Base, device: str, echo: Callable[[str], None] = print) -> C
     """Measure f, e, g and the load time on this machine with the base config's model and task."""
     import torch
 
-    from seedflood import model, tensorwire
-    from seedflood.directions import select_trainable
-    from seedflood.workload import Workload
+    from seedflood.core.directions import select_trainable
+    from seedflood.experiments import tensorwire
+    from seedflood.ml import model
+    from seedflood.ml.workload import Workload
 
     cfg = config_mod.load(base.config, [*base.sets, f"model.device={device}", *_topology("ring", 16)])
     model.check_source(cfg.model)  # a missing download: one line naming it, as world-size says it
@@ -335,3 +341,26 @@ def describe(plan: Plan) -> str:
     if plan.left_out:
         lines += ["left out:", *(f"  {why}" for why in plan.left_out)]
     return "\n".join(lines)
+
+
+def save_plan(out: Path, plan: Plan, costs: Costs, args: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    body = {
+        "args": args,
+        "costs": asdict(costs),
+        "steps": plan.steps,
+        "runs": [asdict(s) for s in plan.runs],
+        "seconds": plan.seconds,
+        "left_out": plan.left_out,
+    }
+    atomic_write_text(out / PLAN, json.dumps(body, indent=1) + "\n")
+
+
+def load_plan(out: Path) -> tuple[Plan, dict[str, Any]]:
+    """The stored plan of DIR and the whole plan.json."""
+    try:
+        body = json.loads((out / PLAN).read_text())
+        runs = [Spec(**{**s, "overrides": tuple(s["overrides"]), "groups": tuple(s["groups"])}) for s in body["runs"]]
+        return Plan(body["steps"], runs, body["seconds"], body["left_out"]), body
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ReproduceError(f"{out / PLAN}: no readable plan ({type(e).__name__ + ': ' + str(e)})") from None

@@ -23,10 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from seedflood import compare
-from seedflood.checkpoint import atomic_write_text
-from seedflood.reproduce import load_plan
-from seedflood.reproduce_plan import ALGS16, HOPS, SCALE_N, Plan
+from seedflood.experiments import compare
+from seedflood.experiments.reproduce_plan import ALGS16, HOPS, SCALE_N, Plan, load_plan
+from seedflood.rundir.checkpoint import atomic_write_text
 
 BEGIN = "<!-- seedflood reproduce: generated section, begin (rewritten by the command; edit outside) -->"
 END = "<!-- seedflood reproduce: generated section, end -->"
@@ -40,7 +39,7 @@ def rows(out: Path, plan: Plan, n_test: int) -> dict[str, Row]:
     for spec in plan.runs:
         run_dir = out / spec.name / spec.algorithm
         row = compare.run_row(run_dir) if run_dir.is_dir() else {"status": "not run", "accuracy": None}
-        summary = compare._read_json(run_dir / "summary.json") or {}
+        summary = compare.read_json(run_dir / "summary.json") or {}
         zero = summary.get("zero_shot") if isinstance(summary.get("zero_shot"), dict) else {}
         p = row.get("accuracy")
         row.update(
@@ -48,7 +47,7 @@ def rows(out: Path, plan: Plan, n_test: int) -> dict[str, Row]:
             spec=spec,
             n_test=n_test,
             se=math.sqrt(p * (1 - p) / n_test) if p is not None and n_test else None,
-            zero_shot=compare._number(zero.get("accuracy")),
+            zero_shot=compare.number(zero.get("accuracy")),
         )
         row["steps"] = row.get("steps") or None
         table[spec.name] = row
@@ -163,8 +162,8 @@ def _tables(t: dict[str, Row], plan: Plan) -> list[str]:
         norm = f"{r['accuracy'] / ref:.3f}" if ref and r.get("accuracy") is not None else "-"
         out.append(
             f"| {r['spec'].algorithm} | {r['name'].split('-')[0]} | {_steps(r, s)} | {acc(r)} | {norm} | "
-            f"{compare._md_cell('auc', r)} | {compare._md_cell('bytes_per_edge', r)} | "
-            f"{compare._md_cell('wall_seconds', r)} | {_status(r)} |"
+            f"{compare.md_cell('auc', r)} | {compare.md_cell('bytes_per_edge', r)} | "
+            f"{compare.md_cell('wall_seconds', r)} | {_status(r)} |"
         )
     out += [
         "",
@@ -185,7 +184,7 @@ def _tables(t: dict[str, Row], plan: Plan) -> list[str]:
         if r is not None and "hops" in r["spec"].groups:
             label = "8 = diameter" if h == 8 else str(h)
             out.append(
-                f"| {label} | {_steps(r, s)} | {acc(r)} | {compare._md_cell('bytes_per_edge', r)} | {_status(r)} |"
+                f"| {label} | {_steps(r, s)} | {acc(r)} | {compare.md_cell('bytes_per_edge', r)} | {_status(r)} |"
             )
     out += ["", "**(4) SubCGE rank and refresh period** (SeedFlood, 16 on a ring)", ""]
     out += ["| run | steps | accuracy ± s.e. | status |", "|---|---|---|---|"]
@@ -217,7 +216,7 @@ def plot(t: dict[str, Row], path: Path) -> None:
         pts = [(n, r) for n, r in pts if "scale" in r["spec"].groups]
         if pts:
             ax.errorbar([n for n, _ in pts], [r["accuracy"] for _, r in pts], [r["se"] for _, r in pts], marker="o",
-                        label=alg, color=compare._color(alg), capsize=3)  # fmt: skip
+                        label=alg, color=compare.color(alg), capsize=3)  # fmt: skip
     ax.set_xscale("log", base=2), ax.set_title("(2) clients at equal steps"), ax.set_xlabel("clients")
     ax.set_xticks([16, *SCALE_N], [str(n) for n in (16, *SCALE_N)])
     ax = axes[1][0]

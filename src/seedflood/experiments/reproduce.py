@@ -1,6 +1,6 @@
 """`seedflood reproduce`: the paper's grid, planned to fit a time budget on this machine, run, reported.
 
-Owns: the command, the plan file and the running of a plan (`execute`). The grid, the cost model
+Owns: the command and the running of a plan (`execute`). The grid, the cost model
 and the planner are reproduce_plan.py's (its docstring says how a plan is chosen); the tables,
 the verdicts and the plot are reproduce_report.py's.
 
@@ -20,25 +20,22 @@ Assumes: compare.py's run-directory contract; one run at a time (no concurrent r
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from seedflood import compare
-from seedflood import config as config_mod
-from seedflood.checkpoint import atomic_write_text
-from seedflood.config import Config, ConfigError
-from seedflood.reproduce_plan import (
+from seedflood.core import config as config_mod
+from seedflood.core.config import Config, ConfigError
+from seedflood.experiments import compare
+from seedflood.experiments.reproduce_plan import (
     ALGS16,
     GROUPS,
+    PLAN,
     Base,
-    Costs,
     Plan,
     ReproduceError,
     Spec,
@@ -46,12 +43,13 @@ from seedflood.reproduce_plan import (
     describe,
     eval_every,
     grid,
+    load_plan,
     plan_grid,
+    save_plan,
 )
 
 DEFAULT_CONFIG = "launch/configs/rt-smollm2-16.yaml"
 DEFAULT_RESULTS = "docs/results.md"
-PLAN = "plan.json"
 
 
 def run_config(base: Base, spec: Spec, steps: int, device: str, out: Path) -> Config:
@@ -66,29 +64,6 @@ def run_config(base: Base, spec: Spec, steps: int, device: str, out: Path) -> Co
         f"run.out_dir={out / spec.name}",
     ]
     return config_mod.load(base.config, [*base.sets, *spec.overrides, *extra])
-
-
-def save_plan(out: Path, plan: Plan, costs: Costs, args: dict[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    body = {
-        "args": args,
-        "costs": asdict(costs),
-        "steps": plan.steps,
-        "runs": [asdict(s) for s in plan.runs],
-        "seconds": plan.seconds,
-        "left_out": plan.left_out,
-    }
-    atomic_write_text(out / PLAN, json.dumps(body, indent=1) + "\n")
-
-
-def load_plan(out: Path) -> tuple[Plan, dict[str, Any]]:
-    """The stored plan of DIR and the whole plan.json."""
-    try:
-        body = json.loads((out / PLAN).read_text())
-        runs = [Spec(**{**s, "overrides": tuple(s["overrides"]), "groups": tuple(s["groups"])}) for s in body["runs"]]
-        return Plan(body["steps"], runs, body["seconds"], body["left_out"]), body
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ReproduceError(f"{out / PLAN}: no readable plan ({compare.one_line(e)})") from None
 
 
 def execute(
@@ -125,7 +100,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "refresh) that fits the budget, print the plan, run it (finished runs are skipped), then write "
         "the generated section of --results-md and a plot.",
     )
-    p.error = compare._one_line_error(p)  # type: ignore[method-assign]
+    p.error = compare.one_line_error(p)  # type: ignore[method-assign]
     p.add_argument("--budget", help="minutes of wall time to plan for (required unless --report-only)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--out", default="runs/reproduce", help="directory of the plan and the runs")
@@ -143,8 +118,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     """0: every planned run finished; 1: a run failed or was not started; 2: bad input (one line)."""
-    from seedflood import reproduce_report
-    from seedflood.topology import TopologyError
+    from seedflood.core.topology import TopologyError
+    from seedflood.experiments import reproduce_report
 
     try:
         out = Path(args.out)

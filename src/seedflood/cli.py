@@ -1,4 +1,4 @@
-"""The `seedflood` command: train | simulate | compare | eval | replay | check | topology show | world-size | sweep | bench.
+"""The `seedflood` command: train | simulate | compare | eval | replay | check | topology show | world-size | sweep | reproduce | bench.
 
 Owns: argument parsing, turning every known bad input into one line on stderr and exit status 2,
 and printing results. Everything else lives in the modules it calls.
@@ -433,6 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
     from seedflood.experiments import compare
 
     compare.add_parser(sub)
+    from seedflood.experiments import reproduce
+
+    reproduce.add_parser(sub)
     sub.add_parser("bench", help="measure the published figures (seedflood bench --help; benchmarks/README.md)")
     return p
 

@@ -229,7 +229,7 @@ def run(
 
 
 # -- the report -----------------------------------------------------------------------------------
-def _read_json(path: Path) -> dict[str, Any] | None:
+def read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -237,7 +237,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _number(value: Any) -> float | None:
+def number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
@@ -250,17 +250,17 @@ def found_algorithms(out: Path) -> list[str]:
 
 def run_row(run_dir: Path) -> dict[str, Any]:
     """One table row from a run directory (values as numbers; None where the run has none)."""
-    summary = _read_json(run_dir / "summary.json") or {}
-    record = _read_json(run_dir / RECORD) or {}
+    summary = read_json(run_dir / "summary.json") or {}
+    record = read_json(run_dir / RECORD) or {}
     last, final_line = last_final(run_dir / "metrics.jsonl")
     final = summary.get("final") if isinstance(summary.get("final"), dict) else (final_line or last or {})
     row: dict[str, Any] = {"algorithm": run_dir.name}
     for key in ("accuracy", "auc", "threshold_accuracy", "consensus_distance", "worst_accuracy"):
-        row[key] = _number(final.get(key))
+        row[key] = number(final.get(key))
         if row[key] is None and key in ("consensus_distance", "worst_accuracy"):
-            row[key] = _number(summary.get(key))  # a baseline's summary also carries both
-    row["bytes_per_edge"] = _number(summary.get("bytes_per_edge_run"))
-    row["wall_seconds"] = _number(summary.get("wall_seconds"))
+            row[key] = number(summary.get(key))  # a baseline's summary also carries both
+    row["bytes_per_edge"] = number(summary.get("bytes_per_edge_run"))
+    row["wall_seconds"] = number(summary.get("wall_seconds"))
     bit = summary.get("bit_identical")
     row["bit_identical"] = bit if isinstance(bit, bool) else None
     if row["worst_accuracy"] is None and bit is True:
@@ -291,7 +291,7 @@ def _exact(v: float) -> str:
     return f"{int(v)}" if float(v).is_integer() else f"{v:.2f}"
 
 
-def _md_cell(key: str, row: dict[str, Any]) -> str:
+def md_cell(key: str, row: dict[str, Any]) -> str:
     v = row.get(key)
     if key == "status":
         text = row["status"] + (f": {row['error']}" if row.get("error") else "")
@@ -316,7 +316,7 @@ def _md_cell(key: str, row: dict[str, Any]) -> str:
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
     """The rows as a Markdown table (COLUMNS)."""
     lines = ["| " + " | ".join(h for _, h in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_md_cell(k, r) for k, _ in COLUMNS) + " |" for r in rows]
+    lines += ["| " + " | ".join(md_cell(k, r) for k, _ in COLUMNS) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -337,23 +337,23 @@ def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 def curves(run_dir: Path) -> list[tuple[int, float, float | None]]:
     """(step, accuracy, cumulative bytes per edge after that step) at each scoring step of a run;
     bytes None when the summary has no cumulative list (or it is shorter than the step)."""
-    summary = _read_json(run_dir / "summary.json") or {}
+    summary = read_json(run_dir / "summary.json") or {}
     cum = summary.get("bytes_per_edge_cumulative")
     cum = cum if isinstance(cum, list) else None
     out = []
     for r in read_metrics(run_dir / "metrics.jsonl"):
-        step, acc = r.get("step") if isinstance(r, dict) else None, _number(r.get("accuracy"))
+        step, acc = r.get("step") if isinstance(r, dict) else None, number(r.get("accuracy"))
         if not isinstance(step, int) or isinstance(step, bool) or step < 0 or acc is None:
             continue
         if cum is None or step > len(cum):
             x = None
         else:
-            x = 0.0 if step == 0 else _number(cum[step - 1])  # entry i: after step i, i.e. i + 1 steps
+            x = 0.0 if step == 0 else number(cum[step - 1])  # entry i: after step i, i.e. i + 1 steps
         out.append((step, acc, x))
     return out
 
 
-def _color(algorithm: str) -> str:
+def color(algorithm: str) -> str:
     """The same colour for an algorithm in every plot of every comparison."""
     return f"C{ALGORITHMS.index(algorithm) % 10}" if algorithm in ALGORITHMS else "k"
 
@@ -376,7 +376,7 @@ def plot(out: Path, algorithms: Sequence[str]) -> tuple[float, float] | None:
         xy = [(x, acc) for _, acc, x in pts if x is not None and x > 0]
         if xy:
             positive += [x for x, _ in xy]
-            ax.plot(*zip(*xy), marker="o", markersize=3, label=alg, color=_color(alg))
+            ax.plot(*zip(*xy), marker="o", markersize=3, label=alg, color=color(alg))
         else:  # mezo (no edges) or a run without a byte count: named, not drawn
             ax.plot([], [], " ", label=f"{alg}: no bytes sent" if pts[-1][2] == 0 else f"{alg}: no byte count")
     xlim = None
@@ -398,7 +398,7 @@ def plot(out: Path, algorithms: Sequence[str]) -> tuple[float, float] | None:
     ax = fig.add_subplot()
     for alg, pts in series.items():
         steps, accs = [s for s, _, _ in pts], [acc for _, acc, _ in pts]
-        ax.plot(steps, accs, marker="o", markersize=3, label=alg, color=_color(alg))
+        ax.plot(steps, accs, marker="o", markersize=3, label=alg, color=color(alg))
     ax.set_xlabel("step")
     ax.set_ylabel("test accuracy")
     ax.set_title("accuracy against steps")
@@ -410,7 +410,7 @@ def plot(out: Path, algorithms: Sequence[str]) -> tuple[float, float] | None:
 
 
 def _describe(out: Path, rows: Sequence[dict[str, Any]]) -> list[str]:
-    meta = _read_json(out / RECORD) or {}
+    meta = read_json(out / RECORD) or {}
     lines = []
     cfg = meta.get("config")
     if isinstance(cfg, dict):
@@ -467,7 +467,7 @@ def report(out: Path, algorithms: Sequence[str] | None = None) -> list[dict[str,
 
 
 # -- the command ----------------------------------------------------------------------------------
-def _one_line_error(parser: argparse.ArgumentParser) -> Callable[[str], typing.NoReturn]:
+def one_line_error(parser: argparse.ArgumentParser) -> Callable[[str], typing.NoReturn]:
     def error(message: str) -> typing.NoReturn:
         print(f"{parser.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(2)
@@ -483,7 +483,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description="Run the chosen algorithms one after another on the same config, each in "
         "OUT/<algorithm>, then write OUT/results.md, results.csv, acc_vs_bytes.png, acc_vs_steps.png.",
     )
-    p.error = _one_line_error(p)  # type: ignore[method-assign]  # argument errors: one line, exit 2
+    p.error = one_line_error(p)  # type: ignore[method-assign]  # argument errors: one line, exit 2
     p.add_argument("--config", help="run config YAML (defaults when omitted)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override a config value")
     p.add_argument("--algorithms", help=f"comma-separated, in order (default: {','.join(ALGORITHMS)})")

@@ -23,7 +23,7 @@ JSON_HELP = "print the result as one JSON object (for scripts) instead of the su
 
 def _bad_input_errors() -> tuple[type[BaseException], ...]:
     from seedflood.comm.runtime import WorldError
-    from seedflood.core.config import ConfigError
+    from seedflood.core.configerror import ConfigError
     from seedflood.core.directions import DirectionError
     from seedflood.core.graph import TopologyError
     from seedflood.ml.datafiles import TaskError

@@ -4,7 +4,9 @@ import typing
 import pytest
 
 from seedflood.core import config
-from seedflood.core.config import ConfigError
+from seedflood.core.configerror import ConfigError
+from seedflood.core.trainsections import ZOConfig
+from seedflood.core.yamlread import read_yaml
 
 
 def test_defaults_validate_and_round_trip(tmp_path):
@@ -135,13 +137,13 @@ def test_read_yaml_duplicates_use_the_callers_error(tmp_path):
     p = tmp_path / "s.yaml"
     p.write_text("axes:\n  zo.lr: [1, 2]\n  zo.lr: [3]\n")
     with pytest.raises(OtherError, match=r"line 3: duplicate key 'axes.zo.lr' \(first at line 2\)"):
-        config.read_yaml(p, "sweep file", OtherError)
+        read_yaml(p, "sweep file", OtherError)
 
 
 def test_merge_keys_and_aliases_are_not_duplicates(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("base: &b {lr: 5, eps: 0.1}\nzo:\n  <<: *b\n  lr: 6\nself: &s [1, *s]\n")
-    data = config.read_yaml(p)
+    data = read_yaml(p)
     assert data["zo"] == {"lr": 6, "eps": 0.1}
 
 
@@ -151,7 +153,7 @@ def test_exponent_without_dot_is_a_float(tmp_path):
     cfg = config.load(p)
     assert cfg.zo.eps == 1e-3 and cfg.zo.lr == 20.0 and cfg.flood.max_scalar == 1e6
     assert all(isinstance(v, float) for v in (cfg.zo.eps, cfg.zo.lr, cfg.flood.max_scalar))
-    assert config.read_yaml(p)["zo"]["eps"] == 1e-3  # every read_yaml reader gets floats
+    assert read_yaml(p)["zo"]["eps"] == 1e-3  # every read_yaml reader gets floats
     assert config.parse_override("zo.eps=1e-3") == ("zo", "eps", 1e-3)
     assert config.parse_override("zo.eps=.5e-2") == ("zo", "eps", 0.005)
     assert config.parse_override("run.out_dir=1e") == ("run", "out_dir", "1e")
@@ -211,7 +213,7 @@ def test_first_bad_key_as_written_is_reported():
 
 def test_sections_built_in_code_still_check_ranges():
     with pytest.raises(ConfigError, match=r"^zo.eps: must be > 0, got -1$"):
-        config.ZOConfig(eps=-1)
+        ZOConfig(eps=-1)
 
 
 BAD_INPUTS = [

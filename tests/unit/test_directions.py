@@ -7,7 +7,6 @@ import torch
 from torch import nn
 
 from seedflood.core import rng, zo
-from seedflood.core.config import SubspaceConfig, ZOConfig
 from seedflood.core.directions import (
     MIN_EPS,
     DirectionError,
@@ -18,6 +17,7 @@ from seedflood.core.directions import (
     select_trainable,
 )
 from seedflood.core.replay import state_hash
+from seedflood.core.trainsections import SubspaceConfig, ZOConfig
 
 torch.set_num_threads(1)
 

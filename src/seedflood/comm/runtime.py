@@ -34,7 +34,7 @@ from typing import Any, Literal
 import torch.distributed as dist
 
 from seedflood.comm.bounded import BoundedStore
-from seedflood.core.config import TransportConfig
+from seedflood.core.systemsections import TransportConfig
 from seedflood.core.topology import node_of
 
 log = logging.getLogger(__name__)

@@ -53,7 +53,7 @@ import torch
 from torch import nn
 
 from seedflood.core import rng
-from seedflood.core.config import SubspaceConfig, ZOConfig
+from seedflood.core.trainsections import SubspaceConfig, ZOConfig
 
 log = logging.getLogger(__name__)
 

@@ -326,10 +326,37 @@ def test_every_setting_changed_round_trips(tmp_path):
     cfg = config.load(None, overrides)
     changed = config.flat(cfg.to_dict())
     defaults = config.flat(config.Config().to_dict())
-    assert {k for k in defaults if changed[k] == defaults[k]} == {"transport.backend"}
+    assert {k for k in defaults if changed[k] == defaults[k]} == set()  # no key with one allowed value
     p = tmp_path / "c.yaml"
     p.write_text(config.dump(cfg))
     assert config.load(p) == cfg
+
+
+REMOVED_LINE = "transport.backend: no longer a setting (gloo is the only transport); delete it from the config"
+
+
+def test_a_removed_key_is_refused_in_one_line_saying_to_delete_it(tmp_path):
+    """transport.backend had one allowed value and was read nowhere else (issue 18): a config,
+    override or run directory's recorded config.yaml that still sets it is told what to do."""
+    p = tmp_path / "old.yaml"
+    p.write_text("transport:\n  backend: gloo\n  timeout_s: 10\n")
+    for load in (lambda: config.load(p), lambda: config.load(None, ["transport.backend=gloo"])):
+        with pytest.raises(ConfigError) as e:
+            load()
+        assert str(e.value) == REMOVED_LINE
+    for key in config.REMOVED:  # named as --set names them, in a section that no longer has it
+        section, _, name = key.partition(".")
+        assert name not in {f.name for f in dataclasses.fields(config.SECTIONS[section])}
+
+
+def test_a_removed_key_exits_2_from_the_command_line(tmp_path, capsys):
+    from seedflood import cli
+
+    p = tmp_path / "old.yaml"
+    p.write_text("transport: {backend: gloo}\n")
+    assert cli.main(["world-size", "--config", str(p)]) == 2
+    got = capsys.readouterr()
+    assert got.out == "" and got.err == f"seedflood: error: {REMOVED_LINE}\n"
 
 
 def test_flat():

@@ -77,6 +77,13 @@ SECTIONS: dict[str, type] = {
     if f.name != "source"
 }
 
+REMOVED: dict[str, str] = {
+    "transport.backend": "gloo is the only transport",
+}
+"""Keys that were settings once and are no longer read -> why. A config (or a run directory's
+recorded config.yaml) that still sets one is refused in one line saying to delete it, rather than
+with "unknown key", so the fix is plain; a removed key is never silently ignored."""
+
 
 def check_run(cfg: Config) -> None:
     """What a run started from the command line (train, simulate, world-size) needs beyond the
@@ -110,6 +117,9 @@ def from_dict(data: Mapping[str, Any], source: str = "") -> Config:
     for name in data:
         if name not in SECTIONS:
             raise ConfigError(f"unknown section '{name}' (allowed: {', '.join(SECTIONS)})")
+        for key in data[name] if isinstance(data[name], Mapping) else ():
+            if (why := REMOVED.get(f"{name}.{key}")) is not None:
+                raise ConfigError(f"{name}.{key}: no longer a setting ({why}); delete it from the config")
     sections = {name: build_section(name, cls, data.get(name)) for name, cls in SECTIONS.items()}
     return Config(**sections, source=source)
 

@@ -109,7 +109,6 @@ class CheckpointConfig:
 
 @dataclass
 class TransportConfig:
-    backend: Literal["gloo"] = "gloo"
     timeout_s: float = 300.0
     """Process-group timeout: a silent peer fails the run after this long."""
     startup_timeout_s: float = 600.0

@@ -10,7 +10,7 @@ from torch import nn
 
 from seedflood.core import rng
 from seedflood.core.config import Config
-from seedflood.core.directions import build
+from seedflood.core.family import build
 from seedflood.core.message import Message
 from seedflood.core.protocol import Protocol
 from seedflood.core.replay import Applier, ReplayError, state_hash

@@ -17,7 +17,7 @@ linear warmup lr·(step+1)/warmup for step < warmup, then constant lr, linear lr
 lr·½·(1 + cos πf) with f = min(1, (step − warmup) / max(1, steps − warmup)).
 
 What it shares with the code under test, on purpose: the model builder (`seedflood.ml.model.load`,
-which defines the base weights), the direction family (`seedflood.core.directions.build`: its
+which defines the base weights), the direction family (`seedflood.core.family.build`: its
 `accumulate`/`commit` define z(seed) and the merge schedule) and `seedflood.core.replay.state_hash`
 (the hash's definition). A bug there is not caught by this oracle; a bug in how steps travel,
 complete, are ordered, logged, read back or weighted is.
@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 from seedflood.core import config as sf_config
-from seedflood.core import directions
+from seedflood.core import family
 from seedflood.core.config import Config
 from seedflood.core.replay import state_hash
 from seedflood.ml import model as sf_model
@@ -179,7 +179,7 @@ def oracle_hash(cfg: Config | str | Path, log_path: str | Path, upto: int | None
         loaded = sf_model.load(cfg.model)
         if "base_hash" in header and header["base_hash"] != loaded.base_hash:
             raise OracleError(f"{log_path}: log is of base {header['base_hash']}, config builds {loaded.base_hash}")
-        direction = directions.build(loaded.model, cfg.zo, cfg.subspace, cfg.run.seed)
+        direction = family.build(loaded.model, cfg.zo, cfg.subspace, cfg.run.seed)
         applied = 0
         for i, (step, msgs) in enumerate(records):
             if step != i:

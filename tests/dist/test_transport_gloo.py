@@ -47,7 +47,7 @@ def worker(scenario: str) -> int:
 
     import torch.distributed as dist
 
-    from seedflood.core.config import TransportConfig
+    from seedflood.core.systemsections import TransportConfig
     from seedflood.comm.gloo import EvaluatorInbox, GlooTransport
     from seedflood.comm.runtime import World, process_group
     from seedflood.core.transport import ByteCounter, TransportError
@@ -158,7 +158,7 @@ def test_killed_peer_makes_neighbours_raise_at_once(run_world):
 def test_single_process_group_comes_up_and_down():
     import torch.distributed as dist
 
-    from seedflood.core.config import TransportConfig
+    from seedflood.core.systemsections import TransportConfig
     from seedflood.comm.runtime import World, process_group
 
     with process_group(World.from_env({}), TransportConfig(timeout_s=10)) as group:

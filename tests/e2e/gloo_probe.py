@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from seedflood.core import config as config_mod
+from seedflood.core.configerror import ConfigError
 from seedflood.experiments import sweep as sweep_mod
 
 DIM = 64
@@ -299,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = sweep_mod.summarize_sweep(sweep_mod.load(args.file, out_root=args.out_root))
         sys.stdout.write(sweep_mod.format_table(rows, args.format))
         return 0 if sweep_mod.all_done(rows) else 1
-    except config_mod.ConfigError as e:
+    except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -9,7 +9,7 @@ import torch
 
 from seedflood.core import config
 from seedflood.core import topology as topo
-from seedflood.core.config import ConfigError
+from seedflood.core.configerror import ConfigError
 from seedflood.core.transport import HEADER
 from seedflood.experiments import baselines, tensorwire
 from seedflood.roles.simulation import simulate

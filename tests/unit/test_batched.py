@@ -23,9 +23,10 @@ import pytest
 import torch
 
 from seedflood.core import config, topology
-from seedflood.core.config import ModelConfig, TaskConfig
 from seedflood.core.protocol import Protocol
 from seedflood.core.replay import Applier, state_hash
+from seedflood.core.systemsections import SimConfig
+from seedflood.core.trainsections import ModelConfig, TaskConfig
 from seedflood.ml import batched, encoding, grouped, objective, sampling, tasks
 from seedflood.ml import model as M
 from seedflood.ml.workload import Workload
@@ -90,7 +91,7 @@ def pair(*overrides: str, nodes: int = 8) -> tuple[sharedmodel.SharedModel, shar
     p = Protocol.of(cfg, top.diameter)
     w = Workload.build(cfg)
     seq = sharedmodel.SharedModel(cfg, top, p, w)
-    bat = sharedmodel.SharedModel(dataclasses.replace(cfg, sim=config.SimConfig(batched=True)), top, p, w)
+    bat = sharedmodel.SharedModel(dataclasses.replace(cfg, sim=SimConfig(batched=True)), top, p, w)
     if "sim.clients_per_forward=3" in overrides:
         bat.batched.per_forward = 3
     assert seq.batched is None and bat.batched is not None

@@ -4,7 +4,9 @@ import typing
 import pytest
 
 from seedflood.core import config
-from seedflood.core.config import ConfigError
+from seedflood.core.configerror import ConfigError
+from seedflood.core.trainsections import ZOConfig
+from seedflood.core.yamlread import read_yaml
 
 
 def test_defaults_validate_and_round_trip(tmp_path):
@@ -135,13 +137,13 @@ def test_read_yaml_duplicates_use_the_callers_error(tmp_path):
     p = tmp_path / "s.yaml"
     p.write_text("axes:\n  zo.lr: [1, 2]\n  zo.lr: [3]\n")
     with pytest.raises(OtherError, match=r"line 3: duplicate key 'axes.zo.lr' \(first at line 2\)"):
-        config.read_yaml(p, "sweep file", OtherError)
+        read_yaml(p, "sweep file", OtherError)
 
 
 def test_merge_keys_and_aliases_are_not_duplicates(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("base: &b {lr: 5, eps: 0.1}\nzo:\n  <<: *b\n  lr: 6\nself: &s [1, *s]\n")
-    data = config.read_yaml(p)
+    data = read_yaml(p)
     assert data["zo"] == {"lr": 6, "eps": 0.1}
 
 
@@ -151,7 +153,7 @@ def test_exponent_without_dot_is_a_float(tmp_path):
     cfg = config.load(p)
     assert cfg.zo.eps == 1e-3 and cfg.zo.lr == 20.0 and cfg.flood.max_scalar == 1e6
     assert all(isinstance(v, float) for v in (cfg.zo.eps, cfg.zo.lr, cfg.flood.max_scalar))
-    assert config.read_yaml(p)["zo"]["eps"] == 1e-3  # every read_yaml reader gets floats
+    assert read_yaml(p)["zo"]["eps"] == 1e-3  # every read_yaml reader gets floats
     assert config.parse_override("zo.eps=1e-3") == ("zo", "eps", 1e-3)
     assert config.parse_override("zo.eps=.5e-2") == ("zo", "eps", 0.005)
     assert config.parse_override("run.out_dir=1e") == ("run", "out_dir", "1e")
@@ -211,7 +213,7 @@ def test_first_bad_key_as_written_is_reported():
 
 def test_sections_built_in_code_still_check_ranges():
     with pytest.raises(ConfigError, match=r"^zo.eps: must be > 0, got -1$"):
-        config.ZOConfig(eps=-1)
+        ZOConfig(eps=-1)
 
 
 BAD_INPUTS = [
@@ -324,10 +326,37 @@ def test_every_setting_changed_round_trips(tmp_path):
     cfg = config.load(None, overrides)
     changed = config.flat(cfg.to_dict())
     defaults = config.flat(config.Config().to_dict())
-    assert {k for k in defaults if changed[k] == defaults[k]} == {"transport.backend"}
+    assert {k for k in defaults if changed[k] == defaults[k]} == set()  # no key with one allowed value
     p = tmp_path / "c.yaml"
     p.write_text(config.dump(cfg))
     assert config.load(p) == cfg
+
+
+REMOVED_LINE = "transport.backend: no longer a setting (gloo is the only transport); delete it from the config"
+
+
+def test_a_removed_key_is_refused_in_one_line_saying_to_delete_it(tmp_path):
+    """transport.backend had one allowed value and was read nowhere else (issue 18): a config,
+    override or run directory's recorded config.yaml that still sets it is told what to do."""
+    p = tmp_path / "old.yaml"
+    p.write_text("transport:\n  backend: gloo\n  timeout_s: 10\n")
+    for load in (lambda: config.load(p), lambda: config.load(None, ["transport.backend=gloo"])):
+        with pytest.raises(ConfigError) as e:
+            load()
+        assert str(e.value) == REMOVED_LINE
+    for key in config.REMOVED:  # named as --set names them, in a section that no longer has it
+        section, _, name = key.partition(".")
+        assert name not in {f.name for f in dataclasses.fields(config.SECTIONS[section])}
+
+
+def test_a_removed_key_exits_2_from_the_command_line(tmp_path, capsys):
+    from seedflood import cli
+
+    p = tmp_path / "old.yaml"
+    p.write_text("transport: {backend: gloo}\n")
+    assert cli.main(["world-size", "--config", str(p)]) == 2
+    got = capsys.readouterr()
+    assert got.out == "" and got.err == f"seedflood: error: {REMOVED_LINE}\n"
 
 
 def test_flat():

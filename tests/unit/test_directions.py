@@ -7,17 +7,11 @@ import torch
 from torch import nn
 
 from seedflood.core import rng, zo
-from seedflood.core.config import SubspaceConfig, ZOConfig
-from seedflood.core.directions import (
-    MIN_EPS,
-    DirectionError,
-    Gaussian,
-    SubCGE,
-    build,
-    check_precision,
-    select_trainable,
-)
+from seedflood.core.directions import MIN_EPS, DirectionError, Gaussian, check_precision, select_trainable
+from seedflood.core.family import build
 from seedflood.core.replay import state_hash
+from seedflood.core.subcge import SubCGE
+from seedflood.core.trainsections import SubspaceConfig, ZOConfig
 
 torch.set_num_threads(1)
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from seedflood.core import topology as topo
-from seedflood.core.config import TopologyConfig
+from seedflood.core.systemsections import TopologyConfig
 from seedflood.experiments import gossip
 
 GRAPHS = [

@@ -12,7 +12,7 @@ import torch
 
 from seedflood.comm.memory import InMemoryNetwork
 from seedflood.core import config
-from seedflood.core.config import ConfigError
+from seedflood.core.configerror import ConfigError
 from seedflood.core.transport import HEADER
 from seedflood.experiments import baselines, compare
 from seedflood.ml import lora, model, objective

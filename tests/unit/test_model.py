@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seedflood.core.config import ModelConfig, TaskConfig
+from seedflood.core.trainsections import ModelConfig, TaskConfig
 from seedflood.ml import datafiles, encoding, objective, sampling, sources, tasks
 from seedflood.ml import model as M
 

@@ -29,7 +29,7 @@ PROBE = """
 import json, seedflood
 from seedflood.core import topology
 from seedflood.core import topofiles
-from seedflood.core.config import TopologyConfig
+from seedflood.core.systemsections import TopologyConfig
 spec = topology.parse_spec("ring16")
 by_file = topology.build(TopologyConfig(kind="file", nodes=16, file="ring16.yaml"))
 print(json.dumps({

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from seedflood.core import config
-from seedflood.core.config import ConfigError
+from seedflood.core.configerror import ConfigError
 from seedflood.core.message import FrameError, Message
 from seedflood.core.protocol import Protocol, digest, node_of, rank_of, trajectory
 

@@ -9,11 +9,13 @@ import torch
 from torch import nn
 
 from seedflood.core import rng
-from seedflood.core.config import Config, RunConfig, SubspaceConfig, TopologyConfig, ZOConfig
-from seedflood.core.directions import build
+from seedflood.core.config import Config
+from seedflood.core.family import build
 from seedflood.core.message import Message
 from seedflood.core.protocol import Protocol
 from seedflood.core.replay import Applier, ReplayError, state_hash
+from seedflood.core.systemsections import TopologyConfig
+from seedflood.core.trainsections import RunConfig, SubspaceConfig, ZOConfig
 
 torch.set_num_threads(1)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from seedflood.core.config import ConfigError
+from seedflood.core.configerror import ConfigError
 from seedflood.experiments import sweep
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from seedflood.core.config import TaskConfig
+from seedflood.core.trainsections import TaskConfig
 from seedflood.ml import datafiles, encoding, sampling, tasks
 from seedflood.ml.sources import tiny_tokenizer
 

@@ -15,7 +15,7 @@ import os
 import pytest
 import torch
 
-from seedflood.core.config import ModelConfig, TaskConfig
+from seedflood.core.trainsections import ModelConfig, TaskConfig
 from seedflood.ml import datafiles, encoding, objective, sampling, sources, tasks
 from seedflood.ml import model as M
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from seedflood.core.config import Config, TaskConfig
+from seedflood.core.config import Config
+from seedflood.core.trainsections import TaskConfig
 from seedflood.ml import datafiles, sampling, tasks
 from seedflood.ml.workload import Workload
 

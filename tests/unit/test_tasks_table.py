@@ -8,7 +8,8 @@ import json
 import pytest
 
 from seedflood.core import config
-from seedflood.core.config import ConfigError, TaskConfig
+from seedflood.core.configerror import ConfigError
+from seedflood.core.trainsections import TaskConfig
 from seedflood.ml import datafiles, encoding, sampling, tasks
 from seedflood.ml.sources import tiny_tokenizer
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from seedflood.core import builders, topofiles
 from seedflood.core import topology as T
-from seedflood.core.config import TopologyConfig
 from seedflood.core.graph import Topology, TopologyError
+from seedflood.core.systemsections import TopologyConfig
 
 FAST = settings(max_examples=25, deadline=None)
 SIZES = range(1, 65)

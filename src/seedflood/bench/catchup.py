@@ -33,7 +33,7 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
     """A fresh client catching up on 10⁵ messages (16 clients × 6,250 steps; --quick: 2,000):
     replay base + log with the default merge cadence, vs torch.load of the trainable state, vs
     gaussian regeneration projected from one measured message."""
-    from seedflood.core import directions
+    from seedflood.core import directions, family
     from seedflood.core.protocol import Protocol
     from seedflood.core.replay import Applier, state_hash
     from seedflood.ml import model as M
@@ -80,14 +80,14 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
                 w0, c0 = now()
                 _, records = LogReader(log_path).read()
                 t1 = time.perf_counter()
-                d = directions.build(loaded.model, vcfg.zo, vcfg.subspace, vcfg.run.seed)
+                d = family.build(loaded.model, vcfg.zo, vcfg.subspace, vcfg.run.seed)
                 d.basis(0)  # a fresh client generates the epoch's basis: part of catching up
                 t2 = time.perf_counter()
                 Applier(d, Protocol.of(vcfg, 1)).apply_all(records)
                 w3, c3 = now()
                 return {"total": w3 - w0, "cpu": c3 - c0, "read": t1 - w0, "basis": t2 - t1, "apply": w3 - t2}, d
 
-            target = directions.build(loaded.model, vcfg.zo, vcfg.subspace, vcfg.run.seed)
+            target = family.build(loaded.model, vcfg.zo, vcfg.subspace, vcfg.run.seed)
             state_path = Path(tmp) / f"state-{merge_every}.pt"
 
             def load() -> dict[str, float]:

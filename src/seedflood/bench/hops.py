@@ -67,6 +67,7 @@ def _worker(kind: str, n: int, steps: int, warmup: int, rank: int, port: int) ->
     from seedflood.core import config
     from seedflood.core import topology as topo
     from seedflood.core.protocol import Protocol
+    from seedflood.core.systemsections import TransportConfig
     from seedflood.roles.client import Client
 
     torch.set_num_threads(1)
@@ -76,7 +77,7 @@ def _worker(kind: str, n: int, steps: int, warmup: int, rank: int, port: int) ->
     world = runtime.World(rank, n, 0, "127.0.0.1", port, "env", local_world_size=n)
     out: dict[str, Any] = {"rank": rank, "peers": len(peers), "diameter": top.diameter}
     perf, cpu = time.perf_counter, time.process_time
-    with runtime.process_group(world, config.TransportConfig(timeout_s=WORKER_TIMEOUT_S)):
+    with runtime.process_group(world, TransportConfig(timeout_s=WORKER_TIMEOUT_S)):
         with GlooTransport(rank, peers, rank_of=lambda v: v) as tr:  # no evaluator: node = rank
             c = Client(
                 rank,
@@ -271,7 +272,7 @@ def fig_hops(quick: bool, steps: int = 0, timeout_s: float = 600.0) -> dict[str,
 
 
 def _topology_cfg(kind: str, n: int):
-    from seedflood.core.config import TopologyConfig
+    from seedflood.core.systemsections import TopologyConfig
 
     return TopologyConfig(kind=kind, nodes=n)
 

@@ -36,7 +36,7 @@ class _Timed:
 def fig_step(opts: Options) -> dict[str, Any]:
     """ZO step efficiency of one client (topology of one node): 2 × plain forward / whole step."""
     from seedflood.comm.memory import InMemoryNetwork
-    from seedflood.core import directions
+    from seedflood.core import family
     from seedflood.core.protocol import Protocol
     from seedflood.ml.workload import Workload
     from seedflood.roles.client import Client
@@ -64,7 +64,7 @@ def fig_step(opts: Options) -> dict[str, Any]:
     }
     w = Workload.build(cfgs["subcge"])
     gcfg = cfgs["gaussian"]
-    dirs = {"subcge": w.direction, "gaussian": directions.build(w.model, gcfg.zo, gcfg.subspace, gcfg.run.seed)}
+    dirs = {"subcge": w.direction, "gaussian": family.build(w.model, gcfg.zo, gcfg.subspace, gcfg.run.seed)}
     clients, timers = {}, {}
     with contextlib.ExitStack() as stack:
         for fam, cfg in cfgs.items():

@@ -34,7 +34,7 @@ from typing import Any, Literal
 import torch.distributed as dist
 
 from seedflood.comm.bounded import BoundedStore
-from seedflood.core.config import TransportConfig
+from seedflood.core.systemsections import TransportConfig
 from seedflood.core.topology import node_of
 
 log = logging.getLogger(__name__)
@@ -359,7 +359,7 @@ def process_group(world: World, cfg: TransportConfig) -> Iterator[Group]:
     store = _rendezvous_store(world, port, timedelta(seconds=max(cfg.timeout_s, cfg.startup_timeout_s)))
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     store = dist.PrefixStore(f"seedflood/attempt-{attempt}", store)
-    dist.init_process_group(cfg.backend, store=store, rank=world.rank, world_size=world.world_size, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=world.rank, world_size=world.world_size, timeout=timeout)
     log.debug("rank %d/%d: process group up via %s:%d", world.rank, world.world_size, world.master_addr, port)
     try:
         yield Group(world, store, timeout)

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from seedflood.core import rng
-from seedflood.core.config import Config, ConfigError
+from seedflood.core.config import Config
+from seedflood.core.configerror import ConfigError
 from seedflood.core.message import FrameError, Limits, Message
 from seedflood.core.topology import EVALUATOR_RANK, node_of, rank_of  # the rank map (rank 0: evaluator)
 

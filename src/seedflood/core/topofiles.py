@@ -15,8 +15,9 @@ from pathlib import Path
 
 import yaml
 
-from seedflood.core.config import ConfigError, read_yaml
+from seedflood.core.configerror import ConfigError
 from seedflood.core.graph import Topology, TopologyError, fail, is_int
+from seedflood.core.yamlread import read_yaml
 
 
 def _shipped_dir() -> Path:

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from seedflood.core.builders import complete, erdos_renyi, grid, random_regular, ring, star, torus, tree, watts_strogatz
-from seedflood.core.config import ConfigError, TopologyConfig
+from seedflood.core.configerror import ConfigError
 from seedflood.core.graph import Topology, TopologyError, is_int
+from seedflood.core.systemsections import TopologyConfig
 from seedflood.core.topofiles import TOPOLOGY_DIR, load_yaml, resolve_file
 
 EVALUATOR_RANK = 0

@@ -46,7 +46,8 @@ import torch
 from seedflood.comm.memory import InMemoryNetwork
 from seedflood.core import config as config_mod
 from seedflood.core import topology as topo
-from seedflood.core.config import Config, ConfigError
+from seedflood.core.config import Config
+from seedflood.core.configerror import ConfigError
 from seedflood.core.directions import Gaussian, select_trainable
 from seedflood.core.transport import HEADER, ByteCounter
 from seedflood.experiments import gossip, tensorwire

@@ -57,7 +57,8 @@ import torch.nn.functional as F
 
 from seedflood.comm.memory import MemoryTransport
 from seedflood.core import rng, zo
-from seedflood.core.config import Config, ConfigError
+from seedflood.core.config import Config
+from seedflood.core.configerror import ConfigError
 from seedflood.core.directions import Gaussian
 from seedflood.core.graph import Topology
 from seedflood.core.transport import ByteCounter

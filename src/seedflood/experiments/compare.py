@@ -42,7 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from seedflood.core import config as config_mod
-from seedflood.core.config import AlgorithmConfig, Config, ConfigError
+from seedflood.core.config import Config
+from seedflood.core.configerror import ConfigError
+from seedflood.core.systemsections import AlgorithmConfig
+from seedflood.core.yamlread import read_yaml
 from seedflood.experiments.sweep import format_table, last_final
 from seedflood.rundir.atomic import atomic_write_text
 from seedflood.rundir.metrics import TENSORBOARD_DIR, event_files, export_tensorboard, human_bytes, read_metrics
@@ -119,7 +122,7 @@ def recorded_config(run_dir: Path) -> dict[str, Any] | None:
         data = None
     try:
         if data is None:
-            data = config_mod.read_yaml(run_dir / "config.yaml")
+            data = read_yaml(run_dir / "config.yaml")
         return config_mod.from_dict(data).to_dict()
     except ConfigError:
         return None

@@ -48,7 +48,7 @@ from typing import Any
 
 from seedflood.core import config as config_mod
 from seedflood.core.config import ConfigError
-from seedflood.rundir.checkpoint import atomic_write_text
+from seedflood.rundir.atomic import atomic_write_text
 
 PLAN = "plan.json"
 """The stored plan in DIR (save_plan, load_plan)."""
@@ -278,7 +278,7 @@ def calibrate(base: Base, device: str, echo: Callable[[str], None] = print) -> C
 
     from seedflood.core.directions import select_trainable
     from seedflood.experiments import tensorwire
-    from seedflood.ml import model
+    from seedflood.ml import objective
     from seedflood.ml.workload import Workload
 
     cfg = config_mod.load(base.config, [*base.sets, f"model.device={device}", *_topology("ring", 16)])
@@ -297,7 +297,7 @@ def calibrate(base: Base, device: str, echo: Callable[[str], None] = print) -> C
         return time.monotonic() - t
 
     with torch.no_grad():
-        forward = timed(lambda: model.loss(w.model, w.batch(0, 0)))
+        forward = timed(lambda: objective.loss(w.model, w.batch(0, 0)))
     k = min(cfg.eval.batch_size, len(w.splits.test))
     example = timed(lambda: w.evaluate("test", limit=k), warm=False) / k  # after the forwards' warm-up
     names = select_trainable(w.model, cfg.zo.trainable)

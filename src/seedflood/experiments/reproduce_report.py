@@ -25,7 +25,7 @@ from typing import Any
 
 from seedflood.experiments import compare
 from seedflood.experiments.reproduce_plan import ALGS16, HOPS, SCALE_N, Plan, load_plan
-from seedflood.rundir.checkpoint import atomic_write_text
+from seedflood.rundir.atomic import atomic_write_text
 
 BEGIN = "<!-- seedflood reproduce: generated section, begin (rewritten by the command; edit outside) -->"
 END = "<!-- seedflood reproduce: generated section, end -->"

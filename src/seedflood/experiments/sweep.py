@@ -38,7 +38,8 @@ from typing import Any
 import yaml
 
 from seedflood.core import config as config_mod
-from seedflood.core.config import ConfigError
+from seedflood.core.configerror import ConfigError
+from seedflood.core.yamlread import read_yaml
 from seedflood.rundir.metrics import read_metrics
 
 logger = logging.getLogger(__name__)
@@ -158,7 +159,7 @@ def from_dict(data: Any, *, root: Path | None = None, out_root: str | Path | Non
 def load(path: str | Path, *, out_root: str | Path | None = None) -> Sweep:
     """Read a sweep file; `base` resolves against the file's directory."""
     p = Path(path)
-    data = config_mod.read_yaml(p, "sweep file", SweepError)
+    data = read_yaml(p, "sweep file", SweepError)
     return from_dict(data, root=p.resolve().parent, out_root=out_root, source=str(p))
 
 

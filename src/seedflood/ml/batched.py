@@ -64,9 +64,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from seedflood.core.config import SimConfig
-from seedflood.core.directions import Direction, Gaussian, SubCGE
+from seedflood.core.directions import Direction, Gaussian
 from seedflood.core.protocol import Protocol
+from seedflood.core.subcge import SubCGE
+from seedflood.core.systemsections import SimConfig
 from seedflood.core.zo import EstimateError
 from seedflood.ml import grouped, objective
 

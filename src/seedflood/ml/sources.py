@@ -37,7 +37,7 @@ from typing import Any, Literal
 import torch
 
 from seedflood.core import rng
-from seedflood.core.config import ModelConfig
+from seedflood.core.trainsections import ModelConfig
 
 log = logging.getLogger(__name__)
 

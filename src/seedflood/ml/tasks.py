@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seedflood.core import rng
-from seedflood.core.config import TaskConfig
+from seedflood.core.trainsections import TaskConfig
 from seedflood.ml import prompts
 from seedflood.ml.datafiles import (
     Example,

@@ -1,7 +1,7 @@
 """What one process trains or scores: a config turned into model, direction, data and loss.
 
 Owns: composing the adapters (model.py, objective.py, tasks.py, sampling.py, encoding.py) with the
-core (directions.py) for a role: a client's loss on its batch of a step, and the evaluator's
+core (directions, family) for a role: a client's loss on its batch of a step, and the evaluator's
 scoring of the consensus model.
 Roles receive a Workload; tests can build one around any model and loss.
 
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from seedflood.core import directions, protocol
+from seedflood.core import family, protocol
 from seedflood.core.config import Config
 from seedflood.core.directions import Direction
 from seedflood.ml import encoding, host, model, objective, sampling, tasks
@@ -51,7 +51,7 @@ class Workload:
         spec = tasks.get(cfg.task)  # the config's template/verbalizer overrides; table is built from it
         splits = sampling.load_splits(cfg.task, cfg.run.seed)
         loaded = model.load(cfg.model, local_rank=local_rank)
-        direction = directions.build(loaded.model, cfg.zo, cfg.subspace, cfg.run.seed)
+        direction = family.build(loaded.model, cfg.zo, cfg.subspace, cfg.run.seed)
         return cls(cfg, loaded, spec, splits, direction)
 
     @property

@@ -1,0 +1,217 @@
+"""The `seedflood` command: train | simulate | compare | eval | replay | check | topology show | world-size | sweep | reproduce | bench.
+
+Owns: argument parsing and dispatch, turning every known bad input into one line on stderr and
+exit status 2, and the console entry (`seedflood = seedflood.cli:console`, `python -m seedflood`).
+The subcommands live by what they own: runs (train, simulate, world-size), inspection (replay,
+check, eval) and tools (topology show, sweep, sweep-summary, store); `bench` has its own parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import os
+import select
+import sys
+import threading
+
+from seedflood.cli.inspection import cmd_check, cmd_eval, cmd_replay
+from seedflood.cli.runs import cmd_simulate, cmd_train, cmd_world_size
+from seedflood.cli.tools import cmd_store, cmd_sweep, cmd_sweep_summary, cmd_topology_show
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+JSON_HELP = "print the result as one JSON object (for scripts) instead of the summary lines"
+
+
+def _bad_input_errors() -> tuple[type[BaseException], ...]:
+    from seedflood.comm.runtime import WorldError
+    from seedflood.core.configerror import ConfigError
+    from seedflood.core.directions import DirectionError
+    from seedflood.core.graph import TopologyError
+    from seedflood.ml.datafiles import TaskError
+    from seedflood.ml.sources import ModelError
+    from seedflood.roles.train import RunError
+    from seedflood.rundir.layout import CheckpointError
+
+    return (ConfigError, TopologyError, TaskError, ModelError, WorldError, CheckpointError, DirectionError, RunError)
+
+
+def _run_errors() -> tuple[type[BaseException], ...]:
+    """Failures of a running process that are explained in one line (exit status 1)."""
+    from seedflood.core.flooding import FloodError
+    from seedflood.core.membership import MembershipError
+    from seedflood.core.message import FrameError
+    from seedflood.core.replay import ReplayError
+    from seedflood.core.transport import TransportError
+    from seedflood.core.zo import EstimateError
+    from seedflood.roles.evaluator import EvaluatorError
+
+    return (TransportError, FloodError, FrameError, EvaluatorError, EstimateError, ReplayError, MembershipError)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="seedflood", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def with_config(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--config", required=False, help="run config YAML (defaults when omitted)")
+        sp.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help="override a config value")
+
+    t = sub.add_parser("train", help="run this process's role (under torchrun, srun or compose)")
+    with_config(t)
+    t.set_defaults(fn=cmd_train)
+
+    sim = sub.add_parser(
+        "simulate",
+        help="run every client of a config in this one process on one shared model "
+        "(same hash, log and metrics as the launched run)",
+    )
+    with_config(sim)
+    sim.set_defaults(fn=cmd_simulate)
+
+    for name, fn, text in (
+        ("replay", cmd_replay, "rebuild the model from base + log and print its hash"),
+        ("eval", cmd_eval, "rebuild the model from base + log and score it"),
+    ):
+        sp = sub.add_parser(name, help=text)
+        sp.add_argument("run_dir")
+        sp.add_argument("--step", type=int, help="number of logged steps to apply (default: all)")
+        if name == "replay":
+            sp.add_argument("--out", help="also write a save_pretrained model directory here")
+        sp.add_argument("--json", action="store_true", help=JSON_HELP)
+        sp.set_defaults(fn=fn)
+
+    ck = sub.add_parser("check", help="verify a run directory: settings, every log record, every checkpoint")
+    ck.add_argument("run_dir")
+    ck.add_argument("--json", action="store_true", help=JSON_HELP)
+    ck.set_defaults(fn=cmd_check)
+
+    top = sub.add_parser("topology", help="inspect topologies")
+    tsub = top.add_subparsers(dest="topology_command", required=True)
+    show = tsub.add_parser("show", help="nodes, edges, degrees and diameter of FILE or SPEC (e.g. ring:16)")
+    show.add_argument("spec")
+    show.set_defaults(fn=cmd_topology_show)
+
+    st = sub.add_parser(
+        "store",
+        help="host a churn run's rendezvous store (then start every process with SEEDFLOOD_STORE=HOST:PORT)",
+    )
+    st.add_argument("--host", default="0.0.0.0", help="address to listen on (default all)")
+    st.add_argument("--port", type=int, required=True)
+    st.set_defaults(fn=cmd_store)
+
+    ws = sub.add_parser("world-size", help="check a config and print its process count (clients + evaluator)")
+    with_config(ws)
+    ws.set_defaults(fn=cmd_world_size)
+
+    sw = sub.add_parser(
+        "sweep",
+        help="run configuration INDEX of a sweep file, all its processes under "
+        "torchrun on this machine (INDEX defaults to $SLURM_ARRAY_TASK_ID)",
+    )
+    sw.add_argument("file")
+    sw.add_argument("--index", default=None, help="grid point 0..K-1 (default: $SLURM_ARRAY_TASK_ID)")
+    sw.add_argument("--out-root", default=None, help="directory for the run directories (default: the file's out_root)")
+    sw.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override applied to every run of the sweep",
+    )
+    sw.set_defaults(fn=cmd_sweep)
+
+    ss = sub.add_parser("sweep-summary", help="gather a sweep's results into one table")
+    ss.add_argument("file")
+    ss.add_argument("--out-root", default=None, help="as given to `seedflood sweep`")
+    ss.add_argument("--format", choices=["table", "tsv", "json"], default="table")
+    ss.set_defaults(fn=cmd_sweep_summary)
+
+    from seedflood.experiments import compare
+
+    compare.add_parser(sub)
+    from seedflood.experiments import reproduce
+
+    reproduce.add_parser(sub)
+    sub.add_parser("bench", help="measure the published figures (seedflood bench --help; benchmarks/README.md)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # bench has its own parser (options must not be eaten here)
+        from seedflood.bench import cli as bench
+
+        return bench.main(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except _bad_input_errors() as e:
+        print(f"seedflood: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except _run_errors() as e:
+        print(f"seedflood: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("seedflood: interrupted", file=sys.stderr)
+        return 130
+
+
+def exit_process(code: int) -> None:
+    """End the process with `code` (the console entry point's last act).
+
+    A churn run can leave daemon threads (named seedflood-*: a store call to a host that went
+    silent, a heartbeat or hop wait) blocked inside a torch.distributed C++ call. If such a call
+    returns while the interpreter finalizes, CPython ends its thread with pthread_exit inside a
+    C++ frame and the process aborts ("terminate called without an active exception", SIGABRT)
+    instead of exiting with its status: a stopped client seen as a crash. So while one of them
+    is alive the exit skips finalization: the atexit handlers run here (logging's flush, the
+    edges' close), then stdio is flushed and os._exit ends the process. Otherwise: a plain exit."""
+    if any(t.daemon and t.is_alive() and t.name.startswith("seedflood-") for t in threading.enumerate()):
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed or broken stream: nothing more to say on it
+                pass
+        os._exit(code)
+    raise SystemExit(code)
+
+
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell reports for a coreutils command whose reader went away (`cat f | head`),
+so `set -o pipefail` scripts see `seedflood ... | head` as they see any such pipeline."""
+
+
+def _stdout_reader_gone() -> bool:
+    """True when stdout is a pipe whose read end is closed (poll reports POLLERR on such a write end)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no fd (a replaced stdout) or no poll: not ours to judge
+        return False
+
+
+def console() -> None:
+    """The `seedflood` console script (and `python -m seedflood`).
+
+    A closed pipe ends quietly: when the reader of stdout goes away (`seedflood topology show
+    ring:16 | head`) the write or the final flush raises BrokenPipeError; stdout is then pointed
+    at /dev/null (so the interpreter's own flush at exit cannot raise again) and the process
+    exits EXIT_BROKEN_PIPE with nothing on stderr (the documented recipe of Python's `signal`
+    module, with the status a SIGPIPE death would have; the default SIGPIPE action is not
+    restored, as it would kill a run mid-write of its files). A BrokenPipeError from anything
+    else (a socket to a peer that died) is not a closed stdout and propagates as before."""
+    try:
+        code = main()
+        sys.stdout.flush()  # the last buffered output fails here, inside the try, not at exit
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        code = EXIT_BROKEN_PIPE
+    exit_process(code)

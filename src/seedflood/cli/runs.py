@@ -1,0 +1,152 @@
+"""The `seedflood` commands that start or size a run: train, simulate, world-size.
+
+Owns: loading the config from `--config`/`--set`, the preflight (everything checkable without
+loading weights), and the end-of-run summaries they print.
+
+Assumes: called by seedflood.cli's dispatch, which maps a known bad input to exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def _load_config(args: argparse.Namespace):
+    from seedflood.core import config
+
+    return config.load(args.config, args.set or [])
+
+
+def _preflight(cfg, full: bool = True) -> int:
+    """Check everything that can be checked without loading weights; returns the world size.
+
+    `full` (the launchers' `world-size`) also loads the task's data and checks the run
+    directory a resume would continue (settings, log integrity, checkpoints), so a bad run stops
+    here, before any process starts and before anything is written.
+    """
+    from seedflood.core import config, directions, protocol, topology
+    from seedflood.ml import model, sampling, tasks
+    from seedflood.ml.workload import train_digest
+    from seedflood.rundir import resume as rundir
+
+    config.check_run(cfg)
+    top = rundir.topology_of(cfg)
+    proto = protocol.Protocol.of(cfg, top.diameter)
+    tasks.get(cfg.task)
+    model.check_source(cfg.model)
+    directions.check_precision(cfg.zo, cfg.model.dtype)
+    if full:
+        train = sampling.check(cfg.task, cfg.run.seed, top.n)
+        trajectory = protocol.trajectory(cfg, proto, train_digest(train))
+        records = rundir.resume_records(cfg, proto, trajectory)
+        for note in rundir.checkpoint_notes(cfg, len(records)):
+            print(
+                f"seedflood: warning: {note}; the run will fall back to an older checkpoint or the log", file=sys.stderr
+            )
+    return topology.world_size(top)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from seedflood.roles import train
+
+    cfg = _load_config(args)
+    _preflight(cfg, full=False)  # the launcher's world-size ran the full preflight; rank 0 rechecks the run dir
+    summary = train.run(cfg)
+    if summary is not None:
+        _print_summary(summary)
+        if summary["consensus"] is False:  # None: no client report came (the store is gone)
+            return 1
+    return 0
+
+
+def _consensus_line(s: dict) -> str:
+    """How the clients' final hashes compare with the evaluator's (a client that left has none)."""
+    if s["consensus"] is None:
+        return "unchecked (no client reported: the store is gone)"
+    if not s["consensus"]:
+        return "MISMATCH"
+    reported = sum(h is not None for h in s["client_hashes"])
+    gone = len(s["client_hashes"]) - reported
+    return f"all {reported} clients equal the evaluator" + (f" ({gone} more left the run)" if gone else "")
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """The whole run of a config in this one process (sharedmodel: one model for every client;
+    baselines.run for the other algorithms)."""
+    cfg = _load_config(args)
+    if cfg.algorithm.name != "seedflood":
+        from seedflood.experiments import baselines
+
+        _preflight(cfg, full=False)
+        _print_run_summary(baselines.run(cfg, progress=True))
+        return 0
+    from seedflood.roles import sharedmodel
+
+    _preflight(cfg, full=True)  # no launcher ran world-size first: check the data and the run dir here
+    _print_run_summary(sharedmodel.run(cfg, progress=True))
+    return 0
+
+
+def _print_run_summary(s: dict[str, Any]) -> None:
+    """A SeedFlood summary as the launched evaluator's; any other algorithm's by its contract keys."""
+    if s.get("algorithm", "seedflood") == "seedflood":
+        _print_summary(s)
+        return
+    from seedflood.rundir.metrics import human_bytes
+
+    final = s.get("final") or {}
+
+    def fmt(key: str) -> str:
+        v = final.get(key)
+        return "n/a" if v is None else f"{v:.3f}"
+
+    print(f"{s['algorithm']}: steps {s['steps']}, {s['clients']} clients on {s['topology']}")
+    print(
+        f"final:      accuracy {fmt('accuracy')}  AUC {fmt('auc')}  "
+        f"dev-threshold accuracy {fmt('threshold_accuracy')}  loss {fmt('loss')}"
+    )
+    distance = s.get("consensus_distance")
+    print(
+        f"bytes per edge per run: {human_bytes(s['bytes_per_edge_run'])}; consensus distance "
+        f"{'n/a' if distance is None else f'{distance:.4g}'}; wall {s['wall_seconds']:.1f} s"
+    )
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    from seedflood.rundir.metrics import human_bytes
+
+    final, zero = s["final"], s.get("zero_shot") or {}
+
+    def fmt(m: dict[str, Any], key: str) -> str:
+        v = m.get(key)
+        return "n/a" if v is None else f"{v:.3f}"
+
+    print(f"steps {s['steps']}, {s['clients']} clients on {s['topology']} (diameter {s['diameter']})")
+    if zero:
+        print(
+            f"zero-shot:  accuracy {fmt(zero, 'accuracy')}  AUC {fmt(zero, 'auc')}  "
+            f"dev-threshold accuracy {fmt(zero, 'threshold_accuracy')}"
+        )
+    print(
+        f"final:      accuracy {fmt(final, 'accuracy')}  AUC {fmt(final, 'auc')}  "
+        f"dev-threshold accuracy {fmt(final, 'threshold_accuracy')}  loss {fmt(final, 'loss')}"
+    )
+    edges = s["bytes_per_edge"]  # topology edges only; bytes_total also has the evaluator's channel
+    if s.get("consensus", True) is None:  # the clients count the bytes, and no report came
+        print("bytes per edge per step: unknown (no client reported)")
+    else:
+        print(
+            f"bytes per edge per step: {s['bytes_per_edge_per_step']:.1f} "
+            f"(total {human_bytes(sum(edges.values()))} over {len(edges)} directed edges)"
+        )
+    print(f"consensus: {_consensus_line(s)} (hash {s['param_hash'][:16]})")
+    if s.get("model_dir"):
+        print(f"model directory: {s['model_dir']}")
+    print(f"message log: {s['log']}")
+
+
+def cmd_world_size(args: argparse.Namespace) -> int:
+    print(_preflight(_load_config(args)))
+    return 0

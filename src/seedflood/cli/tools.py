@@ -1,0 +1,42 @@
+"""The `seedflood` tool commands: topology show, sweep, sweep-summary, store.
+
+Owns: turning their arguments into calls of the modules that do the work, and printing results.
+
+Assumes: called by seedflood.cli's dispatch, which maps a known bad input to exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def cmd_topology_show(args: argparse.Namespace) -> int:
+    from seedflood.core import topology
+
+    cfg = topology.parse_spec(args.spec)
+    print(topology.describe(topology.build(cfg)))
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Run configuration INDEX of a sweep: all its processes, under torchrun --standalone here."""
+    from seedflood.experiments import sweep
+
+    return sweep.run_index(args.file, args.index, extra=args.set, out_root=args.out_root)
+
+
+def cmd_sweep_summary(args: argparse.Namespace) -> int:
+    """One row per run of the sweep; exit status 0 once every run is done."""
+    from seedflood.experiments import sweep
+
+    rows = sweep.summarize_sweep(sweep.load(args.file, out_root=args.out_root))
+    print(sweep.format_table(rows, args.format), end="")
+    return 0 if sweep.all_done(rows) else 1
+
+
+def cmd_store(args: argparse.Namespace) -> int:
+    """Host a churn run's rendezvous store until killed (docs/design.md §13)."""
+    from seedflood.comm import runtime
+
+    runtime.serve_store(args.host, args.port)
+    return 0

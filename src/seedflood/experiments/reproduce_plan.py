@@ -278,7 +278,7 @@ def calibrate(base: Base, device: str, echo: Callable[[str], None] = print) -> C
 
     from seedflood.core.directions import select_trainable
     from seedflood.experiments import tensorwire
-    from seedflood.ml import objective
+    from seedflood.ml import model, objective
     from seedflood.ml.workload import Workload
 
     cfg = config_mod.load(base.config, [*base.sets, f"model.device={device}", *_topology("ring", 16)])

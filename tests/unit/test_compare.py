@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib
 import json
 import struct
 import sys
@@ -221,11 +222,11 @@ def test_a_dir_holding_another_configs_run_is_refused_before_anything_runs(tmp_p
 
 def test_dispatch_sends_seedflood_to_sharedmodel_and_the_rest_to_baselines(monkeypatch) -> None:
     calls = []
-    for name in ("sharedmodel", "baselines"):
-        mod = types.ModuleType(f"seedflood.{name}")
+    for package, name in (("roles", "sharedmodel"), ("experiments", "baselines")):
+        mod = types.ModuleType(f"seedflood.{package}.{name}")
         mod.run = lambda cfg, progress=True, name=name: calls.append((name, cfg.algorithm.name, progress)) or {}
-        monkeypatch.setitem(sys.modules, f"seedflood.{name}", mod)
-        monkeypatch.setattr(sys.modules["seedflood"], name, mod, raising=False)
+        monkeypatch.setitem(sys.modules, f"seedflood.{package}.{name}", mod)
+        monkeypatch.setattr(importlib.import_module(f"seedflood.{package}"), name, mod, raising=False)
     for alg in compare.ALGORITHMS:
         compare.dispatch(config.load(None, [f"algorithm.name={alg}"]), progress=False)
     assert calls == [("sharedmodel", "seedflood", False)] + [("baselines", a, False) for a in compare.ALGORITHMS[1:]]

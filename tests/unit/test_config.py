@@ -336,8 +336,8 @@ REMOVED_LINE = "transport.backend: no longer a setting (gloo is the only transpo
 
 
 def test_a_removed_key_is_refused_in_one_line_saying_to_delete_it(tmp_path):
-    """transport.backend had one allowed value and was read nowhere else (issue 18): a config,
-    override or run directory's recorded config.yaml that still sets it is told what to do."""
+    """transport.backend had one allowed value and was read nowhere else (issue 18): a config or
+    override that still sets it is told what to do."""
     p = tmp_path / "old.yaml"
     p.write_text("transport:\n  backend: gloo\n  timeout_s: 10\n")
     for load in (lambda: config.load(p), lambda: config.load(None, ["transport.backend=gloo"])):
@@ -347,6 +347,17 @@ def test_a_removed_key_is_refused_in_one_line_saying_to_delete_it(tmp_path):
     for key in config.REMOVED:  # named as --set names them, in a section that no longer has it
         section, _, name = key.partition(".")
         assert name not in {f.name for f in dataclasses.fields(config.SECTIONS[section])}
+
+
+def test_a_recorded_config_yaml_holding_a_removed_key_at_its_only_value_still_loads(tmp_path):
+    """A run directory written before the key went cannot be edited into agreement with its log:
+    its config.yaml loads (the key changed nothing), unless it holds a value the key never allowed."""
+    p = tmp_path / "config.yaml"
+    p.write_text("transport:\n  backend: gloo\n  timeout_s: 10\n")
+    assert config.load(p, recorded=True).transport.timeout_s == 10
+    p.write_text("transport:\n  backend: nccl\n")
+    with pytest.raises(ConfigError, match="transport.backend: no longer a setting"):
+        config.load(p, recorded=True)
 
 
 def test_a_removed_key_exits_2_from_the_command_line(tmp_path, capsys):

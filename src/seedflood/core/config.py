@@ -77,12 +77,14 @@ SECTIONS: dict[str, type] = {
     if f.name != "source"
 }
 
-REMOVED: dict[str, str] = {
-    "transport.backend": "gloo is the only transport",
+REMOVED: dict[str, tuple[str, Any]] = {
+    "transport.backend": ("gloo is the only transport", "gloo"),
 }
-"""Keys that were settings once and are no longer read -> why. A config (or a run directory's
-recorded config.yaml) that still sets one is refused in one line saying to delete it, rather than
-with "unknown key", so the fix is plain; a removed key is never silently ignored."""
+"""Keys that were settings once and are no longer read -> (why, the one value they could hold).
+A config that still sets one is refused in one line saying to delete it, rather than with
+"unknown key", so the fix is plain. A run directory's recorded config.yaml (`recorded=True`) was
+written by an older SeedFlood and cannot be edited into agreement with its log, so there a removed
+key holding the one value it could hold is dropped (it changed nothing); any other value is refused."""
 
 
 def check_run(cfg: Config) -> None:
@@ -110,15 +112,21 @@ def flat(d: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def from_dict(data: Mapping[str, Any], source: str = "") -> Config:
-    """Build and validate a Config from a nested mapping (the YAML document)."""
+def from_dict(data: Mapping[str, Any], source: str = "", recorded: bool = False) -> Config:
+    """Build and validate a Config from a nested mapping (the YAML document); `recorded`: see REMOVED."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"config must be a mapping of sections, got {type(data).__name__}")
     for name in data:
         if name not in SECTIONS:
             raise ConfigError(f"unknown section '{name}' (allowed: {', '.join(SECTIONS)})")
-        for key in data[name] if isinstance(data[name], Mapping) else ():
-            if (why := REMOVED.get(f"{name}.{key}")) is not None:
+    data = {name: dict(v) if isinstance(v, Mapping) else v for name, v in data.items()}
+    for name, section in data.items():
+        for key in list(section) if isinstance(section, dict) else ():
+            if (removed := REMOVED.get(f"{name}.{key}")) is not None:
+                why, only = removed
+                if recorded and section[key] == only:
+                    del section[key]
+                    continue
                 raise ConfigError(f"{name}.{key}: no longer a setting ({why}); delete it from the config")
     sections = {name: build_section(name, cls, data.get(name)) for name, cls in SECTIONS.items()}
     return Config(**sections, source=source)
@@ -156,8 +164,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return out
 
 
-def load(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Load a YAML config (or the defaults when path is None) and apply overrides."""
+def load(path: str | Path | None = None, overrides: list[str] | None = None, recorded: bool = False) -> Config:
+    """Load a YAML config (or the defaults when path is None) and apply overrides; `recorded`: a
+    run directory's config.yaml (see REMOVED)."""
     data: dict[str, Any] = {}
     source = ""
     if path is not None:
@@ -170,7 +179,7 @@ def load(path: str | Path | None = None, overrides: list[str] | None = None) -> 
         data = dict(loaded)
         source = str(p.resolve())
     data = apply_overrides(data, overrides or [])
-    return from_dict(data, source=source)
+    return from_dict(data, source=source, recorded=recorded)
 
 
 def dump(cfg: Config) -> str:

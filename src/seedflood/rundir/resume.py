@@ -119,7 +119,7 @@ def checkpoint_notes(cfg: Config, logged: int) -> list[str]:
 
 def recorded(run_dir: Path) -> tuple[Config, Protocol]:
     """The config a run directory recorded (config.yaml) and the protocol it implies."""
-    cfg = config_mod.load(find_run_dir(run_dir) / "config.yaml")
+    cfg = config_mod.load(find_run_dir(run_dir) / "config.yaml", recorded=True)
     return cfg, Protocol.of(cfg, topology_of(cfg).diameter)
 
 

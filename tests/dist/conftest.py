@@ -1,167 +1,85 @@
-"""Helpers for tests that start real processes (gloo on 127.0.0.1).
+"""Fixtures for tests that start a world of real processes (gloo on 127.0.0.1), on tests/procs.py.
 
-Fixtures:
-- `run_world(argv, nprocs, timeout_s, env=None, on_poll=None)`: start `nprocs` copies of `argv` with the
-  torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT on a free port)
-  set, wait for all of them, and return one `Proc` per rank in rank order. On timeout every
-  process (and its children) is killed by its id and the outputs are returned with
-  `timed_out=True`. A launch whose rendezvous port was taken in the meantime is retried on a
-  new port. `on_poll(popens)` is called about every 20 ms while they run (fault injection:
-  a test may kill or stop one of them when the run's own output shows a step was reached).
+- `run_world(argv, nprocs, stall_s=..., env=None, on_poll=None, progress=None)`: start `nprocs`
+  copies of `argv` as ranks 0..nprocs-1 with the torchrun variables set (MASTER_PORT a free
+  port), wait for all of them and return one `procs.Proc` per rank in rank order; every process
+  (and its children) is killed on the way out. The wait is bounded by progress (the outputs'
+  and any watched file's growth, see procs.Procs.wait_for), not by a wall-clock deadline: a
+  world that shows no progress for `stall_s` seconds fails the test with every rank's tail. A
+  launch whose rendezvous port was taken meanwhile is retried on a new port. `on_poll(group)`
+  runs about every 20 ms while they run (fault injection: a test may signal one of them when
+  the run's own log shows a step was reached).
 - `procs_ok(procs)`: assert every process exited 0, showing each one's output tail otherwise.
 Workers report results as a JSON line on stdout (`Proc.last_json()`). A test module can be its
 own worker: run `[sys.executable, __file__, ...]` and keep the worker under `__main__`.
-
-Assumes: POSIX (process groups); the machine is small and shared, so each process gets one
-thread (OMP_NUM_THREADS=1) and outputs go to files, never to pipes that could fill up.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
+import functools
 import tempfile
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
-from seedflood.comm.runtime import free_port
-
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-
-
-@dataclass
-class Proc:
-    rank: int
-    returncode: int | None
-    stdout: str
-    stderr: str
-    timed_out: bool
-    seconds: float
-
-    def last_json(self) -> object:
-        """The last stdout line that parses as JSON (how workers report results)."""
-        for line in reversed(self.stdout.splitlines()):
-            try:
-                return json.loads(line)
-            except ValueError:
-                continue
-        raise AssertionError(f"rank {self.rank} printed no JSON line:\n{self.describe()}")
-
-    def describe(self, tail: int = 2000) -> str:
-        return (
-            f"--- rank {self.rank}: exit {self.returncode}"
-            f"{' (timed out)' if self.timed_out else ''} after {self.seconds:.1f} s\n"
-            f"stdout: ...{self.stdout[-tail:]}\nstderr: ...{self.stderr[-tail:]}"
-        )
-
-
-def _kill(p: subprocess.Popen) -> None:
-    try:
-        os.killpg(p.pid, signal.SIGKILL)  # the session this helper started for that process
-    except ProcessLookupError:
-        pass
+import procs as harness
+from procs import Proc
 
 
 def run_world(
+    tmp: Path,
     argv: Sequence[str],
     nprocs: int,
-    timeout_s: float,
+    stall_s: float = harness.STALL_S,
     env: Mapping[str, str] | None = None,
     retries: int = 2,
-    on_poll: Callable[[list[subprocess.Popen]], None] | None = None,
+    on_poll: Callable[[harness.World], None] | None = None,
+    watch: Sequence[Path] = (),
+    progress: Callable[[], Hashable] | None = None,
 ) -> list[Proc]:
     for attempt in range(retries + 1):
-        procs = _launch(argv, nprocs, timeout_s, env, on_poll)
-        taken = any("address already in use" in p.stderr.lower() for p in procs)
+        ranks = _launch(tmp_dir(tmp), argv, nprocs, stall_s, env, on_poll, watch, progress)
+        taken = any("address already in use" in p.stderr.lower() for p in ranks)
         if not taken or attempt == retries:
-            return procs
+            return ranks
     raise AssertionError("unreachable")
 
 
+def tmp_dir(parent: Path) -> Path:
+    """A fresh directory for one launch's outputs (<rank>.out, <rank>.err)."""
+    return Path(tempfile.mkdtemp(prefix="world-", dir=parent))
+
+
 def _launch(
+    tmp: Path,
     argv: Sequence[str],
     nprocs: int,
-    timeout_s: float,
+    stall_s: float,
     env: Mapping[str, str] | None,
-    on_poll: Callable[[list[subprocess.Popen]], None] | None = None,
+    on_poll: Callable[[harness.World], None] | None,
+    watch: Sequence[Path],
+    progress: Callable[[], Hashable] | None,
 ) -> list[Proc]:
-    port = free_port()
-    base = {
-        **os.environ,
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
-        "WORLD_SIZE": str(nprocs),
-        "LOCAL_WORLD_SIZE": str(nprocs),  # all on this machine, as torchrun --nproc-per-node says
-        "OMP_NUM_THREADS": "1",
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
-        **(env or {}),
-    }
-    with tempfile.TemporaryDirectory(prefix="seedflood-dist-") as tmp:
-        running = []
-        start = time.monotonic()
-        for rank in range(nprocs):
-            out, err = (open(Path(tmp) / f"{rank}.{s}", "w+") for s in ("out", "err"))
-            p = subprocess.Popen(
-                list(argv),
-                env={**base, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
-            running.append((p, out, err))
-        deadline = start + timeout_s
-        ended: dict[int, float] = {}
-        timed_out = False
-        while len(ended) < nprocs:
-            for rank, (p, _, _) in enumerate(running):
-                if rank not in ended and p.poll() is not None:
-                    ended[rank] = time.monotonic() - start
-            if on_poll is not None:
-                on_poll([p for p, _, _ in running])
-            if time.monotonic() > deadline:
-                timed_out = True
-                for p, _, _ in running:
-                    _kill(p)
-                break
-            time.sleep(0.02)
-        results = []
-        for rank, (p, out, err) in enumerate(running):
-            code = p.wait()
-            _kill(p)  # children a worker may have left behind
-            out.seek(0)
-            err.seek(0)
-            results.append(
-                Proc(
-                    rank,
-                    None if rank not in ended else code,
-                    out.read(),
-                    err.read(),
-                    timed_out and rank not in ended,
-                    ended.get(rank, timeout_s),
-                )
-            )
-            out.close()
-            err.close()
-        return results
+    with harness.World(tmp, argv, nprocs, env_extra=env) as group:
+        group.watch(*watch)
+        group.start_all()
+        poll = None if on_poll is None else (lambda: on_poll(group))
+        group.wait(progress=progress, stall_s=stall_s, on_poll=poll)
+    return group.ranks()
 
 
-def procs_ok(procs: Sequence[Proc]) -> None:
-    bad = [p for p in procs if p.returncode != 0]
+def procs_ok(ranks: Sequence[Proc]) -> None:
+    bad = [p for p in ranks if p.returncode != 0]
     assert not bad, "\n".join(p.describe() for p in bad)
 
 
-@pytest.fixture(name="run_world")
-def run_world_fixture() -> Callable[..., list[Proc]]:
-    return run_world
+@pytest.fixture(name="run_world", scope="session")
+def run_world_fixture(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., list[Proc]]:
+    """`run_world` with the outputs under pytest's temporary directory (kept for a look)."""
+    return functools.partial(run_world, tmp_path_factory.mktemp("worlds"))
 
 
-@pytest.fixture(name="procs_ok")
+@pytest.fixture(name="procs_ok", scope="session")
 def procs_ok_fixture() -> Callable[[Sequence[Proc]], None]:
     return procs_ok

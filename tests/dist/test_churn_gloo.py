@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,14 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from seedflood.rundir.logfile import LogReader
+import procs as harness
+import runs
+from procs import Procs, World
 from seedflood.core.membership import Change
+from seedflood.rundir.logfile import LogReader
 
-pytestmark = pytest.mark.dist
-ROOT = Path(__file__).resolve().parents[2]
-DEBUG = str(ROOT / "launch" / "configs" / "debug.yaml")
-TRAIN = [sys.executable, "-m", "seedflood", "train", "--config", DEBUG]
+# Every wait below is bounded by the run's progress (procs.Procs.wait_for); this is the outer bound.
+pytestmark = [pytest.mark.dist, pytest.mark.timeout(1800)]
 VICTIM = 2  # topology node (rank 3); the evaluator attaches to node 0
+WORLD = 5
 
 
 def churn_run(run_world, out: Path, signum: int, victim: int = VICTIM) -> tuple[list, dict]:
@@ -42,25 +41,20 @@ def churn_run(run_world, out: Path, signum: int, victim: int = VICTIM) -> tuple[
         "eval.every=0",
         "checkpoint.every=10",
     ]
-    header: list[int] = []
+    logged = runs.Steps(out)
+    rank = str(victim + 1)
     hit: list[bool] = []
 
-    def strike(popens: list[subprocess.Popen]) -> None:
+    def strike(group: Procs) -> None:
         if hit:
-            others_done = all(p.poll() is not None for i, p in enumerate(popens) if i != victim + 1)
-            if others_done and popens[victim + 1].poll() is None:
-                os.kill(popens[victim + 1].pid, signal.SIGKILL)  # the stopped one: end it
-            return
-        log = out / "log.bin"
-        if not log.is_file():
-            return
-        size = log.stat().st_size
-        header[:] = header or [size]
-        if size >= header[0] + 3 * 30:  # a few steps logged
-            os.kill(popens[victim + 1].pid, signum)
+            others_done = all(p.returncode is not None for p in group if p.name != rank)
+            if others_done and group[rank].returncode is None:
+                group.signal(rank, signal.SIGKILL)  # the stopped one: end it
+        elif logged() >= 3:  # a few steps logged
+            group.signal(rank, signum)
             hit.append(True)
 
-    procs = run_world(TRAIN + [a for o in sets for a in ("--set", o)], nprocs=5, timeout_s=240, on_poll=strike)
+    procs = run_world(runs.train(*sets), nprocs=WORLD, on_poll=strike, watch=[out / "log.bin"])
     assert hit, "the fault must land mid-run"
     summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
     return procs, summary
@@ -82,11 +76,7 @@ def check_survivors(procs: list, s: dict, out: Path, victim: int) -> None:
     assert len(records) == 40
     ((step, change),) = reader.changes.items()
     assert change.leave == (victim,) and f"step {step}: leave {victim}" in s["membership_changes"][0]
-    replay = subprocess.run(
-        [sys.executable, "-m", "seedflood", "replay", str(out), "--json"], capture_output=True, text=True, timeout=120
-    )
-    assert replay.returncode == 0, replay.stderr
-    assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": 40, "param_hash": s["param_hash"]}
+    assert runs.replay(out) == {"steps": 40, "param_hash": s["param_hash"]}
 
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSTOP], ids=["kill", "stop"])
@@ -108,111 +98,46 @@ def test_the_evaluator_follows_the_next_client_when_its_attach_client_fails(run_
     assert "evaluator: following node 1" in procs[0].stderr, procs[0].describe()
 
 
-class Launch:
-    """5 processes of one churn run started by hand, so a test can restart one (same RANK);
-    the ranks in `later` are left for the test to `start` (a process slow to start)."""
-
-    def __init__(
-        self, tmp_path: Path, sets: list[str], env: dict[str, str] | None = None, later: tuple[int, ...] = ()
-    ) -> None:
-        from seedflood.comm.runtime import free_port
-
-        self.tmp = tmp_path
-        self.argv = TRAIN + [a for o in sets for a in ("--set", o)]
-        self.base = {
-            **os.environ,
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(free_port()),
-            "WORLD_SIZE": "5",
-            "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
-            **(env or {}),
-        }
-        self.logs: list = []
-        self.procs: list = [None if r in later else self.start(r) for r in range(5)]
-
-    def start(self, rank: int) -> subprocess.Popen:
-        f = open(self.tmp / f"{rank}.{len(self.logs)}.log", "w+")
-        self.logs.append(f)
-        env = {**self.base, "RANK": str(rank), "LOCAL_RANK": str(rank)}
-        return subprocess.Popen(self.argv, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def restart(self, rank: int) -> None:
-        os.kill(self.procs[rank].pid, signal.SIGKILL)
-        self.procs[rank].wait()
-        time.sleep(1.0)
-        self.procs[rank] = self.start(rank)
-
-    def output(self) -> str:
-        """Everything the processes printed so far (all incarnations)."""
-        text = ""
-        for f in self.logs:
-            f.flush()
-            text += Path(f.name).read_text()
-        return text
-
-    def wait(self, deadline: float, ranks: range | list[int] = range(5)) -> str:
-        """Wait for the processes of `ranks` (all by default; on a failure or timeout all are
-        killed); returns every output's tail for assertion messages."""
-        ok = False
-        try:
-            for r in ranks:
-                self.procs[r].wait(timeout=max(1.0, deadline - time.monotonic()))
-            ok = True
-        finally:
-            if not ok or list(ranks) == list(range(5)):
-                self.kill()
-        return self.tails()
-
-    def kill(self) -> None:
-        for p in self.procs:
-            if p is not None and p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-
-    def tails(self) -> str:
-        text = ""
-        for f in self.logs:
-            f.flush()
-            text += f"--- {f.name}\n{Path(f.name).read_text()[-3000:]}\n"
-        return text
+def launch(
+    tmp_path: Path, sets: tuple[str, ...], env: dict[str, str] | None = None, later: tuple[int, ...] = ()
+) -> World:
+    """The 5 processes of one churn run, named by rank ("0" the evaluator), stdout and stderr in
+    one file each; the ranks in `later` are left for the test to start (`start_rank`). The run's
+    log.bin counts as progress."""
+    group = World(tmp_path / "procs", runs.train(*sets), WORLD, env_extra=env, merge=True)
+    group.watch(Path(dict(x.split("=", 1) for x in sets)["run.out_dir"]) / "log.bin")
+    return group.start_all(later)
 
 
-def wait_for_steps(out: Path, n: int, procs: list, deadline: float) -> None:
-    """Until the log holds about n more steps than its header (30 bytes a step here)."""
-    log = out / "log.bin"
-    header: list[int] = []
-    while not header or log.stat().st_size < header[0] + n * 30:
-        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
-        if log.is_file() and not header:
-            header.append(log.stat().st_size)
-        time.sleep(0.02)
+def text(group: Procs) -> str:
+    """Everything the processes printed so far (all incarnations)."""
+    return "".join(p.stdout for p in group)
+
+
+def tails(group: Procs) -> str:
+    return group.describe(tail=3000)
+
+
+def finish(group: Procs, names: list[str] | None = None) -> str:
+    """Wait for `names` (all by default) to exit, bounded by the run's progress; returns every
+    output for assertions."""
+    group.wait(names)
+    return text(group) + "\n" + tails(group)
 
 
 def check_run(out: Path, steps: int, text: str) -> dict:
     s = json.loads((out / "summary.json").read_text())
     assert s["left"] == [] and s["consensus"], text
     assert s["client_hashes"] == [s["param_hash"]] * 4
-    replay = subprocess.run(
-        [sys.executable, "-m", "seedflood", "replay", str(out), "--json"], capture_output=True, text=True, timeout=120
-    )
-    assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": steps, "param_hash": s["param_hash"]}
+    assert runs.replay(out) == {"steps": steps, "param_hash": s["param_hash"]}
     return s
 
 
 STEPS = 1500  # the tiny model steps fast: enough of the run must be left when a restart is up
 
 
-def churn_sets(out: Path, *extra: str) -> list[str]:
-    return [
-        f"run.out_dir={out}",
-        f"run.steps={STEPS}",
-        "churn.settle=1",
-        "transport.timeout_s=3",
-        "eval.every=0",
-        "checkpoint.every=0",
-        *extra,
-    ]
+def churn_sets(out: Path, *extra: str) -> tuple[str, ...]:
+    return runs.churn(out, STEPS, *extra)
 
 
 def test_a_killed_client_restarts_and_rejoins_by_replay(tmp_path):
@@ -220,12 +145,11 @@ def test_a_killed_client_restarts_and_rejoins_by_replay(tmp_path):
     a neighbour sponsors it, it replays the log it is handed and counts again; all four clients
     end with the evaluator's hash and the log records the leave and the join."""
     out = tmp_path / "rejoin"
-    run = Launch(tmp_path, churn_sets(out, "run.hash_steps=true"))
-    deadline = time.monotonic() + 240
-    wait_for_steps(out, 5, run.procs, deadline)
-    run.restart(VICTIM + 1)
-    text = run.wait(deadline)
-    assert all(p.returncode == 0 for p in run.procs), text
+    with launch(tmp_path, churn_sets(out, "run.hash_steps=true")) as run:
+        runs.wait_for_steps(run, out, 5)
+        run.restart(str(VICTIM + 1))
+        text = finish(run)
+    assert run.codes() == [0] * WORLD, text
     check_run(out, STEPS, text)
     reader = LogReader(out / "log.bin")
     _, records = reader.read()
@@ -238,28 +162,20 @@ def test_a_killed_client_restarts_and_rejoins_by_replay(tmp_path):
 @dataclass
 class Store:
     address: str  # HOST:PORT, for SEEDFLOOD_STORE
-    proc: subprocess.Popen
+    group: Procs  # the store is its "store" process
+
+    def signal(self, sig: int) -> None:
+        self.group.signal("store", sig)
 
 
 @contextmanager
 def own_store(tmp_path: Path) -> Iterator[Store]:
     """`seedflood store` in a process of its own (killed on the way out, stopped or not)."""
-    from seedflood.comm.runtime import free_port
-
-    port = free_port()
-    with open(tmp_path / "store.log", "w+") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "seedflood", "store", "--host", "127.0.0.1", "--port", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-            start_new_session=True,
-        )
-        try:
-            yield Store(f"127.0.0.1:{port}", proc)
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    port = harness.free_port()
+    argv = [*runs.train()[:3], "store", "--host", "127.0.0.1", "--port", str(port)]
+    with Procs(tmp_path / "store") as group:
+        group.start("store", argv, env=harness.env(), merge=True)
+        yield Store(f"127.0.0.1:{port}", group)
 
 
 def test_the_evaluator_dies_the_clients_train_on_and_its_restart_catches_up(tmp_path):
@@ -269,12 +185,12 @@ def test_the_evaluator_dies_the_clients_train_on_and_its_restart_catches_up(tmp_
     client and ends with the clients' hash (and a log that replays to it)."""
     with own_store(tmp_path) as store:
         out = tmp_path / "eval"
-        run = Launch(tmp_path, churn_sets(out, "checkpoint.every=100"), {"SEEDFLOOD_STORE": store.address})
-        deadline = time.monotonic() + 240
-        wait_for_steps(out, 150, run.procs, deadline)
-        run.restart(0)
-        text = run.wait(deadline)
-    assert all(p.returncode == 0 for p in run.procs), text
+        sets = churn_sets(out, "checkpoint.every=100")
+        with launch(tmp_path, sets, {"SEEDFLOOD_STORE": store.address}) as run:
+            runs.wait_for_steps(run, out, 150)
+            run.restart("0")
+            text = finish(run)
+    assert run.codes() == [0] * WORLD, text
     # the restarted evaluator published the step it needs: the catch-up starts there, not at 0
     assert re.search(r"the evaluator follows this node; sent it steps [1-9]\d*\.\.", text), text
     s = check_run(out, STEPS, text)
@@ -294,12 +210,11 @@ def test_the_store_dies_mid_run_and_the_run_ends_without_it(tmp_path, signum):
         out = tmp_path / "store"
         # no client logs: with them the evaluator reads the reports from this disk (tested below)
         sets = churn_sets(out, f"run.steps={steps}", "eval.client_logs=")
-        run = Launch(tmp_path, sets, {"SEEDFLOOD_STORE": store.address})
-        deadline = time.monotonic() + 200
-        wait_for_steps(out, 20, run.procs, deadline)
-        os.killpg(store.proc.pid, signum)
-        text = run.wait(deadline)
-    assert [p.returncode for p in run.procs] == [0] * 5, text
+        with launch(tmp_path, sets, {"SEEDFLOOD_STORE": store.address}) as run:
+            runs.wait_for_steps(run, out, 20)
+            store.signal(signum)
+            text = finish(run)
+    assert run.codes() == [0] * WORLD, text
     # a client's report is a store set, sent without an answer: whether it fails is down to timing
     assert "evaluator: no final report from nodes [0, 1, 2, 3]" in text, text
     s = json.loads((out / "summary.json").read_text())
@@ -307,18 +222,7 @@ def test_the_store_dies_mid_run_and_the_run_ends_without_it(tmp_path, signum):
     assert s["left"] == [] and s["steps"] == steps
     assert "consensus: unchecked (no client reported: the store is gone)" in text, text
     assert "bytes per edge per step: unknown (no client reported)" in text, text
-    replay = subprocess.run(
-        [sys.executable, "-m", "seedflood", "replay", str(out), "--json"], capture_output=True, text=True, timeout=120
-    )
-    assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": steps, "param_hash": s["param_hash"]}
-
-
-def replay(run_dir: Path) -> dict:
-    p = subprocess.run(
-        [sys.executable, "-m", "seedflood", "replay", str(run_dir), "--json"], capture_output=True, text=True, timeout=120
-    )
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    assert runs.replay(out) == {"steps": steps, "param_hash": s["param_hash"]}
 
 
 @pytest.mark.parametrize("store_host", ["own-store", "evaluator"])
@@ -335,23 +239,21 @@ def test_an_evaluator_restarted_after_the_clients_finished_completes_the_run_fro
         if store_host == "own-store":
             env["SEEDFLOOD_STORE"] = stack.enter_context(own_store(tmp_path)).address
         out = tmp_path / "run"
-        run = Launch(tmp_path, churn_sets(out, f"run.steps={steps}", "checkpoint.every=50"), env)
-        deadline = time.monotonic() + 300
-        wait_for_steps(out, 20, run.procs, deadline)
-        os.kill(run.procs[0].pid, signal.SIGKILL)
-        run.procs[0].wait()
+        run = stack.enter_context(launch(tmp_path, churn_sets(out, f"run.steps={steps}", "checkpoint.every=50"), env))
+        runs.wait_for_steps(run, out, 20)
+        run.kill("0")
         logged = len(LogReader(out / "log.bin").read()[1])
-        run.wait(deadline, ranks=[1, 2, 3, 4])  # the clients never wait for the evaluator
-        assert [p.returncode for p in run.procs[1:]] == [0] * 4, run.tails()
+        clients = ["1", "2", "3", "4"]
+        assert run.wait(clients) == [0] * 4, tails(run)  # the clients never wait for the evaluator
         assert logged < steps, logged
-        run.procs[0] = run.start(0)
-        text = run.wait(deadline)
-    assert run.procs[0].returncode == 0, text
+        run.start_rank(0)
+        text = finish(run, ["0"])
+    assert run.rank(0).returncode == 0, text
     assert re.search(rf"evaluator: took steps {logged}\.\.{steps - 1} from the client log", text), text
     s = check_run(out, steps, text)
     assert s["resumed_from_step"] == steps  # its log was completed before it resumed
     for n in range(4):
-        assert replay(out / "clients" / f"node-{n}") == {"steps": steps, "param_hash": s["param_hash"]}
+        assert runs.replay(out / "clients" / f"node-{n}") == {"steps": steps, "param_hash": s["param_hash"]}
 
 
 def test_a_client_slower_to_start_than_the_hop_timeout_still_trains(tmp_path):
@@ -360,18 +262,16 @@ def test_a_client_slower_to_start_than_the_hop_timeout_still_trains(tmp_path):
     four train the whole run together (nobody left out at step 0)."""
     out = tmp_path / "slow"
     sets = churn_sets(out, "run.steps=60", "transport.startup_timeout_s=240")
-    run = Launch(tmp_path, sets, later=(VICTIM + 1,))
-    deadline = time.monotonic() + 300
     waiting = re.compile(r"node \d: waiting for nodes \[2\] to start \((\d+) s of 240\)")
-    while not waiting.search(run.output()):  # the others are up and wait for node 2
-        assert time.monotonic() < deadline and all(p.poll() is None for p in run.procs if p), run.tails()
-        time.sleep(0.2)
-    time.sleep(4 * 3)  # node 2 is now later than 4 hop timeouts
-    run.procs[VICTIM + 1] = run.start(VICTIM + 1)
-    text = run.wait(deadline)
-    assert [p.returncode for p in run.procs] == [0] * 5, text
-    assert "not connected to" not in text, text
-    s = check_run(out, 60, text)
+    with launch(tmp_path, sets, later=(VICTIM + 1,)) as run:
+        # the others are up and wait for node 2
+        run.wait_for(lambda: waiting.search(text(run)), "the others to wait for node 2", alive=["0", "1", "2", "4"])
+        time.sleep(4 * 3)  # node 2 is now later than 4 hop timeouts
+        run.start_rank(VICTIM + 1)
+        out_text = finish(run)
+    assert run.codes() == [0] * WORLD, out_text
+    assert "not connected to" not in out_text, out_text
+    s = check_run(out, 60, out_text)
     assert s["membership_changes"] == [], s["membership_changes"]
 
 
@@ -381,16 +281,17 @@ def test_a_client_later_than_the_start_up_bound_joins_by_a_sponsor(tmp_path):
     as a restarted client does: a neighbour sponsors it, it replays the log and counts again.
     All four end on the evaluator's hash."""
     out = tmp_path / "late"
-    run = Launch(tmp_path, churn_sets(out, "transport.startup_timeout_s=10"), later=(VICTIM + 1,))
-    deadline = time.monotonic() + 300
-    while "not connected to [2] at start-up" not in run.output():
-        assert time.monotonic() < deadline and all(p.poll() is None for p in run.procs if p), run.tails()
-        time.sleep(0.2)
-    run.procs[VICTIM + 1] = run.start(VICTIM + 1)
-    text = run.wait(deadline)
-    assert [p.returncode for p in run.procs] == [0] * 5, text
-    assert "node 2: the run started without it" in text and "rejoined by replaying" in text, text
-    check_run(out, STEPS, text)
+    with launch(tmp_path, churn_sets(out, "transport.startup_timeout_s=10"), later=(VICTIM + 1,)) as run:
+        run.wait_for(
+            lambda: "not connected to [2] at start-up" in text(run),
+            "the others to start without node 2",
+            alive=["0", "1", "2", "4"],
+        )
+        run.start_rank(VICTIM + 1)
+        out_text = finish(run)
+    assert run.codes() == [0] * WORLD, out_text
+    assert "node 2: the run started without it" in out_text and "rejoined by replaying" in out_text, out_text
+    check_run(out, STEPS, out_text)
     reader = LogReader(out / "log.bin")
     reader.read()
     (leave, join) = sorted(reader.changes.items())
@@ -405,21 +306,19 @@ def test_an_evaluator_whose_clients_all_went_silent_exits_within_its_bound(tmp_p
     receive with no bound on the stalled sender held it for ever)."""
     out = tmp_path / "silent"
     sets = churn_sets(out, "transport.timeout_s=2", "transport.startup_timeout_s=20")
-    run = Launch(tmp_path, sets)
-    deadline = time.monotonic() + 240
-    wait_for_steps(out, 20, run.procs, deadline)
-    for p in run.procs[1:]:
-        os.kill(p.pid, signal.SIGSTOP)
-    stopped = time.monotonic()
-    try:
-        run.procs[0].wait(timeout=max(1.0, deadline - time.monotonic()))
+    with launch(tmp_path, sets) as run:
+        runs.wait_for_steps(run, out, 20)
+        for r in range(1, WORLD):
+            run.signal(str(r), signal.SIGSTOP)
+        stopped = time.monotonic()
+        run.wait(["0"])
         took = time.monotonic() - stopped
-    finally:
-        text = run.wait(time.monotonic() + 1, ranks=[])
-        run.kill()
-    assert run.procs[0].returncode == 1, text
-    assert "no client has streamed to it for 20 s" in text, text
-    assert re.search(r"evaluator: waiting for the attach node to stream from step \d+ \(1\d s of 20\)", text), text
+        out_text = text(run)
+    assert run.rank(0).returncode == 1, out_text
+    assert "no client has streamed to it for 20 s" in out_text, out_text
+    assert re.search(r"evaluator: waiting for the attach node to stream from step \d+ \(1\d s of 20\)", out_text), (
+        out_text
+    )
     # silence found (2 s + a beat), the 20 s bound, exit; a loaded 2-core machine gets the rest
     assert took < 20 + 25, took
 
@@ -435,17 +334,14 @@ def test_a_client_restarted_later_than_the_step_window_rejoins_with_audits_on(tm
     window = 16
     out = tmp_path / "window"
     sets = churn_sets(out, "churn.audit_every=1", f"flood.step_window={window}")
-    run = Launch(tmp_path, sets)
-    deadline = time.monotonic() + 300
-    wait_for_steps(out, 15, run.procs, deadline)
-    os.kill(run.procs[4].pid, signal.SIGKILL)
-    run.procs[4].wait()
-    down = [p for i, p in enumerate(run.procs) if i != 4]
-    wait_for_steps(out, 3 * window, down, deadline)
-    run.procs[4] = run.start(4)
-    text = run.wait(deadline)
-    assert all(p.returncode == 0 for p in run.procs), text
-    check_run(out, STEPS, text)
+    with launch(tmp_path, sets) as run:
+        runs.wait_for_steps(run, out, 15)
+        run.kill("4")
+        runs.wait_for_steps(run, out, 3 * window, alive=["0", "1", "2", "3"])
+        run.start_rank(4)
+        out_text = finish(run)
+    assert run.codes() == [0] * WORLD, out_text
+    check_run(out, STEPS, out_text)
     reader = LogReader(out / "log.bin")
     reader.read()
     (leave, join) = sorted(reader.changes.items())

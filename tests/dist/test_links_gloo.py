@@ -20,7 +20,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -29,6 +28,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+
+import procs as harness
+from procs import Procs
 
 HEADER = 4  # transport.HEADER: the u32 length before each frame
 INLINE = 64  # small on purpose: frames above INLINE - HEADER take the two-message path
@@ -39,7 +41,6 @@ SPONSOR = 0  # the survivor that hands the newcomer its blob
 KILL_HOP = 4
 BLOB_BYTES = 3 * 1024 * 1024 + 17
 NOT_A_PEER = 99
-SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def frame(src: int, dst: int, seq: int, flag: int = 0) -> bytes:
@@ -282,76 +283,37 @@ def worker(role: str, cfg: dict) -> int:
 # --- the test side -------------------------------------------------------------------------------
 
 
-class Cluster:
-    """Worker processes of one test: outputs in files, each in its own session, killed by pid."""
+class Cluster(Procs):
+    """The worker processes of one test (tests/procs.py: each in its own session, outputs in
+    files, all killed on the way out), with the store they meet at."""
 
     def __init__(self, tmp: Path, store, store_addr: str | None = None) -> None:
-        self.tmp = tmp
+        super().__init__(tmp)
         self.store = store  # the test's own client of the store (None: hosted by a worker)
         self.store_addr = store_addr or f"127.0.0.1:{store.port}"
-        self.procs: dict[str, subprocess.Popen] = {}
 
-    def start(self, name: str, role: str, **cfg: object) -> subprocess.Popen:
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))
-        cfg = {"store": self.store_addr, **cfg}
-        with open(self.tmp / f"{name}.out", "w") as out, open(self.tmp / f"{name}.err", "w") as err:
-            p = subprocess.Popen(
-                [sys.executable, __file__, role, json.dumps(cfg)],
-                env=env,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
-        self.procs[name] = p
-        return p
+    def spawn(self, name: str, role: str, **cfg: object) -> None:
+        """This module as a worker of `role` (see `worker`), named `name`."""
+        argv = [sys.executable, __file__, role, json.dumps({"store": self.store_addr, **cfg})]
+        self.start(name, argv, env=harness.env())
 
     def out(self, name: str) -> str:
-        return (self.tmp / f"{name}.out").read_text()
+        return self[name].stdout
 
     def err(self, name: str) -> str:
-        return (self.tmp / f"{name}.err").read_text()
+        return self[name].stderr
 
     def last(self, name: str) -> dict:
-        for line in reversed(self.out(name).splitlines()):
-            try:
-                return json.loads(line)
-            except ValueError:
-                continue
-        raise AssertionError(f"{name} printed no JSON line\n{self.describe()}")
+        return self[name].last_json()  # type: ignore[return-value]
 
-    def until(self, what, timeout_s: float, why: str) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not what():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {why}\n{self.describe()}")
-            time.sleep(0.02)
+    def until(self, what, why: str) -> None:
+        """Until `what()` holds, bounded by the workers' progress (tests/procs.py)."""
+        self.wait_for(what, why)
 
-    def exited(self, name: str) -> bool:
-        return self.procs[name].poll() is not None
-
-    def wait(self, names: list[str], timeout_s: float) -> None:
-        self.until(lambda: all(self.exited(n) for n in names), timeout_s, f"{names} to exit")
-        bad = [n for n in names if self.procs[n].returncode != 0]
+    def wait_ok(self, names: list[str]) -> None:
+        codes = self.wait(names)
+        bad = [n for n, c in zip(names, codes) if c != 0]
         assert not bad, f"{bad} failed\n{self.describe()}"
-
-    def signal(self, name: str, sig: int) -> float:
-        os.kill(self.procs[name].pid, sig)
-        return time.time()
-
-    def describe(self) -> str:
-        return "\n".join(
-            f"--- {n}: exit {p.poll()}\nstdout: ...{self.out(n)[-1500:]}\nstderr: ...{self.err(n)[-1500:]}"
-            for n, p in self.procs.items()
-        )
-
-    def kill_all(self) -> None:
-        for p in self.procs.values():
-            try:
-                os.killpg(p.pid, signal.SIGKILL)  # the session we started for it
-            except ProcessLookupError:
-                pass
-            p.wait()
 
 
 def _host_store():
@@ -362,11 +324,8 @@ def _host_store():
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, _host_store())
-    try:
+    with Cluster(tmp_path, _host_store()) as c:
         yield c
-    finally:
-        c.kill_all()
 
 
 def _hop(store, node: int) -> int:
@@ -376,8 +335,8 @@ def _hop(store, node: int) -> int:
 @pytest.mark.dist
 def test_triangle_exchanges_and_counts(cluster):
     for n in TRIANGLE:
-        cluster.start(f"n{n}", "triangle", node=n)
-    cluster.wait([f"n{n}" for n in TRIANGLE], 40)
+        cluster.spawn(f"n{n}", "triangle", node=n)
+    cluster.wait_ok([f"n{n}" for n in TRIANGLE])
     for n, nbrs in TRIANGLE.items():
         r = cluster.last(f"n{n}")
         assert r["connected"] == nbrs and r["bad"] == [] and r["lost"] == [] and r["hops"] == 12, r
@@ -400,13 +359,13 @@ def test_dead_or_stalled_peer_is_dropped_and_the_rest_go_on(cluster, how):
     nbrs = path if how == "stop-path" else TRIANGLE
     for n in (0, 1):
         bystander = VICTIM not in nbrs[n]
-        cluster.start(f"n{n}", "survivor", node=n, neighbours=nbrs[n], timeout_s=timeout_s, bystander=bystander)
+        cluster.spawn(f"n{n}", "survivor", node=n, neighbours=nbrs[n], timeout_s=timeout_s, bystander=bystander)
     extra = {"die_at": KILL_HOP} if how == "kill" else {}
-    cluster.start("victim", "victim", node=VICTIM, neighbours=nbrs[VICTIM], timeout_s=timeout_s, pause_s=0.005, **extra)
+    cluster.spawn("victim", "victim", node=VICTIM, neighbours=nbrs[VICTIM], timeout_s=timeout_s, pause_s=0.005, **extra)
     if how != "kill":
-        cluster.until(lambda: _hop(cluster.store, VICTIM) >= 5, 30, "the victim's hop 5")
+        cluster.until(lambda: _hop(cluster.store, VICTIM) >= 5, "the victim's hop 5")
         stopped_at = cluster.signal("victim", signal.SIGSTOP)
-    cluster.wait(["n0", "n1"], 40)
+    cluster.wait_ok(["n0", "n1"])
     for n in (0, 1):
         r = cluster.last(f"n{n}")
         assert r["bad"] == [] and r["peers"] == [1 - n], r
@@ -432,11 +391,11 @@ def test_dead_or_stalled_peer_is_dropped_and_the_rest_go_on(cluster, how):
 @pytest.mark.dist
 def test_killed_node_restarts_and_rejoins_with_a_blob(cluster):
     for n in (0, 1):
-        cluster.start(f"n{n}", "sponsor", node=n)
-    cluster.start("victim", "victim", node=VICTIM, die_at=KILL_HOP, pause_s=0.005)
-    cluster.until(lambda: cluster.exited("victim"), 30, "the victim's death")
-    cluster.start("newcomer", "newcomer", node=VICTIM, hops=10)
-    cluster.wait(["n0", "n1", "newcomer"], 45)
+        cluster.spawn(f"n{n}", "sponsor", node=n)
+    cluster.spawn("victim", "victim", node=VICTIM, die_at=KILL_HOP, pause_s=0.005)
+    cluster.until(lambda: cluster.exited("victim"), "the victim's death")
+    cluster.spawn("newcomer", "newcomer", node=VICTIM, hops=10)
+    cluster.wait_ok(["n0", "n1", "newcomer"])
     new = cluster.last("newcomer")
     assert new["inc"] == 2 and new["connected"] == [0, 1] and new["blob_ok"], new
     assert new["bad"] == [] and new["hops"] == 10 and new["lost"] == [], new
@@ -456,42 +415,39 @@ def test_store_gone_stops_rejoins_not_hops(tmp_path, how):
     """A killed store host refuses at once; a stopped one (as a host cut off by the network)
     never answers, and torch's TCPStore client would wait on it until TCP gives up: the
     transport's bounded store calls find it gone within timeout_s (10 s) either way."""
-    host = Cluster(tmp_path, None, "unused:0")
-    try:
-        host.start("store", "storehost")
-        host.until(lambda: "port" in host.out("store"), 30, "the store host")
+    with Cluster(tmp_path, None, "unused:0") as host:
+        host.spawn("store", "storehost")
+        host.until(lambda: "port" in host.out("store"), "the store host")
         c = Cluster(tmp_path, None, f"127.0.0.1:{host.last('store')['port']}")
         c.procs = host.procs  # one place to kill them all
         for n in (0, 1):
-            c.start(f"n{n}", "storegone", node=n)
-        c.start("victim", "victim", node=VICTIM, die_at=KILL_HOP, pause_s=0.005)
-        c.until(lambda: c.exited("victim"), 30, "the victim's death")
+            c.spawn(f"n{n}", "storegone", node=n)
+        c.spawn("victim", "victim", node=VICTIM, die_at=KILL_HOP, pause_s=0.005)
+        c.until(lambda: c.exited("victim"), "the victim's death")
         time.sleep(0.3)  # the survivors poll for the victim's greeting every hop meanwhile
         c.signal("store", signal.SIGKILL if how == "kill" else signal.SIGSTOP)
-        c.wait(["n0", "n1"], 40)
+        c.wait_ok(["n0", "n1"])
         for n in (0, 1):
             r = c.last(f"n{n}")
             assert r["bad"] == [] and r["peers"] == [1 - n] and r["store_gone_hop"] is not None, r
             assert r["hops"] >= r["store_gone_hop"] + 5, r
             assert c.err(f"n{n}").count("rendezvous store unreachable") == 1, c.err(f"n{n}")
-    finally:
-        host.kill_all()
 
 
 @pytest.mark.dist
 def test_evaluator_edge_survives_an_evaluator_restart(cluster):
     from seedflood.core.membership import encode_push
 
-    cluster.start("n0", "attach", node=0, neighbours=[1], attach=True, until="reconnected")
-    cluster.start("n1", "partner", node=1, neighbours=[0])
-    cluster.start("e1", "eval")
-    cluster.until(lambda: '"n": 5' in cluster.out("e1"), 30, "5 pushes at the first evaluator")
+    cluster.spawn("n0", "attach", node=0, neighbours=[1], attach=True, until="reconnected")
+    cluster.spawn("n1", "partner", node=1, neighbours=[0])
+    cluster.spawn("e1", "eval")
+    cluster.until(lambda: '"n": 5' in cluster.out("e1"), "5 pushes at the first evaluator")
     cluster.signal("e1", signal.SIGKILL)
-    cluster.until(lambda: cluster.exited("e1"), 10, "the first evaluator's death")
+    cluster.until(lambda: cluster.exited("e1"), "the first evaluator's death")
     first = cluster.last("e1")
     assert first["ok"] and first["first"] == 0, first
-    cluster.start("e2", "eval")
-    cluster.wait(["n0", "n1", "e2"], 45)
+    cluster.spawn("e2", "eval")
+    cluster.wait_ok(["n0", "n1", "e2"])
     r, second = cluster.last("n0"), cluster.last("e2")
     assert r["bad"] == [] and r["connected"] == [-1, 1], r
     assert [(e["inc"], e["needs"]) for e in r["evals"]] == [(1, 0), (2, 0)], r
@@ -519,15 +475,15 @@ def test_evaluator_edge_survives_an_evaluator_restart(cluster):
 @pytest.mark.parametrize("until", ["dropped", "stalled"])
 def test_stalled_evaluator_never_blocks_hops_or_close(cluster, until):
     pending = 16 if until == "dropped" else 1024  # the bound is reached / close meets a stalled one
-    cluster.start(
+    cluster.spawn(
         "n0", "attach", node=0, neighbours=[1], attach=True, until=until, max_pending=pending, close_timeout_s=1.0
     )
-    cluster.start("n1", "partner", node=1, neighbours=[0])
-    cluster.start("e", "eval")
-    cluster.until(lambda: '"n": 5' in cluster.out("e"), 30, "5 pushes at the evaluator")
+    cluster.spawn("n1", "partner", node=1, neighbours=[0])
+    cluster.spawn("e", "eval")
+    cluster.until(lambda: '"n": 5' in cluster.out("e"), "5 pushes at the evaluator")
     cluster.signal("e", signal.SIGSTOP)
     cluster.store.set("test/stopped", "1")
-    cluster.wait(["n0", "n1"], 40)
+    cluster.wait_ok(["n0", "n1"])
     r = cluster.last("n0")
     assert r["bad"] == [] and r["hops"] >= r["stopped_hop"] + 3, r
     assert r["push_max_s"] < 5, r  # a push never waited on the evaluator

@@ -15,20 +15,19 @@ On a ring with one hop per step (delay 1) and on a complete graph with overlap (
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from seedflood.rundir.logheader import LOG_MAGIC
+import procs as harness
+import runs
 from seedflood.core.transport import HEADER
+from seedflood.rundir.logheader import LOG_MAGIC
 
-pytestmark = pytest.mark.dist
-ROOT = Path(__file__).resolve().parents[2]
-SRC = str(ROOT / "src")
-DEBUG = str(ROOT / "launch" / "configs" / "debug.yaml")
+pytestmark = [pytest.mark.dist, pytest.mark.timeout(1800)]  # the waits are bounded by progress
+DEBUG = str(runs.DEBUG)
 TIMING = ("eval_seconds", "elapsed_seconds")
 CASES = {
     "ring-delayed": ("topology.kind=ring", "flood.hops_per_step=1"),
@@ -63,23 +62,19 @@ def metas(run: Path) -> dict[str, str]:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_simulate_equals_the_launched_run(run_world, procs_ok, tmp_path, case):
     out = tmp_path / "run"
-    procs = run_world([sys.executable, "-m", "seedflood", "train", *args(out, CASES[case])], nprocs=5, timeout_s=240)
+    procs = run_world(
+        [sys.executable, "-m", "seedflood", "train", *args(out, CASES[case])], nprocs=5, watch=[out / "log.bin"]
+    )
     procs_ok(procs)
     launched = tmp_path / "launched"
     out.rename(launched)
 
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
-    }
     sim = subprocess.run(
         [sys.executable, "-m", "seedflood", "simulate", *args(out, CASES[case])],
         capture_output=True,
         text=True,
-        timeout=180,
-        env=env,
+        timeout=900,  # an outer bound only: one process, six tiny steps
+        env=harness.env(),
     )
     assert sim.returncode == 0, sim.stderr[-3000:]
 

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,14 +20,15 @@ from pathlib import Path
 import pytest
 import torch
 
+import runs
 from oracle import oracle_hash
+from procs import Procs
 from seedflood.core import config
 from seedflood.roles.simulation import simulate
 
-pytestmark = pytest.mark.dist
-ROOT = Path(__file__).resolve().parents[2]
-DEBUG = str(ROOT / "launch" / "configs" / "debug.yaml")
-TRAIN = [sys.executable, "-m", "seedflood", "train", "--config", DEBUG]
+pytestmark = [pytest.mark.dist, pytest.mark.timeout(1800)]  # the waits are bounded by progress
+DEBUG = str(runs.DEBUG)
+STEP_RECORD = 8 + 16 + 4 * 24  # bytes of one step record of 4 messages in log.bin
 
 
 def overrides(out_dir: Path, *extra: str) -> list[str]:
@@ -36,8 +36,7 @@ def overrides(out_dir: Path, *extra: str) -> list[str]:
 
 
 def train(run_world, procs_ok, out_dir: Path, *extra: str) -> dict:
-    sets = [a for o in overrides(out_dir, *extra) for a in ("--set", o)]
-    procs = run_world(TRAIN + sets, nprocs=5, timeout_s=240)
+    procs = run_world(runs.train(*overrides(out_dir, *extra)), nprocs=5, watch=[out_dir / "log.bin"])
     procs_ok(procs)
     return json.loads((out_dir / "summary.json").read_text())
 
@@ -64,26 +63,45 @@ def test_processes_match_the_in_memory_reference(run_world, procs_ok, tmp_path, 
     assert oracle_hash(tmp_path / kind / "config.yaml", tmp_path / kind / "log.bin") == (6, reference_hash)
 
     if kind == "ring":
-        replay = subprocess.run([sys.executable, "-m", "seedflood", "replay", str(tmp_path / kind), "--json"],
-                                capture_output=True, text=True, timeout=120)
+        replay = subprocess.run(
+            [sys.executable, "-m", "seedflood", "replay", str(tmp_path / kind), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert replay.returncode == 0, replay.stderr
         assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": 6, "param_hash": reference_hash}
         # ...and at an intermediate step it equals the checkpoint the evaluator wrote then.
         meta = json.loads((tmp_path / kind / "checkpoints" / "step_000006" / "meta.json").read_text())
         assert meta["param_hash"] == reference_hash
         # `seedflood eval` rebuilds the same model and scores it as the evaluator did at the end.
-        scored = subprocess.run([sys.executable, "-m", "seedflood", "eval", str(tmp_path / kind), "--json"],
-                                capture_output=True, text=True, timeout=120)
+        scored = subprocess.run(
+            [sys.executable, "-m", "seedflood", "eval", str(tmp_path / kind), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert scored.returncode == 0, scored.stderr
         got = json.loads(scored.stdout.strip().splitlines()[-1])
         assert got["steps"] == 6 and got["accuracy"] == s["final"]["accuracy"] and got["auc"] == s["final"]["auc"]
 
 
-def test_resume_from_the_log_reproduces_the_uninterrupted_run(run_world, procs_ok, tmp_path, reference_hash):
-    out = tmp_path / "resumed"
+@pytest.fixture(scope="module")
+def resumed(run_world, procs_ok, tmp_path_factory) -> dict:
+    """One launched 3-step run, then in its directory a resume with a changed setting (refused),
+    then the resume to 6 steps: what the two tests below assert on (one 3-step launch for both)."""
+    out = tmp_path_factory.mktemp("resumed") / "run"
     first = train(run_world, procs_ok, out, "run.steps=3")
-    assert first["param_hash"] != reference_hash
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    refused = run_world(runs.train(*overrides(out, "zo.eps=0.05")), nprocs=5)
+    after = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     second = train(run_world, procs_ok, out)  # same directory: resumes at step 3
+    return {"first": first, "refused": refused, "before": before, "after": after, "second": second}
+
+
+def test_resume_from_the_log_reproduces_the_uninterrupted_run(resumed, reference_hash):
+    assert resumed["first"]["param_hash"] != reference_hash
+    second = resumed["second"]
     assert second["resumed_from_step"] == 3
     assert second["param_hash"] == reference_hash and second["consensus"]
 
@@ -109,7 +127,7 @@ def test_the_end_of_a_run_does_not_wait_for_a_lagging_evaluator(run_world, procs
     every step: it finishes long after the clients, and every process still exits 0 with a summary."""
     out = tmp_path / "lag"
     sets = overrides(out, "topology.nodes=2", "transport.timeout_s=6", "eval.every=1", "task.test_examples=4000")
-    procs = run_world(TRAIN + [a for o in sets for a in ("--set", o)], nprocs=3, timeout_s=300)
+    procs = run_world(runs.train(*sets), nprocs=3, watch=[out / "log.bin"])
     procs_ok(procs)
     lag = procs[0].seconds - max(p.seconds for p in procs[1:])
     assert lag > 6, f"the evaluator must lag by more than the timeout for this test to mean anything ({lag:.1f} s)"
@@ -121,19 +139,13 @@ def test_a_killed_peer_is_reported_in_one_line_by_each_survivor(run_world, tmp_p
     out = tmp_path / "killed"
     sets = overrides(out, "run.steps=400", "eval.every=0", "checkpoint.every=0")
 
-    header: list[int] = []  # size of the log when first seen: the header alone (written at start)
+    logged = runs.Steps(out, STEP_RECORD)  # steps in the log since its header (written at start)
 
-    def kill_when_logged(popens: list[subprocess.Popen]) -> None:
-        log = out / "log.bin"
-        if popens[3].poll() is not None or not log.is_file():
-            return
-        size = log.stat().st_size
-        header[:] = header or [size]
-        if size >= header[0] + 2 * (8 + 16 + 4 * 24):  # two step records of 4 messages
-            os.kill(popens[3].pid, signal.SIGKILL)
+    def kill_when_logged(group: Procs) -> None:
+        if group["3"].returncode is None and logged() >= 2:
+            group.signal("3", signal.SIGKILL)
 
-    procs = run_world(TRAIN + [a for o in sets for a in ("--set", o)], nprocs=5, timeout_s=240,
-                      on_poll=kill_when_logged)
+    procs = run_world(runs.train(*sets), nprocs=5, on_poll=kill_when_logged, watch=[out / "log.bin"])
     assert procs[3].returncode == -signal.SIGKILL, procs[3].describe()
     for p in (procs[2], procs[4]):  # nodes 1 and 3, the ring neighbours of node 2 (rank 3)
         assert p.returncode == 1, p.describe()
@@ -147,27 +159,19 @@ def test_a_stopped_peer_is_reported_in_one_line_after_the_timeout(run_world, tmp
     name it in one line each (exit 1) instead of hanging; the stopped process is then killed."""
     out = tmp_path / "stopped"
     sets = overrides(out, "run.steps=400", "eval.every=0", "checkpoint.every=0", "transport.timeout_s=5")
-    header: list[int] = []
+    logged = runs.Steps(out, STEP_RECORD)
     stopped: list[bool] = []
 
-    def stop_when_logged(popens: list[subprocess.Popen]) -> None:
-        log = out / "log.bin"
+    def stop_when_logged(group: Procs) -> None:
         if stopped:
-            survivors_done = all(p.poll() is not None for i, p in enumerate(popens) if i != 3)
-            if survivors_done and popens[3].poll() is None:
-                os.kill(popens[3].pid, signal.SIGKILL)  # the survivors are done: end the stopped one
-            return
-        if not log.is_file():
-            return
-        size = log.stat().st_size
-        header[:] = header or [size]
-        if size >= header[0] + 2 * (8 + 16 + 4 * 24):
-            os.kill(popens[3].pid, signal.SIGSTOP)
+            survivors_done = all(group[str(r)].returncode is not None for r in range(5) if r != 3)
+            if survivors_done and group["3"].returncode is None:
+                group.signal("3", signal.SIGKILL)  # the survivors are done: end the stopped one
+        elif logged() >= 2:
+            group.signal("3", signal.SIGSTOP)
             stopped.append(True)
 
-    procs = run_world(
-        TRAIN + [a for o in sets for a in ("--set", o)], nprocs=5, timeout_s=240, on_poll=stop_when_logged
-    )
+    procs = run_world(runs.train(*sets), nprocs=5, on_poll=stop_when_logged, watch=[out / "log.bin"])
     assert stopped, "the stop must land"
     for p in (procs[2], procs[4]):  # nodes 1 and 3, the ring neighbours of node 2 (rank 3)
         assert p.returncode == 1, p.describe()
@@ -176,21 +180,16 @@ def test_a_stopped_peer_is_reported_in_one_line_after_the_timeout(run_world, tmp
         assert "Traceback" not in p.stderr, p.stderr[-2000:]
 
 
-def test_a_resume_with_changed_settings_is_refused_and_changes_nothing(run_world, procs_ok, tmp_path):
-    out = tmp_path / "changed"
-    train(run_world, procs_ok, out, "run.steps=3")
-    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
-    procs = run_world(TRAIN + [a for o in overrides(out, "zo.eps=0.05") for a in ("--set", o)], nprocs=5,
-                      timeout_s=120)
-    for p in procs:
+def test_a_resume_with_changed_settings_is_refused_and_changes_nothing(resumed):
+    for p in resumed["refused"]:
         assert p.returncode == 2, p.describe()
         errors = [ln for ln in p.stderr.splitlines() if ln.startswith("seedflood: error:")]
         assert len(errors) == 1 and "zo.eps (0.001 -> 0.05)" in errors[0], p.stderr[-2000:]
-    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+    assert resumed["after"] == resumed["before"]
 
 
 def test_wrong_world_size_fails_before_training(run_world, tmp_path):
-    procs = run_world(TRAIN + ["--set", f"run.out_dir={tmp_path}"], nprocs=3, timeout_s=120)
+    procs = run_world(runs.train(f"run.out_dir={tmp_path}"), nprocs=3)
     for p in procs:
         assert p.returncode == 2, p.describe()
         lines = [line for line in p.stderr.splitlines() if line.strip()]

@@ -22,10 +22,10 @@ def _sane(s: dict) -> None:
     assert 0 < s["min"] <= s["median"] <= s["max"] and s["n"] >= 1
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(1200)  # an outer bound; the benchmark bounds its own wait
 def test_fig_hops_on_a_ring_of_4_gives_sane_figures(monkeypatch):
     monkeypatch.setattr(bench_hops, "QUICK_SIZES", (4,))
-    fig = bench_hops.fig_hops(quick=True, steps=2, timeout_s=240)
+    fig = bench_hops.fig_hops(quick=True, steps=2, timeout_s=900)
     assert fig["quick"] and [(r["kind"], r["nodes"]) for r in fig["rows"]] == [("ring", 4)]
     r = fig["rows"][0]
     assert (r["diameter"], r["hops_per_step"], r["steps"]) == (2, 2, 2)

@@ -65,8 +65,11 @@ def world_env(rank: int, world: int, port: int, addr: str = "127.0.0.1") -> dict
 
 
 def size(path: Path) -> int:
-    """Bytes in `path`, -1 while it does not exist (a progress key)."""
+    """Bytes in the file `path` (in the files directly in it, for a directory), -1 while it does
+    not exist: a progress key."""
     try:
+        if path.is_dir():
+            return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
         return path.stat().st_size
     except OSError:
         return -1

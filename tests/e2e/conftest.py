@@ -34,7 +34,7 @@ def reference_run(entry: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
         ["launch/torchrun.sh", str(sup.DEBUG_CONFIG), *sup.sets(f"run.out_dir={out}")],
         env=sup.launcher_env(),
         log=log,
-        timeout=240,
+        watch=[out / "log.bin"],
     )
     return sup.check_run(out)
 

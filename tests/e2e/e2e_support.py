@@ -1,4 +1,7 @@
-"""Helpers for the e2e tests: which program the launchers start, ports, run checks, processes.
+"""Helpers for the e2e tests: which program the launchers start, their environment, run checks.
+
+Processes are started, waited on (by progress) and killed by the one harness, tests/procs.py;
+the run settings and shared checks are tests/runs.py's.
 
 The launchers run `python -m $SEEDFLOOD_MODULE train ...`. The tests target the real
 `seedflood` by default; SEEDFLOOD_E2E_ENTRY=probe swaps in tests/e2e/gloo_probe.py (a stand-in
@@ -10,18 +13,24 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
+import shutil
 import subprocess
 import sys
-import time
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+import procs as harness
+import runs
+
+REPO = harness.REPO
 E2E_DIR = Path(__file__).resolve().parent
-DEBUG_CONFIG = REPO / "launch" / "configs" / "debug.yaml"
+DEBUG_CONFIG = runs.DEBUG
+free_port = harness.free_port
+replay = runs.replay
+read_summary = runs.summary
+check_churn_run = runs.check_churn_run
 ENTRY = os.environ.get("SEEDFLOOD_E2E_ENTRY", "seedflood")
 MODULE = "gloo_probe" if ENTRY == "probe" else "seedflood"
 # Every e2e run: fail fast instead of hanging on a dead peer. Bits do not depend on this.
@@ -69,55 +78,30 @@ def entry_unavailable() -> str | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def sets(*overrides: str) -> list[str]:
     """`--set` arguments for the common settings plus `overrides`."""
-    out: list[str] = []
-    for text in (*COMMON_SETS, *overrides):
-        out += ["--set", text]
-    return out
+    return harness.sets(*COMMON_SETS, *overrides)
 
 
 def churn_sets(out_dir: Path, steps: int, *overrides: str) -> list[str]:
-    """`--set` arguments of a churn e2e run: settle 1, a 3 s hop timeout (a failure is noticed
-    fast), no scoring or checkpoints unless `overrides` ask (later settings win)."""
-    base = (f"run.out_dir={out_dir}", f"run.steps={steps}", "churn.settle=1", "transport.timeout_s=3")
-    return [a for text in (*base, "eval.every=0", "checkpoint.every=0", *overrides) for a in ("--set", text)]
+    """`--set` arguments of a churn e2e run (runs.churn: settle 1, a 3 s hop timeout, no scoring
+    or checkpoints unless `overrides` ask)."""
+    return harness.sets(*runs.churn(out_dir, steps, *overrides))
 
 
-def replay(out_dir: Path) -> dict[str, Any]:
-    """What `seedflood replay OUT` prints last ({"steps", "param_hash"}); it must exit 0."""
-    r = subprocess.run(
-        [sys.executable, "-m", "seedflood", "replay", str(out_dir), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=launcher_env(),
-        cwd=REPO,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
-def check_churn_run(out_dir: Path, steps: int, context: str = "", clients: int = 4) -> dict[str, Any]:
-    """A churn run that ended with every client a member: nobody left, every client on the
-    evaluator's hash, and the log replays to it; returns summary.json."""
-    summary = read_summary(out_dir)
-    assert summary["left"] == [] and summary["consensus"], f"{summary}\n{context}"
-    assert summary["client_hashes"] == [summary["param_hash"]] * clients, context
-    assert replay(out_dir) == {"steps": steps, "param_hash": summary["param_hash"]}, context
-    return summary
-
-
-def read_summary(out_dir: Path) -> dict[str, Any]:
-    path = Path(out_dir) / "summary.json"
-    assert path.is_file(), f"no summary.json in {out_dir}: {sorted(p.name for p in Path(out_dir).glob('*'))}"
-    return json.loads(path.read_text())
+def netns_unavailable(tools: Sequence[str] = ("ip", "nft")) -> str | None:
+    """Why this host cannot make network namespaces with `tools` (None: it can)."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    for tool in tools:
+        if shutil.which(tool) is None:
+            return f"{tool} is missing (iproute2, nftables; run .ci/setup-e2e.sh)"
+    probe = f"sfq{os.getpid() % 100000}"
+    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"cannot create a network namespace: {r.stderr.strip()}"
+    subprocess.run(["ip", "netns", "delete", probe], capture_output=True)
+    return None
 
 
 def final_metrics(out_dir: Path) -> dict[str, Any]:
@@ -141,55 +125,10 @@ def check_run(out_dir: Path, clients: int = 4) -> dict[str, Any]:
     return summary
 
 
-class Procs:
-    """Processes started by a test, each in its own session; `close()` kills what is left."""
-
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, argv: Sequence[str], *, env: Mapping[str, str], log: Path, cwd: Path = REPO) -> subprocess.Popen:
-        f = open(log, "ab")
-        p = subprocess.Popen(
-            list(argv),
-            env=dict(env),
-            cwd=cwd,
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        f.close()
-        self.procs.append(p)
-        return p
-
-    def wait_all(self, timeout: float) -> list[int]:
-        """Wait for every process; the first failure or the deadline stops the rest."""
-        deadline = time.monotonic() + timeout
-        while True:
-            codes = [p.poll() for p in self.procs]
-            if all(c is not None for c in codes):
-                return [int(c) for c in codes]  # type: ignore[arg-type]
-            if any(c not in (None, 0) for c in codes) or time.monotonic() > deadline:
-                self.close()
-                return [p.wait() for p in self.procs]
-            time.sleep(0.1)
-
-    def close(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
+def procs(tmp: Path) -> harness.Procs:
+    """The harness for launcher processes: SIGTERM first (10 s), so a launcher ends its own
+    workers, then SIGKILL of every group."""
+    return harness.Procs(tmp, term_grace_s=10)
 
 
 def tail(path: Path, n: int = 60) -> str:
@@ -201,12 +140,12 @@ def tail(path: Path, n: int = 60) -> str:
     return "\n".join([line for line in lines if "debug_logger" not in line][-n:])
 
 
-def run_checked(argv: Sequence[str], *, env: Mapping[str, str], log: Path, timeout: float, cwd: Path = REPO) -> None:
-    """Run to completion in its own session (killed whole on timeout); assert exit status 0."""
-    procs = Procs()
-    try:
-        procs.start(argv, env=env, log=log, cwd=cwd)
-        (code,) = procs.wait_all(timeout)
-    finally:
-        procs.close()
+def run_checked(argv: Sequence[str], *, env: Mapping[str, str], log: Path, cwd: Path = REPO, **wait: Any) -> None:
+    """Run to completion in its own session, bounded by progress (its log's growth and any
+    `watch`ed file: tests/procs.py), killed whole on the way out; assert exit status 0."""
+    watch = wait.pop("watch", ())
+    with procs(Path(tempfile.mkdtemp(prefix="run-", dir=log.parent))) as group:
+        group.watch(*watch)
+        group.start("run", argv, env=env, log=log, cwd=cwd)
+        (code,) = group.wait(**wait)
     assert code == 0, f"{' '.join(map(str, argv))} exited {code}:\n{tail(log)}"

@@ -2,8 +2,10 @@
 
 Starts munged, slurmctld and one slurmd per fake node (`slurmd -N nK`, all on this machine, each
 on its own port) from a private directory: its own munge key and socket, slurm.conf, state and
-spool. Nothing under /etc is used or changed; clients reach it through SLURM_CONF. `stop()` cancels
-every job, ends the daemons it started (by pid) and removes the directory.
+spool. Nothing under /etc is used or changed; clients reach it through SLURM_CONF. The daemons
+are processes of the test harness (tests/procs.py), which also bounds every wait here by progress
+(job states, the files a test watches) with a daemon's exit failing it at once. `stop()` cancels
+every job, ends the daemons it started (their process groups) and removes the directory.
 
 Manual use (prints the SLURM_CONF to export; Ctrl-C stops it):
     sudo .venv/bin/python tests/e2e/slurm_cluster.py
@@ -16,9 +18,15 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the harness, run by hand too
+
+import procs as harness  # noqa: E402
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo", "srun")
 TERMINAL = {
@@ -65,19 +73,19 @@ class SlurmCluster:
         self.dir = Path(tempfile.mkdtemp(prefix="sfslurm-", dir="/tmp"))
         self.conf = self.dir / "slurm.conf"
         self.socket = self.dir / "munge" / "munge.sock"
-        self.procs: list[subprocess.Popen] = []
+        self.procs = harness.Procs(self.dir / "daemons", term_grace_s=10)
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def start(self, timeout: float = 60) -> SlurmCluster:
+    def start(self) -> SlurmCluster:
         try:
-            self._start(timeout)
+            self._start()
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _start(self, timeout: float) -> None:
+    def _start(self) -> None:
         d = self.dir
         for sub in ("munge", "state", "spool", "log"):
             (d / sub).mkdir(mode=0o700)
@@ -97,7 +105,7 @@ class SlurmCluster:
                 "--force",
             ],
         )
-        self._wait(lambda: self.socket.exists(), timeout, "munged socket")
+        self._wait(lambda: self.socket.exists(), "munged socket")
         ctld_port, *node_ports = _free_ports(1 + len(self.nodes))
         host = socket.gethostname()
         nodes = "\n".join(
@@ -138,7 +146,7 @@ MinJobAge=600
 PartitionName=e2e Nodes={",".join(self.nodes)} Default=YES MaxTime=30 State=UP OverSubscribe=FORCE:4
 """)
         self._spawn("slurmctld", ["slurmctld", "-D", "-c", "-f", str(self.conf)])
-        self._wait(lambda: self.run(["scontrol", "ping"], check=False).stdout.count("UP") > 0, timeout, "slurmctld")
+        self._wait(lambda: self.run(["scontrol", "ping"], check=False).stdout.count("UP") > 0, "slurmctld")
         for n in self.nodes:
             self._spawn(f"slurmd-{n}", ["slurmd", "-D", "-N", n, "-f", str(self.conf)])
 
@@ -146,23 +154,15 @@ PartitionName=e2e Nodes={",".join(self.nodes)} Default=YES MaxTime=30 State=UP O
             states = self.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False).stdout.split()
             return states.count("idle") == len(self.nodes)
 
-        self._wait(idle, timeout, "nodes idle")
+        self._wait(idle, "nodes idle")
 
     def stop(self) -> None:
-        if self.conf.exists() and any(p.poll() is None for p in self.procs):
+        if self.conf.exists() and any(self.procs.running(n) for n in self.procs.procs):
             self.run(["scancel", "--user=root"], check=False)
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 20  # best effort: the daemons are ended below anyway
             while time.monotonic() < deadline and self.run(["squeue", "-h"], check=False).stdout.strip():
                 time.sleep(0.3)
-        for p in reversed(self.procs):  # slurmds, then slurmctld, then munged
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        self.procs.clear()
+        self.procs.close()  # SIGTERM, 10 s, then SIGKILL of every daemon's group
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- use ---------------------------------------------------------------------------------
@@ -181,17 +181,27 @@ PartitionName=e2e Nodes={",".join(self.nodes)} Default=YES MaxTime=30 State=UP O
             raise RuntimeError(f"{' '.join(argv)} exited {r.returncode}: {r.stderr.strip()}")
         return r
 
-    def wait_job(self, job_id: str, timeout: float) -> dict[str, tuple[str, str]]:
-        """Wait until every task of the job is finished; {job id: (state, exit code)}."""
-        deadline = time.monotonic() + timeout
-        while True:
-            states = self.job_states(job_id)
-            if states and all(s in TERMINAL for s, _ in states.values()):
-                return states
-            if time.monotonic() > deadline:
-                self.run(["scancel", job_id], check=False)
-                raise TimeoutError(f"job {job_id} not finished after {timeout:.0f}s: {states}")
-            time.sleep(0.5)
+    def wait_job(self, job_id: str, watch: Sequence[Path] = ()) -> dict[str, tuple[str, str]]:
+        """Wait until every task of the job is finished; {job id: (state, exit code)}. Bounded by
+        progress: a change of the job's states or of the size of a `watch`ed file (a run's
+        log.bin, the directory of the job's outputs); the job is cancelled on a stall."""
+        states: dict[str, tuple[str, str]] = {}
+
+        def done() -> bool:
+            states.clear()
+            states.update(self.job_states(job_id))
+            return bool(states) and all(s in TERMINAL for s, _ in states.values())
+
+        try:
+            self.until(done, f"job {job_id}", lambda: (tuple(sorted(states.items())), *map(harness.size, watch)))
+        except AssertionError:
+            self.run(["scancel", job_id], check=False)
+            raise
+        return dict(states)
+
+    def until(self, cond: Callable[[], object], what: str, progress: Callable[[], Hashable]) -> None:
+        """Until `cond()` holds; fails when `progress()` stalls or a daemon exits (procs.Procs.wait_for)."""
+        self.procs.wait_for(cond, what, alive=list(self.procs.procs), progress=progress, poll_s=0.3)
 
     def job_states(self, job_id: str) -> dict[str, tuple[str, str]]:
         r = self.run(["scontrol", "-o", "show", "job", job_id], check=False)
@@ -212,28 +222,15 @@ PartitionName=e2e Nodes={",".join(self.nodes)} Default=YES MaxTime=30 State=UP O
 
     # -- internals ---------------------------------------------------------------------------
     def _spawn(self, name: str, argv: list[str]) -> None:
-        log = open(self.dir / f"{name}.out", "ab")
-        self.procs.append(
-            subprocess.Popen(
-                argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        )
-        log.close()
+        self.procs.start(name, argv, env=self.env, log=self.dir / f"{name}.out")
 
-    def _wait(self, cond, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not cond():
-            dead = [p.args[0] for p in self.procs if p.poll() is not None]
-            if dead:
-                raise RuntimeError(f"{', '.join(dead)} exited while waiting for {what}:\n{self.logs()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out waiting for {what}:\n{self.logs()}")
-            time.sleep(0.2)
+    def _wait(self, cond, what: str) -> None:
+        """Start-up: until `cond()`, a daemon's exit failing it at once; bounded by the growth of
+        the daemons' logs and outputs (procs.STALL_S without any fails it)."""
+        try:
+            self.until(cond, what, lambda: (harness.size(self.dir / "log"), harness.size(self.dir)))
+        except AssertionError as e:
+            raise RuntimeError(f"{e}\n{self.logs()}") from None
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import e2e_support as sup
+import procs as harness
 from seedflood.rundir.layout import CheckpointError
 from seedflood.rundir.logfile import LogReader
 
@@ -61,28 +62,32 @@ def _requeue_mid_run(slurm, array: str, rank: int, out: Path, after_steps: int, 
     within the second of the kill ("Job credential revoked") and the task ends FAILED 1:0.
     (StartTime=now+2 instead would wait for the next periodic scheduling pass, 30-60 s.)"""
     task = f"{array}_{rank}"
-    deadline = time.monotonic() + 180
-    while _logged_steps(out) < after_steps:
-        states = slurm.job_states(array)
-        assert time.monotonic() < deadline and all(s in ("PENDING", "RUNNING") for s, _ in states.values()), (
-            f"no {after_steps} steps logged: {states}\n{_outputs(tmp_path)}"
-        )
-        time.sleep(0.3)
+    states: dict = {}
+
+    def logged() -> bool:
+        states.update(slurm.job_states(array))
+        assert all(s in ("PENDING", "RUNNING") for s, _ in states.values()), f"{states}\n{_outputs(tmp_path)}"
+        return _logged_steps(out) >= after_steps
+
+    def progress():
+        return (tuple(sorted(states.items())), harness.size(tmp_path), harness.size(out / "log.bin"))
+
+    slurm.until(logged, f"{after_steps} steps logged", progress)
     slurm.run(["scontrol", "requeue", task])
-    while slurm.job_states(array).get(task, ("?",))[0] != "PENDING":
-        assert time.monotonic() < deadline, f"{task} not pending after requeue: {slurm.job_states(array)}"
-        time.sleep(0.2)
+    slurm.until(lambda: slurm.job_states(array).get(task, ("?",))[0] == "PENDING", f"{task} pending", progress)
     time.sleep(2.0)
     slurm.run(["scontrol", "update", f"JobId={task}", "StartTime=now"])
 
 
 def _wait_all(slurm, store: str, array: str, tmp_path: Path) -> None:
     """Every array task and then the store job end COMPLETED with status 0."""
-    states = slurm.wait_job(array, timeout=300)
+    states = slurm.wait_job(array, watch=[tmp_path, tmp_path / "run" / "log.bin"])
     assert len(states) == 5 and all(s == ("COMPLETED", "0:0") for s in states.values()), (
         f"{states}\n{_outputs(tmp_path)}\n{slurm.logs()}"
     )
-    assert slurm.wait_job(store, timeout=60) == {store: ("COMPLETED", "0:0")}, f"{_outputs(tmp_path)}\n{slurm.logs()}"
+    assert slurm.wait_job(store, watch=[tmp_path]) == {store: ("COMPLETED", "0:0")}, (
+        f"{_outputs(tmp_path)}\n{slurm.logs()}"
+    )
 
 
 def _check_run(out: Path, tmp_path: Path) -> dict:
@@ -97,7 +102,7 @@ def churn_entry(entry: str) -> str:
     return entry
 
 
-@pytest.mark.timeout(480)
+@pytest.mark.timeout(1800)  # an outer bound: every wait is bounded by progress
 def test_a_requeued_client_leaves_and_rejoins(slurm, churn_entry, tmp_path: Path) -> None:
     out = tmp_path / "run"
     store, array = _submit(slurm, tmp_path, *sup.churn_sets(out, STEPS))
@@ -118,7 +123,7 @@ def test_a_requeued_client_leaves_and_rejoins(slurm, churn_entry, tmp_path: Path
     assert leave[1].leave == (node,) and join[1].join == ((node, 2),), reader.changes
 
 
-@pytest.mark.timeout(480)
+@pytest.mark.timeout(1800)  # an outer bound: every wait is bounded by progress
 def test_a_requeued_evaluator_resumes_and_catches_up(slurm, churn_entry, tmp_path: Path) -> None:
     out = tmp_path / "run"
     # A user's checkpoint.resume=false too: churn.sbatch forces resume, or the restart would refuse the run dir.
@@ -139,7 +144,7 @@ def test_a_requeued_evaluator_resumes_and_catches_up(slurm, churn_entry, tmp_pat
     assert len(records) == STEPS and reader.changes == {}  # the evaluator is no member: nobody left
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(1200)  # an outer bound: every wait is bounded by progress
 def test_preflight_refuses_before_anything_runs(slurm, churn_entry, tmp_path: Path) -> None:
     """A strict config: churn.sh submits nothing (status 2, one line). An array that does not
     fit the run: every task ends with status 2 and says which --array to use."""
@@ -171,7 +176,7 @@ def test_preflight_refuses_before_anything_runs(slurm, churn_entry, tmp_path: Pa
         cwd=sup.REPO,
     )
     array = r.stdout.strip().split(";")[0]
-    states = slurm.wait_job(array, timeout=180)
+    states = slurm.wait_job(array, watch=[tmp_path])
     assert len(states) == 3 and all(s == ("FAILED", "2:0") for s in states.values()), f"{states}\n{_outputs(tmp_path)}"
     assert "submit with --array=0-4" in _outputs(tmp_path), _outputs(tmp_path)
     assert not (tmp_path / "misfit").exists()

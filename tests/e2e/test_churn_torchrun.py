@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
 import e2e_support as sup
+import runs
 from seedflood.rundir.logfile import LogReader
 
 pytestmark = pytest.mark.e2e
@@ -37,6 +37,7 @@ def worker(store: str, rank: int) -> int | None:
     return None
 
 
+@pytest.mark.timeout(1800)  # an outer bound: the waits are bounded by the run's progress
 def test_a_killed_worker_is_restarted_by_its_own_agent_and_rejoins(entry, tmp_path):
     if entry != "seedflood":
         pytest.skip("churn needs the real `seedflood train` (the probe has no churn)")
@@ -46,22 +47,13 @@ def test_a_killed_worker_is_restarted_by_its_own_agent_and_rejoins(entry, tmp_pa
     env = sup.launcher_env(STORE_PORT=str(port), MAX_RESTARTS="2")
     argv = ["bash", str(CHURN), str(DEBUG), *sup.churn_sets(out, STEPS)]
     log = tmp_path / "churn.log"
-    procs = sup.Procs()
-    try:
-        launch = procs.start(argv, env=env, log=log)
-        deadline = time.monotonic() + 300
-        header: list[int] = []
-        while not header or (out / "log.bin").stat().st_size < header[0] + 10 * 30:
-            assert time.monotonic() < deadline and launch.poll() is None, sup.tail(log)
-            if (out / "log.bin").is_file() and not header:
-                header.append((out / "log.bin").stat().st_size)
-            time.sleep(0.05)
+    with sup.procs(tmp_path / "procs") as procs:
+        procs.start("churn.sh", argv, env=env, log=log)
+        runs.wait_for_steps(procs, out, 10)
         pid = worker(store, VICTIM_RANK)
         assert pid is not None, "the victim's worker must be running"
         os.kill(pid, signal.SIGKILL)
-        code = launch.wait(timeout=max(1.0, deadline - time.monotonic()))
-    finally:
-        procs.close()
+        (code,) = procs.wait()
     text = sup.tail(log, 200)
     assert code == 0, text
     assert "rejoined by replaying" in log.read_text(errors="replace"), text

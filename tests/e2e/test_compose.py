@@ -128,24 +128,22 @@ def local_commands(
     return cmds
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(1200)  # an outer bound: the wait is bounded by the run's progress
 def test_compose_services_as_processes(reference_run: dict, tmp_path: Path) -> None:
     cmds = local_commands(tmp_path, sup.free_port())
     assert len(cmds) == 5
-    procs = sup.Procs()
-    try:
+    out = tmp_path / "runs" / "compose"
+    with sup.procs(tmp_path / "procs") as procs:
+        procs.watch(out / "log.bin")
         for name, argv, env in cmds:
             # What the image provides: PATH with its Python; the probe's import path when swapped in.
             full_env = {
                 **{k: v for k, v in sup.launcher_env().items() if k in ("PATH", "PYTHONPATH", "HOME", "LANG")},
                 **env,
             }
-            procs.start(argv, env=full_env, log=tmp_path / f"{name}.log")
-        codes = procs.wait_all(timeout=240)
-    finally:
-        procs.close()
+            procs.start(name, argv, env=full_env, log=tmp_path / f"{name}.log")
+        codes = procs.wait(fail_fast=True)
     logs = "\n".join(f"== {n}\n{sup.tail(tmp_path / f'{n}.log', 20)}" for n, _, _ in cmds)
     assert codes == [0] * len(cmds), f"exit codes {codes}:\n{logs}"
-    out = tmp_path / "runs" / "compose"
     summary = sup.check_run(out)
     assert summary["param_hash"] == reference_run["param_hash"]

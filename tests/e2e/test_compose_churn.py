@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 import e2e_support as sup
+import runs
 import test_compose as tc
 from seedflood.rundir.logfile import LogReader
 
@@ -151,17 +152,22 @@ class Service:
 class Supervisor:
     """The container daemon's part: start every service, restart a failed one per its policy
     (docker's restart manager: delay 100 ms, doubled after every run shorter than 10 s and reset
-    after a longer one, at most 1 min; on-failure:N counts restarts over the container's life)."""
+    after a longer one, at most 1 min; on-failure:N counts restarts over the container's life).
+    The processes themselves are the harness's (tests/procs.py), which also bounds every wait by
+    progress (the services' logs and the watched files)."""
 
-    def __init__(self, services: list[Service]) -> None:
+    def __init__(self, services: list[Service], tmp: Path) -> None:
         self.services = {s.name: s for s in services}
-        self.procs = sup.Procs()
+        self.procs = sup.procs(tmp / "procs")
 
     def __getitem__(self, name: str) -> Service:
         return self.services[name]
 
     def _start(self, s: Service) -> None:
-        s.proc = self.procs.start(s.argv, env=s.env, log=s.log)  # appends: one log per container
+        if s.name in self.procs.procs:  # appends to the same log: one log per container
+            s.proc = self.procs.again(s.name).popen
+        else:
+            s.proc = self.procs.start(s.name, s.argv, env=s.env, log=s.log).popen
         s.started = time.monotonic()
         s.due = None
 
@@ -192,14 +198,9 @@ class Supervisor:
         assert proc is not None and proc.poll() is None, f"{name} is not running"
         os.kill(proc.pid, signal.SIGKILL)
 
-    def wait(self, names: list[str], deadline: float) -> bool:
-        """Supervise until every named service has exited for good; False at the deadline."""
-        while time.monotonic() < deadline:
-            self.poll()
-            if all(self[n].finished for n in names):
-                return True
-            time.sleep(0.05)
-        return False
+    def wait(self, names: list[str]) -> None:
+        """Supervise until every named service has exited for good (fails on a stall)."""
+        self.procs.wait_for(lambda: all(self[n].finished for n in names), f"{names} to finish", on_poll=self.poll)
 
     def close(self) -> None:
         self.procs.close()
@@ -229,10 +230,10 @@ def test_supervisor_restarts_on_failure_only_within_its_limit(tmp_path: Path) ->
         Service("never", [py, "-c", "import sys; sys.exit(7)"], env, tmp_path / "never.log", 0),
         Service("ok", [py, "-c", "pass"], env, tmp_path / "ok.log", None),
     ]
-    run = Supervisor(svcs)
+    run = Supervisor(svcs, tmp_path)
     try:
         run.start()
-        assert run.wait([s.name for s in svcs], time.monotonic() + 30), run.report()
+        run.wait([s.name for s in svcs])
     finally:
         run.close()
     assert (run["flaky"].codes, run["flaky"].restarts) == ([3, 3, 0], 2)
@@ -275,20 +276,13 @@ def supervised(tmp: Path, config: Path) -> Supervisor:
             argv = [*argv[:4], "--host", "127.0.0.1", "--port", str(store_port)]
         limit = restart_limit(svc[name].get("restart"))
         services.append(Service(name, argv, {**image_env, **env}, tmp / f"{name}.log", limit))
-    return Supervisor(services)
+    return Supervisor(services, tmp)
 
 
-def wait_for_steps(out: Path, n: int, run: Supervisor, deadline: float) -> None:
-    """Supervise until the log holds about n more steps than its header (30 bytes a step here)."""
-    log = out / "log.bin"
-    header: list[int] = []
-    while not header or log.stat().st_size < header[0] + n * 30:
-        run.poll()
-        assert time.monotonic() < deadline, f"the run did not reach {n} steps:\n{run.report()}"
-        assert all(s.proc is not None and s.proc.poll() is None for s in run.services.values()), run.report()
-        if log.is_file() and not header:
-            header.append(log.stat().st_size)
-        time.sleep(0.05)
+def wait_for_steps(out: Path, n: int, run: Supervisor) -> None:
+    """Supervise until the log holds about n more steps than its header, every service running
+    (runs.wait_for_steps: bounded by progress)."""
+    runs.wait_for_steps(run.procs, out, n, on_poll=run.poll)
 
 
 def churn_run(tmp: Path, victim: str, after_steps: int, **sections: dict) -> tuple[Supervisor, Path, str]:
@@ -299,16 +293,14 @@ def churn_run(tmp: Path, victim: str, after_steps: int, **sections: dict) -> tup
     )
     run = supervised(tmp, config)
     out = tmp / "runs" / "compose-churn"
-    deadline = time.monotonic() + 240
     try:
         run.start()
-        wait_for_steps(out, after_steps, run, deadline)
+        wait_for_steps(out, after_steps, run)
         run.kill(victim)
-        done = run.wait(ROLES, deadline)
+        run.wait(ROLES)
     finally:
         run.close()
     report = run.report()
-    assert done, f"the roles did not all finish:\n{report}"
     assert run["store"].codes == [], f"the store exited:\n{report}"  # it runs until `down`
     return run, out, report
 
@@ -317,7 +309,7 @@ def check_summary(out: Path, report: str) -> dict:
     return sup.check_churn_run(out, STEPS, report)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(1800)  # an outer bound: the waits are bounded by the run's progress
 def test_a_killed_client_container_is_restarted_and_rejoins(entry: str, tmp_path: Path) -> None:
     """SIGKILL client1's process mid-run (node 0, the evaluator's attach node): the evaluator
     follows node 1 from then on, the restart policy starts the same command again, a neighbour
@@ -340,7 +332,7 @@ def test_a_killed_client_container_is_restarted_and_rejoins(entry: str, tmp_path
     assert leave[1].leave == (node,) and join[1].join == ((node, 2),), reader.changes
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(1800)  # an outer bound: the waits are bounded by the run's progress
 def test_a_killed_evaluator_container_is_restarted_and_catches_up(entry: str, tmp_path: Path) -> None:
     """SIGKILL the evaluator's process mid-run (the store is its own service, so nothing else
     depends on it): the clients train on, its restart resumes from its checkpoint and log, takes

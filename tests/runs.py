@@ -19,8 +19,6 @@ import procs
 
 DEBUG = procs.REPO / "launch" / "configs" / "debug.yaml"
 RECORD_BYTES = 30  # a step record of the debug run in log.bin is at least this (about 43 B)
-# The smallest tiny model that still exercises every transport path: what transport-only runs use.
-SMALLEST = "model.tiny={hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1}"
 
 
 def train(*overrides: str, config: Path = DEBUG, module: str = "seedflood") -> list[str]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import sys
 
-from seedflood import model
-from seedflood.config import ModelConfig
+from seedflood.core.trainsections import ModelConfig
+from seedflood.ml import model
 
 
 def main(argv: list[str]) -> int:

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from seedflood import cli, config
-from seedflood import tasks as T
+from seedflood import cli
+from seedflood.core import config
+from seedflood.ml import sampling as T
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "own-data"

@@ -150,6 +150,61 @@ def test_cut_link_fails_only_its_receiver_and_stays_failed():
         a.exchange({1: b"y"}, 1)
 
 
+def _revived_pair() -> tuple[InMemoryNetwork, MemoryTransport, MemoryTransport]:
+    """A 3-ring (churn mode) whose node 0 was killed and revived: its edges start unconnected."""
+    net = InMemoryNetwork(ring(3), timeout_s=1.0, tolerate=True)
+    first = net.endpoint(0)
+    net.kill(0)
+    first.close(abort=True)
+    net.revive(0)
+    return net, net.endpoint(0), net.endpoint(1)
+
+
+def test_an_edge_connects_only_when_both_ends_meet_and_then_exchanges_in_step():
+    """As links.EdgeTransport's meetings: a connect no other end answers within its timeout
+    gives nothing at either end (a one-sided edge would wait on frames that never come)."""
+    net, new, old = _revived_pair()
+    old.peers = (2,)  # node 1 dropped the dead incarnation
+    t0 = time.monotonic()
+    assert new.connect([1], 0.2) == [] and new.peers == () and old.peers == (2,)
+    assert 0.2 <= time.monotonic() - t0 < 2.0
+    got: dict[str, list[int]] = {}
+    th = threading.Thread(target=lambda: got.__setitem__("old", old.connect([0], 5.0)))
+    th.start()
+    assert new.connect([1], 5.0) == [1]
+    th.join(5.0)
+    assert got == {"old": [0]} and new.peers == (1,) and 0 in old.peers
+    # both ends exchange from their next hop, frames paired in order
+    out: dict[int, dict[int, bytes]] = {}
+    th = threading.Thread(target=lambda: out.__setitem__(1, old.exchange({0: b"to0", 2: b""}, 0)))
+    th.start()
+    net._queues[(2, 1)].put(b"from2")  # node 2 is not running here: play its frame
+    out[0] = new.exchange({1: b"to1"}, 0)
+    th.join(5.0)
+    assert out[0] == {1: b"to0"} and out[1] == {0: b"to1", 2: b"from2"}
+
+
+def test_a_cut_or_dead_link_never_meets():
+    net, new, old = _revived_pair()
+    old.peers = (2,)
+    net.cut(0, 1)
+    th = threading.Thread(target=old.connect, args=([0], 0.3))
+    th.start()
+    assert new.connect([1], 0.3) == []
+    th.join(5.0)
+    assert 0 not in old.peers
+    with pytest.raises(ValueError, match="not topology neighbours"):
+        new.connect([5], 0.1)
+
+
+def test_a_revived_node_learns_its_sponsor_or_times_out():
+    net, new, old = _revived_pair()
+    with pytest.raises(TransportError, match="no neighbour sponsored the rejoin within 0.1 s"):
+        new.sponsor(0.1)
+    assert old.claim(0) == 1 and net.endpoint(2).claim(0) is None  # the first claim wins
+    assert new.sponsor(0.1) == 1
+
+
 def test_mutator_sees_every_frame_and_changes_what_arrives():
     seen = []
 

@@ -12,7 +12,9 @@ the frames of the peers that answered. A killed peer is dropped at once; a stall
 (`stall(node)`: its thread blocks in its next exchange until `unstall`) once it has been silent
 for `timeout_s`: the network plays the per-edge heartbeat, so a peer that is merely late because
 it waits on a stalled node of its own is waited for (up to LATE_FACTOR × timeout_s), never
-dropped in a cascade.
+dropped in a cascade. Edges (re)connect by a meeting, as links.EdgeTransport's do: both ends
+call `connect` for each other within the timeout, else neither has the edge (an edge connected at
+one end only would have that end wait on frames that never come).
 
 Assumes: each endpoint is driven from one thread; all endpoints live in one process. Imports no
 torch.
@@ -94,7 +96,9 @@ class InMemoryNetwork:
         self._revived: dict[int, int] = {}  # node -> times it was revived (its incarnation)
         self._sponsor: dict[int, int] = {}  # revived node -> the neighbour that claimed it
         self._blobs: dict[int, queue.SimpleQueue[bytes]] = {n: queue.SimpleQueue() for n in self.neighbors}
+        self._offers: dict[tuple[int, int], bool] = {}  # (node, peer) -> met: a connect waiting for peer's
         self._lock = threading.Lock()
+        self._met = threading.Condition(self._lock)  # a meeting happened, or a sponsor claimed
 
     def endpoint(self, node: int, counter: ByteCounter | None = None) -> MemoryTransport:
         if node not in self.neighbors:
@@ -153,8 +157,47 @@ class InMemoryNetwork:
 
     def claim(self, sponsor: int, node: int) -> bool:
         """`sponsor` becomes the one neighbour that catches revived `node` up (first caller wins)."""
-        with self._lock:
+        with self._met:
+            self._met.notify_all()
             return self._sponsor.setdefault(node, sponsor) == sponsor
+
+    def sponsor_of(self, node: int, timeout_s: float) -> int:
+        """The neighbour that claimed revived `node`, waiting up to `timeout_s` for one (as a
+        restarted process waits for the store's sponsor key)."""
+        deadline = time.monotonic() + timeout_s
+        with self._met:
+            while (sponsor := self._sponsor.get(node)) is None:
+                if (left := deadline - time.monotonic()) <= 0:
+                    raise TransportError(f"node {node}: no neighbour sponsored the rejoin within {timeout_s:g} s")
+                self._met.wait(left)
+            return sponsor
+
+    def meet(self, node: int, peers: Sequence[int], timeout_s: float) -> list[int]:
+        """Connect `node` with each of `peers` that calls `meet` for `node` within `timeout_s`
+        (over a live, uncut link); returns those met. A meeting gives the edge fresh queues both
+        ways: both ends are inside this call then, so no frame of either is in flight."""
+        deadline = time.monotonic() + timeout_s
+        with self._met:
+            want = [p for p in peers if (node, p) not in self._cut and (p, node) not in self._cut]
+            met: set[int] = set()
+            for p in want:
+                if self._offers.get((p, node)) is False and p not in self._dead:
+                    self._offers[(p, node)] = True
+                    self._queues[(node, p)] = queue.SimpleQueue()
+                    self._queues[(p, node)] = queue.SimpleQueue()
+                    met.add(p)
+                else:
+                    self._offers[(node, p)] = False
+            self._met.notify_all()
+            while True:
+                met |= {p for p in want if self._offers.get((node, p))}
+                left = deadline - time.monotonic()
+                if len(met) == len(want) or left <= 0 or node in self._dead:
+                    break
+                self._met.wait(left)
+            for p in want:
+                self._offers.pop((node, p), None)
+            return sorted(met)
 
     def send_blob(self, dst: int, data: bytes) -> None:
         """Hand `dst` a catch-up payload (a sponsor's log and held messages)."""
@@ -278,15 +321,19 @@ class MemoryTransport:
         return out
 
     def connect(self, peers: Sequence[int], timeout_s: float | None = None) -> list[int]:
-        """Start exchanging with `peers` from the next hop (both ends do it at the same hop);
-        returns those added. `timeout_s` is links.EdgeTransport's, unused here (no wait)."""
-        added = []
-        for peer in peers:
-            if peer not in self.network.neighbors[self.node]:
-                raise ValueError(f"node {self.node}: {peer} is not a topology neighbour")
-            if peer not in self.peers and peer not in self.network._dead:
-                self.peers = tuple(sorted((*self.peers, peer)))
-                added.append(peer)
+        """Connect to these neighbours, each only if it connects to this node within `timeout_s`
+        (default: the network's timeout), as links.EdgeTransport's meetings; returns those
+        connected now, exchanging from the next hop. A stalled node meets nobody until resumed."""
+        self._check()
+        if bad := [p for p in peers if p not in self.network.neighbors[self.node]]:
+            raise ValueError(f"node {self.node}: {bad} are not topology neighbours")
+        if (resumed := self.network._resumed.get(self.node)) is not None:
+            resumed.wait()
+            self._check()
+        todo = sorted(set(peers) - set(self.peers))
+        timeout = self.network.timeout_s if timeout_s is None else timeout_s
+        added = self.network.meet(self.node, todo, timeout) if todo else []
+        self.peers = tuple(sorted((*self.peers, *added)))
         return added
 
     def claim(self, node: int) -> int | None:
@@ -299,6 +346,10 @@ class MemoryTransport:
     def recv_blob(self, peer: int | None, timeout_s: float) -> bytes:
         """The catch-up payload a sponsor sent (from whichever neighbour claimed us: `peer` unused)."""
         return self.network.recv_blob(self.node, timeout_s)
+
+    def sponsor(self, timeout_s: float) -> int:
+        """The neighbour that claimed this revived node (waits up to `timeout_s` for one)."""
+        return self.network.sponsor_of(self.node, timeout_s)
 
     def take_lost(self) -> dict[int, str]:
         """Peers dropped since the last call (tolerant mode), with the reason."""

@@ -79,6 +79,7 @@ class Client:
         *,
         routes: Mapping[int, Sequence[int]] | None = None,
         hop_timeout_s: float | None = None,
+        meet_timeout_s: float | None = None,
         state_hash: Callable[[], str] | None = None,
         attach: int = 0,
         evaluator: bool = False,
@@ -89,6 +90,10 @@ class Client:
         `hop_timeout_s` (overlap only): how long the main thread waits for one step's hops
         beyond its own work before it gives up on them; None = as long as the transport takes
         (each exchange is bounded by the transport's timeout). Give hops × transport timeout.
+        `meet_timeout_s` (churn): how long a rejoining neighbour's edge waits for its other end
+        (`_link`); None = hop_timeout_s. Give the transport's timeout: both ends reach the hop
+        within one exchange of each other, and a longer wait delays this client's frames to
+        peers that drop it after LATE_FACTOR timeouts.
         `state_hash`: the state's hash, for audits (needed when the protocol audits).
         `attach`: the evaluator's first attach node; `evaluator` (churn with a process
         transport): this client streams the steps it decides to the evaluator whenever it is the
@@ -137,6 +142,7 @@ class Client:
         self._deferred: set[int] = set()  # restarted neighbours still members under their old incarnation
         self._links: dict[int, list[Note]] = {}  # hop index -> JOIN notes whose edges connect then
         self.hop_timeout_s = hop_timeout_s
+        self.meet_timeout_s = hop_timeout_s if meet_timeout_s is None else meet_timeout_s
         self._inflight: _Hops | None = None  # overlap: the hops of step next_step − 1, running
 
     @property
@@ -159,7 +165,8 @@ class Client:
         **options: Any,
     ) -> Client:
         """Node `node` of `top` as every runtime builds it: its neighbours, shortest-path routes,
-        and a hop thread given `timeout_s` (the transport's) per exchange of a step, plus one.
+        and a hop thread given `timeout_s` (the transport's) per exchange of a step, plus one;
+        a rejoining neighbour's edges wait `timeout_s` for their other end.
         `options`: the constructor's `attach` / `evaluator`."""
         return cls(
             node,
@@ -170,6 +177,7 @@ class Client:
             transport,
             routes=top.routes(node),
             hop_timeout_s=timeout_s * (protocol.hops + 1),
+            meet_timeout_s=timeout_s,
             state_hash=state_hash,
             **options,
         )
@@ -287,8 +295,10 @@ class Client:
         steps they are at or wait in. One rule on both ends (their rosters agree): the newcomer
         connects its member neighbours, and each member connects it; a neighbour that is itself
         still rejoining connects neither way (connecting one end alone leaves the edge's hops
-        unpaired). A client that gets the note only after its hop (a part farther than the
-        note travels in delay + 1 steps) does not connect: the edge stays down."""
+        unpaired). Each edge is a meeting (the transport connects it only if both ends ask
+        within `meet_timeout_s`): a client that gets the note only after its hop (a part farther
+        than the note travels in delay + 1 steps, or cut off from a sponsor that stalled right
+        after it sponsored) does not ask, and the edge stays down at both ends."""
         due = self._links.pop(self.hops_run, [])
         for h in [h for h in self._links if h < self.hops_run]:
             del self._links[h]
@@ -301,7 +311,7 @@ class Client:
             elif self.node in self.roster.members:
                 edges.append(n.origin)
         edges = sorted({q for q in edges if q != self.node and q not in self.flood.peers and q in self._neighbours()})
-        for q in self.transport.connect(edges, self.hop_timeout_s) if edges else []:  # type: ignore[attr-defined]
+        for q in self.transport.connect(edges, self.meet_timeout_s) if edges else []:  # type: ignore[attr-defined]
             self.flood.add_peer(q)
 
     def _follow(self) -> None:

@@ -190,9 +190,13 @@ def simulate(
                     cfg.transport.timeout_s,
                     state_hash=lambda: state_hash(w.model, w.direction),
                 )
-                if rejoin:
+                if rejoin:  # as train._rejoin: wait for the sponsor's claim, meet it, take its log
+                    wait = LATE_FACTOR * cfg.transport.timeout_s
                     try:
-                        blob = transport.recv_blob(None, LATE_FACTOR * cfg.transport.timeout_s)
+                        sponsor = transport.sponsor(wait)
+                        if not transport.connect([sponsor], wait):
+                            raise TransportError(f"node {node}: could not connect to its sponsor node {sponsor}")
+                        blob = transport.recv_blob(sponsor, wait)
                     except TransportError as e:  # nobody stepping any more to sponsor it
                         exits[node] = f"no neighbour sponsored the rejoin: {e}"
                         network.kill(node)

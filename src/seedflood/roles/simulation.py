@@ -15,7 +15,8 @@ been silent for the transport timeout), `cut` (the link to node `arg` fails both
 `restart` (a killed node comes back once the others reach `step`: a new incarnation with the
 base weights, caught up by its sponsor's log; its per-step hashes before that are None; a life
 that ends before the run does is restarted again, up to RESTART_TRIES times). A node
-that stops by the churn rules (minority, excluded) or is killed is reported in `exits`, not raised.
+that stops by the churn rules (minority, excluded) or is killed is reported in `exits`, not raised;
+with `supervise`, one stopped by the rules is restarted as its launcher would restart it.
 
 Assumes: torch ops are deterministic for a fixed thread count; callers that compare against
 other processes pin `run.threads` (the tests use 1).
@@ -93,6 +94,7 @@ def simulate(
     resume: Records = (),
     protocol: Protocol | None = None,
     events: Sequence[Event] = (),
+    supervise: bool = False,
 ) -> SimResult:
     """Run every client of `cfg`; raises the first client error (others cascade).
 
@@ -102,6 +104,10 @@ def simulate(
     `protocol`: run under this protocol instead of the config's (e.g. a reference with another
     delay, `dataclasses.replace(p, delay=d, overlap=False)`); the topology must fit it.
     `events`: faults to inject (churn runs only: the transport then tolerates failures).
+    `supervise`: a node without `restart` events that the churn rules stop (cut off from the
+    majority, excluded) is restarted while others still run, as the launchers' restart-on-failure
+    policies restart a client that exits with that error (torchrun's MAX_RESTARTS, compose's
+    on-failure, a SLURM requeue); off, it stays stopped (what the partition tests check).
     """
     top = top or topo.build(cfg.topology)
     topo.check_nodes(top, cfg.topology.nodes)
@@ -146,6 +152,7 @@ def simulate(
 
     progress = {i: -1 for i in top.nodes}  # node -> last step it applied
     waiting: set[int] = set()  # nodes whose supervisor waits to restart them (no client running)
+    stopped: set[int] = set()  # nodes a life of which the churn rules stopped
 
     def others_running(node: int) -> bool:
         return any(t.is_alive() for i, t in enumerate(threads) if i != node and i not in waiting)
@@ -161,20 +168,28 @@ def simulate(
             while max(progress.values()) < e.step and others_running(node):
                 time.sleep(0.01)
             waiting.discard(node)
-            for _ in range(RESTART_TRIES):  # a supervisor that restarts on failure
-                # as a process restart does, start after the old edges are gone (bounded)
-                gone_by = time.monotonic() + LATE_FACTOR * cfg.transport.timeout_s
-                while network.held_by(node) and time.monotonic() < gone_by:
-                    time.sleep(0.01)
-                # the restarted process loads its model (base weights only) before it registers,
-                # as train.py does: a sponsor then never waits on a neighbour still loading
-                workloads[node] = Workload.build(cfg)
-                network.revive(node)
-                exits.pop(node, None)
-                once(node, rejoin=True)
-                if node not in exits or not others_running(node):
-                    break  # it finished, or there is nobody left to rejoin
-                log.warning("node %d: restarted life ended (%s); restarting it again", node, exits[node])
+            relaunch(node)
+        if supervise and not restarts and node in stopped and others_running(node):
+            log.warning("node %d: stopped (%s); its launcher restarts it", node, exits[node])
+            relaunch(node)
+
+    def relaunch(node: int) -> None:
+        """A supervisor that restarts on failure: a new incarnation until one life finishes,
+        nobody is left to rejoin, or RESTART_TRIES lives."""
+        for _ in range(RESTART_TRIES):
+            # as a process restart does, start after the old edges are gone (bounded)
+            gone_by = time.monotonic() + LATE_FACTOR * cfg.transport.timeout_s
+            while network.held_by(node) and time.monotonic() < gone_by:
+                time.sleep(0.01)
+            # the restarted process loads its model (base weights only) before it registers,
+            # as train.py does: a sponsor then never waits on a neighbour still loading
+            workloads[node] = Workload.build(cfg)
+            network.revive(node)
+            exits.pop(node, None)
+            once(node, rejoin=True)
+            if node not in exits or not others_running(node):
+                return  # it finished, or there is nobody left to rejoin
+            log.warning("node %d: restarted life ended (%s); restarting it again", node, exits[node])
 
     def once(node: int, rejoin: bool = False) -> None:
         w = workloads[node]
@@ -221,6 +236,7 @@ def simulate(
                 rosters[node] = dict(client.roster.changes)
         except MembershipError as e:  # stopped by the churn rules: an outcome, not a failure
             exits[node] = str(e)
+            stopped.add(node)
             network.kill(node)  # the process exits: its edges close
         except BaseException as e:  # surfaced below; the transport cascades it to the others
             if node in network._dead and isinstance(e, TransportError):

@@ -10,7 +10,7 @@ exchanges). A client of local step t originates its message at the first hop of 
 JOIN step on), runs `hops` hops, then calls `Voter.after(t)` and applies every committed step
 due (t − delay); a step due but not committed (or whose messages are not all here) makes it hop
 on at t (no originating) until it is, at most `protocol.patience_hops` hops, then it stops with
-one line, as `Client._apply_committed` does. After the last step it drains the same way and
+one line, as `Churn.apply_committed` does. After the last step it drains the same way and
 lingers for a vote's spread, then exits (its neighbours drop the edge).
 
 Faults (`Fault.kind`), each at a round:
@@ -22,7 +22,7 @@ Faults (`Fault.kind`), each at a round:
 - `restart`: a dead node comes back as a new incarnation: its lowest live member neighbour
   sponsors it with the real catch-up rules (the decided steps, the held messages and notes, a
   JOIN note for t + delay + 1 whose edges connect (delay + 1) · hops rounds later: rounds are
-  the shared hop clock), as `Client._boundary` / `Client.rejoin` / `Client._link` do.
+  the shared hop clock), as `Churn.boundary` / `Churn.rejoin` / `Churn.link` do.
 
 Checks (`Outcome`): safety — every client's applied (step, digest) list is a prefix of one
 history, and so is the evaluator's log (it follows whichever client is the attach node, each
@@ -226,7 +226,7 @@ class World:
 
     def _restart(self, v: int) -> None:
         """Bring dead node v back as a new incarnation, sponsored by its lowest running member
-        neighbour (the catch-up of Client._catch_up / Client.rejoin, without the bytes)."""
+        neighbour (the catch-up of Churn.catch_up / Churn.rejoin, without the bytes)."""
         old = self.nodes[v]
         if old.state != "dead":
             return
@@ -236,7 +236,7 @@ class World:
             if self.nodes[u].running and u in self.nodes[u].voter.agreement.roster.members and self.nodes[u].linger < 0
         ]
         if not sponsors or v in sponsors[0].voter.agreement.roster.members:
-            if sponsors:  # its old incarnation still counts: the sponsor waits (Client._boundary)
+            if sponsors:  # its old incarnation still counts: the sponsor waits (Churn.boundary)
                 self._retry.append(v)
             return
         s = sponsors[0]
@@ -265,7 +265,7 @@ class World:
 
     def _connect_joiners(self) -> None:
         """At the round its JOIN note names, a newcomer and each neighbour connect their edge,
-        where both ends' rules agree (`Client._link`: the newcomer connects its member
+        where both ends' rules agree (`Churn.link`: the newcomer connects its member
         neighbours, a member connects the newcomer if it holds the note), whatever steps they
         are at or wait in."""
         for v, e, link in list(self._joining):

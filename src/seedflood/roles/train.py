@@ -211,14 +211,14 @@ def _client(
         # on the evaluator being up when it is decided (docs/design.md §13)
         own = _client_log(cfg, protocol, w, node) if protocol.churn else None
         if own is not None:
-            own.extend(client.history, client.roster.changes)
-            client.listeners.append(lambda s, _: own.extend(client.history, client.roster.changes))
+            own.extend(client.churn.history, client.churn.roster.changes)
+            client.listeners.append(lambda s, _: own.extend(client.churn.history, client.churn.roster.changes))
         try:
             client.run()
         except MembershipError as e:  # tell the evaluator this client is done streaming for good
             stopped = {"node": node, "stopped": str(e)}
             if own is not None:
-                own.extend(client.history, client.roster.changes)
+                own.extend(client.churn.history, client.churn.roster.changes)
                 own.report(stopped)
             _post(group, _client_key(node), stopped)
             raise
@@ -325,7 +325,7 @@ def _rejoin(cfg: Config, node: int, client: Client, transport: EdgeTransport) ->
         ) from None
     if not transport.connect([sponsor], wait):
         raise TransportError(f"node {node}: could not connect to its sponsor node {sponsor}")
-    client.rejoin(transport.recv_blob(sponsor, wait))
+    client.churn.rejoin(transport.recv_blob(sponsor, wait))
 
 
 def _evaluate(

@@ -1,7 +1,7 @@
 """The schedule explorer: every fault schedule of a small graph through the real agreement.
 
 Owns a lockstep world of N clients that run the churn client's schedule with the real decision
-code — `seedflood.core.agreement.Voter` (votes, ballots, commits, taking a committed step) over the
+code — `seedflood.core.voter.Voter` (votes, ballots, commits, taking a committed step) over the
 real `seedflood.core.flooding.Flood` and `membership.Roster` — and no model: a client "applies" a
 step by recording (step, digest). Faults are data (`Fault`), so a program can enumerate them.
 
@@ -40,11 +40,12 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from seedflood.core.agreement import Agreement, Voter
+from seedflood.core.agreement import Agreement
 from seedflood.core.flooding import Flood
 from seedflood.core.membership import JOIN, MembershipError, StepSequence, join_note
 from seedflood.core.message import FrameError, Message
 from seedflood.core.protocol import Protocol, schedule
+from seedflood.core.voter import Voter
 
 Edge = tuple[int, int]
 

@@ -28,11 +28,12 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from seedflood.core import membership
-from seedflood.core.agreement import Agreement, Voter
+from seedflood.core.agreement import Agreement
 from seedflood.core.flooding import FloodError
 from seedflood.core.membership import AUDIT, JOIN, Change, Note, Roster
 from seedflood.core.message import FrameError, Message
 from seedflood.core.transport import EVALUATOR, TransportError
+from seedflood.core.voter import Voter
 from seedflood.roles.host import Host, Records
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ Faults (`Fault.kind`), each at a round:
 Checks (`Outcome`): safety — every client's applied (step, digest) list is a prefix of one
 history, and so is the evaluator's log (it follows whichever client is the attach node, each
 new edge opening with that client's steps from where the log stands, through the real
-`membership.StepSequence`, which refuses two contents for one step); liveness — where the final
+`stepstream.StepSequence`, which refuses two contents for one step); liveness — where the final
 graph has a connected part holding a strict majority of the nodes, all of its clients finish.
 """
 
@@ -42,9 +42,10 @@ import networkx as nx
 
 from seedflood.core.agreement import Agreement
 from seedflood.core.flooding import Flood
-from seedflood.core.membership import JOIN, MembershipError, StepSequence, join_note
+from seedflood.core.membership import JOIN, MembershipError, join_note
 from seedflood.core.message import FrameError, Message
 from seedflood.core.protocol import Protocol, schedule
+from seedflood.core.stepstream import StepSequence
 from seedflood.core.voter import Voter
 
 Edge = tuple[int, int]
@@ -348,7 +349,7 @@ class World:
 
     def _push(self, n: Node, before: int) -> None:
         """The evaluator follows the attach node: a new edge opens with that client's steps from
-        where the log stands, then each step it applies (membership.StepSequence checks them)."""
+        where the log stands, then each step it applies (stepstream.StepSequence checks them)."""
         if len(n.applied) == before or self.error:
             return
         if n.voter.agreement.roster.attach != n.i:

@@ -131,7 +131,7 @@ def worker(role: str, cfg: dict) -> int:
 
     from seedflood.comm.attach import AttachInbox
     from seedflood.comm.links import EdgeTransport
-    from seedflood.core.membership import encode_push, encode_pushes
+    from seedflood.core.stepstream import encode_push, encode_pushes
     from seedflood.core.transport import EVALUATOR, ByteCounter, Transport
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -480,7 +480,7 @@ def test_store_gone_stops_rejoins_not_hops(tmp_path, how):
 
 @pytest.mark.dist
 def test_evaluator_edge_survives_an_evaluator_restart(cluster):
-    from seedflood.core.membership import encode_push
+    from seedflood.core.stepstream import encode_push
 
     cluster.start("n0", "attach", node=0, neighbours=[1], attach=True, until="reconnected")
     cluster.start("n1", "partner", node=1, neighbours=[0])

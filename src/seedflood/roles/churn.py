@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
-from seedflood.core import membership
+from seedflood.core import membership, stepstream
 from seedflood.core.agreement import Agreement
 from seedflood.core.flooding import FloodError
 from seedflood.core.membership import AUDIT, JOIN, Change, Note, Roster
@@ -191,8 +191,8 @@ class Churn:
             return
         self._fed = link
         needs = transport.evaluator_needs()  # type: ignore[attr-defined]
-        blob = membership.encode_pushes(
-            (s, membership.encode_step(m, self.roster.changes.get(s))) for s, m in self.history if s >= needs
+        blob = stepstream.encode_pushes(
+            (s, stepstream.encode_step(m, self.roster.changes.get(s))) for s, m in self.history if s >= needs
         )
         try:
             transport.send_blob(EVALUATOR, blob)  # type: ignore[attr-defined]
@@ -211,13 +211,13 @@ class Churn:
         return getattr(self.host.transport, "neighbours", self.host.flood.peers)
 
     def catch_up(self, t: int, e: int, inc: int) -> bytes:
-        """What a rejoining neighbour needs before step t (`membership.CatchUp`): every decided
+        """What a rejoining neighbour needs before step t (`stepstream.CatchUp`): every decided
         step (with its change), the messages and notes held for undecided steps, its JOIN step."""
         h = self.host
         msgs, notes = h.flood.held_items()
-        steps = [(s, membership.encode_step(m, self.roster.changes.get(s))) for s, m in self.history]
+        steps = [(s, stepstream.encode_step(m, self.roster.changes.get(s))) for s, m in self.history]
         held = membership.encode_hop(msgs, notes)
-        return membership.CatchUp(h.node, t, e, inc, steps, held, h.hops_run).to_bytes()
+        return stepstream.CatchUp(h.node, t, e, inc, steps, held, h.hops_run).to_bytes()
 
     def rejoin(self, blob: bytes) -> None:
         """Catch up from a sponsor's payload (`catch_up`) as a restarted client: replay every
@@ -225,7 +225,7 @@ class Churn:
         h = self.host
         if h.next_step or h.applier.last_step >= 0:
             raise FloodError(f"node {h.node}: rejoin must come before the first step")
-        d = membership.CatchUp.from_bytes(blob)
+        d = stepstream.CatchUp.from_bytes(blob)
         if self.agreement.incarnation and d.incarnation != self.agreement.incarnation:
             raise FrameError(
                 f"node {h.node}: node {d.sponsor}'s catch-up admits incarnation {d.incarnation}, "
@@ -236,7 +236,7 @@ class Churn:
         for s, payload in d.steps:
             if s != len(steps):
                 raise FrameError(f"node {h.node}: catch-up from node {d.sponsor} jumps to step {s}")
-            msgs, change = membership.decode_step(payload, s, seed_of=h.protocol.seed)
+            msgs, change = stepstream.decode_step(payload, s, seed_of=h.protocol.seed)
             # the chain is checked later, not here: this client commits nothing until a majority's
             # votes name the digest its replayed history ends on (a forked sponsor is found there)
             self.agreement.extend(s, msgs, change)
@@ -311,8 +311,8 @@ class Churn:
             for listener in h.listeners:
                 listener(s, msgs)
             if self.evaluator and self.roster.attach == h.node and getattr(h.transport, "attach", False):
-                payload = membership.encode_step(msgs, self.roster.changes.get(s))
-                h.transport.push(membership.encode_push(s, payload), s)
+                payload = stepstream.encode_step(msgs, self.roster.changes.get(s))
+                h.transport.push(stepstream.encode_push(s, payload), s)
             if h.protocol.audits(s) and self.state_hash is not None:
                 value = membership.audit_value(self.state_hash())
                 h.flood.originate_notes([Note(s, AUDIT, h.node, value)])

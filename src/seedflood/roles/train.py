@@ -45,9 +45,10 @@ from seedflood.comm.rendezvous import STARTED_KEY, await_start, sponsor_key
 from seedflood.core import protocol as proto
 from seedflood.core.config import Config
 from seedflood.core.graph import Topology
-from seedflood.core.membership import Change, MembershipError, Roster, decode_step, encode_step
+from seedflood.core.membership import Change, MembershipError, Roster
 from seedflood.core.protocol import Protocol
 from seedflood.core.replay import state_hash
+from seedflood.core.stepstream import decode_step, encode_step
 from seedflood.core.transport import EVALUATOR, LATE_FACTOR, ByteCounter, Inbox, TransportError
 from seedflood.ml import host
 from seedflood.ml.workload import Workload

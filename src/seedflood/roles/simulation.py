@@ -41,7 +41,8 @@ from seedflood.core.protocol import Protocol
 from seedflood.core.replay import state_hash
 from seedflood.core.transport import LATE_FACTOR, ByteCounter, TransportError
 from seedflood.ml.workload import Workload
-from seedflood.roles.client import Client, Records
+from seedflood.roles.client import Client
+from seedflood.roles.host import Records
 
 log = logging.getLogger(__name__)
 
@@ -201,8 +202,8 @@ def simulate(
                         exits[node] = f"no neighbour sponsored the rejoin: {e}"
                         network.kill(node)
                         return
-                    client.rejoin(blob)
-                    logs[node] = list(client.history)
+                    client.churn.rejoin(blob)
+                    logs[node] = list(client.churn.history)
                     step_hashes[node] = [None] * client.logged  # type: ignore[list-item]
                 else:
                     client.resume(resume)
@@ -218,7 +219,7 @@ def simulate(
                         return
                 client.run(stop)
                 hashes[node] = state_hash(w.model, w.direction)
-                rosters[node] = dict(client.roster.changes)
+                rosters[node] = dict(client.mode.changes)
         except MembershipError as e:  # stopped by the churn rules: an outcome, not a failure
             exits[node] = str(e)
             network.kill(node)  # the process exits: its edges close

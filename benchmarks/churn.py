@@ -20,8 +20,8 @@ over the in-memory network (`simulation.simulate`: one thread and one model per 
               model as a relaunch does. torchrun's process start-up is NOT included (one process's
               imports are measured and printed beside it). Its final hash must equal run 1's
               (asserted: a restart costs time, not bits);
-5. rejoin   — `Client.rejoin` of a fresh client handed a sponsor's catch-up payload of H steps ×
-              16 origins (H = 100, 1000, 10000; built by a real sponsor `Client._catch_up` from
+5. rejoin   — `Churn.rejoin` of a fresh client handed a sponsor's catch-up payload of H steps ×
+              16 origins (H = 100, 1000, 10000; built by a real sponsor `Churn.catch_up` from
               synthesised messages: the protocol's seeds, random scalars), for two model sizes
               (`model.tiny` overrides), with the payload's bytes, the part spent in
               `Applier.apply_all`, and the rejoined hash checked against a plain replay.
@@ -302,7 +302,7 @@ def bench_runs(args: argparse.Namespace) -> dict[str, Any]:
 
 # -- 5. rejoin time against messages replayed -------------------------------------------------------
 class _NoTransport:
-    """What `Client.rejoin` needs of a transport: `connect` (nothing is exchanged here)."""
+    """What `Churn.rejoin` needs of a transport: `connect` (nothing is exchanged here)."""
 
     peers: tuple[int, ...] = ()
 
@@ -344,15 +344,15 @@ def bench_rejoin(args: argparse.Namespace) -> list[dict[str, Any]]:
         for h in histories:
             history = synth_history(p, h, seed=h)
             sponsor = client_of(p, Workload.build(cfg), 1)  # only its history is read
-            sponsor.history = history
+            sponsor.churn.history = history
             t = h + p.delay  # the sponsor's boundary: steps < t − delay are decided
-            blob = sponsor._catch_up(t, t + p.delay + 1, 1)
+            blob = sponsor.churn.catch_up(t, t + p.delay + 1, 1)
             walls, cpus, applies, hashes = [], [], [], set()
             for _ in range(args.rejoin_repeats):
                 w = Workload.build(cfg)  # a restarted process: base weights only (not timed)
                 joiner = client_of(p, w, 5)
                 rng.derive.cache_clear()  # a restarted process starts with no seed derived
-                _, wall_s, cpu_s = timed(lambda: joiner.rejoin(blob))
+                _, wall_s, cpu_s = timed(lambda: joiner.churn.rejoin(blob))
                 assert joiner.logged == h and joiner.next_step == t
                 hashes.add(state_hash(w.model, w.direction))
                 ref = Workload.build(cfg)  # the apply part alone: a plain replay of the same steps
@@ -396,7 +396,7 @@ def bench_rejoin(args: argparse.Namespace) -> list[dict[str, Any]]:
             )
             print(f"   rejoin {name} {h} steps: {med:.3f} s (load {load()})")
     table(
-        f"Client.rejoin against messages replayed ({args.clients} origins, K = 1, subcge, rank "
+        f"Churn.rejoin against messages replayed ({args.clients} origins, K = 1, subcge, rank "
         f"{cfg.subspace.rank}, refresh {cfg.subspace.refresh})",
         [
             "model (params)",

@@ -1,7 +1,7 @@
 """The schedule explorer: every fault schedule of a small graph through the real agreement.
 
 Owns a lockstep world of N clients that run the churn client's schedule with the real decision
-code — `seedflood.core.agreement.Voter` (votes, ballots, commits, taking a committed step) over the
+code — `seedflood.core.voter.Voter` (votes, ballots, commits, taking a committed step) over the
 real `seedflood.core.flooding.Flood` and `membership.Roster` — and no model: a client "applies" a
 step by recording (step, digest). Faults are data (`Fault`), so a program can enumerate them.
 
@@ -10,7 +10,7 @@ exchanges). A client of local step t originates its message at the first hop of 
 JOIN step on), runs `hops` hops, then calls `Voter.after(t)` and applies every committed step
 due (t − delay); a step due but not committed (or whose messages are not all here) makes it hop
 on at t (no originating) until it is, at most `protocol.patience_hops` hops, then it stops with
-one line, as `Client._apply_committed` does. After the last step it drains the same way and
+one line, as `Churn.apply_committed` does. After the last step it drains the same way and
 lingers for a vote's spread, then exits (its neighbours drop the edge).
 
 Faults (`Fault.kind`), each at a round:
@@ -22,12 +22,12 @@ Faults (`Fault.kind`), each at a round:
 - `restart`: a dead node comes back as a new incarnation: its lowest live member neighbour
   sponsors it with the real catch-up rules (the decided steps, the held messages and notes, a
   JOIN note for t + delay + 1 whose edges connect (delay + 1) · hops rounds later: rounds are
-  the shared hop clock), as `Client._boundary` / `Client.rejoin` / `Client._link` do.
+  the shared hop clock), as `Churn.boundary` / `Churn.rejoin` / `Churn.link` do.
 
 Checks (`Outcome`): safety — every client's applied (step, digest) list is a prefix of one
 history, and so is the evaluator's log (it follows whichever client is the attach node, each
 new edge opening with that client's steps from where the log stands, through the real
-`membership.StepSequence`, which refuses two contents for one step); liveness — where the final
+`stepstream.StepSequence`, which refuses two contents for one step); liveness — where the final
 graph has a connected part holding a strict majority of the nodes, all of its clients finish.
 """
 
@@ -40,11 +40,13 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from seedflood.core.agreement import Agreement, Voter
+from seedflood.core.agreement import Agreement
 from seedflood.core.flooding import Flood
-from seedflood.core.membership import JOIN, MembershipError, StepSequence, join_note
+from seedflood.core.membership import JOIN, MembershipError, join_note
 from seedflood.core.message import FrameError, Message
 from seedflood.core.protocol import Protocol, schedule
+from seedflood.core.stepstream import StepSequence
+from seedflood.core.voter import Voter
 
 Edge = tuple[int, int]
 
@@ -226,7 +228,7 @@ class World:
 
     def _restart(self, v: int) -> None:
         """Bring dead node v back as a new incarnation, sponsored by its lowest running member
-        neighbour (the catch-up of Client._catch_up / Client.rejoin, without the bytes)."""
+        neighbour (the catch-up of Churn.catch_up / Churn.rejoin, without the bytes)."""
         old = self.nodes[v]
         if old.state != "dead":
             return
@@ -236,7 +238,7 @@ class World:
             if self.nodes[u].running and u in self.nodes[u].voter.agreement.roster.members and self.nodes[u].linger < 0
         ]
         if not sponsors or v in sponsors[0].voter.agreement.roster.members:
-            if sponsors:  # its old incarnation still counts: the sponsor waits (Client._boundary)
+            if sponsors:  # its old incarnation still counts: the sponsor waits (Churn.boundary)
                 self._retry.append(v)
             return
         s = sponsors[0]
@@ -265,7 +267,7 @@ class World:
 
     def _connect_joiners(self) -> None:
         """At the round its JOIN note names, a newcomer and each neighbour connect their edge,
-        where both ends' rules agree (`Client._link`: the newcomer connects its member
+        where both ends' rules agree (`Churn.link`: the newcomer connects its member
         neighbours, a member connects the newcomer if it holds the note), whatever steps they
         are at or wait in."""
         for v, e, link in list(self._joining):
@@ -347,7 +349,7 @@ class World:
 
     def _push(self, n: Node, before: int) -> None:
         """The evaluator follows the attach node: a new edge opens with that client's steps from
-        where the log stands, then each step it applies (membership.StepSequence checks them)."""
+        where the log stands, then each step it applies (stepstream.StepSequence checks them)."""
         if len(n.applied) == before or self.error:
             return
         if n.voter.agreement.roster.attach != n.i:

@@ -172,8 +172,8 @@ def test_a_held_copy_that_hashes_to_another_digest_than_the_committed_one_stops_
     import networkx as nx
 
     import explorer
-    from seedflood.core.agreement import Voter
     from seedflood.core.flooding import Flood
+    from seedflood.core.voter import Voter
 
     p = explorer.protocol_for(nx.complete_graph(3), steps=2)
     flood = Flood(0, [1, 2], range(3), tolerate_conflicts=True)

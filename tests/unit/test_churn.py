@@ -387,7 +387,7 @@ def test_f5_a_sponsor_cut_off_from_the_others_right_after_it_sponsors_reaches_th
 
 
 class _Connects:
-    """What `Client.rejoin` needs of a transport: `connect` (nothing is exchanged here)."""
+    """What `Churn.rejoin` needs of a transport: `connect` (nothing is exchanged here)."""
 
     peers: tuple[int, ...] = ()
 
@@ -412,17 +412,17 @@ def test_f7_a_catch_up_for_another_incarnation_is_refused_and_a_forked_sponsor_c
     steps = [(s, [Message.make(o, s, p.seed(o, s), 0.01 * o) for o in range(8)]) for s in range(5)]
     sponsor = client(0)
     sponsor.resume(steps)
-    assert len(sponsor.history) == 5 - p.delay  # applied; the rest held, as at a live step boundary
-    blob = sponsor._catch_up(5, 5 + p.delay + 1, inc=2)
+    assert len(sponsor.churn.history) == 5 - p.delay  # applied; the rest held, as at a live step boundary
+    blob = sponsor.churn.catch_up(5, 5 + p.delay + 1, inc=2)
     with pytest.raises(FrameError, match="admits incarnation 2, this process is incarnation 3"):
-        client(3).rejoin(blob)
+        client(3).churn.rejoin(blob)
     fresh = client(2)
-    fresh.rejoin(blob)  # its own incarnation: taken, and nothing of it trusted beyond the CRC yet
-    assert fresh.agreement.through == len(sponsor.history) - 1
+    fresh.churn.rejoin(blob)  # its own incarnation: taken, and nothing of it trusted beyond the CRC yet
+    assert fresh.churn.agreement.through == len(sponsor.churn.history) - 1
     # a quorum voting a step on a chain other than the one the sponsor handed over: the newcomer
     # cannot commit it and stops, instead of applying a history the others do not hold
-    s = fresh.agreement.through + 1
+    s = fresh.churn.agreement.through + 1
     other = Value(GENESIS, frozenset(range(8)), (), step_digest(GENESIS, s, [], ()))
     votes = [Vote(s, 1, o, 0, other) for o in range(5)]
     with pytest.raises(MembershipError, match="does not hold"):
-        fresh.agreement.review(lambda step: votes if step == s else [], lambda step: None)
+        fresh.churn.agreement.review(lambda step: votes if step == s else [], lambda step: None)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from seedflood.core import config
-from seedflood.experiments import compare
+from seedflood.experiments import compare, compare_report
 from seedflood.rundir.metrics import event_files
 
 STEPS, EVERY = 10, 5
@@ -110,7 +110,7 @@ def compared(tmp_path: Path) -> Path:
 
 
 def test_report_rows_table_and_csv(compared: Path) -> None:
-    rows = compare.report(compared)
+    rows = compare_report.report(compared)
     assert [r["algorithm"] for r in rows] == ["seedflood", "dzsgd", "dsgd", "diloco"]  # table order, not disk's
     sf, dz, ds, dl = rows
     assert (sf["accuracy"], sf["auc"], sf["threshold_accuracy"]) == (0.75, 0.8125, 0.6875)
@@ -143,7 +143,7 @@ def test_report_rows_table_and_csv(compared: Path) -> None:
 
 
 def test_report_fills_tensorboard_from_metrics(compared: Path) -> None:
-    compare.report(compared)
+    compare_report.report(compared)
     for alg in ("seedflood", "dsgd"):
         assert event_files(compared / alg / "tb"), alg
     assert not (compared / "dzsgd" / "tb").exists()  # no metrics, nothing to show
@@ -151,8 +151,8 @@ def test_report_fills_tensorboard_from_metrics(compared: Path) -> None:
 
 def test_bytes_plot_places_each_score_after_its_steps(compared: Path) -> None:
     # entry i of the cumulative list is after step i (i + 1 steps): score at step 5 -> entry 4
-    assert compare.curves(compared / "seedflood") == [(0, 0.5, 0.0), (5, 0.625, 64.0 * 5), (10, 0.75, 672.0)]
-    lo, hi = compare.plot(compared, ["seedflood", "dzsgd", "dsgd"])
+    assert compare_report.curves(compared / "seedflood") == [(0, 0.5, 0.0), (5, 0.625, 64.0 * 5), (10, 0.75, 672.0)]
+    lo, hi = compare_report.plot(compared, ["seedflood", "dzsgd", "dsgd"])
     first = 64.0 * 5  # SeedFlood's first nonzero point, 7 decades below dsgd's bytes
     assert 0 < lo <= first and lo >= first / 10, "SeedFlood's first point must show on the log axis"
     assert hi >= 2.625e9
@@ -184,7 +184,7 @@ def test_a_failing_algorithm_is_reported_and_the_rest_still_run(tmp_path: Path) 
     assert outcomes[1]["error"] == "RuntimeError: dzsgd ran out of memory"
     assert "compare: dzsgd FAILED: RuntimeError: dzsgd ran out of memory" in "\n".join(lines)
     assert "Traceback" in (out / "dzsgd" / "error.txt").read_text()
-    rows = compare.report(out)
+    rows = compare_report.report(out)
     assert [r["status"] for r in rows] == ["ok", "failed", "ok"]
     assert "| failed: RuntimeError: dzsgd ran out of memory |" in (out / "results.md").read_text()
 
@@ -227,9 +227,11 @@ def test_dispatch_sends_seedflood_to_sharedmodel_and_the_rest_to_baselines(monke
         mod.run = lambda cfg, progress=True, name=name: calls.append((name, cfg.algorithm.name, progress)) or {}
         monkeypatch.setitem(sys.modules, f"seedflood.{package}.{name}", mod)
         monkeypatch.setattr(importlib.import_module(f"seedflood.{package}"), name, mod, raising=False)
-    for alg in compare.ALGORITHMS:
+    for alg in compare_report.ALGORITHMS:
         compare.dispatch(config.load(None, [f"algorithm.name={alg}"]), progress=False)
-    assert calls == [("sharedmodel", "seedflood", False)] + [("baselines", a, False) for a in compare.ALGORITHMS[1:]]
+    assert calls == [("sharedmodel", "seedflood", False)] + [
+        ("baselines", a, False) for a in compare_report.ALGORITHMS[1:]
+    ]
 
 
 # -- the command ----------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from seedflood.comm.memory import InMemoryNetwork
 from seedflood.core import config
 from seedflood.core.configerror import ConfigError
 from seedflood.core.transport import HEADER
-from seedflood.experiments import baselines, compare
+from seedflood.experiments import baselines, compare, compare_report
 from seedflood.ml import lora, model, objective
 
 torch.set_num_threads(1)
@@ -159,7 +159,7 @@ def test_compare_runs_and_tabulates_the_lora_baselines(tmp_path):
     cfg = config.load(None, BASE + ["algorithm.lr=0.3", "eval.every=0", "run.steps=2"])
     outcomes = compare.run(cfg, ["dsgd", "dsgd-lora"], tmp_path, echo=lambda _: None)
     assert [o["status"] for o in outcomes] == ["done", "done"]
-    rows = {r["algorithm"]: r for r in compare.report(tmp_path)}
+    rows = {r["algorithm"]: r for r in compare_report.report(tmp_path)}
     assert set(rows) == {"dsgd", "dsgd-lora"}
     d_full = json.loads((tmp_path / "dsgd" / "summary.json").read_text())["trainable_params"]
     assert rows["dsgd-lora"]["bytes_per_edge"] == 2 * (HEADER + 20 + 4 * D_LORA)

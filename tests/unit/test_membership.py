@@ -10,27 +10,29 @@ from seedflood.core.membership import (
     AUDIT,
     JOIN,
     VOTE,
-    CatchUp,
     Change,
     ExcludedError,
     MembershipError,
     Note,
     Roster,
-    StepSequence,
     audit_verdict,
     decode_hop,
-    decode_push,
-    decode_pushes,
-    decode_step,
     encode_hop,
-    encode_push,
-    encode_pushes,
-    encode_step,
     join_note,
     link_hop,
     next_attach,
 )
 from seedflood.core.message import FrameError, Limits, Message
+from seedflood.core.stepstream import (
+    CatchUp,
+    StepSequence,
+    decode_push,
+    decode_pushes,
+    decode_step,
+    encode_push,
+    encode_pushes,
+    encode_step,
+)
 
 SEED = 7
 

@@ -176,7 +176,7 @@ def test_a_run_stopped_early_hands_back_a_transport_no_hop_thread_uses():
     cfg = cfg_for(*GRAPHS["ring"], "flood.hops_per_step=1", "flood.overlap=true")
 
     def after(c: Client, transport) -> None:
-        assert c._inflight is None  # joined: the caller may close the transport
+        assert c.mode.inflight is None  # joined: the caller may close the transport
         assert transport.hop == 3 * c.protocol.hops  # the hops of steps 0, 1, 2 all ran
 
     outcome, seen, _ = run_clients(cfg, stop=3, after=after)
@@ -243,7 +243,7 @@ def test_an_error_on_the_main_thread_waits_for_the_hops_in_flight():
                     c.run()
                 finally:
                     if node == 1:
-                        assert c._inflight is None
+                        assert c.mode.inflight is None
         except BaseException as e:  # noqa: BLE001
             errors[node] = e
 

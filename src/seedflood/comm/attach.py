@@ -15,7 +15,7 @@ How the evaluator follows it, with two threads:
   published it needs, `rendezvous.evaluator_next_key`), and makes it the stream's edge, closing
   the old one (which also ends a receive blocked on a stalled predecessor).
 - the stream thread receives pushes from the current edge. Every push carries its step, so a
-  `membership.StepSequence` hands the consumer each step once, in order from `start`, however
+  `stepstream.StepSequence` hands the consumer each step once, in order from `start`, however
   the successive senders' steps overlap; a gap is an error (TransportError to the consumer).
 An edge that fails, or ends before the last step, is simply dropped: the next attach node, or the
 same one reconnecting, answers a fresh greeting. Evaluator edges beat like topology edges
@@ -55,8 +55,8 @@ from seedflood.comm.rendezvous import (
     peek,
     register,
 )
-from seedflood.core.membership import StepSequence, decode_push, decode_pushes
 from seedflood.core.message import FrameError
+from seedflood.core.stepstream import StepSequence, decode_push, decode_pushes
 from seedflood.core.transport import EOS, EVALUATOR, INLINE_BYTES, MAX_FRAME_BYTES, Inbox, TransportError
 
 log = logging.getLogger(__name__)

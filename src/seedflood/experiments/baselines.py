@@ -51,7 +51,8 @@ from seedflood.core.configerror import ConfigError
 from seedflood.core.directions import Gaussian, select_trainable
 from seedflood.core.transport import HEADER, ByteCounter
 from seedflood.experiments import gossip, tensorwire
-from seedflood.experiments.baselines_core import Algorithm, Choco, Ctx, DiLoCo, Flat, Gossip, Mezo
+from seedflood.experiments.baselines_core import Algorithm, Choco, Ctx, Flat, Gossip, Mezo
+from seedflood.experiments.diloco import DiLoCo
 from seedflood.ml import lora
 from seedflood.ml.workload import Workload
 from seedflood.rundir.atomic import atomic_write_text

@@ -9,7 +9,7 @@ Every row carries its step count and the binomial standard error of its accuracy
 examples, s.e. = sqrt(p(1 - p) / n). Two runs are told apart only when their accuracies differ by
 more than 2 standard errors of the difference, sqrt(s.e.a² + s.e.b²) (independent test
 scorings: a conservative bound, since both score the same examples); otherwise the verdict is
-"not enough steps to tell". Rows come from compare.run_row (the run-directory contract).
+"not enough steps to tell". Rows come from compare_report.run_row (the run-directory contract).
 
 Assumes: DIR/plan.json written by reproduce.py; matplotlib (Agg, no pyplot state).
 """
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from seedflood.experiments import compare
+from seedflood.experiments import compare_report
 from seedflood.experiments.reproduce_plan import ALGS16, HOPS, SCALE_N, Plan, load_plan
 from seedflood.rundir.atomic import atomic_write_text
 
@@ -34,12 +34,12 @@ Row = dict[str, Any]
 
 
 def rows(out: Path, plan: Plan, n_test: int) -> dict[str, Row]:
-    """name -> compare.run_row of the run plus name, groups, se, zero-shot accuracy and the spec."""
+    """name -> compare_report.run_row of the run plus name, groups, se, zero-shot accuracy and the spec."""
     table = {}
     for spec in plan.runs:
         run_dir = out / spec.name / spec.algorithm
-        row = compare.run_row(run_dir) if run_dir.is_dir() else {"status": "not run", "accuracy": None}
-        summary = compare.read_json(run_dir / "summary.json") or {}
+        row = compare_report.run_row(run_dir) if run_dir.is_dir() else {"status": "not run", "accuracy": None}
+        summary = compare_report.read_json(run_dir / "summary.json") or {}
         zero = summary.get("zero_shot") if isinstance(summary.get("zero_shot"), dict) else {}
         p = row.get("accuracy")
         row.update(
@@ -47,7 +47,7 @@ def rows(out: Path, plan: Plan, n_test: int) -> dict[str, Row]:
             spec=spec,
             n_test=n_test,
             se=math.sqrt(p * (1 - p) / n_test) if p is not None and n_test else None,
-            zero_shot=compare.number(zero.get("accuracy")),
+            zero_shot=compare_report.number(zero.get("accuracy")),
         )
         row["steps"] = row.get("steps") or None
         table[spec.name] = row
@@ -162,8 +162,8 @@ def _tables(t: dict[str, Row], plan: Plan) -> list[str]:
         norm = f"{r['accuracy'] / ref:.3f}" if ref and r.get("accuracy") is not None else "-"
         out.append(
             f"| {r['spec'].algorithm} | {r['name'].split('-')[0]} | {_steps(r, s)} | {acc(r)} | {norm} | "
-            f"{compare.md_cell('auc', r)} | {compare.md_cell('bytes_per_edge', r)} | "
-            f"{compare.md_cell('wall_seconds', r)} | {_status(r)} |"
+            f"{compare_report.md_cell('auc', r)} | {compare_report.md_cell('bytes_per_edge', r)} | "
+            f"{compare_report.md_cell('wall_seconds', r)} | {_status(r)} |"
         )
     out += [
         "",
@@ -184,7 +184,7 @@ def _tables(t: dict[str, Row], plan: Plan) -> list[str]:
         if r is not None and "hops" in r["spec"].groups:
             label = "8 = diameter" if h == 8 else str(h)
             out.append(
-                f"| {label} | {_steps(r, s)} | {acc(r)} | {compare.md_cell('bytes_per_edge', r)} | {_status(r)} |"
+                f"| {label} | {_steps(r, s)} | {acc(r)} | {compare_report.md_cell('bytes_per_edge', r)} | {_status(r)} |"
             )
     out += ["", "**(4) SubCGE rank and refresh period** (SeedFlood, 16 on a ring)", ""]
     out += ["| run | steps | accuracy ± s.e. | status |", "|---|---|---|---|"]
@@ -216,7 +216,7 @@ def plot(t: dict[str, Row], path: Path) -> None:
         pts = [(n, r) for n, r in pts if "scale" in r["spec"].groups]
         if pts:
             ax.errorbar([n for n, _ in pts], [r["accuracy"] for _, r in pts], [r["se"] for _, r in pts], marker="o",
-                        label=alg, color=compare.color(alg), capsize=3)  # fmt: skip
+                        label=alg, color=compare_report.color(alg), capsize=3)  # fmt: skip
     ax.set_xscale("log", base=2), ax.set_title("(2) clients at equal steps"), ax.set_xlabel("clients")
     ax.set_xticks([16, *SCALE_N], [str(n) for n in (16, *SCALE_N)])
     ax = axes[1][0]

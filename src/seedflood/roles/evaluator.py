@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from seedflood.core import config as config_mod
-from seedflood.core import membership, message
+from seedflood.core import message, stepstream
 from seedflood.core.config import Config
 from seedflood.core.membership import Roster
 from seedflood.core.protocol import Protocol
@@ -169,7 +169,7 @@ class Evaluator:
         """One complete step from the attach client: validate, apply, log, maybe score/save."""
         step = self.next_step
         try:
-            msgs, change = membership.decode_step(frame, step, seed_of=self.protocol.seed)
+            msgs, change = stepstream.decode_step(frame, step, seed_of=self.protocol.seed)
             if change:
                 self.roster.apply(change)
             self.protocol.check_step(step, msgs, members=self.roster.members)
@@ -236,7 +236,7 @@ class Evaluator:
             return False
         first = self.next_step
         for s, msgs in records[first:]:
-            self.take(membership.encode_step(msgs, changes.get(s)))
+            self.take(stepstream.encode_step(msgs, changes.get(s)))
         self.progress.advance_to(self.next_step)
         log.warning("evaluator: took steps %d..%d from the client log %s", first, self.next_step - 1, path)
         return self.next_step >= self.protocol.steps

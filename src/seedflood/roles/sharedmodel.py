@@ -117,7 +117,7 @@ class SharedModel:
         self.next_step = self.logged = len(records)
 
     def estimate(self, t: int) -> dict[int, list[Message]]:
-        """Every client's K messages of step t, on the shared model (as client.Client._estimate)."""
+        """Every client's K messages of step t, on the shared model (as client.Client.estimate)."""
         if self.batched is not None:
             return self._estimate_batched(t)
         p, w = self.protocol, self.w

@@ -42,7 +42,8 @@ from seedflood.core.protocol import Protocol
 from seedflood.core.replay import state_hash
 from seedflood.core.transport import LATE_FACTOR, ByteCounter, TransportError
 from seedflood.ml.workload import Workload
-from seedflood.roles.client import Client, Records
+from seedflood.roles.client import Client
+from seedflood.roles.host import Records
 
 log = logging.getLogger(__name__)
 
@@ -216,8 +217,8 @@ def simulate(
                         exits[node] = f"no neighbour sponsored the rejoin: {e}"
                         network.kill(node)
                         return
-                    client.rejoin(blob)
-                    logs[node] = list(client.history)
+                    client.churn.rejoin(blob)
+                    logs[node] = list(client.churn.history)
                     step_hashes[node] = [None] * client.logged  # type: ignore[list-item]
                 else:
                     client.resume(resume)
@@ -233,7 +234,7 @@ def simulate(
                         return
                 client.run(stop)
                 hashes[node] = state_hash(w.model, w.direction)
-                rosters[node] = dict(client.roster.changes)
+                rosters[node] = dict(client.mode.changes)
         except MembershipError as e:  # stopped by the churn rules: an outcome, not a failure
             exits[node] = str(e)
             stopped.add(node)

@@ -45,9 +45,10 @@ from seedflood.comm.rendezvous import STARTED_KEY, await_start, sponsor_key
 from seedflood.core import protocol as proto
 from seedflood.core.config import Config
 from seedflood.core.graph import Topology
-from seedflood.core.membership import Change, MembershipError, Roster, decode_step, encode_step
+from seedflood.core.membership import Change, MembershipError, Roster
 from seedflood.core.protocol import Protocol
 from seedflood.core.replay import state_hash
+from seedflood.core.stepstream import decode_step, encode_step
 from seedflood.core.transport import EVALUATOR, LATE_FACTOR, ByteCounter, Inbox, TransportError
 from seedflood.ml import host
 from seedflood.ml.workload import Workload
@@ -211,14 +212,14 @@ def _client(
         # on the evaluator being up when it is decided (docs/design.md §13)
         own = _client_log(cfg, protocol, w, node) if protocol.churn else None
         if own is not None:
-            own.extend(client.history, client.roster.changes)
-            client.listeners.append(lambda s, _: own.extend(client.history, client.roster.changes))
+            own.extend(client.churn.history, client.churn.roster.changes)
+            client.listeners.append(lambda s, _: own.extend(client.churn.history, client.churn.roster.changes))
         try:
             client.run()
         except MembershipError as e:  # tell the evaluator this client is done streaming for good
             stopped = {"node": node, "stopped": str(e)}
             if own is not None:
-                own.extend(client.history, client.roster.changes)
+                own.extend(client.churn.history, client.churn.roster.changes)
                 own.report(stopped)
             _post(group, _client_key(node), stopped)
             raise
@@ -325,7 +326,7 @@ def _rejoin(cfg: Config, node: int, client: Client, transport: EdgeTransport) ->
         ) from None
     if not transport.connect([sponsor], wait):
         raise TransportError(f"node {node}: could not connect to its sponsor node {sponsor}")
-    client.rejoin(transport.recv_blob(sponsor, wait))
+    client.churn.rejoin(transport.recv_blob(sponsor, wait))
 
 
 def _evaluate(

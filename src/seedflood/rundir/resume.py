@@ -213,7 +213,7 @@ class ClientLog:
     histories in one file. One process writes a node's log at a time (an flock; a second one keeps none and says
     so). Never raises into training: a disk failure is one warning and the copy stops.
 
-    Assumes: the caller hands the same `history` list (Client.history: every decided step from 0)."""
+    Assumes: the caller hands the same `history` list (Churn.history: every decided step from 0)."""
 
     def __init__(self, cfg: Config, protocol: Protocol, header: dict[str, Any], node: int) -> None:
         self.node = node

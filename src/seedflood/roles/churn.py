@@ -1,0 +1,326 @@
+"""The churn step strategy: apply only committed steps (docs/design.md §13).
+
+Owns: a churn client's schedule and membership work — the committed chain it votes on
+(`agreement.Agreement` via its `Voter`), every decided step from 0 (`history`), sponsoring a
+restarted neighbour (`boundary`, `catch_up`), rejoining from a sponsor (`rejoin`), connecting
+rejoined edges on the shared hop clock (`link`), streaming decided steps to the evaluator as the
+attach node (`follow`), and audits.
+
+The transport drops a failed peer instead of raising (`take_lost`), the flood stops sending to it,
+and no step is applied until a strict majority of its roster committed its content: at the end of
+local step t the client votes on step t − vote_lag (what it holds), reviews the votes it holds
+(commits, next ballots), and applies step t − delay once committed and held; until then it keeps
+hopping without originating (bounded by `protocol.patience_hops`, then it stops with one line).
+Every `audit_every` steps the client floods an AUDIT note of its state hash; a client whose hash
+differs from the majority's is left out of the proposals of the others and excluded once that
+commits. A client that cannot reach an agreeing majority, or is excluded, raises
+`membership.MembershipError` (one line) and stops, having applied only committed steps.
+
+Assumes: the client floods to every neighbour (shortest-path routes break when a relay dies) and
+tolerates conflicting copies until a commit settles them; a transport with the churn extras
+(`revived`, `claim`, `connect`, `take_lost`, the evaluator edge) where sponsoring, rejoining or
+following is used.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+from seedflood.core import membership, stepstream
+from seedflood.core.agreement import Agreement
+from seedflood.core.flooding import FloodError
+from seedflood.core.membership import AUDIT, JOIN, Change, Note, Roster
+from seedflood.core.message import FrameError, Message
+from seedflood.core.transport import EVALUATOR, TransportError
+from seedflood.core.voter import Voter
+from seedflood.roles.host import Host, Records
+
+log = logging.getLogger(__name__)
+
+
+class Churn:
+    """A churn client's schedule and membership (`host.Mode`)."""
+
+    def __init__(
+        self,
+        host: Host,
+        *,
+        state_hash: Callable[[], str] | None,
+        attach: int,
+        evaluator: bool,
+        incarnation: int,
+    ) -> None:
+        """See `client.Client` for `state_hash`, `attach`, `evaluator` and `incarnation`."""
+        self.host = host
+        p = host.protocol
+        self.agreement = Agreement(
+            host.node, p.n_origins, p.perturbations, incarnation, Roster(p.n_origins, attach=attach)
+        )
+        """The committed chain and roster, and this client's votes."""
+        self.voter = Voter(p, host.flood, self.agreement, lambda line: log.error("node %d: %s", host.node, line))
+        self.state_hash = state_hash
+        self.evaluator = evaluator
+        self._fed = 0  # the transport's evaluator edge (count) that got its catch-up blob
+        self.history: list[tuple[int, list[Message]]] = []
+        """Every decided step from 0, what a sponsor hands a rejoining neighbour."""
+        self.joined_at = 0  # first step this client originates (a rejoined client: its JOIN step)
+        self._deferred: set[int] = set()  # restarted neighbours still members under their old incarnation
+        self._links: dict[int, list[Note]] = {}  # hop index -> JOIN notes whose edges connect then
+
+    @property
+    def roster(self) -> Roster:
+        """The committed roster: members of the next step to commit; `roster.changes` holds every
+        committed change (step -> Change)."""
+        return self.agreement.roster
+
+    @property
+    def changes(self) -> Mapping[int, Change]:
+        return self.roster.changes
+
+    def resume(self, records: Records, cut: int, changes: Mapping[int, Change]) -> None:
+        """Every logged step is committed (keeping its decision); those >= cut wait to be applied."""
+        for s, msgs in records:
+            self.agreement.extend(s, msgs, changes.get(s), pending=s >= cut)
+        self.history = [(s, list(msgs)) for s, msgs in records[:cut]]
+        self.voter.logged = len(records)
+
+    def step(self, t: int) -> None:
+        h = self.host
+        self.boundary(t)
+        if t >= self.joined_at:  # a rejoining client relays and votes, originates from its JOIN step
+            h.flood.originate(h.estimate(t))
+        h.hops(t)
+        self.agree(t)
+        self.apply_through(t - h.protocol.delay, t)
+        h.next_step = t + 1
+
+    # -- rejoin -----------------------------------------------------------------------------------
+    def boundary(self, t: int) -> None:
+        """Before step t: sponsor a restarted neighbour that is ours to catch up (its other edges
+        connect later, at the hop its JOIN note names: `link`)."""
+        h = self.host
+        transport = h.transport
+        timeout = h.hop_timeout_s
+        revived = getattr(transport, "revived", list)() if t >= self.joined_at else []  # members sponsor
+        # a restarted neighbour whose old incarnation is still a member waits until a committed
+        # step has left it out: the new process must never vote or count as its old self
+        revived = sorted(set(revived) | self._deferred)
+        self._deferred = {p for p in revived if p in self.roster.members}
+        for p in (p for p in revived if p not in self._deferred):
+            inc = transport.claim(p)  # type: ignore[attr-defined]
+            if inc is None or not transport.connect([p], timeout):  # type: ignore[attr-defined]
+                continue  # another neighbour sponsors it, or it is gone again
+            # JOIN at e = t + delay + 1: the note gets the hops a message of step t gets before it
+            # is applied, so it normally reaches every voter before they propose step e (one that
+            # lacks it proposes e without the newcomer, and the ballots settle which commits).
+            # Its other edges connect at the hop index where step e's first hop falls if nobody
+            # waits: a hop index, not a step, because a client waiting for a commit hops on at
+            # its step (its neighbours' steps move on), and because the newcomer and this sponsor
+            # may both wait before e for votes that only those edges can bring (F5)
+            e = t + h.protocol.delay + 1
+            link = h.hops_run + h.protocol.hops * (h.protocol.delay + 1)
+            note = membership.join_note(e, p, inc, link)
+            h.flood.originate_notes([note])
+            self.on_notes([note])
+            transport.send_blob(p, self.catch_up(t, e, inc))  # type: ignore[attr-defined]
+            h.flood.add_peer(p)
+            log.warning(
+                "node %d: sponsoring node %d (incarnation %d): joins at step %d, its edges connect at hop %d",
+                h.node,
+                p,
+                inc,
+                e,
+                link,
+            )
+        if self.evaluator and self.roster.attach == h.node:
+            self.follow()
+
+    def on_notes(self, new: Sequence[object]) -> None:
+        """Remember the JOIN notes among `new` by the hop index their edges connect at."""
+        for n in new:
+            if isinstance(n, Note) and n.kind == JOIN and membership.link_hop(n) >= self.host.hops_run:
+                self._links.setdefault(membership.link_hop(n), []).append(n)
+
+    def before_hop(self) -> None:
+        self.link()
+
+    def link(self) -> None:
+        """Right before exchange number `hops_run`: connect the edges of rejoining neighbours
+        whose JOIN note names this hop. Every client of a connected run shares one hop clock
+        (each exchange pairs the i-th frames of both ends of an edge, and a newcomer's clock
+        starts at its sponsor's), so both ends of an edge connect at the same exchange, whatever
+        steps they are at or wait in. One rule on both ends (their rosters agree): the newcomer
+        connects its member neighbours, and each member connects it; a neighbour that is itself
+        still rejoining connects neither way (connecting one end alone leaves the edge's hops
+        unpaired). Each edge is a meeting (the transport connects it only if both ends ask
+        within the host's `meet_timeout_s`): a client that gets the note only after its hop (a
+        part farther than the note travels in delay + 1 steps, or cut off from a sponsor that
+        stalled right after it sponsored) does not ask, and the edge stays down at both ends."""
+        h = self.host
+        due = self._links.pop(h.hops_run, [])
+        for k in [k for k in self._links if k < h.hops_run]:
+            del self._links[k]
+        edges: list[int] = []
+        for n in due:
+            if n.origin == h.node:
+                if n.value != self.agreement.incarnation:
+                    continue  # an earlier incarnation's join
+                edges += [q for q in self._neighbours() if q in self.roster.members]
+            elif h.node in self.roster.members:
+                edges.append(n.origin)
+        edges = sorted({q for q in edges if q != h.node and q not in h.flood.peers and q in self._neighbours()})
+        for q in h.transport.connect(edges, h.meet_timeout_s) if edges else []:  # type: ignore[attr-defined]
+            h.flood.add_peer(q)
+
+    def after_exchange(self, t: int) -> None:
+        """Drop the peers the transport lost in this exchange: the flood stops sending to them."""
+        h = self.host
+        for peer, why in sorted(getattr(h.transport, "take_lost", dict)().items()):
+            log.warning("node %d: lost peer %d at step %d: %s", h.node, peer, t, why)
+            h.flood.drop_peer(peer)
+
+    def follow(self) -> None:
+        """As the attach node, between steps: answer the evaluator if it greets us (a start, a
+        restart, or a failover from the attach node before us), and open each new evaluator edge
+        with the committed steps it lacks; those applied from then on are pushed (`apply_committed`)."""
+        transport = self.host.transport
+        transport.attach = True  # type: ignore[attr-defined]
+        if not transport.evaluator_connected:  # type: ignore[attr-defined]
+            transport.poll(evaluator_only=True)  # type: ignore[attr-defined]
+        link = transport.evaluator_links  # type: ignore[attr-defined]
+        if not transport.evaluator_connected or link == self._fed:  # type: ignore[attr-defined]
+            return
+        self._fed = link
+        needs = transport.evaluator_needs()  # type: ignore[attr-defined]
+        blob = stepstream.encode_pushes(
+            (s, stepstream.encode_step(m, self.roster.changes.get(s))) for s, m in self.history if s >= needs
+        )
+        try:
+            transport.send_blob(EVALUATOR, blob)  # type: ignore[attr-defined]
+        except TransportError as e:  # the evaluator is dropped; it greets again
+            log.warning("node %d: catch-up to the evaluator failed: %s", self.host.node, e)
+            return
+        log.warning(
+            "node %d: the evaluator follows this node; sent it steps %d..%d",
+            self.host.node,
+            needs,
+            len(self.history) - 1,
+        )
+
+    def _neighbours(self) -> tuple[int, ...]:
+        """Topology neighbours, connected or not (what a churn transport may connect)."""
+        return getattr(self.host.transport, "neighbours", self.host.flood.peers)
+
+    def catch_up(self, t: int, e: int, inc: int) -> bytes:
+        """What a rejoining neighbour needs before step t (`stepstream.CatchUp`): every decided
+        step (with its change), the messages and notes held for undecided steps, its JOIN step."""
+        h = self.host
+        msgs, notes = h.flood.held_items()
+        steps = [(s, stepstream.encode_step(m, self.roster.changes.get(s))) for s, m in self.history]
+        held = membership.encode_hop(msgs, notes)
+        return stepstream.CatchUp(h.node, t, e, inc, steps, held, h.hops_run).to_bytes()
+
+    def rejoin(self, blob: bytes) -> None:
+        """Catch up from a sponsor's payload (`catch_up`) as a restarted client: replay every
+        decided step (O(messages)), hold the undecided ones, and originate from the JOIN step."""
+        h = self.host
+        if h.next_step or h.applier.last_step >= 0:
+            raise FloodError(f"node {h.node}: rejoin must come before the first step")
+        d = stepstream.CatchUp.from_bytes(blob)
+        if self.agreement.incarnation and d.incarnation != self.agreement.incarnation:
+            raise FrameError(
+                f"node {h.node}: node {d.sponsor}'s catch-up admits incarnation {d.incarnation}, "
+                f"this process is incarnation {self.agreement.incarnation}"
+            )
+        self.agreement.incarnation = d.incarnation
+        steps = []
+        for s, payload in d.steps:
+            if s != len(steps):
+                raise FrameError(f"node {h.node}: catch-up from node {d.sponsor} jumps to step {s}")
+            msgs, change = stepstream.decode_step(payload, s, seed_of=h.protocol.seed)
+            # the chain is checked later, not here: this client commits nothing until a majority's
+            # votes name the digest its replayed history ends on (a forked sponsor is found there)
+            self.agreement.extend(s, msgs, change)
+            h.protocol.check_step(s, msgs, members=self.roster.members)
+            steps.append((s, msgs))
+        h.applier.apply_all(steps)
+        self.history = steps
+        h.flood.applied_through = len(steps) - 1
+        msgs, notes = membership.decode_hop(d.held, h.protocol.limits(0, 2**32 - 1))
+        h.flood.restore(msgs)
+        h.flood.originate_notes(notes)
+        h.hops_run = d.hop  # the sponsor's hop clock: this client's first exchange is its hop d.hop
+        self.on_notes(notes)
+        h.next_step = d.next_step
+        h.logged = self.voter.logged = len(steps)
+        self.joined_at = d.join_step
+        h.transport.connect([d.sponsor], h.hop_timeout_s)  # type: ignore[attr-defined]
+        h.flood.add_peer(d.sponsor)
+        log.warning(
+            "node %d: rejoined by replaying %d steps from node %d; originates from step %d",
+            h.node,
+            len(steps),
+            d.sponsor,
+            self.joined_at,
+        )
+
+    # -- agreement --------------------------------------------------------------------------------
+    def drain(self) -> None:
+        """After the last step: hop, vote and commit on without originating until every step is
+        applied, then hop on for as long as a vote takes to spread, so that the votes this client
+        holds reach a neighbour still waiting for them."""
+        h = self.host
+        last = h.protocol.steps - 1
+        t = max(h.next_step, h.protocol.steps)
+        while h.applier.last_step < last:
+            h.hops(t)
+            self.agree(t)
+            self.apply_through(min(t - h.protocol.delay, last), t)
+            t += 1
+        for _ in range(h.protocol.delay - h.protocol.vote_lag):
+            h.hops(t)
+            t += 1
+
+    def agree(self, t: int) -> None:
+        """End of local step t (or of a hop waited at t): vote, commit, move votes on."""
+        for _, change in self.voter.after(t, self.host.hops_run):
+            if change:
+                log.warning("node %d: membership %s", self.host.node, change.describe())
+
+    def apply_through(self, upto: int, t: int | None = None) -> None:
+        """Apply every step <= upto, each once committed; the client hops on (as local step t)
+        until it is."""
+        h = self.host
+        while h.applier.last_step < upto:
+            self.apply_committed(h.applier.last_step + 1, h.next_step if t is None else t)
+
+    def apply_committed(self, s: int, t: int) -> None:
+        """Apply step s once it is committed and its messages are here, hopping on (as local step
+        t, originating nothing) until then; tell the listeners, push it to the evaluator if this
+        client is the attach node, and audit the state if this step is audited."""
+        h = self.host
+        waited = 0
+        while (msgs := self.voter.take(s)) is None:
+            if waited >= h.protocol.patience_hops:
+                raise self.voter.stuck(s, waited)
+            h.hop(t)
+            self.agree(t)
+            waited += 1
+        h.applier.apply(s, msgs)
+        self.history.append((s, msgs))
+        if s >= h.logged:
+            for listener in h.listeners:
+                listener(s, msgs)
+            if self.evaluator and self.roster.attach == h.node and getattr(h.transport, "attach", False):
+                payload = stepstream.encode_step(msgs, self.roster.changes.get(s))
+                h.transport.push(stepstream.encode_push(s, payload), s)
+            if h.protocol.audits(s) and self.state_hash is not None:
+                value = membership.audit_value(self.state_hash())
+                h.flood.originate_notes([Note(s, AUDIT, h.node, value)])
+
+    def poll(self) -> None:
+        pass  # nothing runs beside the estimate
+
+    def join(self) -> None:
+        pass

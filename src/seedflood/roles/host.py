@@ -1,0 +1,86 @@
+"""What a client and its step strategy see of each other (docs/design.md §2, §13).
+
+Owns: the two interfaces between `client.Client` (the step loop common to every run: estimate,
+originate, hop, apply in canonical order) and the strategy it picks once from its protocol —
+`strict.Strict` (every step complete after its hops; optional overlap) or `churn.Churn`
+(apply only committed steps; rejoin, sponsoring, agreement) — and the record types they share.
+`Host` is what a strategy may use of its client; `Mode` is what the client calls on its strategy.
+Both are structural, so neither strategy module imports the client (no cycle).
+
+Assumes: one thread uses a client and its strategy at a time (the overlap hop thread is the only
+other thread, and it only runs `Host.hops` between its start and the join).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+from seedflood.core.flooding import Flood
+from seedflood.core.membership import Change
+from seedflood.core.message import Message
+from seedflood.core.protocol import Protocol as RunProtocol
+from seedflood.core.replay import Applier
+from seedflood.core.transport import Transport
+
+StepListener = Callable[[int, list[Message]], None]
+Records = Sequence[tuple[int, Sequence[Message]]]
+"""Complete steps (step, messages) in order from step 0, as a log holds them."""
+
+
+class Host(Protocol):
+    """The client as its strategy sees it (`client.Client` implements it)."""
+
+    node: int
+    protocol: RunProtocol
+    transport: Transport
+    flood: Flood
+    applier: Applier
+    listeners: list[StepListener]
+    next_step: int  # the next local step to run
+    logged: int  # steps that were already in the log (or catch-up) this client started from
+    hops_run: int  # the hop clock: the index of the next exchange
+    hop_timeout_s: float | None
+    meet_timeout_s: float | None  # how long a rejoining neighbour's edge waits for its other end
+
+    def estimate(self, t: int) -> list[Message]: ...
+
+    def hop(self, t: int) -> None: ...
+
+    def hops(self, t: int) -> None: ...
+
+
+class Mode(Protocol):
+    """A step strategy, chosen once per client: what differs between a strict and a churn run."""
+
+    @property
+    def changes(self) -> Mapping[int, Change]:
+        """Committed roster changes (step -> Change); none in a strict run."""
+        ...
+
+    def resume(self, records: Records, cut: int, changes: Mapping[int, Change]) -> None:
+        """Before the client restores the first L logged steps (steps < cut get applied)."""
+
+    def step(self, t: int) -> None:
+        """Local step t: estimate, originate, hop, apply what is due; then next_step = t + 1."""
+
+    def apply_through(self, upto: int, t: int | None) -> None:
+        """Apply every step <= upto (`t`: the local step the client is at, churn)."""
+
+    def drain(self) -> None:
+        """After the last step: hop until every step is applied."""
+
+    def poll(self) -> None:
+        """Between forwards of an estimate: surface a failure of work running meanwhile."""
+
+    def join(self) -> None:
+        """Wait for work in flight (if any) and raise its error in this thread."""
+
+    def before_hop(self) -> None:
+        """Right before exchange number `hops_run`."""
+
+    def after_exchange(self, t: int) -> None:
+        """Right after an exchange, before its frames are received."""
+
+    def on_notes(self, new: Sequence[object]) -> None:
+        """The items of a frame that carried notes, as the flood took them (new ones only)."""

@@ -1,0 +1,159 @@
+"""The strict step strategy: every step complete after its hops (docs/design.md §2).
+
+Owns: when a strict client applies each step — step t applies t − delay, where delay =
+⌈diameter / hops⌉ − 1 (0 with full flooding), so every client applies every step at the same
+local step and all hold identical bits after every step (bounded staleness); the last `delay`
+steps are applied by `drain`, which hops without originating — and the overlap of hops with the
+next estimate.
+
+With `protocol.overlap` the hops of step t run on a background thread (`Hops`) while step t+1 is
+estimated, so a step costs about max(compute, communication) instead of their sum. Step t is then:
+estimate(t) while hops(t−1) run → join them (their error is raised here) → apply t − delay →
+originate t → start hops(t). The estimates of step t cannot see what hops(t−1) complete, which is
+the extra step in `protocol.delay` (D + 1): every state change happens in the same order as in a
+plain client with delay D + 1, so the bits are exactly that client's. The flood and the transport
+are used by one thread at a time: the hop thread between its start and the join, the main thread
+(applies, listeners, pushes to the evaluator) otherwise; the join is the hand-over.
+
+Assumes: a step incomplete after its hops is an error (a failed peer or a wrong diameter); the
+transport bounds each exchange by its own timeout (so a hop thread always ends).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+
+from seedflood.core.flooding import FloodError
+from seedflood.core.membership import Change
+from seedflood.core.transport import TransportError
+from seedflood.roles.host import Host, Records
+
+log = logging.getLogger(__name__)
+
+
+class Strict:
+    """A strict client's schedule (`host.Mode`)."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.inflight: Hops | None = None  # overlap: the hops of step next_step − 1, running
+
+    @property
+    def changes(self) -> Mapping[int, Change]:
+        return {}
+
+    def resume(self, records: Records, cut: int, changes: Mapping[int, Change]) -> None:
+        pass  # the client restores the flood and applier; nothing of this strategy's to restore
+
+    def step(self, t: int) -> None:
+        h = self.host
+        if not h.protocol.overlap:
+            own = h.estimate(t)
+            h.flood.originate(own)
+            h.hops(t)
+            self.apply_through(t - h.protocol.delay)
+        else:
+            try:
+                own = h.estimate(t)  # hops(t − 1) run meanwhile
+            except BaseException:
+                self.settle()  # hand the transport back before the caller closes it
+                raise
+            self.join()
+            self.apply_through(t - h.protocol.delay)
+            h.flood.originate(own)
+            self.inflight = Hops(h, t)
+        h.next_step = t + 1
+
+    def drain(self) -> None:
+        """After the last step: hop until every step is applied (only with delayed flooding or
+        overlap). After the hops of step t, steps <= t − D are complete (D = ⌈diameter/hops⌉ − 1
+        = delay − overlap: overlap's extra step comes from estimates running during hops, and
+        drain estimates nothing, so it applies each step as soon as it is complete)."""
+        h = self.host
+        last = h.protocol.steps - 1
+        lag = h.protocol.delay - int(h.protocol.overlap)
+        if self.inflight is not None:
+            t = self.inflight.step
+            self.join()
+            self.apply_through(min(t - lag, last))
+        while h.applier.last_step < last:
+            t = h.applier.last_step + 1 + lag  # local step whose hops complete the next one
+            h.hops(t)
+            self.apply_through(min(t - lag, last))
+
+    def apply_through(self, upto: int, t: int | None = None) -> None:
+        """Apply every step <= upto; each must be complete (else the topology/hops are wrong)."""
+        h = self.host
+        while h.applier.last_step < upto:
+            s = h.applier.last_step + 1
+            if not h.flood.is_complete(s):
+                raise FloodError(
+                    f"node {h.node}: step {s} incomplete after its hops (missing "
+                    f"{h.flood.missing(s)[:4]}): a peer failed or the diameter is wrong"
+                )
+            msgs = h.flood.pop_step(s)
+            h.applier.apply(s, msgs)
+            if s >= h.logged:
+                for listener in h.listeners:
+                    listener(s, msgs)
+
+    def poll(self) -> None:
+        """With overlap, a failure of the hop thread is raised before each forward, so it
+        surfaces within one forward, not one step."""
+        if self.inflight is not None and self.inflight.done():
+            self.join()
+
+    def join(self) -> None:
+        """Wait for the hops in flight (if any) and raise their error in this thread."""
+        hops, self.inflight = self.inflight, None
+        if hops is not None:
+            hops.join(self.host.hop_timeout_s)
+
+    def settle(self) -> None:
+        """On an error of the main thread: let the hops in flight end (bounded) and drop their
+        own error, so the caller closes a transport no other thread is using."""
+        try:
+            self.join()
+        except Exception as e:  # the main thread's error is the one to report
+            log.debug("node %d: hops in flight also failed: %s", self.host.node, e)
+
+    def before_hop(self) -> None:
+        pass
+
+    def after_exchange(self, t: int) -> None:
+        pass
+
+    def on_notes(self, new: Sequence[object]) -> None:
+        pass  # notes (JOIN, AUDIT) are churn's
+
+
+class Hops:
+    """The hops of one step on a daemon thread (overlap). A daemon, so a hop stuck in a broken
+    transport can never keep the process alive; the transport's timeout ends it anyway."""
+
+    def __init__(self, host: Host, step: int) -> None:
+        self.host = host
+        self.step = step
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name=f"seedflood-hops-{host.node}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.host.hops(self.step)
+        except BaseException as e:  # raised again by join() in the main thread
+            self.error = e
+
+    def done(self) -> bool:
+        return not self.thread.is_alive()
+
+    def join(self, timeout: float | None) -> None:
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise TransportError(
+                f"node {self.host.node}: the hops of step {self.step} did not finish within {timeout} s"
+            )
+        if self.error is not None:
+            raise self.error

@@ -186,3 +186,23 @@ def test_a_held_copy_that_hashes_to_another_digest_than_the_committed_one_stops_
         voter.take(0)
     ag.pending[0] = value(0, {0, 1, 2})
     assert [m.origin for m in voter.take(0)] == [0, 1, 2]
+
+
+def test_a_client_stuck_on_a_step_says_whether_it_was_committed_or_only_short_of_votes():
+    import networkx as nx
+
+    import explorer
+    from seedflood.core.flooding import Flood
+    from seedflood.core.voter import Voter
+
+    p = explorer.protocol_for(nx.complete_graph(3), steps=2)
+    flood = Flood(0, [1, 2], range(3), tolerate_conflicts=True)
+    ag = Agreement(0, 3, 1)
+    voter = Voter(p, flood, ag, lambda _: None)
+    flood.receive(1, [msg(0, 0)])
+    assert "step 0 was not committed within 7 extra hops (votes from 0 of 3" in str(voter.stuck(0, 7))
+    ag.pending[0] = value(0, {0, 1, 2})  # committed by the others; two messages never came
+    assert voter.take(0) is None
+    line = str(voter.stuck(0, 7))
+    assert "step 0 was committed but 2 of its messages did not reach this client within 7 extra hops" in line
+    assert "\n" not in line

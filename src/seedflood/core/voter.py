@@ -113,6 +113,13 @@ class Voter:
     def stuck(self, s: int, waited: int) -> MembershipError:
         """The one line of a client that waited `waited` hops for step s in vain."""
         a = self.agreement
+        if (value := a.pending.get(s)) is not None:  # committed, but messages never came
+            missing = len(value.members) * self.protocol.perturbations - len(self.flood.messages(s, value.members))
+            return membership.MinorityError(
+                f"node {a.node}: step {s} was committed but {missing} of its messages did not reach this "
+                f"client within {waited} extra hops (it was stalled or cut off while they were flooded): "
+                "this client stops (restart it to rejoin by replay)"
+            )
         heard = sorted({v.origin for v in self.votes(s)} & a.roster.members)
         return membership.MinorityError(
             f"node {a.node}: step {s} was not committed within {waited} extra hops (votes from "

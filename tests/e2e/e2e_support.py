@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from typing import Any
 
 import procs as harness
 import runs
+from seedflood.bench import common
 
 REPO = harness.REPO
 E2E_DIR = Path(__file__).resolve().parent
@@ -91,17 +91,7 @@ def churn_sets(out_dir: Path, steps: int, *overrides: str) -> list[str]:
 
 def netns_unavailable(tools: Sequence[str] = ("ip", "nft")) -> str | None:
     """Why this host cannot make network namespaces with `tools` (None: it can)."""
-    if os.geteuid() != 0:
-        return "network namespaces need root"
-    for tool in tools:
-        if shutil.which(tool) is None:
-            return f"{tool} is missing (iproute2, nftables; run .ci/setup-e2e.sh)"
-    probe = f"sfq{os.getpid() % 100000}"
-    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if r.returncode != 0:
-        return f"cannot create a network namespace: {r.stderr.strip()}"
-    subprocess.run(["ip", "netns", "delete", probe], capture_output=True)
-    return None
+    return common.netns_unavailable(tools, "iproute2, nftables; run .ci/setup-e2e.sh")
 
 
 def final_metrics(out_dir: Path) -> dict[str, Any]:

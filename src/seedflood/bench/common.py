@@ -16,7 +16,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -202,3 +205,19 @@ class NullDirection:
 
     def apply_steps(self, steps: Sequence[Any]) -> None:
         pass
+
+
+def netns_unavailable(tools: Sequence[str], install: str) -> str | None:
+    """Why this host cannot make network namespaces with `tools` (None: it can): root, the
+    tools on PATH (`install` says how to get them), and a probe namespace made and deleted."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    for tool in tools:
+        if shutil.which(tool) is None:
+            return f"{tool} is missing ({install})"
+    probe = f"sfprobe{os.getpid() % 100000}"
+    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"cannot create a network namespace: {r.stderr.strip()}"
+    subprocess.run(["ip", "netns", "delete", probe], capture_output=True)
+    return None

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -39,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from seedflood.bench import common
 from seedflood.bench.overlap_worker import NODES, overrides, steps_of
 
 AUTO_RATE = "64kbit"  # frames of tens of bytes: ~30 ms per hop on this ring (burst 2kb)
@@ -105,19 +105,9 @@ def _launch(opts: dict[str, Any], timeout_s: float, netns: str | None = None) ->
 
 def netns_unavailable() -> str | None:
     """Why the tbf-in-namespaces variant cannot run here (None: it can)."""
-    if os.geteuid() != 0:
-        return "network namespaces need root"
     if not NETNS_SH.exists():
         return f"{NETNS_SH} is missing (not a checkout)"
-    for tool in ("ip", "tc"):
-        if shutil.which(tool) is None:
-            return f"{tool} is missing (iproute2)"
-    probe = f"sfovp{os.getpid() % 100000}"
-    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if r.returncode != 0:
-        return f"cannot create a network namespace: {r.stderr.strip()}"
-    subprocess.run(["ip", "netns", "delete", probe], capture_output=True)
-    return None
+    return common.netns_unavailable(("ip", "tc"), "iproute2")
 
 
 def _netns(rate: str, burst: str, prefix: str, cmd: str) -> None:

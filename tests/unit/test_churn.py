@@ -137,6 +137,17 @@ def test_a_stalled_client_stops_with_one_line_when_it_wakes(tmp_path):
     assert "no reachable majority agrees, this client stops" in r.exits[5] and "\n" not in r.exits[5]
 
 
+def test_a_stalled_client_its_launcher_restarts_rejoins_and_everyone_finishes(tmp_path):
+    """The same stall, supervised as every launcher runs a churn run: the client the rules
+    stop exits with its one line, is restarted, and rejoins by replay; all eight end on one
+    history, and the log says node 5 left at the stall and joined again later."""
+    cfg = cfg_for(steps=80)
+    r = simulate(cfg, events=[Event(3, 5, "stall", 1.5)], supervise=True)
+    assert sorted(r.hashes) == list(range(8)) and r.exits == {}, r.exits
+    assert left(r)[5] == 3 and joined(r)[5] > 3
+    check_survivors(cfg, r, tmp_path)
+
+
 def test_a_cut_link_on_a_connected_graph_changes_nobody(tmp_path):
     cfg = cfg_for()
     r = simulate(cfg, events=[Event(2, 5, "cut", 1)])

@@ -118,7 +118,7 @@ def test_a_client_log_of_other_settings_is_not_used(tmp_path):
     cfg, p, header = setup(tmp_path)
     other = {**header, "base_hash": "zzz"}
     write_client(cfg, p, other, 0, [step(p, s) for s in range(8)])
-    assert rundir.steps_from_clients(cfg, p, header, tmp_path / "run" / "log.bin") is None
+    assert rundir.steps_from_clients(rundir.client_root(cfg), p, header, tmp_path / "run" / "log.bin") is None
     assert rundir.complete_from_clients(cfg, p, header, []) == []
 
 

@@ -26,7 +26,7 @@ from seedflood.core.replay import state_hash
 from seedflood.core.topology import build
 from seedflood.core.transport import EOS, Inbox
 from seedflood.ml.workload import Workload
-from seedflood.roles.evaluator import Evaluator, EvaluatorError, restore
+from seedflood.roles.evaluator import Evaluator, EvaluatorError, Settings, restore
 from seedflood.roles.simulation import simulate
 from seedflood.rundir.logfile import LogReader
 from seedflood.rundir.logheader import LOG_MAGIC
@@ -50,7 +50,7 @@ def evaluate(cfg: config.Config, records, start: int = 0) -> tuple[Evaluator, di
     for _, msgs in records[start:]:
         inbox._put(encode(msgs))
     inbox._put(EOS)
-    ev = Evaluator(cfg, p, w, inbox, header, start_step=start, progress=False)
+    ev = Evaluator(Settings.of(cfg), p, w, inbox, header, start_step=start, progress=False)
     try:
         return ev, ev.run()
     finally:
@@ -268,7 +268,7 @@ def test_progress_follows_the_clients_not_the_scoring(tmp_path, finished):
     p = Protocol.of(cfg, build(cfg.topology).diameter)
     header = log_header(cfg, proto.trajectory(cfg, p, w.train_digest()), w.loaded.identity, w.loaded.base_hash)
     inbox = Inbox("test")
-    ev = Evaluator(cfg, p, w, inbox, header, progress=True)
+    ev = Evaluator(Settings.of(cfg), p, w, inbox, header, progress=True)
     try:
         for _, msgs in finished[2][:4]:
             inbox._put(encode(msgs))

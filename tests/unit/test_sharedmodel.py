@@ -28,7 +28,7 @@ from seedflood.core.protocol import Protocol
 from seedflood.core.transport import EOS, Inbox
 from seedflood.ml.workload import Workload
 from seedflood.roles import sharedmodel
-from seedflood.roles.evaluator import Evaluator, restore
+from seedflood.roles.evaluator import Evaluator, Settings, restore
 from seedflood.roles.simulation import simulate
 from seedflood.rundir.layout import CheckpointError
 from seedflood.rundir.logheader import LOG_MAGIC
@@ -168,7 +168,7 @@ def evaluator_fed(cfg: config.Config, records) -> dict:
     for _, msgs in records:
         inbox._put(encode(msgs))
     inbox._put(EOS)
-    ev = Evaluator(cfg, p, w, inbox, header, start_step=start, progress=False)
+    ev = Evaluator(Settings.of(cfg), p, w, inbox, header, start_step=start, progress=False)
     try:
         return ev.run()
     finally:

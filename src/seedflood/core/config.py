@@ -182,6 +182,6 @@ def load(path: str | Path | None = None, overrides: list[str] | None = None, rec
     return from_dict(data, source=source, recorded=recorded)
 
 
-def dump(cfg: Config) -> str:
-    """The config as YAML (what a run records next to its log)."""
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+def dump(cfg: Config | dict[str, Any]) -> str:
+    """The config (or its `to_dict()`) as YAML (what a run records next to its log)."""
+    return yaml.safe_dump(cfg if isinstance(cfg, dict) else cfg.to_dict(), sort_keys=False)

@@ -21,6 +21,10 @@ starting) takes the missing steps from the longest client log on its disk (`take
 `rundir.steps_from_clients`), validated as from the wire, so they are logged, scored and
 checkpointed as streamed ones.
 
+It is handed only what it reads (`Settings`: the run directory, the eval and checkpoint
+sections, the stream's timeout, where client logs lie) and the config as recorded, which it
+writes (config.yaml, each checkpoint's meta) but never reads.
+
 Assumes: frames arrive in step order from one attach client (the transport keeps order);
 `rundir.resume_records` has already accepted the run directory for this config.
 """
@@ -31,12 +35,13 @@ import json
 import logging
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from seedflood.core import config as config_mod
 from seedflood.core import message, stepstream
-from seedflood.core.config import Config
+from seedflood.core.config import CheckpointConfig, Config, EvalConfig
 from seedflood.core.membership import Roster
 from seedflood.core.protocol import Protocol
 from seedflood.core.replay import Applier, state_hash
@@ -66,6 +71,29 @@ KEEP = 2
 
 class EvaluatorError(RuntimeError):
     """The stream from the attach client broke the protocol (gap, incomplete step)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the evaluator reads of a run's config, and nothing more."""
+
+    run_dir: Path
+    eval: EvalConfig  # every (scoring period, steps), attach (its first attach node)
+    checkpoint: CheckpointConfig  # every (steps), hf_model
+    timeout_s: float  # a strict run's wait for the next frame (transport.timeout_s)
+    client_logs: Path | None  # where the clients' own logs lie on this disk (None: nowhere)
+    recorded: dict[str, Any]  # the whole config as the run records it: written, never read
+
+    @classmethod
+    def of(cls, cfg: Config) -> Settings:
+        return cls(
+            Path(cfg.run.out_dir),
+            cfg.eval,
+            cfg.checkpoint,
+            cfg.transport.timeout_s,
+            rundir.client_root(cfg),
+            cfg.to_dict(),
+        )
 
 
 def restore(w: Workload, protocol: Protocol, run_dir: Path, records: Records) -> int:
@@ -98,7 +126,7 @@ def restore(w: Workload, protocol: Protocol, run_dir: Path, records: Records) ->
 class Evaluator:
     def __init__(
         self,
-        cfg: Config,
+        settings: Settings,
         protocol: Protocol,
         workload: Workload,
         inbox: Inbox | None,
@@ -111,19 +139,19 @@ class Evaluator:
         the simulated clients, `sharedmodel`), which calls `take` right after applying that step,
         so every score and checkpoint sees the state after it; `inbox` is then None and the
         caller moves `progress` itself."""
-        self.cfg = cfg
+        self.settings = settings
         self.apply = apply
         self.protocol = protocol
         self.w = workload
         self.inbox = inbox
         self.header = header
-        self.run_dir = Path(cfg.run.out_dir)
+        self.run_dir = settings.run_dir
         self.applier = Applier(workload.direction, protocol)
         self.applier.last_step = start_step - 1
         self.next_step = start_step
         self.log = LogWriter(self.run_dir / LOG, header, check=protocol.check_step)
         self.log.truncate_to(start_step)
-        self.roster = Roster(protocol.n_origins, attach=cfg.eval.attach)
+        self.roster = Roster(protocol.n_origins, attach=settings.eval.attach)
         """Members of the next step; a churn run's steps carry their changes (logged with them)."""
         for s in sorted(self.log.changes):
             self.roster.apply(self.log.changes[s])
@@ -183,9 +211,10 @@ class Evaluator:
         self.next_step += 1
         done = self.next_step
         self.progress.show(log=human_bytes(self.log_bytes))
-        if self.cfg.eval.every and done % self.cfg.eval.every == 0 and done < self.protocol.steps:
+        every, save_every = self.settings.eval.every, self.settings.checkpoint.every
+        if every and done % every == 0 and done < self.protocol.steps:
             self.score(done)
-        if self.cfg.checkpoint.every and done % self.cfg.checkpoint.every == 0 and done < self.protocol.steps:
+        if save_every and done % save_every == 0 and done < self.protocol.steps:
             self.save(done)
 
     def run(self) -> dict[str, Any]:
@@ -197,7 +226,7 @@ class Evaluator:
         self.begin()
         # Churn: the attach edge's heartbeat tells a dead client from a slow step (a hop may wait
         # out a silent neighbour, a start-up may wait out a missing one), so wait while it beats.
-        timeout = None if self.protocol.churn else self.cfg.transport.timeout_s
+        timeout = None if self.protocol.churn else self.settings.timeout_s
         if self.next_step < self.protocol.steps:
             self.take_from_clients(whole=True)  # a restart after the clients finished: nobody streams
         while self.next_step < self.protocol.steps:
@@ -228,7 +257,7 @@ class Evaluator:
         clients finished while this evaluator was down or starting) is so never lost."""
         if not self.protocol.churn:
             return False
-        found = rundir.steps_from_clients(self.cfg, self.protocol, self.header, self.run_dir / LOG)
+        found = rundir.steps_from_clients(self.settings.client_logs, self.protocol, self.header, self.run_dir / LOG)
         if found is None:
             return False
         path, records, changes = found
@@ -243,7 +272,7 @@ class Evaluator:
 
     def begin(self) -> None:
         """Before the first step: the run's config.yaml, and the zero-shot score of a new run."""
-        atomic_write_text(self.run_dir / "config.yaml", config_mod.dump(self.cfg))
+        atomic_write_text(self.run_dir / "config.yaml", config_mod.dump(self.settings.recorded))
         if self.next_step == 0:
             self.zero_shot = self.score(0, zero_shot=True)
 
@@ -267,7 +296,7 @@ class Evaluator:
             state.update(w.direction.extra_state())
             sha = ckpt.save_state(tmp / "state.pt", state)
             shutil.copyfile(self.run_dir / LOG, tmp / LOG)
-            if self.cfg.checkpoint.hf_model:
+            if self.settings.checkpoint.hf_model:
                 model.save(w.loaded, tmp / "hf", w.direction.effective_tensors())
             meta = {
                 "step": step,
@@ -275,7 +304,7 @@ class Evaluator:
                 "base_hash": w.loaded.base_hash,
                 "param_hash": state_hash(w.model, w.direction),
                 "state_sha256": sha,
-                "config": self.cfg.to_dict(),
+                "config": self.settings.recorded,
             }
             atomic_write_text(tmp / "meta.json", json.dumps(meta, indent=1, sort_keys=True))
         ckpt.mark_latest(self.run_dir, target)

@@ -56,7 +56,7 @@ from seedflood.core.transport import ByteCounter
 from seedflood.ml import host
 from seedflood.ml.batched import BatchedEstimator
 from seedflood.ml.workload import Workload
-from seedflood.roles.evaluator import Evaluator, restore
+from seedflood.roles.evaluator import Evaluator, Settings, restore
 from seedflood.rundir import resume as rundir
 from seedflood.rundir.atomic import atomic_write_text
 from seedflood.rundir.metrics import human_bytes
@@ -220,7 +220,7 @@ def run(cfg: Config, progress: bool = True) -> dict[str, Any]:
     if records:
         log.info("resumed at step %d (%d logged steps)", len(records), len(records))
     start = len(records)
-    evaluator = Evaluator(cfg, protocol, w, None, header, start_step=start, progress=progress, apply=False)
+    evaluator = Evaluator(Settings.of(cfg), protocol, w, None, header, start_step=start, progress=progress, apply=False)
     step_hashes: list[str] = []
     sim.listeners.append(lambda s, msgs: evaluator.take(encode(msgs)))  # the attach client's push
     if cfg.run.hash_steps:

@@ -53,7 +53,7 @@ from seedflood.core.transport import EVALUATOR, LATE_FACTOR, ByteCounter, Inbox,
 from seedflood.ml import host
 from seedflood.ml.workload import Workload
 from seedflood.roles.client import Client
-from seedflood.roles.evaluator import Evaluator, restore
+from seedflood.roles.evaluator import Evaluator, Settings, restore
 from seedflood.rundir import resume as rundir
 from seedflood.rundir.atomic import atomic_write_text
 from seedflood.rundir.layout import CheckpointError
@@ -362,7 +362,7 @@ def _evaluate(
         )
     else:
         inbox = EvaluatorInbox(proto.rank_of(cfg.eval.attach), cfg.eval.attach)
-    evaluator = Evaluator(cfg, protocol, w, inbox, header, start_step=start, progress=True)
+    evaluator = Evaluator(Settings.of(cfg), protocol, w, inbox, header, start_step=start, progress=True)
     try:
         final = evaluator.run()
     finally:

@@ -330,13 +330,13 @@ def client_report(cfg: Config, node: int, since: float | None = None) -> dict[st
 
 
 def steps_from_clients(
-    cfg: Config, protocol: Protocol, header: dict[str, Any], own: Path
+    root: Path | None, protocol: Protocol, header: dict[str, Any], own: Path
 ) -> tuple[Path, Records, dict[int, Change]] | None:
     """The longest client log readable on this disk that belongs to this run (its header's
     settings and base model equal `header`'s), reads whole (CRC and every step checked as from the
     wire) and agrees with the run directory's own log `own` on every step both hold; with its
-    records and changes. None when no client log qualifies (each refusal is one warning)."""
-    root = client_root(cfg)
+    records and changes. None when no client log qualifies (each refusal is one warning).
+    `root`: where the clients keep their logs (`client_root`), None = nowhere."""
     if root is None or not root.is_dir():
         return None
     mine_reader = LogReader(own)
@@ -373,7 +373,7 @@ def complete_from_clients(cfg: Config, protocol: Protocol, header: dict[str, Any
     evaluator nor a whole relaunch continues from less than what was agreed. Returns the
     records, extended."""
     own = Path(cfg.run.out_dir) / LOG
-    found = steps_from_clients(cfg, protocol, header, own)
+    found = steps_from_clients(client_root(cfg), protocol, header, own)
     if found is None or len(found[1]) <= len(records):
         return records
     path, theirs, changes = found

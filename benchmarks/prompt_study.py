@@ -36,7 +36,7 @@ def main(argv: list[str]) -> None:
     rows = []
     for template, candidates in PROMPTS:
         task = dataclasses.replace(cfg.task, template=template, candidates=candidates)
-        w.spec, w.cfg = tasks.get(task), dataclasses.replace(w.cfg, task=task)
+        w.spec, w.task = tasks.get(task), task
         dev = w.evaluate("dev")
         test = w.evaluate("test", dev=dev)["metrics"]
         row = {

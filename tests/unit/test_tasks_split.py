@@ -125,7 +125,7 @@ def test_workload_uses_the_configured_split():
     splits = sampling.Splits(train_split(0, 200), [], [])
     cfg = Config(task=TaskConfig(split="dirichlet", alpha=0.1))
     cfg.topology.nodes = 8
-    w = Workload(cfg, loaded=None, spec=tasks.get("rt"), splits=splits, direction=None)  # shards need neither
+    w = Workload(cfg.task, cfg.run.seed, 8, cfg.eval.batch_size, None, tasks.get("rt"), splits, None)  # type: ignore[arg-type]  # shards need no model
     want = sampling.dirichlet_shards(splits.train, 8, 0.1, cfg.run.seed)
     assert [w.shard(c) for c in range(8)] == want != [sampling.shard(splits.train, c, 8) for c in range(8)]
     assert w.label_table() == sampling.label_table(want, 2)

@@ -39,8 +39,7 @@ def fig_apply(opts: Options) -> dict[str, Any]:
 
     ns = [16, 64, 256, 1024]
     repeats = opts.repeats("apply")
-    w, forward = forward_workload(opts, ["zo.lr=1e-4"])
-    cfg = w.cfg
+    cfg, w, forward = forward_workload(opts, ["zo.lr=1e-4"])
     model, names = w.model, list(w.direction.names)
     sub = SubCGE(model, names, cfg.run.seed, cfg.subspace)  # default cadence: step 0 does not merge
     gau = directions.Gaussian(model, names, cfg.run.seed)

@@ -149,8 +149,9 @@ def fmt_ratio(r: float | None, digits: int = 0) -> str:
 
 
 def forward_workload(opts: Options, extra: Sequence[str] = ()):
-    """A workload whose `loss(0, step)` is one plain forward of the `step` figure's size (batch 16,
-    64 tokens; task rt, or synthetic on the tiny model), plus a timer of that forward."""
+    """(config, workload, timer): a workload whose `loss(0, step)` is one plain forward of the
+    `step` figure's size (batch 16, 64 tokens; task rt, or synthetic on the tiny model), the config
+    it was built from, and a timer of that forward."""
     from seedflood.ml.workload import Workload
 
     task = (
@@ -172,7 +173,7 @@ def forward_workload(opts: Options, extra: Sequence[str] = ()):
             w1, c1 = now()
         return w1 - w0, c1 - c0
 
-    return w, forward
+    return cfg, w, forward
 
 
 def table(

@@ -38,8 +38,8 @@ def fig_tradeoff(opts: Options) -> dict[str, Any]:
     clients, total, refresh = 16, 100_000, 1000
     steps_total = total // clients  # 6,250
     short = 20  # steps of the measured replay (merge_every 1 merges 20 times)
-    w, forward = forward_workload(opts, ["zo.lr=1e-4", f"topology.nodes={clients}"])
-    model, names, seed = w.model, list(w.direction.names), w.cfg.run.seed
+    cfg, w, forward = forward_workload(opts, ["zo.lr=1e-4", f"topology.nodes={clients}"])
+    model, names, seed = w.model, list(w.direction.names), cfg.run.seed
     params = dict(model.named_parameters())
     base = {n: params[n].detach().clone() for n in names}
 
@@ -68,7 +68,7 @@ def fig_tradeoff(opts: Options) -> dict[str, Any]:
             writer.append(s, step_messages(s, clients, seed, 11))
         writer.close()
         read = best(lambda: LogReader(log_path).read()) / (short * clients)  # per message
-        proto = Protocol.of(w.cfg, 1)
+        proto = Protocol.of(cfg, 1)
         for r in ranks:
             sub = SubCGE(model, names, seed, SubspaceConfig(rank=r, refresh=refresh, merge_every=refresh))
             basis = best(lambda: (sub._bases.clear(), sub.basis(0)), 1)

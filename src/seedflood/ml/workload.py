@@ -3,7 +3,9 @@
 Owns: composing the adapters (model.py, objective.py, tasks.py, sampling.py, encoding.py) with the
 core (directions, family) for a role: a client's loss on its batch of a step, and the evaluator's
 scoring of the consensus model.
-Roles receive a Workload; tests can build one around any model and loss.
+Roles receive a Workload; tests can build one around any model and loss. It keeps only the
+settings it reads after it is built (the task section, the run seed, the client count, the
+scoring batch size), not the whole config.
 
 Assumes: every process of a run builds its Workload from the same config, so base weights,
 splits, shards and batches agree everywhere.
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seedflood.core import family, protocol
-from seedflood.core.config import Config
+from seedflood.core.config import Config, TaskConfig
 from seedflood.core.directions import Direction
 from seedflood.ml import encoding, host, model, objective, sampling, tasks
 from seedflood.ml.datafiles import Example, TaskError
@@ -36,7 +38,10 @@ def train_digest(splits: sampling.Splits) -> str:
 
 @dataclass
 class Workload:
-    cfg: Config
+    task: TaskConfig
+    seed: int  # run.seed: shards and batches
+    nodes: int  # topology.nodes: how many shards
+    eval_batch_size: int  # eval.batch_size: scoring batches (examples)
     loaded: model.Loaded
     spec: tasks.TaskSpec
     splits: sampling.Splits
@@ -52,7 +57,7 @@ class Workload:
         splits = sampling.load_splits(cfg.task, cfg.run.seed)
         loaded = model.load(cfg.model, local_rank=local_rank)
         direction = family.build(loaded.model, cfg.zo, cfg.subspace, cfg.run.seed)
-        return cls(cfg, loaded, spec, splits, direction)
+        return cls(cfg.task, cfg.run.seed, cfg.topology.nodes, cfg.eval.batch_size, loaded, spec, splits, direction)
 
     @property
     def model(self) -> Any:
@@ -65,10 +70,10 @@ class Workload:
     @functools.cached_property
     def shards(self) -> list[list[Example]]:
         """Every client's shard under task.split (iid or dirichlet), computed once per process."""
-        return sampling.client_shards(self.cfg.task, self.splits.train, self.cfg.run.seed, self.cfg.topology.nodes)
+        return sampling.client_shards(self.task, self.splits.train, self.seed, self.nodes)
 
     def shard(self, client: int) -> list[Example]:
-        n = self.cfg.topology.nodes
+        n = self.nodes
         if not 0 <= client < n:
             raise TaskError(f"client {client} is not in 0..{n - 1}")
         return self.shards[client]
@@ -82,12 +87,8 @@ class Workload:
         key = (client, step)
         if key not in self._batch_cache:
             self._batch_cache.clear()
-            examples = sampling.batch_examples(
-                self.shard(client), self.cfg.run.seed, client, step, self.cfg.task.batch_size
-            )
-            self._batch_cache[key] = encoding.encode(
-                examples, self.spec, self.loaded.tokenizer, self.cfg.task.max_tokens
-            )
+            examples = sampling.batch_examples(self.shard(client), self.seed, client, step, self.task.batch_size)
+            self._batch_cache[key] = encoding.encode(examples, self.spec, self.loaded.tokenizer, self.task.max_tokens)
         return self._batch_cache[key]
 
     def loss(self, client: int, step: int) -> float:
@@ -141,8 +142,8 @@ class Workload:
                 examples,
                 self.spec,
                 self.loaded.tokenizer,
-                self.cfg.task.max_tokens,
-                self.cfg.eval.batch_size,
+                self.task.max_tokens,
+                self.eval_batch_size,
                 dev=dev,
                 on_batch=on_batch,
             )

@@ -138,8 +138,8 @@ def test_a_stalled_client_stops_with_one_line_when_it_wakes(tmp_path):
 
 
 def test_a_stalled_client_its_launcher_restarts_rejoins_and_everyone_finishes(tmp_path):
-    """The same stall, supervised as every launcher runs a churn run: the client the rules
-    stop exits with its one line, is restarted, and rejoins by replay; all eight end on one
+    """The same stall, supervised as launch/churn.sh and compose run a churn run: the client the
+    rules stop exits with its one line, is restarted, and rejoins by replay; all eight end on one
     history, and the log says node 5 left at the stall and joined again later."""
     cfg = cfg_for(steps=80)
     r = simulate(cfg, events=[Event(3, 5, "stall", 1.5)], supervise=True)
@@ -347,9 +347,10 @@ def harsh_seeds() -> list[int]:
 def test_f5_harsh_chaos_with_a_cut_link_and_repeated_rejoins_keeps_one_history(seed, tmp_path):
     events, steps = harsh_schedule(seed)
     cfg = cfg_for(steps=steps)
-    # supervised, as every launcher runs a churn run: an edge that went down stays down until one
-    # end restarts (a rejoiner stalled at the hop its edges connect misses them, seed 8), so a
-    # later cut can leave a live client alone; the rules stop it and its launcher restarts it
+    # supervised, as launch/churn.sh and compose run a churn run: an edge that went down stays
+    # down until one end restarts (a rejoiner stalled at the hop its edges connect misses them,
+    # seed 8), so a later cut can leave a live client alone; the rules stop it (exit status 1)
+    # and its launcher restarts it
     r = simulate(cfg, events=events, supervise=True)
     check_one_history(r)
     # a connected majority is always up between faults: the run finishes, every client on it

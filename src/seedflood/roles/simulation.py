@@ -106,9 +106,10 @@ def simulate(
     delay, `dataclasses.replace(p, delay=d, overlap=False)`); the topology must fit it.
     `events`: faults to inject (churn runs only: the transport then tolerates failures).
     `supervise`: a node without `restart` events that the churn rules stop (cut off from the
-    majority, excluded) is restarted while others still run, as the launchers' restart-on-failure
-    policies restart a client that exits with that error (torchrun's MAX_RESTARTS, compose's
-    on-failure, a SLURM requeue); off, it stays stopped (what the partition tests check).
+    majority, excluded) is restarted while others still run, as the churn launchers restart a
+    client that exits with that error (status 1: launch/churn.sh's torchrun agents, MAX_RESTARTS;
+    compose's on-failure; under SLURM it is `scontrol requeue` by hand); off, it stays stopped
+    (what the partition tests check).
     """
     top = top or topo.build(cfg.topology)
     topo.check_nodes(top, cfg.topology.nodes)

@@ -11,6 +11,7 @@ changes are exactly the ones the faults imply.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import random
 from pathlib import Path
@@ -145,6 +146,40 @@ def test_a_stalled_client_its_launcher_restarts_rejoins_and_everyone_finishes(tm
     r = simulate(cfg, events=[Event(3, 5, "stall", 1.5)], supervise=True)
     assert sorted(r.hashes) == list(range(8)) and r.exits == {}, r.exits
     assert left(r)[5] == 3 and joined(r)[5] > 3
+    check_survivors(cfg, r, tmp_path)
+
+
+def test_a_rejoin_whose_join_is_committed_without_it_stops_and_the_next_incarnation_joins(tmp_path):
+    """The first rejoin's JOIN note reaches nobody but the newcomer (as when its sponsor stalls
+    right after sponsoring, chaos seed 2): its JOIN step commits without it, and rather than relay
+    on uncounted it stops with one line; restarted (supervised), its next incarnation joins."""
+    from seedflood.core.membership import JOIN, decode_hop, encode_hop
+
+    cfg = cfg_for(steps=40)
+    limits = protocol_of(cfg).limits(0, 2**32 - 1)
+    stops: list[str] = []
+
+    def lose_first_join(src: int, dst: int, hop: int, frame: bytes) -> bytes:
+        if dst < 0 or not frame:
+            return frame
+        msgs, notes = decode_hop(frame, limits)
+        keep = [n for n in notes if not (n.kind == JOIN and n.origin == 5 and n.value == 1)]
+        return frame if len(keep) == len(notes) else encode_hop(msgs, keep)
+
+    class Watch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "committed without this client's JOIN" in record.getMessage():
+                stops.append(record.getMessage())
+
+    watch = Watch()
+    logging.getLogger("seedflood.roles.simulation").addHandler(watch)
+    try:
+        r = simulate(cfg, events=[Event(3, 5, "kill"), Event(8, 5, "restart")], mutate=lose_first_join)
+    finally:
+        logging.getLogger("seedflood.roles.simulation").removeHandler(watch)
+    assert stops and "node 5: step" in stops[0], stops
+    assert sorted(r.hashes) == list(range(8)) and r.exits == {}, r.exits
+    assert [inc for s, c in sorted(r.changes.items()) for o, inc in c.join if o == 5] == [2]
     check_survivors(cfg, r, tmp_path)
 
 

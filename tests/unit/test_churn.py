@@ -259,10 +259,14 @@ def test_chaos_seeded_schedule_kills_two_stalls_one_and_restarts_them(tmp_path, 
     cfg = cfg_for(steps=60)
     r = simulate(cfg, events=events)
     assert r.exits == {} and sorted(r.hashes) == list(range(8)), (seed, r.exits)
-    assert left(r)[victims[0]] == down[0] and left(r)[victims[2]] == down[2]
+    assert left(r)[victims[0]] == down[0]
     assert left(r)[victims[1]] in (down[1], down[1] + 1)
-    assert set(joined(r)) == set(victims)
-    assert all(joined(r)[v] > left(r)[v] for v in victims)
+    # the stalled one leaves at its stall step and rejoins, unless it woke in time to meet an
+    # edge (a rejoiner's new one) and never became unreachable: then it never left (seed 31)
+    stalled_left = victims[2] in left(r)
+    assert not stalled_left or left(r)[victims[2]] == down[2]
+    assert set(joined(r)) == set(victims[:2]) | ({victims[2]} if stalled_left else set())
+    assert all(joined(r)[v] > left(r)[v] for v in joined(r))
     check_survivors(cfg, r, tmp_path)
 
 

@@ -22,7 +22,9 @@ Faults (`Fault.kind`), each at a round:
 - `restart`: a dead node comes back as a new incarnation: its lowest live member neighbour
   sponsors it with the real catch-up rules (the decided steps, the held messages and notes, a
   JOIN note for t + delay + 1 whose edges connect (delay + 1) · hops rounds later: rounds are
-  the shared hop clock), as `Churn.boundary` / `Churn.rejoin` / `Churn.link` do.
+  the shared hop clock), as `Churn.boundary` / `Churn.rejoin` / `Churn.link` do. A newcomer
+  whose JOIN step commits without it (the note reached no voter in time) stops after applying
+  that step, as `Churn.apply_committed` does (its launcher would restart it).
 
 Checks (`Outcome`): safety — every client's applied (step, digest) list is a prefix of one
 history, and so is the evaluator's log (it follows whichever client is the attach node, each
@@ -42,7 +44,7 @@ import networkx as nx
 
 from seedflood.core.agreement import Agreement
 from seedflood.core.flooding import Flood
-from seedflood.core.membership import JOIN, MembershipError, join_note
+from seedflood.core.membership import JOIN, ExcludedError, MembershipError, join_note
 from seedflood.core.message import FrameError, Message
 from seedflood.core.protocol import Protocol, schedule
 from seedflood.core.stepstream import StepSequence
@@ -176,6 +178,9 @@ class Node:
                 last += 1
                 self.applied.append((last, self.voter.agreement.digests[last]))
                 self.history.append((last, msgs))
+                if last == self.joined_at > 0 and self.i not in self.voter.agreement.roster.members:
+                    # its JOIN step committed without it: it stops, as Churn.apply_committed does
+                    raise ExcludedError(f"node {self.i}: step {last} was committed without this client's JOIN")
         except MembershipError as e:
             self.state, self.why = "stopped", str(e)
             return

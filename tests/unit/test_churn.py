@@ -421,12 +421,12 @@ def test_f5_a_sponsor_cut_off_from_the_others_right_after_it_sponsors_reaches_th
                 self.claimed_at = self._endpoints[1].hop
             return super().claim(sponsor, node)
 
-        def _send(self, src: int, dst: int, hop: int, frame: bytes) -> None:
+        def send(self, src: int, dst: int, hop: int, frame: bytes) -> None:
             if src == 1 and self.claimed_at is not None and hop == self.claimed_at + 6 and (1, 2) not in self._cut:
                 for q in (2, 5):  # the JOIN note reached every node long ago (diameter 3)
                     self.cut(1, q)
                     self.cut(q, 1)
-            super()._send(src, dst, hop, frame)
+            super().send(src, dst, hop, frame)
 
     monkeypatch.setattr(simulation, "InMemoryNetwork", Network)
     cfg = cfg_for(steps=20)

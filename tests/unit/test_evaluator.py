@@ -48,8 +48,8 @@ def evaluate(cfg: config.Config, records, start: int = 0) -> tuple[Evaluator, di
     header = log_header(cfg, proto.trajectory(cfg, p, w.train_digest()), w.loaded.identity, w.loaded.base_hash)
     inbox = Inbox("test")
     for _, msgs in records[start:]:
-        inbox._put(encode(msgs))
-    inbox._put(EOS)
+        inbox.put(encode(msgs))
+    inbox.put(EOS)
     ev = Evaluator(Settings.of(cfg), p, w, inbox, header, start_step=start, progress=False)
     try:
         return ev, ev.run()
@@ -271,7 +271,7 @@ def test_progress_follows_the_clients_not_the_scoring(tmp_path, finished):
     ev = Evaluator(Settings.of(cfg), p, w, inbox, header, progress=True)
     try:
         for _, msgs in finished[2][:4]:
-            inbox._put(encode(msgs))
+            inbox.put(encode(msgs))
         assert ev.progress.bar.n == 4 and ev.next_step == 0  # nothing processed yet
     finally:
         ev.close()

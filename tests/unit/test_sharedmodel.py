@@ -166,8 +166,8 @@ def evaluator_fed(cfg: config.Config, records) -> dict:
     header = log_header(cfg, proto.trajectory(cfg, p, w.train_digest()), w.loaded.identity, w.loaded.base_hash)
     inbox = Inbox("test")
     for _, msgs in records:
-        inbox._put(encode(msgs))
-    inbox._put(EOS)
+        inbox.put(encode(msgs))
+    inbox.put(EOS)
     ev = Evaluator(Settings.of(cfg), p, w, inbox, header, start_step=start, progress=False)
     try:
         return ev.run()

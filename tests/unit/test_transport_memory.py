@@ -382,7 +382,7 @@ def test_a_failing_on_frame_hook_breaks_neither_the_sender_nor_the_stream(caplog
 def test_inbox_hook_can_be_given_at_construction():
     calls = []
     inbox = Inbox("test", on_frame=lambda: calls.append(1))
-    inbox._put(b"x")
+    inbox.put(b"x")
     assert (calls, inbox.received, inbox.get(timeout=0)) == ([1], 1, b"x")
 
 

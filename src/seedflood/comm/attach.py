@@ -124,10 +124,10 @@ class AttachInbox(Inbox):
         drops repeats. Called under the lock."""
         if self._over or not self._seq.offer(step, payload):
             return
-        self._put(payload)
+        self.put(payload)
         if self._seq.next >= self.steps:  # everything is here: the sender's marker is not needed
             self._over = True
-            self._put(EOS)
+            self.put(EOS)
             self._lock.notify_all()
 
     def _fail(self, error: TransportError) -> None:
@@ -136,7 +136,7 @@ class AttachInbox(Inbox):
             if self._over:
                 return
             self._over = True
-            self._put(error)
+            self.put(error)
             self._lock.notify_all()
 
     # --- the offer thread ---------------------------------------------------------------------

@@ -230,7 +230,7 @@ class EvaluatorInbox(Inbox):
                 dist.recv(head.tensor, self.src_rank, tag=TAG_EVAL)
                 n = head.length()
                 if n == END:
-                    self._put(EOS)
+                    self.put(EOS)
                     return
                 if not 0 <= n <= self._max_frame:
                     raise ValueError(f"corrupt length {n}")
@@ -239,9 +239,9 @@ class EvaluatorInbox(Inbox):
                     tail = torch.empty(n - (self._inline - HEADER), dtype=torch.uint8)
                     dist.recv(tail, self.src_rank, tag=TAG_EVAL)
                     frame += tail.numpy().tobytes()
-                self._put(frame)  # queues, counts `received`, calls `on_frame` (never raises)
+                self.put(frame)  # queues, counts `received`, calls `on_frame` (never raises)
         except Exception as e:
-            self._put(TransportError(f"evaluator: stream from {self.sender} failed: {reason(e)}"))
+            self.put(TransportError(f"evaluator: stream from {self.sender} failed: {reason(e)}"))
 
     def close(self) -> None:
         self._thread.join(timeout=0.1)

@@ -1,7 +1,9 @@
 """The in-process backend of `seedflood.core.transport`: threads of one process, with fault injection.
 
-Owns `InMemoryNetwork` (one directed FIFO queue per edge, plus the evaluator's `Inbox`),
-`MemoryTransport` (one node's endpoint) and `Mutator` (a frame rewriter for fault injection).
+Owns `InMemoryNetwork` (one directed FIFO queue per edge, plus the evaluator's `Inbox`; the
+faults; edge meetings, sponsor claims and catch-up payloads) and `Mutator` (a frame rewriter for
+fault injection). One node's endpoint, `MemoryTransport`, is in memoryendpoint.py (re-exported
+here); it drives the network through the public methods below.
 Used by tests, the in-memory simulation and the benchmarks; it mirrors GlooTransport's
 semantics and byte counting exactly (HEADER + frame, once, at the sender, at the step the
 caller passes; the end marker at `last_step`), so figures from either backend agree.
@@ -27,16 +29,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from seedflood.core.transport import (
-    EOS,
-    EVALUATOR,
-    HEADER,
-    LATE_FACTOR,
-    ByteCounter,
-    Inbox,
-    TransportError,
-    check_addressed,
-)
+from seedflood.comm.memoryendpoint import MemoryTransport
+from seedflood.core.transport import LATE_FACTOR, ByteCounter, Inbox, TransportError
+
+__all__ = ["InMemoryNetwork", "MemoryTransport", "Mutator"]
 
 
 class _Failure:
@@ -86,14 +82,14 @@ class InMemoryNetwork:
         self._queues: dict[tuple[int, int], queue.SimpleQueue[bytes | _Failure]] = {
             (n, p): queue.SimpleQueue() for n, ps in self.neighbors.items() for p in ps
         }
-        self._inbox = Inbox(f"attach node {attach}") if attach is not None else None
+        self.inbox = Inbox(f"attach node {attach}") if attach is not None else None
         self._endpoints: dict[int, MemoryTransport] = {}
-        self._dead: dict[int, str] = {}  # node -> reason it was killed
+        self.dead: dict[int, str] = {}  # node -> reason it was killed
         self._cut: set[tuple[int, int]] = set()  # (src, dst) links that drop frames
         self._stalled: dict[int, float] = {}  # node -> monotonic time its stall began
-        self._resumed: dict[int, threading.Event] = {}
-        self._dying: dict[int, tuple[int, int]] = {}  # node -> (exchanges to go, peers it still reaches)
-        self._revived: dict[int, int] = {}  # node -> times it was revived (its incarnation)
+        self.resumed: dict[int, threading.Event] = {}
+        self.dying: dict[int, tuple[int, int]] = {}  # node -> (exchanges to go, peers it still reaches)
+        self.incarnations: dict[int, int] = {}  # node -> times it was revived (its incarnation)
         self._sponsor: dict[int, int] = {}  # revived node -> the neighbour that claimed it
         self._blobs: dict[int, queue.SimpleQueue[bytes]] = {n: queue.SimpleQueue() for n in self.neighbors}
         self._offers: dict[tuple[int, int], bool] = {}  # (node, peer) -> met: a connect waiting for peer's
@@ -110,9 +106,9 @@ class InMemoryNetwork:
 
     def evaluator_inbox(self) -> Inbox:
         """The evaluator's queue; set `on_frame` on it to hear of each push (called in push)."""
-        if self._inbox is None:
+        if self.inbox is None:
             raise ValueError("network has no evaluator (pass attach=node)")
-        return self._inbox
+        return self.inbox
 
     def counter(self) -> ByteCounter:
         """All endpoints' counts merged."""
@@ -120,8 +116,8 @@ class InMemoryNetwork:
 
     def kill(self, node: int) -> None:
         """Crash `node`: its own calls and every receive from it raise from now on."""
-        self._poison(node, f"node {node} was killed", inbound=True)
-        self._dead[node] = f"node {node} was killed"
+        self.poison(node, f"node {node} was killed", inbound=True)
+        self.dead[node] = f"node {node} was killed"
 
     def cut(self, src: int, dst: int) -> None:
         """Fail the link src -> dst: dst's next receive from src raises; later frames are lost."""
@@ -131,21 +127,21 @@ class InMemoryNetwork:
     def crash_in(self, node: int, exchanges: int, reach: int) -> None:
         """Crash `node` inside its exchange `exchanges` from now (0 = the next): its frame of that
         exchange reaches only its first `reach` peers (in id order), then it dies."""
-        self._dying[node] = (exchanges, reach)
+        self.dying[node] = (exchanges, reach)
 
     def revive(self, node: int) -> None:
         """Restart a killed node (a new incarnation, same id): fresh edges to every neighbour,
         none connected yet (`MemoryTransport.connect`); its next `endpoint` call makes a new one."""
         with self._lock:
-            if node not in self._dead:
+            if node not in self.dead:
                 raise ValueError(f"node {node} is alive")
             for p in self.neighbors[node]:
                 if (node, p) not in self._cut:
                     self._queues[(node, p)] = queue.SimpleQueue()
                     self._queues[(p, node)] = queue.SimpleQueue()
-            del self._dead[node]
+            del self.dead[node]
             self._endpoints.pop(node, None)
-            self._revived[node] = self._revived.get(node, 0) + 1
+            self.incarnations[node] = self.incarnations.get(node, 0) + 1
             self._sponsor.pop(node, None)
 
     def held_by(self, node: int) -> list[int]:
@@ -153,7 +149,7 @@ class InMemoryNetwork:
         restart before they are dropped would have them wait on the new incarnation's frames,
         where between processes the old edge is closed with the old process)."""
         with self._lock:
-            return [p for p, e in self._endpoints.items() if p != node and p not in self._dead and node in e.peers]
+            return [p for p, e in self._endpoints.items() if p != node and p not in self.dead and node in e.peers]
 
     def claim(self, sponsor: int, node: int) -> bool:
         """`sponsor` becomes the one neighbour that catches revived `node` up (first caller wins)."""
@@ -181,7 +177,7 @@ class InMemoryNetwork:
             want = [p for p in peers if (node, p) not in self._cut and (p, node) not in self._cut]
             met: set[int] = set()
             for p in want:
-                if self._offers.get((p, node)) is False and p not in self._dead:
+                if self._offers.get((p, node)) is False and p not in self.dead:
                     self._offers[(p, node)] = True
                     self._queues[(node, p)] = queue.SimpleQueue()
                     self._queues[(p, node)] = queue.SimpleQueue()
@@ -192,7 +188,7 @@ class InMemoryNetwork:
             while True:
                 met |= {p for p in want if self._offers.get((node, p))}
                 left = deadline - time.monotonic()
-                if len(met) == len(want) or left <= 0 or node in self._dead:
+                if len(met) == len(want) or left <= 0 or node in self.dead:
                     break
                 self._met.wait(left)
             for p in want:
@@ -211,33 +207,33 @@ class InMemoryNetwork:
 
     def stall(self, node: int) -> None:
         """Freeze `node` (SIGSTOP): its next exchange blocks until `unstall`; its heartbeat stops."""
-        self._resumed[node] = threading.Event()
+        self.resumed[node] = threading.Event()
         self._stalled[node] = time.monotonic()
 
     def unstall(self, node: int) -> None:
         """Let a stalled node go on (SIGCONT); its neighbours may have dropped it meanwhile."""
         self._stalled.pop(node, None)
-        if (event := self._resumed.pop(node, None)) is not None:
+        if (event := self.resumed.pop(node, None)) is not None:
             event.set()
 
-    def _silent_for(self, node: int) -> float:
+    def silent_for(self, node: int) -> float:
         """Seconds since `node`'s heartbeat stopped (0: it beats)."""
         since = self._stalled.get(node)
         return 0.0 if since is None else time.monotonic() - since
 
-    def _close_edge(self, src: int, dst: int, reason: str) -> None:
+    def close_edge(self, src: int, dst: int, reason: str) -> None:
         """src gave up on dst: dst's receives from src fail from now on (a closed gloo pair)."""
         self._queues[(src, dst)].put(_Failure(reason))
 
-    def _poison(self, node: int, reason: str, inbound: bool = False, stream: bool = True) -> None:
+    def poison(self, node: int, reason: str, inbound: bool = False, stream: bool = True) -> None:
         for p in self.neighbors[node]:
             self._queues[(node, p)].put(_Failure(reason))
             if inbound:
                 self._queues[(p, node)].put(_Failure(reason))
-        if stream and node == self.attach and self._inbox is not None:
-            self._inbox._put(TransportError(f"evaluator: stream from attach node {node} failed: {reason}"))
+        if stream and node == self.attach and self.inbox is not None:
+            self.inbox.put(TransportError(f"evaluator: stream from attach node {node} failed: {reason}"))
 
-    def _send(self, src: int, dst: int, hop: int, frame: bytes) -> None:
+    def send(self, src: int, dst: int, hop: int, frame: bytes) -> None:
         if (src, dst) in self._cut:
             return
         if self.mutate is not None:
@@ -246,7 +242,7 @@ class InMemoryNetwork:
                 return
         self._queues[(src, dst)].put(frame)
 
-    def _recv_tolerant(self, src: int, dst: int) -> bytes:
+    def recv_tolerant(self, src: int, dst: int) -> bytes:
         """Wait for src's frame while src is alive and beating (see the module docstring)."""
         q = self._queues[(src, dst)]
         hard = time.monotonic() + LATE_FACTOR * self.timeout_s
@@ -254,9 +250,9 @@ class InMemoryNetwork:
             try:
                 item = q.get(timeout=_SLICE_S)
             except queue.Empty:
-                if src in self._dead:
+                if src in self.dead:
                     raise TransportError(f"node {src} is dead") from None
-                if self._silent_for(src) > self.timeout_s:
+                if self.silent_for(src) > self.timeout_s:
                     raise TransportError(f"peer node {src} silent for over {self.timeout_s:g} s") from None
                 if time.monotonic() > hard:
                     raise TransportError(
@@ -268,7 +264,7 @@ class InMemoryNetwork:
                 raise TransportError(item.reason)
             return item
 
-    def _recv(self, src: int, dst: int, deadline: float) -> bytes:
+    def recv(self, src: int, dst: int, deadline: float) -> bytes:
         try:
             item = self._queues[(src, dst)].get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
@@ -279,151 +275,3 @@ class InMemoryNetwork:
             self._queues[(src, dst)].put(item)  # stays failed, like a closed gloo pair
             raise TransportError(f"node {dst}: receive from peer node {src} failed: {item.reason}")
         return item
-
-
-class MemoryTransport:
-    """One node's endpoint of an InMemoryNetwork (use from one thread)."""
-
-    def __init__(self, network: InMemoryNetwork, node: int, counter: ByteCounter) -> None:
-        self.network = network
-        self.node = node
-        self.incarnation = network._revived.get(node, 0)
-        # a revived node starts unconnected: it connects its edges as its sponsor says
-        self.neighbours = network.neighbors[node]  # topology neighbours, connected or not
-        self.peers = self.neighbours if not self.incarnation else ()
-        self._revived_seen = {p: network._revived.get(p, 0) for p in network.neighbors[node]}
-        self.lost: dict[int, str] = {}  # tolerant: peers dropped and not yet taken, -> reason
-        self.counter = counter
-        self.hop = 0  # exchanges so far: the Mutator's `hop`
-        self.last_step = 0  # step of the latest exchange/push: the end marker is counted there
-        self._closed = False
-
-    def __enter__(self) -> MemoryTransport:
-        return self
-
-    def __exit__(self, exc_type: object, *_: object) -> None:
-        self.close(abort=exc_type is not None)
-
-    def _check(self) -> None:
-        if reason := self.network._dead.get(self.node):
-            raise TransportError(f"node {self.node}: {reason}")
-        if self._closed:
-            raise TransportError(f"node {self.node}: transport is closed")
-
-    def revived(self) -> list[int]:
-        """Neighbours restarted (a new incarnation) since the last call, not yet connected."""
-        out = []
-        for p in self.network.neighbors[self.node]:
-            inc = self.network._revived.get(p, 0)
-            if inc > self._revived_seen[p] and p not in self.network._dead:
-                self._revived_seen[p] = inc
-                out.append(p)
-        return out
-
-    def connect(self, peers: Sequence[int], timeout_s: float | None = None) -> list[int]:
-        """Connect to these neighbours, each only if it connects to this node within `timeout_s`
-        (default: the network's timeout), as links.EdgeTransport's meetings; returns those
-        connected now, exchanging from the next hop. A stalled node meets nobody until resumed."""
-        self._check()
-        if bad := [p for p in peers if p not in self.network.neighbors[self.node]]:
-            raise ValueError(f"node {self.node}: {bad} are not topology neighbours")
-        if (resumed := self.network._resumed.get(self.node)) is not None:
-            resumed.wait()
-            self._check()
-        todo = sorted(set(peers) - set(self.peers))
-        timeout = self.network.timeout_s if timeout_s is None else timeout_s
-        added = self.network.meet(self.node, todo, timeout) if todo else []
-        self.peers = tuple(sorted((*self.peers, *added)))
-        return added
-
-    def claim(self, node: int) -> int | None:
-        """Become revived `node`'s sponsor (only one neighbour wins); its incarnation, or None."""
-        return self.network._revived.get(node, 0) if self.network.claim(self.node, node) else None
-
-    def send_blob(self, peer: int, data: bytes) -> None:
-        self.network.send_blob(peer, data)
-
-    def recv_blob(self, peer: int | None, timeout_s: float) -> bytes:
-        """The catch-up payload a sponsor sent (from whichever neighbour claimed us: `peer` unused)."""
-        return self.network.recv_blob(self.node, timeout_s)
-
-    def sponsor(self, timeout_s: float) -> int:
-        """The neighbour that claimed this revived node (waits up to `timeout_s` for one)."""
-        return self.network.sponsor_of(self.node, timeout_s)
-
-    def take_lost(self) -> dict[int, str]:
-        """Peers dropped since the last call (tolerant mode), with the reason."""
-        lost, self.lost = self.lost, {}
-        return lost
-
-    def exchange(self, frames: Mapping[int, bytes], step: int) -> dict[int, bytes]:
-        self._check()
-        if self.network.tolerate:
-            return self._exchange_tolerant(frames, step)
-        check_addressed(self.node, self.peers, frames)
-        self.last_step = step
-        for p in self.peers:
-            frame = bytes(frames.get(p, b""))
-            self.counter.add(step, self.node, p, HEADER + len(frame))
-            self.network._send(self.node, p, self.hop, frame)
-        deadline = time.monotonic() + self.network.timeout_s
-        out = {p: self.network._recv(p, self.node, deadline) for p in self.peers}
-        self.hop += 1
-        return out
-
-    def _exchange_tolerant(self, frames: Mapping[int, bytes], step: int) -> dict[int, bytes]:
-        """One hop with the peers still connected; a failed one is dropped, not raised."""
-        net = self.network
-        if (resumed := net._resumed.get(self.node)) is not None:
-            resumed.wait()  # stalled: frozen here until unstall
-            self._check()
-        self.last_step = step
-        reach = len(self.peers)
-        if (dying := net._dying.get(self.node)) is not None:
-            if dying[0] == 0:
-                reach = dying[1]
-            else:
-                net._dying[self.node] = (dying[0] - 1, dying[1])
-        for i, p in enumerate(self.peers):
-            frame = bytes(frames.get(p, b""))
-            self.counter.add(step, self.node, p, HEADER + len(frame))
-            if i < reach:
-                net._send(self.node, p, self.hop, frame)
-        if reach < len(self.peers):
-            del net._dying[self.node]
-            net.kill(self.node)
-            raise TransportError(f"node {self.node}: crashed mid-send (reached {reach} of {len(self.peers)} peers)")
-        out = {}
-        for p in self.peers:
-            try:
-                out[p] = net._recv_tolerant(p, self.node)
-            except TransportError as e:
-                self.lost[p] = str(e)
-                net._close_edge(self.node, p, f"node {self.node} dropped node {p}")
-        self.peers = tuple(p for p in self.peers if p not in self.lost)
-        self.hop += 1
-        return out
-
-    def push(self, frame: bytes, step: int) -> None:
-        self._check()
-        inbox = self.network._inbox
-        if inbox is None or self.node != self.network.attach:
-            raise ValueError(f"node {self.node} is not the evaluator's attach node")
-        self.last_step = step
-        frame = bytes(frame)
-        self.counter.add(step, self.node, EVALUATOR, HEADER + len(frame))
-        if self.network.mutate is not None:
-            frame = self.network.mutate(self.node, EVALUATOR, self.hop, frame)
-        inbox._put(frame)  # queues, counts `received`, calls `on_frame` here (never raises)
-
-    def close(self, abort: bool = False) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        reason = f"node {self.node} {'aborted' if abort else 'closed'}"
-        inbox = self.network._inbox
-        is_attach = self.node == self.network.attach and inbox is not None
-        if is_attach and not abort and self.node not in self.network._dead:
-            self.counter.add(self.last_step, self.node, EVALUATOR, HEADER)  # the end marker, as gloo
-            inbox._put(EOS)  # type: ignore[union-attr]
-        self.network._poison(self.node, reason, stream=abort)

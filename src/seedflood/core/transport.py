@@ -175,7 +175,7 @@ class Inbox:
         self._final: _EndOfStream | TransportError | None = None
         self._hook_failed = False
 
-    def _put(self, item: bytes | _EndOfStream | TransportError) -> None:
+    def put(self, item: bytes | _EndOfStream | TransportError) -> None:
         """Queue a frame, the end of stream or a failure; frames count and call `on_frame`."""
         if not isinstance(item, bytes):
             self._queue.put(item)

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from seedflood.comm.memory import MemoryTransport
+from seedflood.comm.memoryendpoint import MemoryTransport
 from seedflood.core import rng, zo
 from seedflood.core.config import Config
 from seedflood.core.configerror import ConfigError

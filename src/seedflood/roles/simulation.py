@@ -164,7 +164,7 @@ def simulate(
         todo[node] = [e for e in todo[node] if e.action != "restart"]
         once(node)
         for e in restarts:
-            if node in hashes or node not in network._dead:
+            if node in hashes or node not in network.dead:
                 return
             waiting.add(node)  # two supervisors waiting on each other would wait forever
             while max(progress.values()) < e.step and others_running(node):
@@ -241,7 +241,7 @@ def simulate(
             stopped.add(node)
             network.kill(node)  # the process exits: its edges close
         except BaseException as e:  # surfaced below; the transport cascades it to the others
-            if node in network._dead and isinstance(e, TransportError):
+            if node in network.dead and isinstance(e, TransportError):
                 exits.setdefault(node, f"crashed: {e}")
             else:
                 errors.append(e)

@@ -44,7 +44,7 @@ bench: install
 lint: install
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
-	$(BIN)/lint-imports
+	$(BIN)/lint-imports --no-cache  # a stale cache once passed a cycle a clean clone refused
 
 format: install
 	$(BIN)/ruff check --fix $(LINT_PATHS)

@@ -44,7 +44,7 @@ import networkx as nx
 
 from seedflood.core.agreement import Agreement
 from seedflood.core.flooding import Flood
-from seedflood.core.membership import JOIN, ExcludedError, MembershipError, join_note
+from seedflood.core.membership import JOIN, MembershipError, check_admitted, join_note
 from seedflood.core.message import FrameError, Message
 from seedflood.core.protocol import Protocol, schedule
 from seedflood.core.stepstream import StepSequence
@@ -178,9 +178,7 @@ class Node:
                 last += 1
                 self.applied.append((last, self.voter.agreement.digests[last]))
                 self.history.append((last, msgs))
-                if last == self.joined_at > 0 and self.i not in self.voter.agreement.roster.members:
-                    # its JOIN step committed without it: it stops, as Churn.apply_committed does
-                    raise ExcludedError(f"node {self.i}: step {last} was committed without this client's JOIN")
+                check_admitted(self.i, last, self.joined_at, self.voter.agreement.roster)  # as Churn does
         except MembershipError as e:
             self.state, self.why = "stopped", str(e)
             return

@@ -52,6 +52,19 @@ class ExcludedError(MembershipError):
     hash differed from the majority's)."""
 
 
+def check_admitted(node: int, step: int, joined_at: int, roster: Roster) -> None:
+    """After applying committed `step`: a newcomer (`joined_at` > 0, the step its JOIN note names)
+    that the step left out raises ExcludedError. A JOIN note names one step, so once that step is
+    committed without it (the voters did not hold the note when they proposed it: a sponsor that
+    stalled or was cut off right after sponsoring) nothing would ever admit it, and it would
+    relay on uncounted for the rest of the run; it stops, and its restart joins."""
+    if step == joined_at > 0 and node not in roster.members:
+        raise ExcludedError(
+            f"node {node}: step {step} was committed without this client's JOIN (its sponsor's note did "
+            "not reach the voters in time): it stops (restart it to rejoin by replay)"
+        )
+
+
 # -- notes -------------------------------------------------------------------------------------------
 @dataclass(frozen=True, order=True)
 class Note:

@@ -318,14 +318,7 @@ class Churn:
             if h.protocol.audits(s) and self.state_hash is not None:
                 value = membership.audit_value(self.state_hash())
                 h.flood.originate_notes([Note(s, AUDIT, h.node, value)])
-        if s == self.joined_at > 0 and h.node not in self.roster.members:
-            # a JOIN note names one step: once that step is committed without it (the voters did not
-            # hold the note when they proposed it: a sponsor that stalled or was cut off right after
-            # sponsoring) this client would relay on uncounted for the rest of the run
-            raise membership.ExcludedError(
-                f"node {h.node}: step {s} was committed without this client's JOIN (its sponsor's note did "
-                "not reach the voters in time): it stops (restart it to rejoin by replay)"
-            )
+        membership.check_admitted(h.node, s, self.joined_at, self.roster)
 
     def poll(self) -> None:
         pass  # nothing runs beside the estimate

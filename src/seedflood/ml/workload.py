@@ -47,6 +47,7 @@ class Workload:
     splits: sampling.Splits
     direction: Direction
     _batch_cache: dict[tuple[int, int], Any] = field(default_factory=dict, repr=False)
+    _tokens: dict[int, dict[int, encoding.Tokens]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, cfg: Config, local_rank: int = 0, local_processes: int = 1) -> Workload:
@@ -83,13 +84,27 @@ class Workload:
         return sampling.label_table(self.shards, self.spec.n_labels)
 
     def batch(self, client: int, step: int) -> encoding.Batch:
-        """Client `client`'s encoded batch of `step` (cached: the ± forwards share it)."""
+        """Client `client`'s encoded batch of `step` (sampling.batch_examples, encoded): cached for
+        the step (the ± forwards share it), and each shard example is tokenized once per process
+        (a small run draws every example many times; tokenizing was ~15 % of a tiny step)."""
         key = (client, step)
         if key not in self._batch_cache:
             self._batch_cache.clear()
-            examples = sampling.batch_examples(self.shard(client), self.seed, client, step, self.task.batch_size)
-            self._batch_cache[key] = encoding.encode(examples, self.spec, self.loaded.tokenizer, self.task.max_tokens)
+            shard = self.shard(client)
+            idx = sampling.batch_indices(len(shard), self.seed, client, step, self.task.batch_size)
+            known = self._tokens.setdefault(client, {})  # shard position -> Tokens
+            new = [i for i in dict.fromkeys(idx) if i not in known]
+            if new:
+                tokens = encoding.tokenize(
+                    [shard[i] for i in new], self.spec, self.loaded.tokenizer, self.task.max_tokens
+                )
+                known.update(zip(new, tokens))
+            self._batch_cache[key] = encoding.collate([known[i] for i in idx], self.spec, self.loaded.tokenizer)
         return self._batch_cache[key]
+
+    def forget_batch(self) -> None:
+        """Drop the cached batch of the last step (its tokens stay cached per example)."""
+        self._batch_cache.clear()
 
     def loss(self, client: int, step: int) -> float:
         """L(θ) on the client's batch of `step`, under whatever perturbation context is active."""

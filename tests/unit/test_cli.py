@@ -71,6 +71,20 @@ def test_one_client_is_refused_in_one_line(command, out):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("command", ["train", "world-size", "simulate"])
+def test_a_bad_config_is_refused_before_torch_is_imported(command, out):
+    """A refusal of the config itself (an unknown key, one client) comes before anything loads
+    torch: a launcher's preflight or a typo answers in a fraction of a second, not ~2 s."""
+    code = (
+        "import sys; from seedflood import cli\n"
+        f"rc = cli.main([{command!r}, '--config', {str(DEBUG)!r}, '--set', 'run.nosuch=1'])\n"
+        "print(rc, 'torch' in sys.modules)"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "unknown key 'run.nosuch'" in p.stderr
+    assert p.stdout.split() == ["2", "False"], p.stdout + p.stderr
+
+
 def test_malformed_topology_file(tmp_path, out):
     bad = tmp_path / "bad.yaml"
     bad.write_text("nodes: 4\nedges: [[0, 1], [1, 1], [2, 3]]\n")

@@ -24,30 +24,45 @@ EXIT_FAILED = 1
 JSON_HELP = "print the result as one JSON object (for scripts) instead of the summary lines"
 
 
-def _bad_input_errors() -> tuple[type[BaseException], ...]:
-    from seedflood.comm.runtime import WorldError
-    from seedflood.core.configerror import ConfigError
-    from seedflood.core.directions import DirectionError
-    from seedflood.core.graph import TopologyError
-    from seedflood.ml.datafiles import TaskError
-    from seedflood.ml.sources import ModelError
-    from seedflood.roles.train import RunError
-    from seedflood.rundir.layout import CheckpointError
+def _raisable(*names: str) -> tuple[type[BaseException], ...]:
+    """The exception classes "module.Class" whose module is already imported.
 
-    return (ConfigError, TopologyError, TaskError, ModelError, WorldError, CheckpointError, DirectionError, RunError)
+    An exception can only have been raised if its class's module was imported, so the others
+    need not be caught, and not importing them keeps a refusal that comes before the model (a bad
+    --set) from loading torch and transformers: a one-line answer in a fraction of a second.
+    """
+    found = []
+    for name in names:
+        module, _, cls = name.rpartition(".")
+        if module in sys.modules:
+            found.append(getattr(sys.modules[module], cls))
+    return tuple(found)
+
+
+def _bad_input_errors() -> tuple[type[BaseException], ...]:
+    return _raisable(
+        "seedflood.core.configerror.ConfigError",
+        "seedflood.core.graph.TopologyError",
+        "seedflood.ml.datafiles.TaskError",
+        "seedflood.ml.sources.ModelError",
+        "seedflood.comm.runtime.WorldError",
+        "seedflood.rundir.layout.CheckpointError",
+        "seedflood.core.directions.DirectionError",
+        "seedflood.roles.train.RunError",
+    )
 
 
 def _run_errors() -> tuple[type[BaseException], ...]:
     """Failures of a running process that are explained in one line (exit status 1)."""
-    from seedflood.core.flooding import FloodError
-    from seedflood.core.membership import MembershipError
-    from seedflood.core.message import FrameError
-    from seedflood.core.replay import ReplayError
-    from seedflood.core.transport import TransportError
-    from seedflood.core.zo import EstimateError
-    from seedflood.roles.evaluator import EvaluatorError
-
-    return (TransportError, FloodError, FrameError, EvaluatorError, EstimateError, ReplayError, MembershipError)
+    return _raisable(
+        "seedflood.core.transport.TransportError",
+        "seedflood.core.flooding.FloodError",
+        "seedflood.core.message.FrameError",
+        "seedflood.roles.evaluator.EvaluatorError",
+        "seedflood.core.zo.EstimateError",
+        "seedflood.core.replay.ReplayError",
+        "seedflood.core.membership.MembershipError",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -26,12 +26,14 @@ def _preflight(cfg, full: bool = True) -> int:
     directory a resume would continue (settings, log integrity, checkpoints), so a bad run stops
     here, before any process starts and before anything is written.
     """
-    from seedflood.core import config, directions, protocol, topology
+    from seedflood.core import config
+
+    config.check_run(cfg)  # before the imports below load torch: this refusal answers at once
+    from seedflood.core import directions, protocol, topology
     from seedflood.ml import model, sampling, tasks
     from seedflood.ml.workload import train_digest
     from seedflood.rundir import resume as rundir
 
-    config.check_run(cfg)
     top = rundir.topology_of(cfg)
     proto = protocol.Protocol.of(cfg, top.diameter)
     tasks.get(cfg.task)
@@ -49,10 +51,10 @@ def _preflight(cfg, full: bool = True) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    cfg = _load_config(args)  # a bad config is refused before torch is imported
+    _preflight(cfg, full=False)  # the launcher's world-size ran the full preflight; rank 0 rechecks the run dir
     from seedflood.roles import train
 
-    cfg = _load_config(args)
-    _preflight(cfg, full=False)  # the launcher's world-size ran the full preflight; rank 0 rechecks the run dir
     summary = train.run(cfg)
     if summary is not None:
         _print_summary(summary)
@@ -77,14 +79,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     baselines.run for the other algorithms)."""
     cfg = _load_config(args)
     if cfg.algorithm.name != "seedflood":
+        _preflight(cfg, full=False)
         from seedflood.experiments import baselines
 
-        _preflight(cfg, full=False)
         _print_run_summary(baselines.run(cfg, progress=True))
         return 0
+    _preflight(cfg, full=True)  # no launcher ran world-size first: check the data and the run dir here
     from seedflood.roles import sharedmodel
 
-    _preflight(cfg, full=True)  # no launcher ran world-size first: check the data and the run dir here
     _print_run_summary(sharedmodel.run(cfg, progress=True))
     return 0
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -328,6 +329,22 @@ def _in_transformers(tiny: M.Loaded, path: Path):
     hf = AutoModelForCausalLM.from_pretrained(path).eval()
     assert type(hf) is LlamaForCausalLM
     return hf
+
+
+def test_a_damaged_tiny_directory_is_refused_in_one_line(tiny, tmp_path):
+    """A saved tiny model whose weights file is cut short, or whose config lost a size, is a
+    ModelError naming the directory, not a traceback."""
+    M.save(tiny, tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    with pytest.raises(sources.ModelError, match=f"cannot load model {tmp_path}"):
+        M.load(ModelConfig(name=str(tmp_path)))
+    M.save(tiny, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["hidden_size"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(sources.ModelError, match=f"cannot load model {tmp_path}"):
+        M.load(ModelConfig(name=str(tmp_path)))
 
 
 def test_tiny_is_a_llama_that_transformers_loads(tiny, examples, tmp_path):

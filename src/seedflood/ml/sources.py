@@ -319,6 +319,9 @@ def instantiate(src: Source, cfg: ModelConfig, dtype: torch.dtype) -> tuple[Any,
         return (*_from_pretrained(directory, dtype), directory)
     if src.kind == "dir":
         if tinyllama.is_tiny_dir(Path(src.where)):  # a tiny model saved (a checkpoint of a test run)
-            return tinyllama.load_dir(Path(src.where), dtype), tiny_tokenizer(), Path(src.where)
+            try:
+                return tinyllama.load_dir(Path(src.where), dtype), tiny_tokenizer(), Path(src.where)
+            except Exception as e:  # KeyError, TypeError, safetensors errors, shape mismatches: unusable
+                raise ModelError(f"cannot load model {src.where}: {first_line(e)}") from None
         return (*_from_pretrained(src.where, dtype), Path(src.where))
     return (*_hub(src.where, cfg.gguf_file, dtype), None)

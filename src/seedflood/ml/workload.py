@@ -93,7 +93,7 @@ class Workload:
             shard = self.shard(client)
             idx = sampling.batch_indices(len(shard), self.seed, client, step, self.task.batch_size)
             known = self._tokens.setdefault(client, {})  # shard position -> Tokens
-            new = [i for i in dict.fromkeys(idx) if i not in known]
+            new = [i for i in idx if i not in known]  # a batch's positions are distinct
             if new:
                 tokens = encoding.tokenize(
                     [shard[i] for i in new], self.spec, self.loaded.tokenizer, self.task.max_tokens

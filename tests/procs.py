@@ -22,10 +22,13 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import forked
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = str(REPO / "src")
@@ -75,6 +78,26 @@ def size(path: Path) -> int:
         return -1
 
 
+def run(
+    argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path = REPO, timeout: float = 600.0
+) -> subprocess.CompletedProcess[str]:
+    """Run `argv` to its end with `env` (default `env()`): its exit status, stdout and stderr, as
+    subprocess.run(capture_output=True, text=True) gives them. Forked when forked.py can
+    (`python -m seedflood replay ...`), else a plain subprocess."""
+    env = dict(env if env is not None else globals()["env"]())
+    if forked.command(argv) is None:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+    with tempfile.TemporaryDirectory(prefix="run-") as tmp:
+        out, err = Path(tmp, "out"), Path(tmp, "err")
+        child = forked.spawn(argv, env=env, cwd=cwd, out=out, err=err)
+        if child.wait(timeout) is None:
+            _killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            raise subprocess.TimeoutExpired(list(argv), timeout)
+        read = [f.read_text(errors="replace") if f.is_file() else "" for f in (out, err)]
+        return subprocess.CompletedProcess(list(argv), child.returncode, *read)
+
+
 class Stalled(AssertionError):
     """A wait saw no progress for its stall bound."""
 
@@ -89,7 +112,7 @@ class Proc:
     cwd: Path
     out: Path  # stdout (and stderr when merged)
     err: Path | None  # None: merged into `out`
-    popen: subprocess.Popen | None = None
+    popen: subprocess.Popen | forked.Forked | None = None
     codes: list[int] = field(default_factory=list)  # every incarnation's exit status, in order
     started: float = 0.0  # time.monotonic() of the current incarnation's start
     ended: float | None = None  # time.monotonic() when the current incarnation was seen to exit
@@ -193,6 +216,10 @@ class Procs:
         return p
 
     def _spawn(self, p: Proc) -> None:
+        if forked.command(p.argv) is not None:  # python -m MODULE / python SCRIPT: fork it (forked.py)
+            p.popen = forked.spawn(p.argv, env=p.env, cwd=p.cwd, out=p.out, err=p.err)
+            p.started, p.ended = time.monotonic(), None
+            return
         with open(p.out, "ab") as out, open(p.err, "ab") if p.err else open(os.devnull, "wb") as err:
             p.popen = subprocess.Popen(
                 p.argv,
@@ -387,7 +414,10 @@ def _killpg(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)  # the session this harness started for that process
     except (ProcessLookupError, PermissionError):
-        pass
+        try:
+            os.kill(pid, sig)  # a forked child not yet in its own session (forked.py)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def sets(*overrides: str) -> list[str]:

@@ -10,7 +10,6 @@ Assumes: the debug config's step records in log.bin are at least RECORD_BYTES lo
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -68,14 +67,8 @@ def wait_for_steps(group: procs.Procs, out: Path, n: int, alive: list[str] | Non
 
 def replay(run_dir: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
     """What `seedflood replay RUN_DIR --json` prints last ({"steps", "param_hash"}); it must exit 0."""
-    r = subprocess.run(
-        [sys.executable, "-m", "seedflood", "replay", str(run_dir), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,  # a generous outer bound: replay of a few hundred tiny steps takes seconds
-        env=env or procs.env(),
-        cwd=procs.REPO,
-    )
+    # a generous outer bound: replay of a few hundred tiny steps takes seconds
+    r = procs.run([sys.executable, "-m", "seedflood", "replay", str(run_dir), "--json"], env=env, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 

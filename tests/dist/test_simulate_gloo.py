@@ -15,7 +15,6 @@ On a ring with one hop per step (delay 1) and on a complete graph with overlap (
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -69,13 +68,8 @@ def test_simulate_equals_the_launched_run(run_world, procs_ok, tmp_path, case):
     launched = tmp_path / "launched"
     out.rename(launched)
 
-    sim = subprocess.run(
-        [sys.executable, "-m", "seedflood", "simulate", *args(out, CASES[case])],
-        capture_output=True,
-        text=True,
-        timeout=900,  # an outer bound only: one process, six tiny steps
-        env=harness.env(),
-    )
+    # an outer bound only: one process, six tiny steps
+    sim = harness.run([sys.executable, "-m", "seedflood", "simulate", *args(out, CASES[case])], timeout=900)
     assert sim.returncode == 0, sim.stderr[-3000:]
 
     got, want = (json.loads((d / "summary.json").read_text()) for d in (out, launched))

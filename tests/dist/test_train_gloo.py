@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+import procs as harness
 import runs
 from oracle import oracle_hash
 from procs import Procs
@@ -63,24 +63,14 @@ def test_processes_match_the_in_memory_reference(run_world, procs_ok, tmp_path, 
     assert oracle_hash(tmp_path / kind / "config.yaml", tmp_path / kind / "log.bin") == (6, reference_hash)
 
     if kind == "ring":
-        replay = subprocess.run(
-            [sys.executable, "-m", "seedflood", "replay", str(tmp_path / kind), "--json"],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        replay = harness.run([sys.executable, "-m", "seedflood", "replay", str(tmp_path / kind), "--json"])
         assert replay.returncode == 0, replay.stderr
         assert json.loads(replay.stdout.strip().splitlines()[-1]) == {"steps": 6, "param_hash": reference_hash}
         # ...and at an intermediate step it equals the checkpoint the evaluator wrote then.
         meta = json.loads((tmp_path / kind / "checkpoints" / "step_000006" / "meta.json").read_text())
         assert meta["param_hash"] == reference_hash
         # `seedflood eval` rebuilds the same model and scores it as the evaluator did at the end.
-        scored = subprocess.run(
-            [sys.executable, "-m", "seedflood", "eval", str(tmp_path / kind), "--json"],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        scored = harness.run([sys.executable, "-m", "seedflood", "eval", str(tmp_path / kind), "--json"])
         assert scored.returncode == 0, scored.stderr
         got = json.loads(scored.stdout.strip().splitlines()[-1])
         assert got["steps"] == 6 and got["accuracy"] == s["final"]["accuracy"] and got["auc"] == s["final"]["auc"]

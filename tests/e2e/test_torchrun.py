@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import e2e_support as sup
+import procs as harness
 
 pytestmark = pytest.mark.e2e
 
@@ -125,7 +126,6 @@ def test_max_restarts_resumes_from_checkpoint(entry: str, tmp_path: Path) -> Non
 def test_checkpoint_is_a_plain_hugging_face_model(reference_run: dict, tmp_path: Path) -> None:
     """The evaluator's model directory loads with AutoModelForCausalLM, carries the trained
     weights, and equals what `seedflood replay --out` rebuilds from base + log."""
-    import subprocess
     import sys
 
     import torch
@@ -140,11 +140,9 @@ def test_checkpoint_is_a_plain_hugging_face_model(reference_run: dict, tmp_path:
 
     run_dir = model_dir.parents[2]
     out = tmp_path / "replayed"
-    replay = subprocess.run(
+    replay = harness.run(  # an outer bound: a replay of six tiny steps
         [sys.executable, "-m", "seedflood", "replay", str(run_dir), "--out", str(out), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=900,  # an outer bound: a replay of six tiny steps
+        timeout=900,
         env=sup.launcher_env(),
     )
     assert replay.returncode == 0, replay.stderr

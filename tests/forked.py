@@ -39,10 +39,13 @@ import threading
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from unittest import mock
 
 ENABLED = os.environ.get("SEEDFLOOD_TEST_FORK", "1") != "0"
 PRELOAD = ["torch", "torch.distributed", "seedflood.cli", "seedflood.roles.train", "seedflood.ml.tinyllama"]
-SERVER_ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
+SERVER_KEYS = ("OMP_NUM_THREADS", "PYTHONUNBUFFERED", "HF_HUB_OFFLINE")
+"""Variables read while the preloaded modules import (OpenMP reads its thread count at load): the
+server takes them from the first child's environment, which the harness builds (procs.env)."""
 
 _context: multiprocessing.context.ForkServerContext | None = None
 
@@ -65,17 +68,18 @@ class Forked:
 
     def __init__(self, process: multiprocessing.process.BaseProcess) -> None:
         self.process = process
-        self.returncode: int | None = None
 
     @property
     def pid(self) -> int:
         assert self.process.pid is not None
         return self.process.pid
 
-    def poll(self) -> int | None:
+    @property
+    def returncode(self) -> int | None:
         """The exit status (negative: ended by that signal), None while it runs."""
-        if self.returncode is None:
-            self.returncode = self.process.exitcode
+        return self.process.exitcode
+
+    def poll(self) -> int | None:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int | None:
@@ -88,7 +92,7 @@ def spawn(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, out: Path, 
     stderr to `err` (None: to `out` too)."""
     kind, target, args = command(argv) or (None, "", [])
     assert kind is not None, f"not a command the fork server runs: {argv}"
-    process = _server().Process(
+    process = _server(env).Process(
         target=_child, args=(kind, target, args, dict(env), str(cwd), str(out), None if err is None else str(err))
     )
     process.daemon = True  # ended with the test process if the harness could not
@@ -96,24 +100,17 @@ def spawn(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, out: Path, 
     return Forked(process)
 
 
-def _server() -> multiprocessing.context.ForkServerContext:
-    """This test process's fork server, started on first use with SERVER_ENV and PRELOAD."""
+def _server(env: Mapping[str, str]) -> multiprocessing.context.ForkServerContext:
+    """This test process's fork server, started on first use with PRELOAD and the SERVER_KEYS
+    of `env` (the server inherits this process's environment)."""
     global _context
     if _context is None:
+        from multiprocessing import forkserver
+
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
-        saved = {k: os.environ.get(k) for k in SERVER_ENV}
-        os.environ.update(SERVER_ENV)  # the server inherits this process's environment
-        try:
-            from multiprocessing import forkserver
-
+        with mock.patch.dict(os.environ, {k: env[k] for k in SERVER_KEYS if k in env}):
             forkserver.ensure_running()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         _context = context
     return _context
 

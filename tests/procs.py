@@ -55,6 +55,9 @@ def env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
     return out
 
 
+harness_env = env  # the name `run` reaches it by (its `env` argument shadows the function)
+
+
 def world_env(rank: int, world: int, port: int, addr: str = "127.0.0.1") -> dict[str, str]:
     """What torchrun sets for one rank of a world on this machine (--nproc-per-node=world)."""
     return {
@@ -84,7 +87,7 @@ def run(
     """Run `argv` to its end with `env` (default `env()`): its exit status, stdout and stderr, as
     subprocess.run(capture_output=True, text=True) gives them. Forked when forked.py can
     (`python -m seedflood replay ...`), else a plain subprocess."""
-    env = dict(env if env is not None else globals()["env"]())
+    env = dict(env) if env is not None else harness_env()
     if forked.command(argv) is None:
         return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
     with tempfile.TemporaryDirectory(prefix="run-") as tmp:
@@ -218,18 +221,17 @@ class Procs:
     def _spawn(self, p: Proc) -> None:
         if forked.command(p.argv) is not None:  # python -m MODULE / python SCRIPT: fork it (forked.py)
             p.popen = forked.spawn(p.argv, env=p.env, cwd=p.cwd, out=p.out, err=p.err)
-            p.started, p.ended = time.monotonic(), None
-            return
-        with open(p.out, "ab") as out, open(p.err, "ab") if p.err else open(os.devnull, "wb") as err:
-            p.popen = subprocess.Popen(
-                p.argv,
-                env=p.env,
-                cwd=p.cwd,
-                stdout=out,
-                stderr=err if p.err else subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        else:
+            with open(p.out, "ab") as out, open(p.err, "ab") if p.err else open(os.devnull, "wb") as err:
+                p.popen = subprocess.Popen(
+                    p.argv,
+                    env=p.env,
+                    cwd=p.cwd,
+                    stdout=out,
+                    stderr=err if p.err else subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
         p.started, p.ended = time.monotonic(), None
 
     def again(self, name: str) -> Proc:

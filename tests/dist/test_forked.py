@@ -21,7 +21,7 @@ import forked
 import procs as harness
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(300)]
-CASES = ["ok", "code-3", "message", "raise", "thread", "env"]
+CASES = ["ok", "code-3", "message", "raise", "thread", "env", "threads"]
 
 
 def both(tmp_path: Path, *args: str) -> list[subprocess.CompletedProcess[str]]:
@@ -90,6 +90,10 @@ def worker(case: str) -> None:
         threading.Thread(target=lambda: (time.sleep(0.2), print("thread done"))).start()
     if case == "env":
         os.write(1, f"getenv {os.popen('echo $SEEDFLOOD_PROBE').read().strip()}\n".encode())
+    if case == "threads":  # OpenMP reads OMP_NUM_THREADS (1, procs.env) when torch loads: in the server
+        import torch
+
+        print(f"intra-op threads {torch.get_num_threads()}")
     if case == "sleep":
         print("sleeping")
         time.sleep(600)

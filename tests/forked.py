@@ -24,7 +24,9 @@ child ends with os._exit after the atexit handlers), so a crash that only that t
 caught by the tests that start real interpreters (the torchrun, SLURM and netns launcher tests,
 tests/unit/test_cli.py) and not here. SEEDFLOOD_TEST_FORK=0 starts every process as a fresh interpreter instead.
 
-Assumes: Linux (fork), CPython 3.11+; the forked code does not itself use multiprocessing.
+Assumes: Linux (fork), CPython 3.11+; the forked code does not itself use multiprocessing; the
+test process's `__main__` is guarded by `if __name__ == "__main__"` (pytest's and xdist's are):
+multiprocessing imports it again in every child, as `__mp_main__`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """The `seedflood` commands that inspect a run directory: replay, check, eval.
 
 Owns: rebuilding a run's model from base weights + its message log (replay, eval), verifying a
-run directory without loading weights (check), and their summary lines or `--json` objects.
+run directory without loading weights (check), and their summary lines or `--json` objects. A
+log that ends in a torn record (a crash mid-append) is one line from each: a warning on stderr
+from replay and eval (which apply its whole steps), the error that makes check refuse the
+directory (rundir.torntail: after which step, and what disagrees).
 
 Assumes: called by seedflood.cli's dispatch, which maps a known bad input to exit status 2.
 """
@@ -15,8 +18,9 @@ from pathlib import Path
 
 
 def _rebuild(run_dir: Path, steps: int | None):
-    """Config, workload and number of steps applied, rebuilt from base + log (rundir.recorded_steps:
-    config.yaml must match the log header; every record passes the wire's validation)."""
+    """Config, workload, number of steps applied, and the log's (whole steps, torn tail bytes),
+    rebuilt from base + log (rundir.recorded_log: config.yaml must match the log header; every
+    record passes the wire's validation)."""
     from seedflood.core.replay import Applier
     from seedflood.ml.workload import Workload
     from seedflood.rundir import resume as rundir
@@ -24,13 +28,24 @@ def _rebuild(run_dir: Path, steps: int | None):
 
     cfg, proto = rundir.recorded(run_dir)
     w = Workload.build(cfg)
-    records = rundir.recorded_steps(run_dir, cfg, proto, w.train_digest(), w.loaded.base_hash)
+    records, torn = rundir.recorded_log(run_dir, cfg, proto, w.train_digest(), w.loaded.base_hash)
+    logged = len(records)
     if steps is not None:
         if not 0 <= steps <= len(records):
             raise CheckpointError(f"--step {steps} is outside 0..{len(records)} (steps in the log)")
         records = records[:steps]
     Applier(w.direction, proto).apply_all(records)
-    return cfg, w, len(records)
+    return cfg, w, len(records), (logged, torn)
+
+
+def _warn_torn(run_dir: Path, log: tuple[int, int], param_hash: str | None = None) -> None:
+    """One line on stderr when the log ends in a torn record (see the module docstring);
+    `param_hash`: the state after every whole step, compared with summary.json's."""
+    from seedflood.rundir.torntail import torn_tail_line
+
+    logged, torn = log
+    if torn:
+        print(f"seedflood: warning: {torn_tail_line(run_dir, logged, torn, param_hash)}", file=sys.stderr)
 
 
 def _writable_dir(path: Path) -> None:
@@ -52,8 +67,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     if args.out:
         _writable_dir(Path(args.out))
-    cfg, w, n = _rebuild(Path(args.run_dir), args.step)
+    cfg, w, n, log = _rebuild(Path(args.run_dir), args.step)
     digest = state_hash(w.model, w.direction)
+    _warn_torn(Path(args.run_dir), log, digest if n == log[0] else None)
     if args.out:
         from seedflood.ml import model
 
@@ -75,22 +91,27 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Verify a run directory without loading weights: config.yaml against the log header, every
-    log record, every checkpoint's checksum. Exit 2 naming the first problem."""
+    log record, every checkpoint's checksum, and a log that ends whole (a torn tail is refused
+    with its line, rundir.torntail). Exit 2 naming the first problem."""
     from seedflood.ml import sampling
     from seedflood.ml.workload import train_digest
     from seedflood.rundir import checkpoints as ckpt
     from seedflood.rundir import resume as rundir
     from seedflood.rundir.layout import CheckpointError
     from seedflood.rundir.logheader import header_checked
+    from seedflood.rundir.torntail import torn_tail_line
 
     run_dir = Path(args.run_dir)
     cfg, proto = rundir.recorded(run_dir)
-    records = rundir.recorded_steps(run_dir, cfg, proto, train_digest(sampling.load_splits(cfg.task, cfg.run.seed)))
+    digest = train_digest(sampling.load_splits(cfg.task, cfg.run.seed))
+    records, torn = rundir.recorded_log(run_dir, cfg, proto, digest)
     found = ckpt.checkpoints(run_dir)
     bad = [why for c in found if (why := ckpt.verify(c))]
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise CheckpointError(bad[0] + more)
+    if torn:  # legitimate after a crash, but not a whole run directory: never "OK"
+        raise CheckpointError(torn_tail_line(run_dir, len(records), torn))
     if not header_checked(run_dir / "log.bin"):
         print(
             "seedflood: note: log.bin predates log header checksums (a legacy log): its header is read unchecked",
@@ -114,7 +135,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from seedflood.rundir.metrics import PhaseProgress
 
-    cfg, w, n = _rebuild(Path(args.run_dir), args.step)
+    cfg, w, n, log = _rebuild(Path(args.run_dir), args.step)
+    _warn_torn(Path(args.run_dir), log)
     with PhaseProgress(f"scoring step {n} (dev + test)") as bar:
         m = w.score_splits(on_examples=bar.update)[1]["metrics"]
     if args.json:

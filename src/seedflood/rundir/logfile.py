@@ -1,6 +1,7 @@
 """The message log file: reading it whole, and appending to it one step at a time.
 
-Owns `LogReader` (header + every whole record; a torn tail ignored) and `LogWriter` (a new log
+Owns `LogReader` (header + every whole record; a torn tail is not returned but measured in
+`torn`, which replay, eval and check report: torntail.py) and `LogWriter` (a new log
 is created with its header by temp-then-rename; an existing one is checked against the resuming
 run's settings and every record before a byte changes, its torn tail cut off, then appended to).
 
@@ -32,7 +33,8 @@ from seedflood.rundir.logrecords import CHANGE_FLAG, REC, RecordCheck, scan_reco
 
 @dataclass
 class LogReader:
-    """Reads a message log; `torn` is set by `read` to the bytes of an ignored torn tail."""
+    """Reads a message log; `read` sets `torn` to the bytes of a torn tail past the last whole
+    record (0: none), so a caller that shows the log can say it ends torn (torntail.py)."""
 
     path: Path
     torn: int = field(default=0, init=False)
@@ -40,7 +42,8 @@ class LogReader:
     """Set by `read`: the membership change of each step that has one."""
 
     def read(self, check: RecordCheck | None = None) -> tuple[dict[str, Any], list[tuple[int, list[Message]]]]:
-        """The header and every whole step record (steps 0, 1, ...); a torn tail is ignored.
+        """The header and every whole step record (steps 0, 1, ...); a torn tail is left out and
+        its length set in `torn`.
 
         `check(step, messages)` is called for each whole record; a ValueError from it, or any
         corruption, raises CheckpointError naming the record's byte offset and step.

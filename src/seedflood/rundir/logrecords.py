@@ -14,10 +14,11 @@ crash mid-append): fewer bytes remain than the record needs and every field that
 agrees (the step is the next one, the length is a valid frame length, the frame header's
 magic/version/count agree with the length; v1: whole messages present carry that step; v2: the
 base step is that step, the layout has no step offsets, whole messages present are in strictly
-increasing (origin, k) order). Readers ignore a torn tail and writers cut it off before
-appending. Anything else (a complete record failing its CRC, even the last one; a bad magic; a
-step out of sequence; a length that disagrees with the frame header; trailing garbage; a record
-the caller's `check` rejects) raises CheckpointError naming the record's byte offset and step.
+increasing (origin, k) order). Readers leave a torn tail out (measured: `Scan.torn`) and
+writers cut it off before appending. Anything else (a complete record failing its CRC, even the
+last one; a bad magic; a step out of sequence; a length that disagrees with the frame header;
+trailing garbage; a record the caller's `check` rejects) raises CheckpointError naming the
+record's byte offset and step.
 Every record is verified structurally and, through `check`, with the same limits as frames
 from the wire.
 

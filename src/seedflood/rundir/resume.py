@@ -8,8 +8,10 @@ Owns the decisions about an existing run directory, made before anything is writ
   the end), a log longer than `run.steps`, or an existing run while `checkpoint.resume` is off
   each raise `CheckpointError` with one line, and nothing on disk changes;
 - `checkpoint_notes`: one line per checkpoint that a resume would skip because it is corrupt;
-- `recorded` / `recorded_steps`: what replay, eval and check read back: the recorded config and
-  every logged step, refusing a `config.yaml` edited away from the settings in the log header;
+- `recorded` / `recorded_steps` / `recorded_log`: what replay, eval and check read back: the
+  recorded config and every logged step (and the bytes of a torn tail after them, which those
+  commands report: torntail.py), refusing a `config.yaml` edited away from the settings in the
+  log header;
 - `topology_of(cfg)`: the graph a config names (a file resolves against the config's directory);
 - `summary_common`: the summary.json keys a launched and a simulated run write alike;
 - the clients' own logs of a churn run (eval.client_logs, `client_root/node-N/`: config.yaml,
@@ -129,6 +131,13 @@ def recorded_steps(
     """Every logged step, each validated like a frame from the wire, once config.yaml is shown to
     describe the trajectory the log header recorded (an edited config.yaml names the keys).
     `base_hash` None skips the base model comparison (no weights loaded)."""
+    return recorded_log(run_dir, cfg, protocol, train_digest, base_hash)[0]
+
+
+def recorded_log(
+    run_dir: Path, cfg: Config, protocol: Protocol, train_digest: str, base_hash: str | None = None
+) -> tuple[Records, int]:
+    """`recorded_steps`, and the bytes of a torn tail past the last whole record (0: none)."""
     path = run_dir / LOG
     header = read_header(path)
     mine = {"trajectory": trajectory_of(cfg, protocol, train_digest), "base_hash": base_hash or header.get("base_hash")}
@@ -136,7 +145,9 @@ def recorded_steps(
         raise CheckpointError(
             f"{run_dir}/config.yaml does not match the settings {LOG} was written with: {', '.join(diff)}"
         )
-    return LogReader(path).read(check=protocol.check_step)[1]
+    reader = LogReader(path)
+    records = reader.read(check=protocol.check_step)[1]
+    return records, reader.torn
 
 
 def summary_common(

@@ -1,0 +1,70 @@
+"""A message log that ends in a torn record, and what in its run directory disagrees with it.
+
+Owns `torn_tail_line`: the one line `seedflood replay`, `eval` and `check` say about a log.bin
+that ends `torn` bytes past its last whole record (logfile.LogReader.torn; a crash mid-append:
+readers skip those bytes, a resuming writer cuts them off), naming what disagrees with the
+whole steps: summary.json's step count (or its final hash, when the caller replayed the whole
+log) and the checkpoints past the log's end (checkpoints/step_N holds the state after N steps,
+so N > whole steps lies past it). A torn tail is legitimate after a crash; a run directory that
+holds one is still not whole, which is why `check` refuses it with this line.
+
+Assumes: summary.json as a finished run writes it ("steps": the run's steps, "param_hash": the
+final state's hash); a missing or unreadable one says nothing (a crashed run has none).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from seedflood.rundir import checkpoints as ckpt
+
+LOG = "log.bin"
+SUMMARY = "summary.json"
+HASH_CHARS = 12  # hex digits of a hash shown in the line (the full one is in summary.json)
+
+
+def torn_tail_line(run_dir: Path, logged: int, torn: int, param_hash: str | None = None) -> str:
+    """One line: `run_dir`'s log ends `torn` bytes past its `logged` whole steps, and what disagrees.
+
+    `param_hash`: the hash of the state after all `logged` steps (a whole replay), compared
+    with summary.json's; None (check, a partial replay) compares the step count only."""
+    where = f"after step {logged - 1}, its last whole record" if logged else "before step 0 (no whole record)"
+    head = (
+        f"{run_dir / LOG} ends in a torn record: {torn} bytes {where} "
+        "(a crash mid-append; resuming the run cuts them off)"
+    )
+    found = disagreements(run_dir, logged, param_hash)
+    if not found:
+        return f"{head}; no summary.json or checkpoint disagrees with its {logged} whole steps"
+    return f"{head}; disagreeing with its {logged} whole steps: {', '.join(found)}"
+
+
+def disagreements(run_dir: Path, logged: int, param_hash: str | None = None) -> list[str]:
+    """What in `run_dir` disagrees with a log of `logged` whole steps (see the module docstring)."""
+    found: list[str] = []
+    summary = _summary(run_dir)
+    if summary is not None:
+        said = []
+        steps = summary.get("steps")
+        if steps != logged:
+            said.append(f"{steps} steps")
+        theirs = summary.get("param_hash")
+        if param_hash is not None and theirs != param_hash:
+            said.append(f"param hash {str(theirs)[:HASH_CHARS]} (the replay's: {param_hash[:HASH_CHARS]})")
+        if said:
+            found.append(f"{SUMMARY} says {' and '.join(said)}")
+    past = [c.name for c in reversed(ckpt.checkpoints(run_dir)) if int(c.name.removeprefix("step_")) > logged]
+    if len(past) == 1:
+        found.append(f"checkpoint {past[0]} lies past the log's end")
+    elif past:
+        found.append(f"checkpoints {', '.join(past)} lie past the log's end")
+    return found
+
+
+def _summary(run_dir: Path) -> dict | None:
+    try:
+        value = json.loads((run_dir / SUMMARY).read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None

@@ -199,8 +199,13 @@ def test_the_evaluator_dies_the_clients_train_on_and_its_restart_catches_up(tmp_
     assert run.codes() == [0] * WORLD, text
     # the restarted evaluator published the step it needs: the catch-up starts there, not at 0
     assert re.search(r"the evaluator follows this node; sent it steps [1-9]\d*\.\.", text), text
+    # and every range an attach node says it sent is ascending
+    sent = re.findall(r"the evaluator follows this node; sent it steps (\d+)\.\.(\d+)", text)
+    assert sent and all(int(a) <= int(b) for a, b in sent), sent
     s = check_run(out, STEPS, text)
     assert 0 < s["resumed_from_step"] < STEPS  # it resumed from its own log, then caught up
+    # resumed_from_step names the checkpoint restored (every 40 steps), within the log it resumed after
+    assert s["resumed_from_step"] % 40 == 0 and s["resumed_from_step"] <= s["resumed_log_steps"] < STEPS, s
 
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSTOP], ids=["kill", "stop"])
@@ -257,7 +262,10 @@ def test_an_evaluator_restarted_after_the_clients_finished_completes_the_run_fro
     assert run.rank(0).returncode == 0, text
     assert re.search(rf"evaluator: took steps {logged}\.\.{steps - 1} from the client log", text), text
     s = check_run(out, steps, text)
-    assert s["resumed_from_step"] == steps  # its log was completed before it resumed
+    assert s["resumed_log_steps"] == steps  # its log was completed before it resumed
+    # from the newest checkpoint it wrote itself before the kill (every 50 steps; 0: none), not
+    # the completed log's length
+    assert s["resumed_from_step"] % 50 == 0 and s["resumed_from_step"] <= logged, (s["resumed_from_step"], logged)
     for n in range(4):
         assert runs.replay(out / "clients" / f"node-{n}") == {"steps": steps, "param_hash": s["param_hash"]}
 

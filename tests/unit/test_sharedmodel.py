@@ -248,7 +248,7 @@ def test_run_writes_the_evaluators_run_directory(tmp_path, reference_dir):
 LAUNCHED_KEYS = {
     "algorithm", "steps", "clients", "topology", "diameter", "delay", "param_hash", "client_hashes", "consensus",
     "client_step_hashes", "bytes_per_edge", "bytes_per_edge_per_step", "bytes_total", "flood", "threads", "memory",
-    "zero_shot", "final", "resumed_from_step", "model_dir", "log", "bytes_per_edge_run",
+    "zero_shot", "final", "resumed_from_step", "resumed_log_steps", "model_dir", "log", "bytes_per_edge_run",
     "bytes_per_edge_cumulative", "wall_seconds", "consensus_distance", "bit_identical",
 }  # fmt: skip
 """train._evaluate's summary keys (tests/dist/test_simulate_gloo.py compares them with a real run)."""
@@ -262,7 +262,10 @@ def test_resume_continues_the_run_directory_exactly(tmp_path, reference_dir):
     first = sharedmodel.run(dir_cfg(out, "run.steps=3"), progress=False)
     assert first["param_hash"] != ref_hash
     second = sharedmodel.run(dir_cfg(out), progress=False)
-    assert second["resumed_from_step"] == 3 and second["param_hash"] == ref_hash
+    # 3 logged steps, of which steps 0..1 are applied on resume (delay 1): checkpoint.every=3 left
+    # none within them, so the state came from the base weights (resumed_from_step: the checkpoint)
+    assert second["resumed_log_steps"] == 3 and second["resumed_from_step"] == 0
+    assert second["param_hash"] == ref_hash
     # the first launch scored its final step 3, which the uninterrupted run does not: one history
     # keeps it (as the launched evaluator does), so compare the lines of the uninterrupted run
     got = [ln for ln in lines(out) if not (ln["step"] == 3 and ln.get("final"))]

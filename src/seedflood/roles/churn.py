@@ -193,19 +193,15 @@ class Churn:
             return
         self._fed = link
         needs = transport.evaluator_needs()  # type: ignore[attr-defined]
-        blob = stepstream.encode_pushes(
-            (s, stepstream.encode_step(m, self.roster.changes.get(s))) for s, m in self.history if s >= needs
-        )
+        sent = [(s, m) for s, m in self.history if s >= needs]
+        blob = stepstream.encode_pushes((s, stepstream.encode_step(m, self.roster.changes.get(s))) for s, m in sent)
         try:
             transport.send_blob(EVALUATOR, blob)  # type: ignore[attr-defined]
         except TransportError as e:  # the evaluator is dropped; it greets again
             log.warning("node %d: catch-up to the evaluator failed: %s", self.host.node, e)
             return
         log.warning(
-            "node %d: the evaluator follows this node; sent it steps %d..%d",
-            self.host.node,
-            needs,
-            len(self.history) - 1,
+            "node %d: the evaluator follows this node; %s", self.host.node, _catch_up_said(sent, needs, self.history)
         )
 
     def _neighbours(self) -> tuple[int, ...]:
@@ -325,3 +321,13 @@ class Churn:
 
     def join(self) -> None:
         pass
+
+
+def _catch_up_said(sent: Records, needs: int, history: Records) -> str:
+    """What an attach node logs having sent a (re)connected evaluator that needs the steps from
+    `needs` on: the steps its catch-up held, ascending, or that it held none and why (the
+    evaluator is ahead of this node's decided steps: they reach it as pushes once decided)."""
+    if sent:
+        return f"sent it steps {sent[0][0]}..{sent[-1][0]}"
+    held = f"steps {history[0][0]}..{history[-1][0]}" if history else "no step yet"
+    return f"sent it no steps: it needs steps from {needs} on, this node has decided {held}"

@@ -96,9 +96,23 @@ class Settings:
         )
 
 
+@dataclass(frozen=True)
+class Restored:
+    """Where `restore_run` brought a workload: to the state after `steps` logged steps, from the
+    checkpoint of step `checkpoint` (0: none, the base weights) plus a replay of the steps after it."""
+
+    steps: int
+    checkpoint: int
+
+
 def restore(w: Workload, protocol: Protocol, run_dir: Path, records: Records) -> int:
+    """`restore_run`, returning len(records): the step the run continues from."""
+    return restore_run(w, protocol, run_dir, records).steps
+
+
+def restore_run(w: Workload, protocol: Protocol, run_dir: Path, records: Records) -> Restored:
     """Bring `w` to the state after `records`: the newest intact checkpoint within them plus a
-    replay of the rest (or all of them from the base weights). Returns len(records)."""
+    replay of the rest (or all of them from the base weights)."""
     applier = Applier(w.direction, protocol)
     start = 0
     found, skipped = ckpt.usable_checkpoint(run_dir, len(records)) if run_dir.is_dir() else (None, [])
@@ -120,7 +134,7 @@ def restore(w: Workload, protocol: Protocol, run_dir: Path, records: Records) ->
         log.info("restored checkpoint %s; replaying %d logged steps after it", found.name, len(records) - start)
     applier.last_step = start - 1
     applier.apply_all(records[start:])
-    return len(records)
+    return Restored(len(records), start)
 
 
 class Evaluator:

@@ -56,7 +56,7 @@ from seedflood.core.transport import ByteCounter
 from seedflood.ml import host
 from seedflood.ml.batched import BatchedEstimator
 from seedflood.ml.workload import Workload
-from seedflood.roles.evaluator import Evaluator, Settings, restore
+from seedflood.roles.evaluator import Evaluator, Settings, restore_run
 from seedflood.rundir import resume as rundir
 from seedflood.rundir.atomic import atomic_write_text
 from seedflood.rundir.metrics import human_bytes
@@ -89,6 +89,8 @@ class SharedModel:
         """Called with (step, messages) right after each step beyond the resumed log is applied."""
         self.next_step = 0
         self.logged = 0
+        self.resumed_from = 0
+        """Set by `resume`: the step of the checkpoint the shared model was restored from (0: none)."""
         self.on_client: Callable[[int, int], None] | None = None
         """Called with (step, node) after each client's estimates (progress display)."""
         self.batched: BatchedEstimator | None = None
@@ -110,7 +112,7 @@ class SharedModel:
             raise RuntimeError("sharedmodel: resume must come before the first step")
         cut = self.lockstep.restore(records)
         if run_dir is not None:
-            restore(self.w, self.protocol, run_dir, list(records[:cut]))
+            self.resumed_from = restore_run(self.w, self.protocol, run_dir, list(records[:cut])).checkpoint
             self.applier.last_step = cut - 1
         else:
             self.applier.apply_all(records[:cut])
@@ -243,7 +245,16 @@ def run(cfg: Config, progress: bool = True) -> dict[str, Any]:
     memory = host.memory()
     summary = {
         **rundir.summary_common(
-            cfg, top, protocol, sim.counter, final, evaluator.zero_shot, start, started, evaluator.roster
+            cfg,
+            top,
+            protocol,
+            sim.counter,
+            final,
+            evaluator.zero_shot,
+            resumed_from=sim.resumed_from,
+            logged=start,
+            started=started,
+            roster=evaluator.roster,
         ),
         "simulated": "shared-model",  # one process, one model (launched runs do not have this key)
         # One model is every client's model: equal by construction, and the flood checked that

@@ -53,7 +53,7 @@ from seedflood.core.transport import EVALUATOR, LATE_FACTOR, ByteCounter, Inbox,
 from seedflood.ml import host
 from seedflood.ml.workload import Workload
 from seedflood.roles.client import Client
-from seedflood.roles.evaluator import Evaluator, Settings, restore
+from seedflood.roles.evaluator import Evaluator, Settings, restore_run
 from seedflood.rundir import resume as rundir
 from seedflood.rundir.atomic import atomic_write_text
 from seedflood.rundir.layout import CheckpointError
@@ -340,7 +340,8 @@ def _evaluate(
 ) -> dict[str, Any]:
     run_dir = Path(cfg.run.out_dir)
     wall = time.time() - (time.monotonic() - started) - 1.0  # this process's start (an mtime may lag a little)
-    start = restore(w, protocol, run_dir, records)
+    restored = restore_run(w, protocol, run_dir, records)
+    start = restored.steps  # the first step the stream must bring
     header = rundir.log_header(
         cfg, proto.trajectory(cfg, protocol, w.train_digest()), w.loaded.identity, w.loaded.base_hash
     )
@@ -382,7 +383,16 @@ def _evaluate(
     consensus = all(r["hash"] == final["param_hash"] for r in present) if present else None
     summary = {
         **rundir.summary_common(
-            cfg, top, protocol, counter, final, evaluator.zero_shot, start, started, evaluator.roster
+            cfg,
+            top,
+            protocol,
+            counter,
+            final,
+            evaluator.zero_shot,
+            resumed_from=restored.checkpoint,
+            logged=start,
+            started=started,
+            roster=evaluator.roster,
         ),
         "client_hashes": [r and r["hash"] for r in clients],
         "consensus": consensus,

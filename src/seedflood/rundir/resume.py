@@ -157,7 +157,8 @@ def summary_common(
     counter: ByteCounter,
     final: dict[str, Any],
     zero_shot: dict[str, Any],
-    start: int,
+    resumed_from: int,
+    logged: int,
     started: float,
     roster: Roster | None = None,
 ) -> dict[str, Any]:
@@ -165,8 +166,10 @@ def summary_common(
     its bytes (per directed topology edge; `counter` as the transport counted them), the final
     and zero-shot scores, where its outputs are, and the run-directory contract that
     `seedflood compare` reads. Callers add the keys that differ (client hashes, flood stats,
-    threads, memory, consensus). `started`: time.monotonic() at the run's start; `roster`: the
-    evaluator's (who left, and every membership change, in a churn run)."""
+    threads, memory, consensus). `resumed_from`: the step of the checkpoint the run's state was
+    restored from (0: none, the base weights); `logged`: the logged steps it continued after
+    (replayed from that checkpoint; 0: a new run); `started`: time.monotonic() at the run's
+    start; `roster`: the evaluator's (who left, and every membership change, in a churn run)."""
     run_dir = Path(cfg.run.out_dir)
     cumulative = lockstep.cumulative_per_edge(counter, 2 * len(top.edges), protocol.steps)
     common = {
@@ -182,7 +185,8 @@ def summary_common(
         "bytes_total": counter.total(),
         "zero_shot": zero_shot or None,
         "final": final,
-        "resumed_from_step": start,
+        "resumed_from_step": resumed_from,  # the checkpoint restored, not the log's length
+        "resumed_log_steps": logged,
         "left": sorted(set(top.nodes) - set(roster.members)) if roster else [],
         "membership_changes": [c.describe() for _, c in sorted(roster.changes.items())] if roster else [],
         "model_dir": str(ckpt.latest(run_dir) / "hf") if cfg.checkpoint.hf_model else None,

@@ -5,6 +5,8 @@
 #   make lint      ruff check + ruff format --check over src and tests, and the package's layering
 #                  contracts (lint-imports; all configuration in pyproject.toml)
 #   make format    ruff format + the safe ruff fixes (import order, pyupgrade) over src and tests
+#   make gpu-kit   the offline kit for an air-gapped GPU host (.gpukit/): prints the host's commands
+#   make gpu-check the kit's dry mode here: build, stage into a fresh home, evidence plan on the CPU
 # Override TORCH_SPEC on GPU machines, e.g. `make install TORCH_SPEC="torch==2.13.0 --index-url ..."`.
 
 PYTHON     ?= python3
@@ -18,7 +20,7 @@ STAMP := $(VENV)/.installed
 
 LINT_PATHS ?= src tests
 
-.PHONY: install test test-all test-e2e-probe run bench clean compose-up compose-churn-up lint format
+.PHONY: install test test-all test-e2e-probe run bench clean compose-up compose-churn-up lint format gpu-kit gpu-check
 
 install: $(STAMP)
 
@@ -53,6 +55,15 @@ lint: install
 format: install
 	$(BIN)/ruff check --fix $(LINT_PATHS)
 	$(BIN)/ruff format $(LINT_PATHS)
+
+# The GPU kit (launch/gpu/): wheels for the GPU image's Python, the model in parts, the commands.
+GPU_KIT ?= .gpukit
+gpu-kit: install
+	$(BIN)/python launch/gpu/kit.py --out $(GPU_KIT)
+
+GPU_CHECK ?= runs/gpu-check
+gpu-check: install
+	HF_HUB_OFFLINE=1 PYTHON=$(abspath $(BIN))/python launch/gpu/check.sh $(GPU_CHECK)
 
 N ?= 4
 # The config every service runs (a path inside the image, which has the repository's launch/).

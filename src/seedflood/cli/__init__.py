@@ -1,4 +1,4 @@
-"""The `seedflood` command: train | simulate | compare | eval | replay | check | topology show | world-size | sweep | reproduce | bench.
+"""The `seedflood` command: train | simulate | compare | eval | replay | check | topology show | world-size | sweep | reproduce | gpu-evidence | bench.
 
 Owns: argument parsing and dispatch, turning every known bad input into one line on stderr and
 exit status 2, and the console entry (`seedflood = seedflood.cli:console`, `python -m seedflood`).
@@ -149,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     from seedflood.experiments import reproduce
 
     reproduce.add_parser(sub)
+    from seedflood.experiments import gpuevidence
+
+    gpuevidence.add_parser(sub)
     sub.add_parser("bench", help="measure the published figures (seedflood bench --help; benchmarks/README.md)")
     return p
 

@@ -2,7 +2,7 @@
 # Launch one churn-tolerant SeedFlood run on this machine: one torchrun agent per process, so a
 # process that fails is restarted alone (MAX_RESTARTS) and rejoins by replay while the others
 # train on; the rendezvous store runs in its own process (`seedflood store`), so the evaluator
-# may fail and restart too (docs/design.md §13, docs/churn.md).
+# may fail and restart too (launch/README.md, docs/churn.md).
 #
 #   launch/churn.sh launch/configs/debug.yaml --set churn.settle=1 [--set section.field=value ...]
 #

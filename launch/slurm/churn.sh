@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Submit one churn-tolerant SeedFlood run to SLURM (docs/design.md §13,
+# Submit one churn-tolerant SeedFlood run to SLURM (launch/README.md,
 # docs/churn.md): the run's store as its own job (store.sbatch), then one job array with a task per
 # process (churn.sbatch: task 0 the evaluator, task I client node I-1; --requeue), which starts
 # once the store job runs. Run from anywhere (relative paths are taken from the repository root):

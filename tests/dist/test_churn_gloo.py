@@ -1,4 +1,4 @@
-"""Churn in a launched run (docs/design.md §13): 1 evaluator + 4 clients as processes, one gloo
+"""Churn in a launched run (docs/churn-design.md): 1 evaluator + 4 clients as processes, one gloo
 group per edge (links.py), `churn.settle: 1`. A client SIGKILLed or SIGSTOPped mid-run leaves the
 others training to the end without a restart: they exit 0, every survivor holds the same bits
 after every step and the evaluator's final hash, the log records the leave, and `seedflood

@@ -1,7 +1,7 @@
 """Churn between emulated hosts: a network cut mid-run, as opposed to a killed process.
 
 1 evaluator + 4 clients on a ring, one per network namespace (launch/netns.sh up), a churn run
-(`churn.settle=1`, docs/design.md §13) with a short `transport.timeout_s`. Mid-run, nftables
+(`churn.settle=1`, docs/churn-design.md, Between emulated hosts) with a short `transport.timeout_s`. Mid-run, nftables
 rules silently drop packets (no RST, no ICMP: the peers see silence, not a closed socket):
 1. between the hosts of ring neighbours 1 and 2, both ways: the ring stays connected, so the
    two ends drop that edge (heartbeat silence) and flood around it; nobody leaves, every client

@@ -1,6 +1,6 @@
 """torchrun with per-process agents (launch/churn.sh): SIGKILL one client's worker mid-run and
 its own agent restarts it alone (MAX_RESTARTS); it rejoins by replay while the others train on,
-and the run ends with every client on the evaluator's hash (docs/design.md §13)."""
+and the run ends with every client on the evaluator's hash (docs/churn-design.md, Supervisors)."""
 
 from __future__ import annotations
 

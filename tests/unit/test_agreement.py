@@ -1,6 +1,6 @@
 """One agreed history (seedflood.core.agreement): votes, quorums, ballots and commits — pure, milliseconds.
 
-The safety argument is in the module docstring and docs/design.md §13; these tests pin its parts
+The safety argument is in the module docstring and docs/churn-design.md, One history; these tests pin its parts
 one by one, and tests/unit/test_explore.py drives the whole through every small fault schedule.
 """
 

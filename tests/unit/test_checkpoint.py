@@ -431,7 +431,7 @@ def test_a_header_cut_before_its_crc_is_truncated(tmp_path: Path) -> None:
 
 
 def test_a_log_from_before_the_header_crc_is_read_and_resumed_as_legacy(tmp_path: Path) -> None:
-    """Decision (docs/design.md §5): magic-2 logs are accepted, header unchecked, format kept."""
+    """Decision (docs/design.md, Evaluator, run directory, checkpoints, replay): magic-2 logs are accepted, header unchecked, format kept."""
     p = tmp_path / "log.bin"
     write_log(p, 3)
     want = LogReader(p).read()

@@ -1,4 +1,4 @@
-"""Churn (docs/design.md §13): clients crash, stall or are cut off mid-run and the survivors train
+"""Churn (docs/churn-design.md): clients crash, stall or are cut off mid-run and the survivors train
 on, bit-identical after every step, with the roster changes in the log.
 
 Every case runs the real client loop over the in-memory network (one thread per client, the debug

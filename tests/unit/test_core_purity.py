@@ -1,4 +1,4 @@
-"""The pure core never reaches for the outside world (docs/design.md §10).
+"""The pure core never reaches for the outside world (docs/architecture.md, Layers).
 
 The package layering itself is import-linter's contracts in pyproject.toml (`make lint`); these
 tests add what import-linter cannot see: submodules of an external package (torch.distributed),

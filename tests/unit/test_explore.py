@@ -95,7 +95,7 @@ def test_random_deeper_schedules_on_larger_graphs_are_safe():
                 report.add(f"{name}/h{p.hops}", faults, out)
     print(report.summary())
     # safety on every schedule; liveness is checked above, where the faults are few enough to
-    # leave a connected majority that votes its way through (docs/design.md §13 says when not)
+    # leave a connected majority that votes its way through (docs/churn-design.md, Liveness, says when not)
     assert not report.unsafe, [(n, [str(f) for f in fs], why) for n, fs, why in report.unsafe[:5]]
 
 

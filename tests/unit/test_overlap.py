@@ -1,6 +1,6 @@
 """Communication behind compute (`flood.overlap`): the hops of step t run on a thread while step
 t+1 is estimated. The reference is exact: an overlapped client with delay D + 1 produces the bits
-of a plain client whose protocol has delay D + 1, on every node after every step (docs/design.md §2).
+of a plain client whose protocol has delay D + 1, on every node after every step (docs/design.md, Processes and the step loop).
 Also: resume from every prefix, failures on the hop thread reach every client within the
 timeout with the transport's message, and listeners see each step once, in order.
 """

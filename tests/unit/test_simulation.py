@@ -1,6 +1,6 @@
 """N clients of a tiny random causal LM in one process, through the real flooding and replay.
 
-These pin the central invariant (docs/design.md §2): with full flooding every client holds the same
+These pin the central invariant (docs/design.md, Processes and the step loop): with full flooding every client holds the same
 bits after every step, on any topology, and training makes progress.
 """
 

@@ -470,7 +470,7 @@ def test_describe_truncates() -> None:
 
 
 def test_core_imports_stay_pure() -> None:
-    # docs/design.md §10: the core never pulls in torch.distributed, transformers or datasets (nor torch).
+    # docs/architecture.md, Layers: the core never pulls in torch.distributed, transformers or datasets (nor torch).
     banned = "{'torch', 'transformers', 'datasets'}"
     code = f"import sys, seedflood.core.topology; print(sorted({banned} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -54,7 +54,7 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
             for n in names:
                 params[n].data.copy_(base[n])
 
-    # The default cadence (docs/design.md §3); `tradeoff` projects the others.
+    # The default cadence (docs/design.md, Directions and exactness); `tradeoff` projects the others.
     variants = [cfg.subspace.merge_every]
     rows, results = [], []
     with tempfile.TemporaryDirectory(prefix="seedflood-bench-") as tmp:

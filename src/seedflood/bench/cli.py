@@ -105,7 +105,7 @@ RUNNERS: dict[str, Callable[[Options], dict[str, Any]]] = {
 
 # -- entry -----------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="seedflood bench", description="Measure the figures of docs/design.md §11.")
+    p = argparse.ArgumentParser(prog="seedflood bench", description="Measure the figures of benchmarks/README.md.")
     p.add_argument("--quick", action="store_true", help="tiny model and small sizes (CI smoke test, seconds)")
     p.add_argument(
         "--only",

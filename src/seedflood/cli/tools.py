@@ -35,7 +35,7 @@ def cmd_sweep_summary(args: argparse.Namespace) -> int:
 
 
 def cmd_store(args: argparse.Namespace) -> int:
-    """Host a churn run's rendezvous store until killed (docs/design.md §13)."""
+    """Host a churn run's rendezvous store until killed (launch/README.md, The store)."""
     from seedflood.comm import runtime
 
     runtime.serve_store(args.host, args.port)

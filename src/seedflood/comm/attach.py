@@ -1,6 +1,6 @@
 """The evaluator's side of a churn run: it follows the attach node, whoever that is now.
 
-Owns `AttachInbox`, the evaluator's `transport.Inbox` in a churn run (docs/design.md §13). The
+Owns `AttachInbox`, the evaluator's `transport.Inbox` in a churn run (docs/churn-design.md, The evaluator follows the attach node). The
 clients agree on one attach node (`membership.Roster.attach`: the configured one until it leaves,
 then the next member after it); that node streams each step it decides to the evaluator over an
 edge built like a topology edge (rendezvous.py, edge.py), and only that node answers the

@@ -4,7 +4,7 @@ Owns `EdgeSet`, the base of links.EdgeTransport: its state (the connected edges,
 incarnations, lost peers, the pushes in flight) and every change to the edge set: `connect`
 (concurrent meetings, one thread per peer, rendezvous.link), `poll` (between steps: answer
 neighbours and the evaluator waiting to connect), `revived` / `claim` (a restarted neighbour and
-the sponsor handshake, docs/design.md §13), `drop` and `take_lost`. What travels over the edges
+the sponsor handshake, docs/churn-design.md, Rejoin across processes), `drop` and `take_lost`. What travels over the edges
 (hops, pushes, blobs, close) is links.py's.
 
 Store calls: the set's own (between steps) go through bounded.BoundedStore, so a store whose host
@@ -207,7 +207,7 @@ class EdgeSet:
                     self.store_gone(e)
         return connected
 
-    # --- rejoin (the client's sponsor handshake, docs/design.md §13) ---------------------------
+    # --- rejoin (the client's sponsor handshake, docs/churn-design.md, Rejoin across processes) ---
 
     def revived(self) -> list[int]:
         """Unconnected neighbours that registered an incarnation newer than any seen (one store

@@ -8,7 +8,7 @@ Used by tests, the in-memory simulation and the benchmarks; it mirrors GlooTrans
 semantics and byte counting exactly (HEADER + frame, once, at the sender, at the step the
 caller passes; the end marker at `last_step`), so figures from either backend agree.
 
-Churn (`tolerate=True`, docs/design.md §13): a peer failure does not raise; the endpoint drops
+Churn (`tolerate=True`, docs/churn-design.md, Failure detection): a peer failure does not raise; the endpoint drops
 that peer (closing the edge both ways, as gloo closes a pair), records it in `lost`, and returns
 the frames of the peers that answered. A killed peer is dropped at once; a stalled one
 (`stall(node)`: its thread blocks in its next exchange until `unstall`) once it has been silent

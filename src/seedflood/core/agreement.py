@@ -1,6 +1,6 @@
 """One agreed history under churn: every step's content is committed by a strict majority.
 
-Owns (docs/design.md §13, "One history"):
+Owns (docs/churn-design.md, "One history"):
 - `Value`: what a step holds — the origins whose messages it applies (`members`), the newcomers
   among them with their incarnations (`joins`), the digest of the step before (`prev`) and its
   own digest (`digest` = H(prev, step, the messages, joins): a hash chain over the history).
@@ -39,7 +39,7 @@ part's ballot-0 proposals agree (the survivors' diameter fits the vote lag) or, 
 ballot, on the forced or fresh value. It can wait forever only if two values each keep enough
 unheard voters to possibly win: that needs at least 2·q − |R_s| unheard voters (q the majority),
 i.e. two or more members cut off while the part's proposals split. Clients bound that wait and
-stop with one line (docs/design.md §13 states it; the explorer counts such schedules).
+stop with one line (docs/churn-design.md, Liveness, states it; the explorer counts such schedules).
 
 Assumes: pure Python (the core); notes were checked by their codec; one process per
 (origin, incarnation) votes (a restarted origin votes under its new incarnation, and the roster

@@ -4,7 +4,7 @@ Owns: which messages a node has seen, what it still owes each neighbour, when a 
 and forgetting old steps. It knows nothing of bytes, processes or models: a hop is
 `outbox()` on every node, delivery, then `receive()` on every node, driven by the caller.
 
-Rules (docs/design.md §1, §2):
+Rules (docs/design.md, Vocabulary; Processes and the step loop):
 - a message new to this node is forwarded to every neighbour except those known to have it
   (the one it came from, any other that also sent it, and any we already sent it to); with
   `routes` (graph.Topology.routes) only to the neighbours one hop further from its origin,
@@ -18,7 +18,7 @@ Two copies of one id that differ in seed or scalar are a protocol violation: in 
 the origin is named, and the agreement leaves it out of what this node proposes), never a crash
 of the receiver.
 
-Churn (docs/design.md §13): notes (membership.Note: joins, audits) flood exactly like messages
+Churn (docs/churn-design.md, Notes on the wire): notes (membership.Note: joins, audits) flood exactly like messages
 but are kept for `note_horizon` steps after their step is applied (a later decision reads them);
 neighbours come and go (`drop_peer`, and `add_peer`, which owes the newcomer everything held);
 and `take_step(step, origins)` hands out a decided step's messages from the given origins only,

@@ -1,6 +1,6 @@
 """Who takes part in each step, as data: the roster, its changes, and the notes that flood.
 
-Owns (docs/design.md §13):
+Owns (docs/churn-design.md, Membership is data; Notes on the wire):
 - `Change`: the roster change decided for one step — origins that leave (crashed, stalled, cut
   off, or excluded by an audit) and origins that join (with their incarnation) — and its bytes
   (a CRC-checked JSON record) for the log and the evaluator stream.

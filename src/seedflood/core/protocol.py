@@ -77,7 +77,7 @@ class Protocol:
     """Hops of step t run on a background thread during step t+1's estimates (`delay` includes
     the extra step). Every client of a run must agree: it changes how many hops `drain` runs."""
     settle: int = 0
-    """Churn (docs/design.md §13): steps of hops after a step's own before clients vote on it
+    """Churn (docs/churn-design.md, Settings and the delay): steps of hops after a step's own before clients vote on it
     (included in `delay`); 0 = strict (every origin's messages must arrive, else the run stops)."""
     vote_lag: int = 0
     """Churn: a client votes on step s at the end of local step s + vote_lag; the votes then get

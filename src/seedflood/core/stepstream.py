@@ -1,6 +1,6 @@
 """Decided steps as bytes beyond the hop: the step payload, the evaluator stream, the catch-up.
 
-Owns (docs/design.md §13):
+Owns (docs/churn-design.md: Membership is data, The evaluator follows the attach node, Rejoin across processes):
 - the step payload (`encode_step` / `decode_step`): a decided step's messages plus its roster
   change when it has one; without a change it is exactly today's message frame, so a strict
   run's log and evaluator stream are unchanged byte for byte.
@@ -94,7 +94,7 @@ _CATCH_UP_HEAD = struct.Struct("<IIIIQ")  # sponsor, next step, join step, incar
 
 @dataclass(frozen=True)
 class CatchUp:
-    """What a sponsor hands a rejoining neighbour (docs/design.md §13): its decided steps from 0
+    """What a sponsor hands a rejoining neighbour (docs/churn-design.md, Rejoin across processes): its decided steps from 0
     (step, step payload), the hop payload of the messages and notes it holds for undecided steps,
     the step the newcomer goes on from, its JOIN step, the incarnation admitted and `hop`, the
     sponsor's hop index of the edge's first exchange (the newcomer's hop clock starts there, so

@@ -1,4 +1,4 @@
-"""SubCGE: canonical coordinates of a shared low-rank subspace per matrix (docs/design.md §3).
+"""SubCGE: canonical coordinates of a shared low-rank subspace per matrix (docs/design.md, Directions and exactness).
 
 Owns: the `SubCGE` direction family. Per trainable matrix W (m×k, an nn.Linear weight) a basis U
 (m×r), V (k×r) with orthonormal columns, redrawn every `refresh` steps (an epoch) from
@@ -49,7 +49,7 @@ class _Basis:
 
 
 class SubCGE(Direction):
-    """Canonical coordinates of a shared low-rank subspace per matrix (docs/design.md §3)."""
+    """Canonical coordinates of a shared low-rank subspace per matrix (docs/design.md, Directions and exactness)."""
 
     def __init__(self, model: nn.Module, names: Sequence[str], run_seed: int, cfg: SubspaceConfig) -> None:
         super().__init__(model, names, run_seed)

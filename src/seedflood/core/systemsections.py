@@ -124,7 +124,7 @@ class TransportConfig:
 
 @dataclass
 class ChurnConfig:
-    """Surviving failures (docs/design.md §13). `settle` > 0 turns it on: no step is applied until
+    """Surviving failures (docs/churn-design.md, Settings and the delay). `settle` > 0 turns it on: no step is applied until
     a quorum of the last agreed roster committed its content, so clients may crash, stall or be
     cut off while a connected majority trains on, and no timing can fork the run."""
 
@@ -173,7 +173,7 @@ class SimConfig:
 class AlgorithmConfig:
     """Which training algorithm a run uses. `seedflood` is the product; the others are the
     paper's baselines, run by `seedflood simulate` / `seedflood compare` over the same transport,
-    byte counter and evaluator (docs/design.md §12). Keys other than `name` act only on the
+    byte counter and evaluator (docs/design.md, Experiments). Keys other than `name` act only on the
     baselines that read them."""
 
     name: AlgorithmName = "seedflood"

@@ -6,7 +6,7 @@ Owns:
   checked to have one node per client (`check_nodes`);
 - `parse_spec(text)`: the command-line form (`ring:16`, `torus:8x16`, `erdos_renyi:32:p=0.2:seed=3`,
   or a YAML path, or the name of a file in topologies/);
-- the rank mapping of docs/design.md §2: rank 0 is the evaluator, topology node i is rank i + 1;
+- the rank mapping of docs/design.md, Processes and the step loop: rank 0 is the evaluator, topology node i is rank i + 1;
 - `describe(top)`: the text of `seedflood topology show`.
 The graph itself is graph.Topology.
 

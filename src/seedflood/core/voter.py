@@ -1,4 +1,4 @@
-"""A client's agreement over its flood, on the protocol's schedule (docs/design.md §13).
+"""A client's agreement over its flood, on the protocol's schedule (docs/churn-design.md, One history).
 
 Owns: `Voter` — an `agreement.Agreement` driven by the client's flood: what a churn client
 (roles/churn.py) calls at the end of every local step (and of every hop it waits), and what the

@@ -1,4 +1,4 @@
-"""The churn step strategy: apply only committed steps (docs/design.md §13).
+"""The churn step strategy: apply only committed steps (docs/churn-design.md).
 
 Owns: a churn client's schedule and membership work — the committed chain it votes on
 (`agreement.Agreement` via its `Voter`), every decided step from 0 (`history`), sponsoring a

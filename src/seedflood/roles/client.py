@@ -1,11 +1,11 @@
-"""The client role: the step loop of docs/design.md §2.
+"""The client role: the step loop of docs/design.md, Processes and the step loop.
 
 Owns: one client's progress through steps — estimate, originate, hops, apply complete steps in
 canonical order — and what every run shares of it: the flood, the applier, the hop (encode
 outbox → exchange → decode → receive) and its clock, resume from a log. When each step is applied
 is the strategy chosen once from the protocol (`host.Mode`): `strict.Strict` (step t applies
 t − delay, complete after its hops; optional overlap of hops with the next estimate) or
-`churn.Churn` (`protocol.settle` > 0, docs/design.md §13: apply only committed steps; rejoin,
+`churn.Churn` (`protocol.settle` > 0, docs/churn-design.md: apply only committed steps; rejoin,
 sponsoring, agreement, audits). It is handed its collaborators (the run's `Protocol`, a transport,
 a direction family, a loss) and knows nothing about processes or models beyond them.
 

@@ -1,4 +1,4 @@
-"""What a client and its step strategy see of each other (docs/design.md §2, §13).
+"""What a client and its step strategy see of each other (docs/design.md, Processes and the step loop; docs/churn-design.md).
 
 Owns: the two interfaces between `client.Client` (the step loop common to every run: estimate,
 originate, hop, apply in canonical order) and the strategy it picks once from its protocol —

@@ -1,6 +1,6 @@
 """Exact shared-model simulation: every client of a SeedFlood run in one process, on ONE model.
 
-Owns `seedflood simulate` (docs/design.md §2, §5, §7): a run of N clients that ends with the
+Owns `seedflood simulate` (docs/design.md, Experiments: shared-model simulation): a run of N clients that ends with the
 bits, the log and the metrics of the multi-process run of the same config, in the memory of one
 model and 2·K forwards per client per step.
 

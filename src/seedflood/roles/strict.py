@@ -1,4 +1,4 @@
-"""The strict step strategy: every step complete after its hops (docs/design.md §2).
+"""The strict step strategy: every step complete after its hops (docs/design.md, Processes and the step loop).
 
 Owns: when a strict client applies each step — step t applies t − delay, where delay =
 ⌈diameter / hops⌉ − 1 (0 with full flooding), so every client applies every step at the same

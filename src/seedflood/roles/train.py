@@ -1,6 +1,6 @@
 """One process of a run: read the launcher's world, become the evaluator or a client, tear down.
 
-Owns the composition of a process (docs/design.md §2): world and topology checks before anything
+Owns the composition of a process (docs/design.md, Processes and the step loop): world and topology checks before anything
 expensive, the workload (run.threads = 0: the machine's cores split over the launcher's local
 processes), the run's `Protocol`, the process group, resume (rank 0 checks the run
 directory and broadcasts its log; every client catches up by replaying it, the evaluator from
@@ -9,7 +9,7 @@ client posts its report (hash, byte counts, flood stats, threads, memory: RSS/PS
 rendezvous store and exits; the evaluator collects them once it has scored its backlog and writes summary.json. No collective
 call waits on the evaluator, so finishing never depends on how long scoring takes.
 
-Churn runs (`churn.settle` > 0, docs/design.md §13) use no process group: the store alone
+Churn runs (`churn.settle` > 0, docs/churn-design.md, Per-edge transport and the store) use no process group: the store alone
 (`runtime.store_group`: start-up broadcast and final reports) and one gloo group per edge
 (`links.EdgeTransport`), so a client that crashes, stalls or is cut off leaves the others
 training; the evaluator follows the clients' attach node, whichever client that is now, over an
@@ -209,7 +209,7 @@ def _client(
         if records:
             log.info("resumed at step %d by replaying %d logged steps", len(records), len(records))
         # Churn: this client's own copy of every agreed step (eval.client_logs), so no step depends
-        # on the evaluator being up when it is decided (docs/design.md §13)
+        # on the evaluator being up when it is decided (docs/churn-design.md, Client logs)
         own = _client_log(cfg, protocol, w, node) if protocol.churn else None
         if own is not None:
             own.extend(client.churn.history, client.churn.roster.changes)

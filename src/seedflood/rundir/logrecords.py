@@ -4,7 +4,7 @@ Owns what follows the header (logheader.py) in a log.bin (all integers little-en
 a record: u32 step, u32 frame length, frame (message.py frame v2: magic, version, layout,
 count, base step = the record's step, crc32 over header and messages; one record of
 origin/k/scalar per message, in canonical (origin, k) order; never empty). Steps run 0, 1, 2...
-Membership (churn runs, docs/design.md §13): a step whose roster changed is preceded by a
+Membership (churn runs, docs/churn-design.md, Membership is data): a step whose roster changed is preceded by a
 membership record: u32 (CHANGE_FLAG | step), u32 length, membership.Change bytes (CRC-checked
 JSON: leave, join, audit). The members of every step are a pure function of these records
 (all N before the first), and each step record must hold exactly its members' messages.

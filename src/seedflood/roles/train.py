@@ -308,7 +308,7 @@ def _post(group: runtime.Group, key: str, report: dict[str, Any]) -> None:
 def _rejoin(cfg: Config, node: int, client: Client, transport: EdgeTransport) -> None:
     """A restarted client (incarnation > 1 in the run's store), or one that started later than
     the others' start-up bound: wait for the neighbour that claims it, connect to it, and catch
-    up by replaying the log it sends (docs/design.md §13)."""
+    up by replaying the log it sends (docs/churn-design.md, Rejoin across processes)."""
     wait = LATE_FACTOR * cfg.transport.timeout_s
     key = sponsor_key(node, transport.incarnation)
     log.warning(

@@ -12,6 +12,7 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEBUG = str(ROOT / "launch" / "configs" / "debug.yaml")
 
 
-def seedflood(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def seedflood(*args: str, env: dict[str, str] | None = None, **run: Any) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     return subprocess.run(
         [sys.executable, "-m", "seedflood", *args],
@@ -28,6 +29,7 @@ def seedflood(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
         timeout=120,
         cwd=ROOT,
         env={**base, "HF_HUB_OFFLINE": "1", **(env or {})},
+        **run,
     )
 
 
@@ -134,16 +136,25 @@ def test_world_size_and_topology_show():
         (["topology.nodes=100000", "task.train_examples=100000"], "100001"),
         (["topology.nodes=100000", "topology.kind=random_regular"], "did not settle within 100,000,000 edge visits"),
         (["topology.nodes=20000", "topology.kind=erdos_renyi"], "above the 10000 an erdos_renyi draw may have"),
+        (["topology.nodes=100000", "topology.kind=complete"], "4,999,950,000 edges is above the 250,000"),
+        (["topology.nodes=10000", "topology.kind=complete"], "49,995,000 edges is above the 250,000"),
+        (["topology.nodes=200000", "topology.kind=torus"], "topology torus400x500: 400,000 edges is above"),
     ],
-    ids=["ring-data", "ring", "random_regular", "erdos_renyi"],
+    ids=["ring-data", "ring", "random_regular", "erdos_renyi", "complete", "complete-10000", "torus"],
 )
 def test_world_size_answers_in_seconds_for_100000_nodes(sets, answer):
-    """The preflight ran past 300 s at 100000 nodes (all-pairs shortest paths for the diameter):
-    now it answers, or refuses the size with one line naming the limit, within seconds. Counted
-    in the command's own CPU seconds (user + sys), which other work on the machine does not
-    inflate as it does wall time: about 5 s here, bounded at 40."""
+    """The preflight ran past 300 s at 100000 nodes (all-pairs shortest paths for the diameter),
+    and a complete graph of 100000 nodes grew past 12 GB (10000: a MemoryError after 41 s, issue
+    27): now it answers, or refuses the size with one line naming the limit, within seconds.
+    Counted in the command's own CPU seconds (user + sys), which other work on the machine does
+    not inflate as it does wall time: about 5 s here, bounded at 40. Its address space is capped
+    at 4 GiB, so a regression fails here instead of filling the machine's memory."""
+
+    def cap_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    p = seedflood("world-size", "--config", DEBUG, *[a for s in sets for a in ("--set", s)])
+    p = seedflood("world-size", "--config", DEBUG, *[a for s in sets for a in ("--set", s)], preexec_fn=cap_memory)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     took = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if answer.isdigit():

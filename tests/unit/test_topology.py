@@ -510,6 +510,90 @@ def test_an_irregular_graph_too_large_to_settle_is_refused_in_one_line() -> None
         _ = top.diameter
 
 
+EXACT_COUNTS = {
+    "ring": builders.ring,
+    "grid": builders.grid,
+    "grid-rows": lambda n: builders.grid(n, 1 if n % 2 else 2),
+    "torus": builders.torus,
+    "torus-rows": lambda n: builders.torus(n, 1 if n % 2 else 2),
+    "complete": builders.complete,
+    "star": builders.star,
+    "tree": builders.tree,
+    "random_regular": lambda n: builders.random_regular(n + n % 2, 3) if n > 3 else builders.ring(n),
+    "watts_strogatz": lambda n: builders.watts_strogatz(n, 2, 0.3) if n > 2 else builders.ring(n),
+}
+
+
+@pytest.mark.parametrize("kind", EXACT_COUNTS)
+def test_each_builder_counts_its_edges_in_closed_form_before_building(kind, monkeypatch) -> None:
+    """The size bound (graph.MAX_EDGES) is checked on a count the builder computes before it
+    generates anything: that count is the number of edges it then builds."""
+    counted: list[int] = []
+    monkeypatch.setattr(builders, "check_size", lambda where, nodes, edges, about=False: counted.append(edges))
+    for n in [*range(1, 13), 16, 30, 36]:
+        counted.clear()
+        top = EXACT_COUNTS[kind](n)
+        assert counted and counted[-1] == len(top.edges), (kind, n, counted, len(top.edges))
+
+
+def _never_built(*args, **kwargs):
+    raise AssertionError("a graph above graph.MAX_EDGES was generated before it was refused")
+
+
+@pytest.mark.parametrize(
+    "make, count",
+    [
+        (lambda: builders.complete(100_000), "4,999,950,000 edges"),
+        (lambda: builders.complete(10_000), "49,995,000 edges"),
+        (lambda: builders.complete(708), "250,278 edges"),  # complete707 (249,571 edges) is the largest
+        (lambda: builders.ring(10**9), "1,000,000,000 edges"),
+        (lambda: builders.grid(10**12), "at least 999,999,999,999 edges (1,000,000,000,000 nodes)"),
+        (lambda: builders.torus(200_000), "400,000 edges"),  # torus400x500
+        (lambda: builders.star(10**7), "9,999,999 edges"),
+        (lambda: builders.tree(10**7), "9,999,999 edges"),
+        (lambda: builders.random_regular(10**6, 3), "1,500,000 edges"),
+        (lambda: builders.watts_strogatz(10**6, 4, 0.1), "2,000,000 edges"),
+        (lambda: builders.erdos_renyi(10_000, 0.3), "about 14,998,500 edges"),
+        (lambda: Topology("huge", 10**12, ()), "at least 999,999,999,999 edges (1,000,000,000,000 nodes)"),
+    ],
+    ids=[
+        "complete100000",
+        "complete10000",
+        "complete708",
+        "ring",
+        "grid",
+        "torus",
+        "star",
+        "tree",
+        "rr",
+        "ws",
+        "er",
+        "Topology",
+    ],
+)
+def test_a_graph_above_the_size_bound_is_refused_in_one_line_before_it_is_built(make, count, monkeypatch) -> None:
+    """Issue 27: complete100000 grew past 12 GB and complete10000 ended in a MemoryError after
+    41 s. Every size is refused at once, naming the count and the bound, with nothing generated."""
+    for generator in ("cycle_graph", "path_graph", "grid_2d_graph", "complete_graph", "star_graph", "full_rary_tree"):
+        monkeypatch.setattr(nx, generator, _never_built)
+    for generator in ("random_regular_graph", "gnp_random_graph", "connected_watts_strogatz_graph", "Graph"):
+        monkeypatch.setattr(nx, generator, _never_built)
+    t = time.process_time()
+    with pytest.raises(TopologyError) as e:
+        make()
+    assert time.process_time() - t < 1
+    line = str(e.value)
+    assert f": {count} is above the 250,000 a topology may have (graph.MAX_EDGES" in line, line
+    assert "\n" not in line
+
+
+def test_a_file_above_the_size_bound_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text("nodes: 1000000\nedges: []\n")
+    with pytest.raises(TopologyError, match=r"^topology big.yaml: at least 999,999 edges \(1,000,000 nodes\) is above"):
+        topofiles.load_yaml(path)
+
+
 @given(n=st.integers(3, 40), seed=st.integers(0, 10**6), kind=st.sampled_from(["rr", "er", "ws"]))
 @FAST
 def test_bounded_diameter_and_routes_equal_all_pairs(n: int, seed: int, kind: str) -> None:

@@ -208,32 +208,52 @@ def test_the_evaluator_dies_the_clients_train_on_and_its_restart_catches_up(tmp_
     assert s["resumed_from_step"] % 40 == 0 and s["resumed_from_step"] <= s["resumed_log_steps"] < STEPS, s
 
 
-@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSTOP], ids=["kill", "stop"])
-def test_the_store_dies_mid_run_and_the_run_ends_without_it(tmp_path, signum):
+@pytest.mark.parametrize(
+    "signum, client_logs",
+    [(signal.SIGKILL, False), (signal.SIGSTOP, False), (signal.SIGKILL, True)],
+    ids=["kill", "stop", "kill-client-logs"],
+)
+def test_the_store_dies_mid_run_and_the_run_ends_without_it(tmp_path, signum, client_logs):
     """The store's host dies (SIGKILL: its connections close) or goes silent (SIGSTOP, as a host
     cut off by the network: a TCPStore call to it would block until TCP gives up) mid-run.
     Nothing trains through the store, so every process still ends 0 and only the clients' final
     reports are lost: the evaluator finds the store gone within transport.timeout_s (not the 300 s
     it gives a slow client to report) and writes a summary that says the consensus is unchecked,
-    with a log that replays to its hash."""
+    with a log that replays to its hash. With the clients' logs on its disk (eval.client_logs,
+    the default) it reads their reports from there and checks the consensus (docs/churn.md).
+    Either way its stderr names the store's failure in one line (issue 27: it also carried two
+    12-22-frame C++ backtraces, c10d's warnings; runtime.quiet_cpp_warnings)."""
     steps = 300
     with own_store(tmp_path) as store:
         out = tmp_path / "store"
-        # no client logs: with them the evaluator reads the reports from this disk (tested below)
-        sets = churn_sets(out, f"run.steps={steps}", "eval.client_logs=")
+        # without client logs the reports exist only in the store; with them, on this disk too
+        sets = churn_sets(out, f"run.steps={steps}", *(() if client_logs else ("eval.client_logs=",)))
         with launch(tmp_path, sets, {"SEEDFLOOD_STORE": store.address}) as run:
             runs.wait_for_steps(run, out, 20)
             store.signal(signum)
             text = finish(run)
     assert run.codes() == [0] * WORLD, text
+    evaluator = run.rank(0).stdout  # its stdout and stderr, merged
+    for cpp in ("frame #", "Exception raised from", "[c10d]"):  # no C++ backtrace from any process
+        assert cpp not in text, text
+    cause = "the store's connection failed" if signum == signal.SIGKILL else "the store did not answer within 3 s"
+    noticed = [line for line in evaluator.splitlines() if "evaluator: the store failed (" in line]
+    assert len(noticed) == 1 and f"the store failed ({cause}" in noticed[0], noticed
+    gone = [line for line in evaluator.splitlines() if "evaluator: the store is gone (" in line]
+    assert len(gone) <= 1 and all(f"the store is gone ({cause}" in line for line in gone), gone
+    s = json.loads((out / "summary.json").read_text())
+    assert s["left"] == [] and s["steps"] == steps
+    assert runs.replay(out) == {"steps": steps, "param_hash": s["param_hash"]}
+    if client_logs:  # the reports came from the clients' logs on this disk: the consensus is checked
+        assert s["consensus"] is True and s["client_hashes"] == [s["param_hash"]] * 4, s
+        assert "consensus: all 4 clients equal the evaluator" in text, text
+        return
+    assert len(gone) == 1, evaluator  # the store was asked for every report
     # a client's report is a store set, sent without an answer: whether it fails is down to timing
     assert "evaluator: no final report from nodes [0, 1, 2, 3]" in text, text
-    s = json.loads((out / "summary.json").read_text())
     assert s["consensus"] is None and s["client_hashes"] == [None] * 4, s
-    assert s["left"] == [] and s["steps"] == steps
     assert "consensus: unchecked (no client reported: the store is gone)" in text, text
     assert "bytes per edge per step: unknown (no client reported)" in text, text
-    assert runs.replay(out) == {"steps": steps, "param_hash": s["param_hash"]}
 
 
 @pytest.mark.parametrize("store_host", ["own-store", "evaluator"])

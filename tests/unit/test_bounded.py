@@ -1,9 +1,14 @@
 """bounded.BoundedStore against a stand-in store: answers pass through, a call past its bound
 (or on a broken connection) raises StoreGone and leaves the store gone; other errors are the
-store's own. And runtime.Group.collect over it: a silent store is found within the call bound."""
+store's own. And runtime.Group.collect over it: a silent store is found within the call bound;
+a real TCPStore whose host died raises in one line and, after runtime.quiet_cpp_warnings, writes
+no C++ backtrace on stderr."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -11,6 +16,7 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
+from seedflood.comm import runtime
 from seedflood.comm.bounded import BoundedStore, StoreGone, bounded
 from seedflood.comm.runtime import Group, World, WorldError
 
@@ -165,3 +171,37 @@ def test_collect_finds_a_silent_store_within_the_call_bound_not_the_report_timeo
     with pytest.raises(StoreGone):
         group.collect(["client/0", "client/3"])  # 60 s to report, but the store is silent
     assert time.monotonic() - t0 < 5.0
+
+
+DEAD_STORE = """
+from datetime import timedelta
+import torch.distributed as dist
+from seedflood.comm import runtime
+print(runtime.quiet_cpp_warnings())
+host = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=5))
+store = dist.TCPStore("127.0.0.1", host.port, is_master=False, timeout=timedelta(seconds=5))
+store.set("k", "v")
+del host  # the store's host goes: its connections close
+for call in (lambda: store.add("n", 1), lambda: store.check(["k"])):  # a failed receive, then a failed send
+    try:
+        call()
+    except dist.DistNetworkError as e:
+        print(type(e).__name__)
+"""
+
+
+def test_a_dead_store_raises_in_one_line_without_a_cpp_backtrace_on_stderr() -> None:
+    """Issue 27: c10d's TCPStore client logs a WARNING with the C++ exception's whole backtrace
+    (12-22 frames) before it raises; a dead store put two on the evaluator's stderr. A fresh
+    interpreter, so that stderr is the C++ code's as well."""
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_CPP_LOG_LEVEL"}
+    p = subprocess.run([sys.executable, "-c", DEAD_STORE], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["True", "DistNetworkError", "DistNetworkError"], p.stdout
+    for cpp in ("frame #", "Exception raised from", "[c10d]"):
+        assert cpp not in p.stderr, p.stderr
+
+
+def test_a_cpp_log_level_the_user_set_stands(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCH_CPP_LOG_LEVEL", "INFO")
+    assert runtime.quiet_cpp_warnings() is False

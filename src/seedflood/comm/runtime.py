@@ -11,6 +11,7 @@ Owns:
   without anything that can block on a dead peer; it yields a `Group` for the run's only
   collective steps (the resume broadcast, the final reports).
 - `free_port`. (CPUs, threads and memory of this host are `ml.host`'s.)
+- `quiet_cpp_warnings`: torch's C++ warnings off in a launched role (each failure is one line).
 
 Assumes: every process of a run sees the same MASTER_ADDR/MASTER_PORT (under SLURM without
 MASTER_PORT the port derives from SLURM_JOB_ID, so all tasks of a job agree without talking).
@@ -18,6 +19,7 @@ MASTER_PORT the port derives from SLURM_JOB_ID, so all tasks of a job agree with
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -29,8 +31,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Literal
 
+import torch
 import torch.distributed as dist
 
 from seedflood.comm.bounded import BoundedStore
@@ -186,6 +190,33 @@ def check_world(world: World, n_clients: int) -> None:
         )
 
 
+CPP_LOG_ERROR = 2
+"""c10's log level ERROR (0 INFO, 1 WARNING: torch's default, 2 ERROR, 3 FATAL), as TORCH_CPP_LOG_LEVEL names them."""
+
+
+def quiet_cpp_warnings() -> bool:
+    """Raise torch's C++ log level to ERROR, as TORCH_CPP_LOG_LEVEL=ERROR would, unless that
+    variable is set (then the user's level stands: WARNING brings the C++ warnings back).
+    Returns whether it raised the level.
+
+    Why: c10d's TCPStore client logs a WARNING holding the C++ exception's whole text (a 12-22
+    frame backtrace) before it raises the same error to Python, where it is said in one line
+    (bounded.StoreGone, a TransportError, a WorldError): a dead store put two such backtraces on
+    the evaluator's stderr. The variable is read once, when torch is imported, which has happened
+    by the time a role starts (and in the test harness's forked processes before any seedflood
+    code runs), so this writes what it sets: libc10's exported FLAGS_caffe2_log_level, which
+    c10d's log calls read each time. A torch build without that symbol is left as it is."""
+    if os.environ.get("TORCH_CPP_LOG_LEVEL"):
+        return False
+    try:
+        c10 = ctypes.CDLL(str(next((Path(torch.__file__).parent / "lib").glob("libc10.*"))))
+        level = ctypes.c_int.in_dll(c10, "FLAGS_caffe2_log_level")
+    except (StopIteration, OSError, ValueError):  # no libc10 beside torch, or no such symbol in it
+        return False
+    level.value = max(level.value, CPP_LOG_ERROR)
+    return True
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free right now (another process may still take it before we bind)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -322,6 +353,7 @@ def store_group(world: World, cfg: TransportConfig) -> Iterator[StoreGroup]:
     # Start-up waits for the slowest process to load its model (the store's host included), so
     # it gets transport.startup_timeout_s, whatever transport.timeout_s says (that one bounds hops).
     timeout = timedelta(seconds=max(cfg.timeout_s, cfg.startup_timeout_s))
+    quiet_cpp_warnings()  # a dead store is one line (bounded.StoreGone), not two C++ backtraces
     external = store_address()
     if external is not None:
         log.info("connecting to the store at %s:%d (up to %g s)", *external, timeout.total_seconds())
@@ -349,6 +381,7 @@ def process_group(world: World, cfg: TransportConfig) -> Iterator[Group]:
     destroy_process_group only (no final barrier: a dead peer would make it hang); failures
     there are logged, never raised over the error that is already leaving the block.
     """
+    quiet_cpp_warnings()  # a peer's or the store's failure is one line, not a C++ backtrace
     port = world.master_port or free_port()
     timeout = timedelta(seconds=cfg.timeout_s)
     # The rendezvous waits for the slowest process to load its model: transport.startup_timeout_s,

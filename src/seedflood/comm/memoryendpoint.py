@@ -1,9 +1,10 @@
 """One node's endpoint of the in-process network (`memory.InMemoryNetwork`): the transport a client thread drives.
 
-Owns `MemoryTransport`: exchanges (strict: a failed peer raises; tolerant: it is dropped and
-recorded in `lost`), pushes to the evaluator's inbox, edge meetings (`connect`), a rejoin's
-claim, sponsor and catch-up, and its byte counting (HEADER + frame, once, at the sender, at the
-step the caller passes; the end marker at `last_step`), which mirrors GlooTransport's exactly.
+Owns `MemoryTransport`, a `transport.ChurnTransport`: exchanges (strict: a failed peer raises;
+tolerant: it is dropped and recorded in `lost`), pushes to the evaluator's inbox, edge meetings
+(`connect`), a rejoin's claim, sponsor and catch-up, and its byte counting (HEADER + frame,
+once, at the sender, at the step the caller passes; the end marker at `last_step`), which
+mirrors GlooTransport's exactly.
 The network owns the queues and the faults; this module reads its public state only.
 
 Assumes: one endpoint per node, driven from one thread. Imports no torch.
@@ -153,9 +154,10 @@ class MemoryTransport:
         self.last_step = step
         frame = bytes(frame)
         self.counter.add(step, self.node, EVALUATOR, HEADER + len(frame))
-        if self.network.mutate is not None:
-            frame = self.network.mutate(self.node, EVALUATOR, self.hop, frame)
-        inbox.put(frame)  # queues, counts `received`, calls `on_frame` here (never raises)
+        delivered = frame if self.network.mutate is None else self.network.mutate(self.node, EVALUATOR, self.hop, frame)
+        if delivered is None:  # the mutator lost it
+            return
+        inbox.put(delivered)  # queues, counts `received`, calls `on_frame` here (never raises)
 
     def close(self, abort: bool = False) -> None:
         if self._closed:

@@ -9,13 +9,22 @@ Owns what every backend shares, and nothing backend-specific:
   communication figures we publish, so every backend counts the same thing the same way:
   `HEADER` (4-byte u32 length) + the frame, once, at the sender; the end-of-stream marker `close()`
   sends to the evaluator is `HEADER` bytes at the transport's `last_step`.
+- `ChurnTransport`: a `Transport` that outlives its peers, as the churn strategy
+  (roles/churn.py) uses it: a failed peer is dropped and reported (`take_lost`), not raised;
+  edges (re)connect by meetings (`connect`); a restarted neighbour is claimed (`revived`,
+  `claim`) and caught up by a blob (`send_blob`, `recv_blob`); a restarted process waits for
+  its sponsor (`sponsor`).
+- `EvaluatorFeed`: what a churn attach node needs to feed an evaluator that follows it (answer
+  its greeting, open each new edge with the steps it lacks, push).
 - `Inbox`: the evaluator's side of the push channel (an ordered queue that ends with the
   stream, or fails with the sender), with an `on_frame` hook and a `received` count.
-- `TransportError`, and the constants both backends and their callers agree on.
+- `TransportError`, and the constants every backend and its callers agree on.
 
-Backends: `seedflood.comm.gloo` (torch.distributed point-to-point between processes; the only
-transport module that imports torch.distributed) and `seedflood.comm.memory` (threads of one process,
-with fault injection). This module imports neither torch nor torch.distributed.
+Backends: `seedflood.comm.gloo.GlooTransport` (strict: one torch.distributed process group,
+point-to-point), `seedflood.comm.links.EdgeTransport` (churn: one gloo group per edge; a
+`ChurnTransport` and an `EvaluatorFeed`) and `seedflood.comm.memoryendpoint.MemoryTransport`
+(threads of one process, with fault injection; a `ChurnTransport`). This module imports neither
+torch nor torch.distributed.
 
 Assumes: a transport is driven from one thread; frame contents are none of this layer's
 business (message.py validates them).
@@ -73,6 +82,82 @@ class Transport(Protocol):
 
     def close(self, abort: bool = False) -> None:
         """Finish: end the evaluator stream (unless abort) and release resources."""
+        ...
+
+
+class ChurnTransport(Transport, Protocol):
+    """A transport of a churn run (docs/churn-design.md, Per-edge transport and the store): what
+    `roles.churn.Churn` calls besides `Transport`'s hops. An exchange drops a failed peer instead
+    of raising; `peers` are the neighbours connected now, `neighbours` every topology neighbour
+    (what may be connected)."""
+
+    neighbours: tuple[int, ...]
+    """Topology neighbours, sorted, connected or not."""
+    incarnation: int
+    """This process's life of its node: a restart gets a higher one (0 or 1 first, by backend)."""
+
+    def connect(self, peers: Sequence[int], timeout_s: float | None = None) -> list[int]:
+        """Meet these neighbours, each only if it connects to this node within `timeout_s` s
+        (None: the transport's own timeout); returns those connected now, exchanging from the
+        next hop. Never raises for a peer that does not come."""
+        ...
+
+    def revived(self) -> list[int]:
+        """Unconnected neighbours restarted (a new incarnation) since the last call; each once."""
+        ...
+
+    def claim(self, node: int) -> int | None:
+        """Become revived `node`'s sponsor (the first neighbour to ask wins): its incarnation,
+        or None when another neighbour won (or the claim could not be made)."""
+        ...
+
+    def send_blob(self, peer: int, data: bytes) -> None:
+        """Hand a connected peer a catch-up payload, apart from the hops (not hop traffic)."""
+        ...
+
+    def recv_blob(self, peer: int, timeout_s: float) -> bytes:
+        """The catch-up payload `peer` sent, within `timeout_s` s; TransportError otherwise."""
+        ...
+
+    def sponsor(self, timeout_s: float) -> int:
+        """A restarted process: the neighbour that claimed it, waiting up to `timeout_s` s for
+        one; TransportError when none did."""
+        ...
+
+    def take_lost(self) -> dict[int, str]:
+        """Peers dropped since the last call (peer -> why); clears them. {} when none were."""
+        ...
+
+
+class EvaluatorFeed(Protocol):
+    """What a churn client needs to feed the evaluator while it is the roster's attach node
+    (`roles.churn.Churn.follow`): the evaluator follows whichever node that is now, greeting it
+    over the store; each new evaluator edge opens with a blob of the decided steps it lacks,
+    then every step applied from there is pushed."""
+
+    attach: bool
+    """This node keeps an evaluator edge (set once it becomes the attach node)."""
+    evaluator_links: int
+    """Evaluator edges built so far: each opens with one catch-up blob."""
+
+    @property
+    def evaluator_connected(self) -> bool: ...
+
+    def poll(self, timeout_s: float | None = None, evaluator_only: bool = False) -> list[int]:
+        """Between steps: connect whoever waits to connect to this node (`evaluator_only`: the
+        evaluator alone); returns them."""
+        ...
+
+    def evaluator_needs(self) -> int:
+        """The first step the connected evaluator lacks, as it published it (0 if unknown)."""
+        ...
+
+    def send_blob(self, peer: int, data: bytes) -> None:
+        """Hand the evaluator (`peer` EVALUATOR) a catch-up blob without waiting for it."""
+        ...
+
+    def push(self, frame: bytes, step: int) -> None:
+        """Send a frame one way to the evaluator, counted at `step`."""
         ...
 
 

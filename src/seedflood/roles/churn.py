@@ -16,27 +16,78 @@ differs from the majority's is left out of the proposals of the others and exclu
 commits. A client that cannot reach an agreeing majority, or is excluded, raises
 `membership.MembershipError` (one line) and stops, having applied only committed steps.
 
+Also owns `ChurnStrategy` (how a churn client is built: the flood it needs and its `Churn`, chosen
+once where the process is put together) and `sponsored_catch_up` (a restarted process's half of
+the sponsor handshake, the one both the launched client and the simulation use).
+
 Assumes: the client floods to every neighbour (shortest-path routes break when a relay dies) and
-tolerates conflicting copies until a commit settles them; a transport with the churn extras
-(`revived`, `claim`, `connect`, `take_lost`, the evaluator edge) where sponsoring, rejoining or
-following is used.
+tolerates conflicting copies until a commit settles them (`ChurnStrategy` says so to the client);
+its transport is a `transport.ChurnTransport`, and an attach node that feeds the evaluator is
+handed the `transport.EvaluatorFeed` to do it with.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 from seedflood.core import membership, stepstream
 from seedflood.core.agreement import Agreement
 from seedflood.core.flooding import FloodError
 from seedflood.core.membership import AUDIT, JOIN, Change, Note, Roster
 from seedflood.core.message import FrameError, Message
-from seedflood.core.transport import EVALUATOR, TransportError
+from seedflood.core.transport import EVALUATOR, ChurnTransport, EvaluatorFeed, TransportError
 from seedflood.core.voter import Voter
 from seedflood.roles.host import Host, Records
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChurnStrategy:
+    """A churn client (`host.Strategy`): its `Churn` over `transport`, the same object the client
+    hops on. `state_hash`: the state's hash, for audits (needed when the protocol audits).
+    `attach`: the evaluator's first attach node. `evaluator`: where this client feeds the
+    evaluator whenever it is the roster's attach node (`Churn.follow`; a launched client's
+    EdgeTransport), None where no evaluator follows the clients (the in-process simulation).
+    `incarnation`: this process's life of its node (its votes carry it; a rejoin checks it; 0
+    takes whichever a catch-up admits)."""
+
+    transport: ChurnTransport
+    state_hash: Callable[[], str] | None = None
+    attach: int = 0
+    evaluator: EvaluatorFeed | None = None
+    incarnation: int = 0
+    routed: ClassVar[bool] = False  # flood every neighbour: shortest-path routes break when a relay dies
+    tolerates_conflicts: ClassVar[bool] = True  # conflicting copies are held until a commit settles them
+
+    def mode(self, host: Host) -> Churn:
+        return Churn(
+            host,
+            self.transport,
+            state_hash=self.state_hash,
+            attach=self.attach,
+            evaluator=self.evaluator,
+            incarnation=self.incarnation,
+        )
+
+
+def sponsored_catch_up(transport: ChurnTransport, wait_s: float) -> bytes:
+    """A restarted process's half of the sponsor handshake (docs/churn-design.md, Rejoin across
+    processes): wait up to `wait_s` s for the neighbour that claims this incarnation (its
+    `Churn.boundary`), meet it, and take the catch-up it sends, for `Churn.rejoin` to replay.
+    TransportError when no neighbour claims it, the meeting fails, or no catch-up comes."""
+    log.warning(
+        "node %d: restarted as incarnation %d: waiting for a neighbour to sponsor the rejoin",
+        transport.node,
+        transport.incarnation,
+    )
+    sponsor = transport.sponsor(wait_s)
+    if not transport.connect([sponsor], wait_s):
+        raise TransportError(f"node {transport.node}: could not connect to its sponsor node {sponsor}")
+    return transport.recv_blob(sponsor, wait_s)
 
 
 class Churn:
@@ -45,22 +96,26 @@ class Churn:
     def __init__(
         self,
         host: Host,
+        transport: ChurnTransport,
         *,
         state_hash: Callable[[], str] | None,
         attach: int,
-        evaluator: bool,
+        evaluator: EvaluatorFeed | None,
         incarnation: int,
     ) -> None:
-        """See `client.Client` for `state_hash`, `attach`, `evaluator` and `incarnation`."""
-        self.host = host
+        """See `ChurnStrategy`; `transport` is the one `host` hops on."""
         p = host.protocol
+        if p.audit_every and state_hash is None:
+            raise ValueError(f"node {host.node}: the protocol audits every {p.audit_every} steps: pass state_hash")
+        self.host = host
+        self.transport = transport
         self.agreement = Agreement(
             host.node, p.n_origins, p.perturbations, incarnation, Roster(p.n_origins, attach=attach)
         )
         """The committed chain and roster, and this client's votes."""
         self.voter = Voter(p, host.flood, self.agreement, lambda line: log.error("node %d: %s", host.node, line))
         self.state_hash = state_hash
-        self.evaluator = evaluator
+        self.feed = evaluator
         self._fed = 0  # the transport's evaluator edge (count) that got its catch-up blob
         self.history: list[tuple[int, list[Message]]] = []
         """Every decided step from 0, what a sponsor hands a rejoining neighbour."""
@@ -100,16 +155,16 @@ class Churn:
         """Before step t: sponsor a restarted neighbour that is ours to catch up (its other edges
         connect later, at the hop its JOIN note names: `link`)."""
         h = self.host
-        transport = h.transport
+        transport = self.transport
         timeout = h.hop_timeout_s
-        revived = getattr(transport, "revived", list)() if t >= self.joined_at else []  # members sponsor
+        fresh = transport.revived() if t >= self.joined_at else []  # members sponsor
         # a restarted neighbour whose old incarnation is still a member waits until a committed
         # step has left it out: the new process must never vote or count as its old self
-        revived = sorted(set(revived) | self._deferred)
+        revived = sorted(set(fresh) | self._deferred)
         self._deferred = {p for p in revived if p in self.roster.members}
         for p in (p for p in revived if p not in self._deferred):
-            inc = transport.claim(p)  # type: ignore[attr-defined]
-            if inc is None or not transport.connect([p], timeout):  # type: ignore[attr-defined]
+            inc = transport.claim(p)
+            if inc is None or not transport.connect([p], timeout):
                 continue  # another neighbour sponsors it, or it is gone again
             # JOIN at e = t + delay + 1: the note gets the hops a message of step t gets before it
             # is applied, so it normally reaches every voter before they propose step e (one that
@@ -123,7 +178,7 @@ class Churn:
             note = membership.join_note(e, p, inc, link)
             h.flood.originate_notes([note])
             self.on_notes([note])
-            transport.send_blob(p, self.catch_up(t, e, inc))  # type: ignore[attr-defined]
+            transport.send_blob(p, self.catch_up(t, e, inc))
             h.flood.add_peer(p)
             log.warning(
                 "node %d: sponsoring node %d (incarnation %d): joins at step %d, its edges connect at hop %d",
@@ -133,8 +188,8 @@ class Churn:
                 e,
                 link,
             )
-        if self.evaluator and self.roster.attach == h.node:
-            self.follow()
+        if self.feed is not None and self.roster.attach == h.node:
+            self.follow(self.feed)
 
     def on_notes(self, new: Sequence[object]) -> None:
         """Remember the JOIN notes among `new` by the hop index their edges connect at."""
@@ -170,33 +225,32 @@ class Churn:
             elif h.node in self.roster.members:
                 edges.append(n.origin)
         edges = sorted({q for q in edges if q != h.node and q not in h.flood.peers and q in self._neighbours()})
-        for q in h.transport.connect(edges, h.meet_timeout_s) if edges else []:  # type: ignore[attr-defined]
+        for q in self.transport.connect(edges, h.meet_timeout_s) if edges else []:
             h.flood.add_peer(q)
 
     def after_exchange(self, t: int) -> None:
         """Drop the peers the transport lost in this exchange: the flood stops sending to them."""
         h = self.host
-        for peer, why in sorted(getattr(h.transport, "take_lost", dict)().items()):
+        for peer, why in sorted(self.transport.take_lost().items()):
             log.warning("node %d: lost peer %d at step %d: %s", h.node, peer, t, why)
             h.flood.drop_peer(peer)
 
-    def follow(self) -> None:
+    def follow(self, feed: EvaluatorFeed) -> None:
         """As the attach node, between steps: answer the evaluator if it greets us (a start, a
         restart, or a failover from the attach node before us), and open each new evaluator edge
         with the committed steps it lacks; those applied from then on are pushed (`apply_committed`)."""
-        transport = self.host.transport
-        transport.attach = True  # type: ignore[attr-defined]
-        if not transport.evaluator_connected:  # type: ignore[attr-defined]
-            transport.poll(evaluator_only=True)  # type: ignore[attr-defined]
-        link = transport.evaluator_links  # type: ignore[attr-defined]
-        if not transport.evaluator_connected or link == self._fed:  # type: ignore[attr-defined]
+        feed.attach = True
+        if not feed.evaluator_connected:
+            feed.poll(evaluator_only=True)
+        link = feed.evaluator_links
+        if not feed.evaluator_connected or link == self._fed:
             return
         self._fed = link
-        needs = transport.evaluator_needs()  # type: ignore[attr-defined]
+        needs = feed.evaluator_needs()
         sent = [(s, m) for s, m in self.history if s >= needs]
         blob = stepstream.encode_pushes((s, stepstream.encode_step(m, self.roster.changes.get(s))) for s, m in sent)
         try:
-            transport.send_blob(EVALUATOR, blob)  # type: ignore[attr-defined]
+            feed.send_blob(EVALUATOR, blob)
         except TransportError as e:  # the evaluator is dropped; it greets again
             log.warning("node %d: catch-up to the evaluator failed: %s", self.host.node, e)
             return
@@ -206,7 +260,7 @@ class Churn:
 
     def _neighbours(self) -> tuple[int, ...]:
         """Topology neighbours, connected or not (what a churn transport may connect)."""
-        return getattr(self.host.transport, "neighbours", self.host.flood.peers)
+        return self.transport.neighbours
 
     def catch_up(self, t: int, e: int, inc: int) -> bytes:
         """What a rejoining neighbour needs before step t (`stepstream.CatchUp`): every decided
@@ -230,7 +284,7 @@ class Churn:
                 f"this process is incarnation {self.agreement.incarnation}"
             )
         self.agreement.incarnation = d.incarnation
-        steps = []
+        steps: list[tuple[int, list[Message]]] = []
         for s, payload in d.steps:
             if s != len(steps):
                 raise FrameError(f"node {h.node}: catch-up from node {d.sponsor} jumps to step {s}")
@@ -251,7 +305,7 @@ class Churn:
         h.next_step = d.next_step
         h.logged = self.voter.logged = len(steps)
         self.joined_at = d.join_step
-        h.transport.connect([d.sponsor], h.hop_timeout_s)  # type: ignore[attr-defined]
+        self.transport.connect([d.sponsor], h.hop_timeout_s)
         h.flood.add_peer(d.sponsor)
         log.warning(
             "node %d: rejoined by replaying %d steps from node %d; originates from step %d",
@@ -308,9 +362,10 @@ class Churn:
         if s >= h.logged:
             for listener in h.listeners:
                 listener(s, msgs)
-            if self.evaluator and self.roster.attach == h.node and getattr(h.transport, "attach", False):
+            feed = self.feed
+            if feed is not None and self.roster.attach == h.node and feed.attach:
                 payload = stepstream.encode_step(msgs, self.roster.changes.get(s))
-                h.transport.push(stepstream.encode_push(s, payload), s)
+                feed.push(stepstream.encode_push(s, payload), s)
             if h.protocol.audits(s) and self.state_hash is not None:
                 value = membership.audit_value(self.state_hash())
                 h.flood.originate_notes([Note(s, AUDIT, h.node, value)])

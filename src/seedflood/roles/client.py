@@ -3,11 +3,12 @@
 Owns: one client's progress through steps — estimate, originate, hops, apply complete steps in
 canonical order — and what every run shares of it: the flood, the applier, the hop (encode
 outbox → exchange → decode → receive) and its clock, resume from a log. When each step is applied
-is the strategy chosen once from the protocol (`host.Mode`): `strict.Strict` (step t applies
-t − delay, complete after its hops; optional overlap of hops with the next estimate) or
-`churn.Churn` (`protocol.settle` > 0, docs/churn-design.md: apply only committed steps; rejoin,
-sponsoring, agreement, audits). It is handed its collaborators (the run's `Protocol`, a transport,
-a direction family, a loss) and knows nothing about processes or models beyond them.
+is the strategy it is handed (`host.Strategy`), chosen once where the process is put together:
+`strict.STRICT` (step t applies t − delay, complete after its hops; optional overlap of hops
+with the next estimate) or a `churn.ChurnStrategy` (`protocol.settle` > 0, docs/churn-design.md:
+apply only committed steps; rejoin, sponsoring, agreement, audits). It is handed its
+collaborators (the run's `Protocol`, a transport, a direction family, a loss, the strategy) and
+knows nothing about processes or models beyond them.
 
 Step t at every client:
 1. for k in 0..K-1: seed = protocol.seed(node, t, k); scalar = two-point estimate on batch(t);
@@ -27,7 +28,6 @@ the transport bounds each exchange by its own timeout (so a hop thread always en
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from seedflood.core import membership, zo
 from seedflood.core.directions import Direction
@@ -39,8 +39,8 @@ from seedflood.core.protocol import Protocol
 from seedflood.core.replay import Applier
 from seedflood.core.transport import Transport
 from seedflood.roles.churn import Churn
-from seedflood.roles.host import Mode, Records, StepListener
-from seedflood.roles.strict import Strict
+from seedflood.roles.host import Mode, Records, StepListener, Strategy
+from seedflood.roles.strict import STRICT
 
 
 class Client:
@@ -56,13 +56,11 @@ class Client:
         routes: Mapping[int, Sequence[int]] | None = None,
         hop_timeout_s: float | None = None,
         meet_timeout_s: float | None = None,
-        state_hash: Callable[[], str] | None = None,
-        attach: int = 0,
-        evaluator: bool = False,
-        incarnation: int = 0,
+        strategy: Strategy = STRICT,
     ) -> None:
         """`routes` (graph.Topology.routes(node)): per origin, the neighbours to forward its
-        messages to; None = every neighbour. Either way every message arrives at the same hop.
+        messages to; None (or a strategy that is not `routed`) = every neighbour. Either way
+        every message arrives at the same hop.
         `hop_timeout_s` (overlap only): how long the main thread waits for one step's hops
         beyond its own work before it gives up on them; None = as long as the transport takes
         (each exchange is bounded by the transport's timeout). Give hops × transport timeout.
@@ -70,27 +68,22 @@ class Client:
         (`Churn.link`); None = hop_timeout_s. Give the transport's timeout: both ends reach the hop
         within one exchange of each other, and a longer wait delays this client's frames to
         peers that drop it after LATE_FACTOR timeouts.
-        `state_hash`: the state's hash, for audits (needed when the protocol audits).
-        `attach`: the evaluator's first attach node; `evaluator` (churn with a process
-        transport): this client streams the steps it decides to the evaluator whenever it is the
-        roster's attach node (`Churn.follow`), instead of a listener doing it. `incarnation`: this
-        process's incarnation of its node (churn: its votes carry it; a rejoin checks it)."""
-        if protocol.audit_every and state_hash is None:
-            raise ValueError(f"node {node}: the protocol audits every {protocol.audit_every} steps: pass state_hash")
+        `strategy`: when each step is applied (`strict.STRICT`, or a `churn.ChurnStrategy`
+        holding what a churn client needs besides: its ChurnTransport, state hash, attach node,
+        evaluator feed and incarnation)."""
         self.node = node
         self.protocol = protocol
         self.direction = direction
         self.loss_at = loss_at
         self.transport = transport
-        # Churn floods to every neighbour: shortest-path routes break when a relay dies.
         self.flood = Flood(
             node,
             peers,
             range(protocol.n_origins),
             protocol.perturbations,
-            None if protocol.churn else routes,
+            routes if strategy.routed else None,
             note_horizon=protocol.step_window,
-            tolerate_conflicts=protocol.churn,
+            tolerate_conflicts=strategy.tolerates_conflicts,
         )
         self.applier = Applier(direction, protocol)
         self.listeners: list[StepListener] = []
@@ -102,12 +95,8 @@ class Client:
         self.hops_run = 0
         self.hop_timeout_s = hop_timeout_s
         self.meet_timeout_s = hop_timeout_s if meet_timeout_s is None else meet_timeout_s
-        self.mode: Mode = (
-            Churn(self, state_hash=state_hash, attach=attach, evaluator=evaluator, incarnation=incarnation)
-            if protocol.churn
-            else Strict(self)
-        )
-        """When each step is applied: the one place a strict and a churn run part ways."""
+        self.mode: Mode = strategy.mode(self)
+        """When each step is applied: the one place a strict and a churn client part ways."""
 
     @property
     def churn(self) -> Churn:
@@ -126,16 +115,15 @@ class Client:
         loss_at: Callable[[int], float],
         transport: Transport,
         timeout_s: float,
-        state_hash: Callable[[], str] | None = None,
-        **options: Any,
+        strategy: Strategy = STRICT,
     ) -> Client:
-        """Node `node` of `top` as every runtime builds it: its neighbours, shortest-path routes,
-        and a hop thread given `timeout_s` (the transport's) per exchange of a step, plus one;
-        a rejoining neighbour's edges wait `timeout_s` for their other end.
-        `options`: the constructor's `attach` / `evaluator`."""
+        """Node `node` of `top` as every runtime builds it: the neighbours its transport is
+        connected to (a restarted churn node: none yet), shortest-path routes, and a hop thread
+        given `timeout_s` (the transport's) per exchange of a step, plus one; a rejoining
+        neighbour's edges wait `timeout_s` for their other end."""
         return cls(
             node,
-            transport.peers if protocol.churn else top.neighbors(node),  # a restarted node: none yet
+            transport.peers,
             protocol,
             direction,
             loss_at,
@@ -143,8 +131,7 @@ class Client:
             routes=top.routes(node),
             hop_timeout_s=timeout_s * (protocol.hops + 1),
             meet_timeout_s=timeout_s,
-            state_hash=state_hash,
-            **options,
+            strategy=strategy,
         )
 
     # -- resume --------------------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """What a client and its step strategy see of each other (docs/design.md, Processes and the step loop; docs/churn-design.md).
 
-Owns: the two interfaces between `client.Client` (the step loop common to every run: estimate,
-originate, hop, apply in canonical order) and the strategy it picks once from its protocol —
-`strict.Strict` (every step complete after its hops; optional overlap) or `churn.Churn`
-(apply only committed steps; rejoin, sponsoring, agreement) — and the record types they share.
-`Host` is what a strategy may use of its client; `Mode` is what the client calls on its strategy.
-Both are structural, so neither strategy module imports the client (no cycle).
+Owns: the interfaces between `client.Client` (the step loop common to every run: estimate,
+originate, hop, apply in canonical order) and the strategy it is handed, chosen once where the
+process is put together — `strict.Strict` (every step complete after its hops; optional
+overlap) or `churn.Churn` (apply only committed steps; rejoin, sponsoring, agreement) — and the
+record types they share. `Strategy` is what the client is handed (the flood the strategy needs,
+and the strategy itself, made for the client); `Host` is what a strategy may use of its client;
+`Mode` is what the client calls on its strategy. All are structural, so neither strategy module
+imports the client (no cycle).
 
 Assumes: one thread uses a client and its strategy at a time (the overlap hop thread is the only
 other thread, and it only runs `Host.hops` between its start and the join).
@@ -48,6 +50,24 @@ class Host(Protocol):
     def hop(self, t: int) -> None: ...
 
     def hops(self, t: int) -> None: ...
+
+
+class Strategy(Protocol):
+    """How a client applies steps, handed to it once (`strict.STRICT`, `churn.ChurnStrategy`)."""
+
+    @property
+    def routed(self) -> bool:
+        """Forward each origin's messages along shortest-path routes (False: to every neighbour)."""
+        ...
+
+    @property
+    def tolerates_conflicts(self) -> bool:
+        """The flood holds conflicting copies of a message until a commit settles them."""
+        ...
+
+    def mode(self, host: Host) -> Mode:
+        """The strategy of `host`, made once its flood exists."""
+        ...
 
 
 class Mode(Protocol):

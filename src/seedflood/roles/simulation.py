@@ -42,8 +42,10 @@ from seedflood.core.protocol import Protocol
 from seedflood.core.replay import state_hash
 from seedflood.core.transport import LATE_FACTOR, ByteCounter, TransportError
 from seedflood.ml.workload import Workload
+from seedflood.roles.churn import ChurnStrategy, sponsored_catch_up
 from seedflood.roles.client import Client
-from seedflood.roles.host import Records
+from seedflood.roles.host import Records, Strategy
+from seedflood.roles.strict import STRICT
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,7 @@ class SimResult:
     """node -> final state hash."""
     step_hashes: dict[int, list[str]]
     """node -> hash after each applied step."""
-    records: list[tuple[int, list[Message]]]
+    records: list[tuple[int, Sequence[Message]]]
     """Every complete step applied (by node 0), in order: what the evaluator logs."""
     counter: ByteCounter
     workloads: dict[int, Workload] = field(repr=False)
@@ -124,7 +126,7 @@ def simulate(
     )
     workloads = {i: Workload.build(cfg) for i in top.nodes}
     step_hashes: dict[int, list[str]] = {i: [] for i in top.nodes}
-    logs: dict[int, list[tuple[int, list[Message]]]] = {i: list(resume) for i in top.nodes}
+    logs: dict[int, list[tuple[int, Sequence[Message]]]] = {i: list(resume) for i in top.nodes}
     rosters: dict[int, dict[int, Change]] = {}
     hashes: dict[int, str] = {}
     exits: dict[int, str] = {}
@@ -197,6 +199,13 @@ def simulate(
         w = workloads[node]
         try:
             with network.endpoint(node) as transport:
+                # no evaluator follows in-process clients; incarnation 0: a rejoin takes the one
+                # its catch-up admits
+                strategy: Strategy = (
+                    ChurnStrategy(transport, state_hash=lambda: state_hash(w.model, w.direction))
+                    if protocol.churn
+                    else STRICT
+                )
                 client = Client.in_topology(
                     top,
                     node,
@@ -205,15 +214,11 @@ def simulate(
                     lambda step: w.loss(node, step),
                     transport,
                     cfg.transport.timeout_s,
-                    state_hash=lambda: state_hash(w.model, w.direction),
+                    strategy,
                 )
-                if rejoin:  # as train._rejoin: wait for the sponsor's claim, meet it, take its log
-                    wait = LATE_FACTOR * cfg.transport.timeout_s
+                if rejoin:  # as a launched client: wait for the sponsor's claim, meet it, take its log
                     try:
-                        sponsor = transport.sponsor(wait)
-                        if not transport.connect([sponsor], wait):
-                            raise TransportError(f"node {node}: could not connect to its sponsor node {sponsor}")
-                        blob = transport.recv_blob(sponsor, wait)
+                        blob = sponsored_catch_up(transport, LATE_FACTOR * cfg.transport.timeout_s)
                     except TransportError as e:  # nobody stepping any more to sponsor it
                         exits[node] = f"no neighbour sponsored the rejoin: {e}"
                         network.kill(node)
@@ -227,11 +232,11 @@ def simulate(
                 client.listeners.append(lambda s, _: progress.__setitem__(node, max(progress[node], s)))
                 if hash_every_step:
                     client.listeners.append(lambda s, _: step_hashes[node].append(state_hash(w.model, w.direction)))
-                for e in todo[node]:
-                    if e.step < client.next_step:  # a restarted node: carried out by its first life
+                for event in todo[node]:
+                    if event.step < client.next_step:  # a restarted node: carried out by its first life
                         continue
-                    client.run(e.step)
-                    if fault(e):
+                    client.run(event.step)
+                    if fault(event):
                         return
                 client.run(stop)
                 hashes[node] = state_hash(w.model, w.direction)

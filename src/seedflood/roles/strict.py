@@ -4,7 +4,7 @@ Owns: when a strict client applies each step — step t applies t − delay, whe
 ⌈diameter / hops⌉ − 1 (0 with full flooding), so every client applies every step at the same
 local step and all hold identical bits after every step (bounded staleness); the last `delay`
 steps are applied by `drain`, which hops without originating — and the overlap of hops with the
-next estimate.
+next estimate. `STRICT` hands it to a client (`host.Strategy`).
 
 With `protocol.overlap` the hops of step t run on a background thread (`Hops`) while step t+1 is
 estimated, so a step costs about max(compute, communication) instead of their sum. Step t is then:
@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 from seedflood.core.flooding import FloodError
 from seedflood.core.membership import Change
@@ -31,6 +32,20 @@ from seedflood.core.transport import TransportError
 from seedflood.roles.host import Host, Records
 
 log = logging.getLogger(__name__)
+
+
+class StrictStrategy:
+    """A strict client (`host.Strategy`): its `Strict`; `STRICT` is the one instance."""
+
+    routed: ClassVar[bool] = True  # every message arrives at the same hop either way; routes send less
+    tolerates_conflicts: ClassVar[bool] = False  # two copies of one message that differ are an error
+
+    def mode(self, host: Host) -> Strict:
+        return Strict(host)
+
+
+STRICT = StrictStrategy()
+"""What a client is handed unless it runs under churn."""
 
 
 class Strict:

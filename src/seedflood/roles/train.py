@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,7 @@ from seedflood.comm.attach import AttachInbox
 from seedflood.comm.bounded import StoreGone
 from seedflood.comm.gloo import EvaluatorInbox, GlooTransport
 from seedflood.comm.links import EdgeTransport
-from seedflood.comm.rendezvous import STARTED_KEY, await_start, sponsor_key
+from seedflood.comm.rendezvous import STARTED_KEY, await_start
 from seedflood.core import protocol as proto
 from seedflood.core.config import Config
 from seedflood.core.graph import Topology
@@ -49,11 +48,14 @@ from seedflood.core.membership import Change, MembershipError, Roster
 from seedflood.core.protocol import Protocol
 from seedflood.core.replay import state_hash
 from seedflood.core.stepstream import decode_step, encode_step
-from seedflood.core.transport import EVALUATOR, LATE_FACTOR, ByteCounter, Inbox, TransportError
+from seedflood.core.transport import EVALUATOR, LATE_FACTOR, ByteCounter, Inbox
 from seedflood.ml import host
 from seedflood.ml.workload import Workload
+from seedflood.roles.churn import ChurnStrategy, sponsored_catch_up
 from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Evaluator, Settings, restore_run
+from seedflood.roles.host import Strategy
+from seedflood.roles.strict import STRICT
 from seedflood.rundir import resume as rundir
 from seedflood.rundir.atomic import atomic_write_text
 from seedflood.rundir.layout import CheckpointError
@@ -139,7 +141,7 @@ def _transport(
         return GlooTransport(node, top.neighbors(node), proto.rank_of, counter, evaluator_rank=rank)
     store = group.store  # type: ignore[attr-defined]
     t = EdgeTransport(node, top.neighbors(node), store, counter=counter, timeout_s=cfg.transport.timeout_s)
-    if t.rejoining:  # a restarted client: its sponsor connects it (`_rejoin`)
+    if t.rejoining:  # a restarted client: its sponsor connects it (`churn.sponsored_catch_up`)
         return t
     if t.store.check([STARTED_KEY]):  # the others gave up waiting for this one: join as a restart does
         log.warning(
@@ -185,6 +187,15 @@ def _client(
     transport = _transport(cfg, top, node, group, counter, roster.attach if protocol.churn else None)
     step_hashes: list[str] = []
     with transport:
+        strategy: Strategy = STRICT
+        if isinstance(transport, EdgeTransport):  # churn
+            strategy = ChurnStrategy(
+                transport,
+                state_hash=lambda: state_hash(w.model, w.direction),
+                attach=cfg.eval.attach,
+                evaluator=transport,  # it feeds the evaluator whenever it is the attach node
+                incarnation=transport.incarnation,  # its votes carry it; a rejoin checks it
+            )
         client = Client.in_topology(
             top,
             node,
@@ -193,13 +204,12 @@ def _client(
             lambda step: w.loss(node, step),
             transport,
             cfg.transport.timeout_s,
-            state_hash=lambda: state_hash(w.model, w.direction),
-            attach=cfg.eval.attach,
-            evaluator=protocol.churn,  # a churn client streams to the evaluator when it is the attach node
-            incarnation=getattr(transport, "incarnation", 0),  # its votes carry it; a rejoin checks it
+            strategy,
         )
         if isinstance(transport, EdgeTransport) and transport.rejoining:
-            _rejoin(cfg, node, client, transport)
+            # a restarted client (incarnation > 1 in the run's store), or one that started later
+            # than the others' start-up bound: caught up by the neighbour that claims it
+            client.churn.rejoin(sponsored_catch_up(transport, LATE_FACTOR * cfg.transport.timeout_s))
         else:
             client.resume(records, changes)  # O(messages) for subcge, no checkpoint needed
         if node == cfg.eval.attach and not protocol.churn:
@@ -303,30 +313,6 @@ def _post(group: runtime.Group, key: str, report: dict[str, Any]) -> None:
         group.post(key, report)
     except Exception as e:
         log.warning("could not leave the final report (the store is unreachable: %s)", str(e).splitlines()[0])
-
-
-def _rejoin(cfg: Config, node: int, client: Client, transport: EdgeTransport) -> None:
-    """A restarted client (incarnation > 1 in the run's store), or one that started later than
-    the others' start-up bound: wait for the neighbour that claims it, connect to it, and catch
-    up by replaying the log it sends (docs/churn-design.md, Rejoin across processes)."""
-    wait = LATE_FACTOR * cfg.transport.timeout_s
-    key = sponsor_key(node, transport.incarnation)
-    log.warning(
-        "node %d: restarted as incarnation %d: waiting for a neighbour to sponsor the rejoin",
-        node,
-        transport.incarnation,
-    )
-    try:
-        transport.store.wait([key], timedelta(seconds=wait))
-        sponsor = int(transport.store.get(key))
-    except Exception as e:  # the store's timeout, or the store is gone
-        raise TransportError(
-            f"node {node}: no neighbour sponsored the rejoin within {wait:g} s ({str(e).splitlines()[0]}); "
-            "if the whole run was relaunched, give it a fresh store (this one remembers the earlier launch)"
-        ) from None
-    if not transport.connect([sponsor], wait):
-        raise TransportError(f"node {node}: could not connect to its sponsor node {sponsor}")
-    client.churn.rejoin(transport.recv_blob(sponsor, wait))
 
 
 def _evaluate(

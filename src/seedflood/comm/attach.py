@@ -70,6 +70,8 @@ class AttachInbox(Inbox):
     module docstring). `nodes`: the run's client count; `blob_wait_s`: the most a new edge's
     catch-up blob may take; `wait_s`: the most the inbox waits with no edge up."""
 
+    watches_sender = True  # edges beat, no edge up for wait_s gives up, the clients' reports end it
+
     def __init__(
         self,
         store: dist.Store,

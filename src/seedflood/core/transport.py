@@ -252,6 +252,10 @@ class Inbox:
     The end-of-stream marker and failures are not frames: they neither count nor call it.
     """
 
+    watches_sender = False
+    """True for an inbox that ends or fails by itself once its sender is gone (a heartbeat, its own
+    bounds: attach.AttachInbox), so a consumer waits for each frame without a timeout of its own."""
+
     def __init__(self, sender: str, *, on_frame: Callable[[], None] | None = None) -> None:
         self.sender = sender
         self.on_frame: Callable[[], None] | None = on_frame

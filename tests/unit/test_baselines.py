@@ -82,14 +82,14 @@ def test_gossip_bytes_are_the_dense_vector_per_directed_edge_per_step(runs, name
     top = r.ctx.top
     want = {(s, i, p): HEADER + 20 + 4 * d for s in range(STEPS) for i in top.nodes for p in top.neighbors(i)}
     assert per_edge_step(r) == want
-    assert r.summary["bytes_per_edge_run"] == STEPS * (HEADER + 20 + 4 * d)
+    assert r.summary.bytes_per_edge_run == STEPS * (HEADER + 20 + 4 * d)
 
 
 def test_gossip_every_spaces_the_exchanges(tmp_path):
     r = baselines.train(cfg_for(tmp_path, "dsgd", "algorithm.gossip_every=3", "eval.every=0"), progress=False)
     steps = {s for s, *_ in per_edge_step(r)}
     assert steps == {2, 5, 8, 11}
-    cum = r.summary["bytes_per_edge_cumulative"]
+    cum = r.summary.bytes_per_edge_cumulative
     assert cum[0] == cum[1] == 0 and cum[2] == cum[4] > 0 and cum[-1] == 4 * cum[2]
 
 
@@ -128,8 +128,8 @@ def test_diloco_bytes_are_the_flooded_pseudo_gradients(tmp_path, kind, compress)
 
 def test_mezo_sends_nothing_and_equals_seedflood_with_one_gaussian_client(runs):
     r = runs["mezo"]
-    assert r.ctx.endpoints == [] and r.summary["bytes_per_edge_run"] == 0.0
-    assert r.summary["bytes_per_edge_cumulative"] == [0.0] * STEPS
+    assert r.ctx.endpoints == [] and r.summary.bytes_per_edge_run == 0.0
+    assert r.summary.bytes_per_edge_cumulative == [0.0] * STEPS
     cfg = config.load(None, BASE + ["zo.direction=gaussian", "zo.lr=0.3", "topology.kind=complete", "topology.nodes=1"])
     ref = simulate(cfg, hash_every_step=False).workloads[0]
     assert torch.equal(torch.cat([p.detach().reshape(-1) for p in ref.direction.params]), r.algorithm.x)
@@ -137,7 +137,7 @@ def test_mezo_sends_nothing_and_equals_seedflood_with_one_gaussian_client(runs):
 
 @pytest.mark.parametrize("name", ["dzsgd", "dsgd", "choco"])
 def test_gossip_clients_disagree_and_the_worst_is_reported(runs, name):
-    s = runs[name].summary
+    s = runs[name].summary.to_dict()
     assert s["consensus_distance"] > 0 and s["final"]["consensus_distance"] > 0
     assert 0 < s["consensus_distance_rel"] < 1
     assert s["bit_identical"] is False
@@ -149,7 +149,7 @@ def test_run_directory_contract(runs):
     for name, r in runs.items():
         out = r.ctx.cfg.run.out_dir
         summary = json.loads(open(f"{out}/summary.json").read())
-        assert summary == json.loads(json.dumps(r.summary))
+        assert summary == json.loads(json.dumps(r.summary.to_dict()))
         for key in ("algorithm", "steps", "clients", "topology", "final", "bytes_per_edge_run", "wall_seconds"):
             assert key in summary
         assert summary["algorithm"] == name
@@ -222,7 +222,7 @@ def test_choco_with_exact_compression_and_full_step_is_dsgd(tmp_path):
     dsgd = baselines.train(cfg_for(tmp_path, "dsgd", "eval.every=0", "run.steps=4"), progress=False)
     for a, b in zip(choco.algorithm.clients(), dsgd.algorithm.clients()):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
-    assert choco.summary["consensus_distance"] == pytest.approx(dsgd.summary["consensus_distance"], rel=1e-3)
+    assert choco.summary.consensus_distance == pytest.approx(dsgd.summary.consensus_distance, rel=1e-3)
 
 
 def test_diloco_one_client_is_torch_adamw_then_nesterov(tmp_path):

@@ -29,8 +29,7 @@ from seedflood.ml.workload import Workload
 from seedflood.roles.evaluator import Evaluator, EvaluatorError, Settings, restore
 from seedflood.roles.simulation import simulate
 from seedflood.rundir.logfile import LogReader
-from seedflood.rundir.logheader import LOG_MAGIC
-from seedflood.rundir.resume import log_header
+from seedflood.rundir.logheader import LOG_MAGIC, log_header
 
 ROOT = Path(__file__).resolve().parents[2]
 DEBUG = ROOT / "launch" / "configs" / "debug.yaml"

@@ -81,7 +81,7 @@ def test_each_lora_algorithm_trains_its_adapters(runs, name):
     assert all(not torch.equal(x, r.x0) for x in xs)
     before, after = mean_train_loss(r, [r.x0] * len(xs)), mean_train_loss(r, xs)
     assert after < 0.85 * before, (before, after)
-    s = r.summary
+    s = r.summary.to_dict()
     assert s["algorithm"] == name and s["trainable_params"] == D_LORA
     assert s["lora"] == {"rank": RANK, "alpha": 16.0, "targets": ["q_proj", "v_proj"]}
     assert s["bit_identical"] is False and s["consensus_distance"] > 0
@@ -94,8 +94,8 @@ def test_bytes_are_the_dense_adapter_vector_per_directed_edge_per_step(runs, nam
     top = r.ctx.top
     want = {(s, i, p): frame for s in range(STEPS) for i in top.nodes for p in top.neighbors(i)}
     assert per_edge_step(r) == want
-    assert r.summary["bytes_per_edge_run"] == STEPS * frame
-    assert r.summary["frame_bytes"] == baselines.frame_bytes(r.ctx.cfg, D_LORA, 4 * LAYERS) == 20 + 4 * D_LORA
+    assert r.summary.bytes_per_edge_run == STEPS * frame
+    assert r.summary.details["frame_bytes"] == baselines.frame_bytes(r.ctx.cfg, D_LORA, 4 * LAYERS) == 20 + 4 * D_LORA
 
 
 def test_choco_lora_bytes_are_the_topk_frame_of_the_adapters(runs):

@@ -58,12 +58,12 @@ def test_summary_says_the_checkpoint_a_resume_restored_and_the_steps_its_log_hel
     """The resumed run (to 6 steps) restored step_000004 and replayed step 4 from the log: its
     summary says so, not resumed_from_step 5 (the log's length, what it used to say)."""
     assert Protocol.of(debug_cfg(crashed), build(debug_cfg(crashed).topology).diameter).delay == 0
-    summary = sharedmodel.run(debug_cfg(crashed), progress=False)
+    summary = sharedmodel.run(debug_cfg(crashed), progress=False).to_dict()
     assert summary["resumed_from_step"] == 4 and summary["resumed_log_steps"] == 5
 
 
 def test_a_new_run_resumed_from_nothing(tmp_path):
-    summary = sharedmodel.run(debug_cfg(tmp_path / "run", "run.steps=2"), progress=False)
+    summary = sharedmodel.run(debug_cfg(tmp_path / "run", "run.steps=2"), progress=False).to_dict()
     assert summary["resumed_from_step"] == 0 and summary["resumed_log_steps"] == 0
 
 

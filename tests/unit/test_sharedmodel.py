@@ -31,8 +31,8 @@ from seedflood.roles import sharedmodel
 from seedflood.roles.evaluator import Evaluator, Settings, restore
 from seedflood.roles.simulation import simulate
 from seedflood.rundir.layout import CheckpointError
-from seedflood.rundir.logheader import LOG_MAGIC
-from seedflood.rundir.resume import log_header
+from seedflood.rundir.logheader import LOG_MAGIC, log_header
+from seedflood.rundir.summary import RunSummary
 
 torch.set_num_threads(1)
 
@@ -225,7 +225,7 @@ def same_directory(got: Path, want: Path) -> None:
 def test_run_writes_the_evaluators_run_directory(tmp_path, reference_dir):
     ref_dir, ref_final, ref_hash = reference_dir
     out = tmp_path / "shared"
-    summary = sharedmodel.run(dir_cfg(out), progress=False)
+    summary = sharedmodel.run(dir_cfg(out), progress=False).to_dict()
     same_directory(out, ref_dir)
     assert [ln["step"] for ln in lines(out)] == [0, 2, 4, 6]
     assert set(metas(out)) == {"step_000003", "step_000006"}
@@ -259,9 +259,9 @@ def test_resume_continues_the_run_directory_exactly(tmp_path, reference_dir):
     same directory to 6: the log, metrics and checkpoints of the uninterrupted run."""
     ref_dir, _, ref_hash = reference_dir
     out = tmp_path / "resumed"
-    first = sharedmodel.run(dir_cfg(out, "run.steps=3"), progress=False)
+    first = sharedmodel.run(dir_cfg(out, "run.steps=3"), progress=False).to_dict()
     assert first["param_hash"] != ref_hash
-    second = sharedmodel.run(dir_cfg(out), progress=False)
+    second = sharedmodel.run(dir_cfg(out), progress=False).to_dict()
     # 3 logged steps, of which steps 0..1 are applied on resume (delay 1): checkpoint.every=3 left
     # none within them, so the state came from the base weights (resumed_from_step: the checkpoint)
     assert second["resumed_log_steps"] == 3 and second["resumed_from_step"] == 0
@@ -317,16 +317,20 @@ def test_simulate_refuses_a_bad_config_in_one_line(tmp_path, capsys, sets, words
 def test_simulate_sends_other_algorithms_to_baselines(tmp_path, capsys, monkeypatch):
     args = [a for o in BASE + [f"run.out_dir={tmp_path / 'b'}", "algorithm.name=dsgd"] for a in ("--set", o)]
     seen = []
-    summary = {
-        "algorithm": "dsgd",
-        "steps": 2,
-        "clients": 4,
-        "topology": "ring4",
-        "final": {"accuracy": 0.5, "auc": None, "threshold_accuracy": 0.5, "loss": 1.0},
-        "bytes_per_edge_run": 2048.0,
-        "consensus_distance": 0.25,
-        "wall_seconds": 1.0,
-    }
+    summary = RunSummary(
+        algorithm="dsgd",
+        steps=2,
+        clients=4,
+        topology="ring4",
+        final={"accuracy": 0.5, "auc": None, "threshold_accuracy": 0.5, "loss": 1.0},
+        zero_shot=None,
+        bytes_total=0,
+        bytes_per_edge_run=2048.0,
+        bytes_per_edge_cumulative=[1024.0, 2048.0],
+        wall_seconds=1.0,
+        consensus_distance=0.25,
+        bit_identical=False,
+    )
     from seedflood.experiments import baselines
 
     monkeypatch.setattr(baselines, "run", lambda cfg, progress=True: seen.append(cfg.algorithm.name) or summary)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import yaml
 
 from seedflood.core.configerror import ConfigError
 from seedflood.experiments import sweep
+from seedflood.rundir.summary import ClientReports, FloodFigures, RunSummary
 
 REPO = Path(__file__).resolve().parents[2]
 DEBUG_SWEEP = REPO / "launch" / "sweeps" / "debug.yaml"
@@ -182,7 +184,7 @@ def _writer_keys(module: Path, function: str, variable: str) -> set[str]:
 
 
 # Values for the fields the evaluator (metrics.jsonl, Evaluator.score) and seedflood.roles.train
-# (summary.json, _evaluate) write; `_finished` writes exactly the fields the writers' source names
+# (summary.json: rundir.summary.RunSummary) write; `_finished` writes exactly the fields the writers' source names
 # (None where no value is given here), so a reader that relies on a field nobody writes gets nothing.
 SAMPLE = {
     "step": 3,
@@ -210,13 +212,18 @@ def metrics_keys() -> frozenset[str]:
     )
 
 
+def _blank(cls: type, **given: object) -> object:
+    return cls(**{f.name: None for f in dataclasses.fields(cls) if f.init and f.name not in given}, **given)
+
+
 @cache
 def summary_keys() -> frozenset[str]:
-    # train._evaluate's summary spreads rundir.summary_common's keys into its own literal keys.
-    return frozenset(
-        _writer_keys(SRC / "roles" / "train.py", "_evaluate", "summary")
-        | _writer_keys(SRC / "rundir" / "resume.py", "summary_common", "common")
-    )
+    # A launched SeedFlood run's summary.json is a RunSummary with FloodFigures (train._evaluate):
+    # its keys are those of to_dict, whatever the values.
+    flood = _blank(FloodFigures, reports=_blank(ClientReports))
+    summary = _blank(RunSummary, seedflood=flood, details={})
+    assert isinstance(summary, RunSummary)
+    return frozenset(summary.to_dict())
 
 
 def test_summary_reads_what_the_writers_write() -> None:

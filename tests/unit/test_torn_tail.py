@@ -31,7 +31,7 @@ STEPS = 6
 def finished(tmp_path_factory) -> tuple[Path, dict]:
     """A finished 6-step debug run directory (summary.json, checkpoints step_000003 and step_000006)."""
     out = tmp_path_factory.mktemp("torn") / "run"
-    summary = sharedmodel.run(config.load(DEBUG, [f"run.out_dir={out}"]), progress=False)
+    summary = sharedmodel.run(config.load(DEBUG, [f"run.out_dir={out}"]), progress=False).to_dict()
     assert summary["steps"] == STEPS
     return out, summary
 
@@ -172,7 +172,7 @@ def test_a_resume_from_a_torn_log_redoes_the_step_and_checks_ok_again(run_dir, f
     log = run_dir / "log.bin"
     ends = record_ends(log)
     cut_to(log, ends[-1] - 5)
-    summary = sharedmodel.run(config.load(DEBUG, [f"run.out_dir={run_dir}"]), progress=False)
+    summary = sharedmodel.run(config.load(DEBUG, [f"run.out_dir={run_dir}"]), progress=False).to_dict()
     assert summary["param_hash"] == finished[1]["param_hash"]
     assert record_ends(log) == ends
     capsys.readouterr()

@@ -15,20 +15,32 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from seedflood.rundir.layout import RunDir
 
 
-def _rebuild(run_dir: Path, steps: int | None):
+def _found(path: str) -> RunDir:
+    """The run directory a command reads (CheckpointError, one line, when `path` holds no log)."""
+    from seedflood.rundir.layout import RunDir
+
+    return RunDir.at(path)
+
+
+def _rebuild(run: RunDir, steps: int | None):
     """Config, workload, number of steps applied, and the log's (whole steps, torn tail bytes),
-    rebuilt from base + log (rundir.recorded_log: config.yaml must match the log header; every
+    rebuilt from base + log (resume.recorded_log: config.yaml must match the log header; every
     record passes the wire's validation)."""
+    from seedflood.core.protocol import trajectory
     from seedflood.core.replay import Applier
     from seedflood.ml.workload import Workload
-    from seedflood.rundir import resume as rundir
+    from seedflood.rundir import resume
     from seedflood.rundir.layout import CheckpointError
 
-    cfg, proto = rundir.recorded(run_dir)
+    cfg, proto = resume.recorded(run)
     w = Workload.build(cfg)
-    records, torn = rundir.recorded_log(run_dir, cfg, proto, w.train_digest(), w.loaded.base_hash)
+    records, torn = resume.recorded_log(run, proto, trajectory(cfg, proto, w.train_digest()), w.loaded.base_hash)
     logged = len(records)
     if steps is not None:
         if not 0 <= steps <= len(records):
@@ -38,14 +50,14 @@ def _rebuild(run_dir: Path, steps: int | None):
     return cfg, w, len(records), (logged, torn)
 
 
-def _warn_torn(run_dir: Path, log: tuple[int, int], param_hash: str | None = None) -> None:
+def _warn_torn(run: RunDir, log: tuple[int, int], param_hash: str | None = None) -> None:
     """One line on stderr when the log ends in a torn record (see the module docstring);
     `param_hash`: the state after every whole step, compared with summary.json's."""
     from seedflood.rundir.torntail import torn_tail_line
 
     logged, torn = log
     if torn:
-        print(f"seedflood: warning: {torn_tail_line(run_dir, logged, torn, param_hash)}", file=sys.stderr)
+        print(f"seedflood: warning: {torn_tail_line(run, logged, torn, param_hash)}", file=sys.stderr)
 
 
 def _writable_dir(path: Path) -> None:
@@ -67,9 +79,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     if args.out:
         _writable_dir(Path(args.out))
-    cfg, w, n, log = _rebuild(Path(args.run_dir), args.step)
+    run = _found(args.run_dir)
+    cfg, w, n, log = _rebuild(run, args.step)
     digest = state_hash(w.model, w.direction)
-    _warn_torn(Path(args.run_dir), log, digest if n == log[0] else None)
+    _warn_torn(run, log, digest if n == log[0] else None)
     if args.out:
         from seedflood.ml import model
 
@@ -93,26 +106,27 @@ def cmd_check(args: argparse.Namespace) -> int:
     """Verify a run directory without loading weights: config.yaml against the log header, every
     log record, every checkpoint's checksum, and a log that ends whole (a torn tail is refused
     with its line, rundir.torntail). Exit 2 naming the first problem."""
+    from seedflood.core.protocol import trajectory
     from seedflood.ml import sampling
     from seedflood.ml.workload import train_digest
     from seedflood.rundir import checkpoints as ckpt
-    from seedflood.rundir import resume as rundir
+    from seedflood.rundir import resume
     from seedflood.rundir.layout import CheckpointError
     from seedflood.rundir.logheader import header_checked
     from seedflood.rundir.torntail import torn_tail_line
 
-    run_dir = Path(args.run_dir)
-    cfg, proto = rundir.recorded(run_dir)
+    run = _found(args.run_dir)
+    cfg, proto = resume.recorded(run)
     digest = train_digest(sampling.load_splits(cfg.task, cfg.run.seed))
-    records, torn = rundir.recorded_log(run_dir, cfg, proto, digest)
-    found = ckpt.checkpoints(run_dir)
+    records, torn = resume.recorded_log(run, proto, trajectory(cfg, proto, digest))
+    found = ckpt.checkpoints(run.root)
     bad = [why for c in found if (why := ckpt.verify(c))]
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise CheckpointError(bad[0] + more)
     if torn:  # legitimate after a crash, but not a whole run directory: never "OK"
-        raise CheckpointError(torn_tail_line(run_dir, len(records), torn))
-    if not header_checked(run_dir / "log.bin"):
+        raise CheckpointError(torn_tail_line(run, len(records), torn))
+    if not header_checked(run.log):
         print(
             "seedflood: note: log.bin predates log header checksums (a legacy log): its header is read unchecked",
             file=sys.stderr,
@@ -123,7 +137,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 0
     _print_fields(
         [
-            ("run directory", str(run_dir)),
+            ("run directory", str(run.root)),
             ("verdict", "OK: config.yaml matches the log header; every log record and checkpoint checksum is valid"),
             ("steps logged", str(len(records))),
             ("checkpoints", f"{len(names)}" + (f" ({', '.join(names)})" if names else "")),
@@ -135,8 +149,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from seedflood.rundir.metrics import PhaseProgress
 
-    cfg, w, n, log = _rebuild(Path(args.run_dir), args.step)
-    _warn_torn(Path(args.run_dir), log)
+    run = _found(args.run_dir)
+    cfg, w, n, log = _rebuild(run, args.step)
+    _warn_torn(run, log)
     with PhaseProgress(f"scoring step {n} (dev + test)") as bar:
         m = w.score_splits(on_examples=bar.update)[1]["metrics"]
     if args.json:

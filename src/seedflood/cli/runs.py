@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from seedflood.rundir.summary import FloodFigures, RunSummary
 
 
 def _load_config(args: argparse.Namespace):
@@ -32,9 +35,10 @@ def _preflight(cfg, full: bool = True) -> int:
     from seedflood.core import directions, protocol, topology
     from seedflood.ml import model, sampling, tasks
     from seedflood.ml.workload import train_digest
-    from seedflood.rundir import resume as rundir
+    from seedflood.rundir import resume
+    from seedflood.rundir.layout import RunDir
 
-    top = rundir.topology_of(cfg)
+    top = topology.topology_of(cfg)
     proto = protocol.Protocol.of(cfg, top.diameter)
     tasks.get(cfg.task)
     model.check_source(cfg.model)
@@ -42,8 +46,9 @@ def _preflight(cfg, full: bool = True) -> int:
     if full:
         train = sampling.check(cfg.task, cfg.run.seed, top.n)
         trajectory = protocol.trajectory(cfg, proto, train_digest(train))
-        records = rundir.resume_records(cfg, proto, trajectory)
-        for note in rundir.checkpoint_notes(cfg, len(records)):
+        run = RunDir.of(cfg)
+        records = resume.resume_records(run, proto, trajectory, None, resume=cfg.checkpoint.resume)
+        for note in resume.checkpoint_notes(run, len(records)):
             print(
                 f"seedflood: warning: {note}; the run will fall back to an older checkpoint or the log", file=sys.stderr
             )
@@ -56,21 +61,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     from seedflood.roles import train
 
     summary = train.run(cfg)
-    if summary is not None:
-        _print_summary(summary)
-        if summary["consensus"] is False:  # None: no client report came (the store is gone)
+    if summary is not None and summary.seedflood is not None:
+        _print_summary(summary, summary.seedflood)
+        if summary.seedflood.reports.consensus is False:  # None: no client report came (the store is gone)
             return 1
     return 0
 
 
-def _consensus_line(s: dict) -> str:
+def _consensus_line(f: FloodFigures) -> str:
     """How the clients' final hashes compare with the evaluator's (a client that left has none)."""
-    if s["consensus"] is None:
+    consensus, hashes = f.reports.consensus, f.reports.client_hashes
+    if consensus is None:
         return "unchecked (no client reported: the store is gone)"
-    if not s["consensus"]:
+    if not consensus:
         return "MISMATCH"
-    reported = sum(h is not None for h in s["client_hashes"])
-    gone = len(s["client_hashes"]) - reported
+    reported = sum(h is not None for h in hashes)
+    gone = len(hashes) - reported
     return f"all {reported} clients equal the evaluator" + (f" ({gone} more left the run)" if gone else "")
 
 
@@ -91,41 +97,42 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_run_summary(s: dict[str, Any]) -> None:
+def _print_run_summary(s: RunSummary) -> None:
     """A SeedFlood summary as the launched evaluator's; any other algorithm's by its contract keys."""
-    if s.get("algorithm", "seedflood") == "seedflood":
-        _print_summary(s)
+    if s.seedflood is not None:
+        _print_summary(s, s.seedflood)
         return
     from seedflood.rundir.metrics import human_bytes
 
-    final = s.get("final") or {}
+    final = s.final or {}
 
     def fmt(key: str) -> str:
         v = final.get(key)
         return "n/a" if v is None else f"{v:.3f}"
 
-    print(f"{s['algorithm']}: steps {s['steps']}, {s['clients']} clients on {s['topology']}")
+    print(f"{s.algorithm}: steps {s.steps}, {s.clients} clients on {s.topology}")
     print(
         f"final:      accuracy {fmt('accuracy')}  AUC {fmt('auc')}  "
         f"dev-threshold accuracy {fmt('threshold_accuracy')}  loss {fmt('loss')}"
     )
-    distance = s.get("consensus_distance")
+    distance = s.consensus_distance
     print(
-        f"bytes per edge per run: {human_bytes(s['bytes_per_edge_run'])}; consensus distance "
-        f"{'n/a' if distance is None else f'{distance:.4g}'}; wall {s['wall_seconds']:.1f} s"
+        f"bytes per edge per run: {human_bytes(s.bytes_per_edge_run)}; consensus distance "
+        f"{'n/a' if distance is None else f'{distance:.4g}'}; wall {s.wall_seconds:.1f} s"
     )
 
 
-def _print_summary(s: dict[str, Any]) -> None:
+def _print_summary(s: RunSummary, f: FloodFigures) -> None:
+    """A SeedFlood run's summary (`f`: its own figures, s.seedflood)."""
     from seedflood.rundir.metrics import human_bytes
 
-    final, zero = s["final"], s.get("zero_shot") or {}
+    final, zero = s.final, s.zero_shot or {}
 
     def fmt(m: dict[str, Any], key: str) -> str:
         v = m.get(key)
         return "n/a" if v is None else f"{v:.3f}"
 
-    print(f"steps {s['steps']}, {s['clients']} clients on {s['topology']} (diameter {s['diameter']})")
+    print(f"steps {s.steps}, {s.clients} clients on {s.topology} (diameter {f.diameter})")
     if zero:
         print(
             f"zero-shot:  accuracy {fmt(zero, 'accuracy')}  AUC {fmt(zero, 'auc')}  "
@@ -135,18 +142,18 @@ def _print_summary(s: dict[str, Any]) -> None:
         f"final:      accuracy {fmt(final, 'accuracy')}  AUC {fmt(final, 'auc')}  "
         f"dev-threshold accuracy {fmt(final, 'threshold_accuracy')}  loss {fmt(final, 'loss')}"
     )
-    edges = s["bytes_per_edge"]  # topology edges only; bytes_total also has the evaluator's channel
-    if s.get("consensus", True) is None:  # the clients count the bytes, and no report came
+    edges = f.bytes_per_edge  # topology edges only; bytes_total also has the evaluator's channel
+    if f.reports.consensus is None:  # the clients count the bytes, and no report came
         print("bytes per edge per step: unknown (no client reported)")
     else:
         print(
-            f"bytes per edge per step: {s['bytes_per_edge_per_step']:.1f} "
+            f"bytes per edge per step: {f.bytes_per_edge_per_step:.1f} "
             f"(total {human_bytes(sum(edges.values()))} over {len(edges)} directed edges)"
         )
-    print(f"consensus: {_consensus_line(s)} (hash {s['param_hash'][:16]})")
-    if s.get("model_dir"):
-        print(f"model directory: {s['model_dir']}")
-    print(f"message log: {s['log']}")
+    print(f"consensus: {_consensus_line(f)} (hash {f.param_hash[:16]})")
+    if f.model_dir:
+        print(f"model directory: {f.model_dir}")
+    print(f"message log: {f.log}")
 
 
 def cmd_world_size(args: argparse.Namespace) -> int:

@@ -3,7 +3,8 @@ map its nodes to process ranks, and describe it.
 
 Owns:
 - `build(cfg)`: the builder named by `TopologyConfig.kind` (builders.py, or `file`: topofiles.py),
-  checked to have one node per client (`check_nodes`);
+  checked to have one node per client (`check_nodes`); `topology_of(cfg)`: the graph a whole
+  config names (a `file` resolves against the config file's directory);
 - `parse_spec(text)`: the command-line form (`ring:16`, `torus:8x16`, `erdos_renyi:32:p=0.2:seed=3`,
   or a YAML path, or the name of a file in topologies/);
 - the rank mapping of docs/design.md, Processes and the step loop: rank 0 is the evaluator, topology node i is rank i + 1;
@@ -18,13 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seedflood.core.builders import complete, erdos_renyi, grid, random_regular, ring, star, torus, tree, watts_strogatz
 from seedflood.core.configerror import ConfigError
 from seedflood.core.graph import Topology, TopologyError, is_int
 from seedflood.core.systemsections import TopologyConfig
 from seedflood.core.topofiles import TOPOLOGY_DIR, load_yaml, resolve_file
+
+if TYPE_CHECKING:
+    from seedflood.core.config import Config
 
 EVALUATOR_RANK = 0
 
@@ -49,6 +53,12 @@ def build(cfg: TopologyConfig, base_dir: Path | None = None) -> Topology:
     top = builders[cfg.kind]()
     check_nodes(top, n)
     return top
+
+
+def topology_of(cfg: Config) -> Topology:
+    """The client graph of a run's config: `build` of its topology section, where a relative
+    `file` is looked for first beside the config file (cfg.source), then as `resolve_file` says."""
+    return build(cfg.topology, base_dir=Path(cfg.source).parent if cfg.source else None)
 
 
 def check_nodes(top: Topology, clients: int) -> None:

@@ -33,12 +33,10 @@ starts its metrics afresh).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -56,14 +54,15 @@ from seedflood.experiments.diloco import DiLoCo
 from seedflood.ml import lora
 from seedflood.ml.workload import Workload
 from seedflood.rundir.atomic import atomic_write_text
+from seedflood.rundir.layout import RunDir
 from seedflood.rundir.metrics import (
-    TENSORBOARD_DIR,
     MetricsWriter,
     PhaseProgress,
     Progress,
     human_bytes,
     truncate_metrics,
 )
+from seedflood.rundir.summary import RunSummary
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +120,7 @@ def frame_bytes(cfg: Config, numel: int, segments: int) -> int:
 
 @dataclass
 class Result:
-    summary: dict[str, Any]
+    summary: RunSummary
     ctx: Ctx = field(repr=False)
     algorithm: Algorithm = field(repr=False)
     x0: torch.Tensor = field(repr=False)
@@ -191,11 +190,11 @@ def train(cfg: Config, progress: bool = True) -> Result:
         human_bytes(per_frame),
     )
 
-    out = Path(cfg.run.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "config.yaml", config_mod.dump(cfg))
-    truncate_metrics(out / "metrics.jsonl", -1)  # no resume: a fresh history
-    writer = MetricsWriter(out / "metrics.jsonl", tensorboard=out / TENSORBOARD_DIR)
+    out = RunDir.of(cfg)
+    out.root.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out.config, config_mod.dump(cfg))
+    truncate_metrics(out.metrics, -1)  # no resume: a fresh history
+    writer = MetricsWriter(out.metrics, tensorboard=out.tensorboard)
     bar = Progress(cfg.run.steps, enabled=progress)
     bar.bar.set_description(name)
     edges = 2 * len(top.edges) if top is not None else 0
@@ -272,39 +271,45 @@ def train(cfg: Config, progress: bool = True) -> Result:
         if s == steps - 1:  # anything counted after the last step (a drain) belongs to the end
             total += sum(v for k, v in per_step.items() if k >= steps)
         cumulative.append(total / edges if edges else 0.0)
-    summary = {
-        "algorithm": name,
-        "steps": steps,
-        "clients": ctx.n,
-        "topology": cfg.topology.kind if top is not None else "single",
-        "final": final,
-        "zero_shot": zero_shot,
-        "bytes_per_edge_run": cumulative[-1],
-        "bytes_per_edge_cumulative": cumulative,
-        "bytes_total": counter.total(),
-        "directed_edges": edges,
-        "frame_bytes": per_frame,
-        "header_bytes": HEADER,
-        "trainable_params": flat.numel,
-        "lora": (
-            {"rank": cfg.algorithm.lora_rank, "alpha": cfg.algorithm.lora_alpha, "targets": cfg.algorithm.lora_targets}
-            if name in LORA
-            else None
-        ),
-        "lr": lr,
-        "wall_seconds": round(time.monotonic() - t_start, 2),
-        "consensus_distance": final["consensus_distance"],
-        "consensus_distance_rel": final["consensus_distance_rel"],
-        "bit_identical": (final["consensus_distance"] == 0.0) if name in GOSSIP else None,
-        "worst_accuracy": worst.get("worst_accuracy", final["accuracy"]),
-        "worst_node": worst.get("worst_node"),
-        "client_accuracies": worst.get("client_accuracies"),
-        "transport": "memory",
-    }
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, sort_keys=True))
+    summary = RunSummary(
+        algorithm=name,
+        steps=steps,
+        clients=ctx.n,
+        topology=cfg.topology.kind if top is not None else "single",
+        final=final,
+        zero_shot=zero_shot,
+        bytes_total=counter.total(),
+        bytes_per_edge_run=cumulative[-1],
+        bytes_per_edge_cumulative=cumulative,
+        wall_seconds=round(time.monotonic() - t_start, 2),
+        consensus_distance=final["consensus_distance"],
+        bit_identical=(final["consensus_distance"] == 0.0) if name in GOSSIP else None,
+        details={  # a baseline's own keys
+            "directed_edges": edges,
+            "frame_bytes": per_frame,
+            "header_bytes": HEADER,
+            "trainable_params": flat.numel,
+            "lora": (
+                {
+                    "rank": cfg.algorithm.lora_rank,
+                    "alpha": cfg.algorithm.lora_alpha,
+                    "targets": cfg.algorithm.lora_targets,
+                }
+                if name in LORA
+                else None
+            ),
+            "lr": lr,
+            "consensus_distance_rel": final["consensus_distance_rel"],
+            "worst_accuracy": worst.get("worst_accuracy", final["accuracy"]),
+            "worst_node": worst.get("worst_node"),
+            "client_accuracies": worst.get("client_accuracies"),
+            "transport": "memory",
+        },
+    )
+    summary.write(out)
     return Result(summary, ctx, algo, x0)
 
 
-def run(cfg: Config, progress: bool = True) -> dict[str, Any]:
-    """Run the baseline `cfg.algorithm.name`; writes cfg.run.out_dir and returns summary.json's dict."""
+def run(cfg: Config, progress: bool = True) -> RunSummary:
+    """Run the baseline `cfg.algorithm.name`; writes cfg.run.out_dir and returns its summary.json."""
     return train(cfg, progress).summary

@@ -46,10 +46,14 @@ from seedflood.experiments.compare_report import ALGORITHMS, COLUMNS, RECORD, fo
 from seedflood.experiments.sweep import format_table
 from seedflood.rundir.atomic import atomic_write_text
 
+if typing.TYPE_CHECKING:
+    from seedflood.rundir.summary import RunSummary
+
 IGNORED = ("run.out_dir", "run.log_level")
 """Config keys that do not make two runs different (a moved DIR is still the same run)."""
 
-Runner = Callable[[Config], dict[str, Any]]
+Runner = Callable[[Config], object]
+"""Runs one algorithm into cfg.run.out_dir; what it returns is not read (summary.json is)."""
 
 
 class CompareError(ConfigError):
@@ -134,7 +138,7 @@ def plan(cfg: Config, algorithms: Sequence[str], out: Path, force: bool = False)
     return steps
 
 
-def dispatch(cfg: Config, progress: bool = True) -> dict[str, Any]:
+def dispatch(cfg: Config, progress: bool = True) -> RunSummary:
     """Run one algorithm to its end in cfg.run.out_dir; returns its summary."""
     if cfg.algorithm.name == "seedflood":
         from seedflood.roles import sharedmodel
@@ -273,9 +277,9 @@ def _main(args: argparse.Namespace) -> int:
         overrides.append(f"run.steps={steps}")
     cfg = config_mod.load(args.config, overrides)
     algorithms = parse_algorithms(args.algorithms)
-    from seedflood.rundir import resume as rundir
+    from seedflood.core.topology import topology_of
 
-    rundir.topology_of(cfg)  # a bad topology is one line now, not the same failure in every row
+    topology_of(cfg)  # a bad topology is one line now, not the same failure in every row
     outcomes = run(cfg, algorithms, out, runner=dispatch, force=args.force, command=_command())
     rows = report(out, algorithms)
     _print(out, rows)

@@ -18,15 +18,15 @@ validate, log, score and checkpoint with the same code, so the run directory is 
 
 A churn run's evaluator whose stream ends short (the clients finished while it was down or
 starting) takes the missing steps from the longest client log on its disk (`take_from_clients`,
-`rundir.steps_from_clients`), validated as from the wire, so they are logged, scored and
+`clientlog.steps_from_clients`), validated as from the wire, so they are logged, scored and
 checkpointed as streamed ones.
 
-It is handed only what it reads (`Settings`: the run directory, the eval and checkpoint
-sections, the stream's timeout, where client logs lie) and the config as recorded, which it
+It is handed only what it reads (`Settings`: the run directory with where client logs lie,
+the eval and checkpoint sections, the stream's timeout) and the config as recorded, which it
 writes (config.yaml, each checkpoint's meta) but never reads.
 
 Assumes: frames arrive in step order from one attach client (the transport keeps order);
-`rundir.resume_records` has already accepted the run directory for this config.
+`resume.resume_records` has already accepted the run directory for this config.
 """
 
 from __future__ import annotations
@@ -49,19 +49,17 @@ from seedflood.core.transport import Inbox, TransportError
 from seedflood.ml import model
 from seedflood.ml.workload import Workload
 from seedflood.rundir import checkpoints as ckpt
-from seedflood.rundir import resume as rundir
 from seedflood.rundir.atomic import atomic_dir, atomic_write_text
-from seedflood.rundir.layout import CheckpointError
-from seedflood.rundir.logfile import LogWriter
+from seedflood.rundir.clientlog import steps_from_clients
+from seedflood.rundir.layout import LOG, CheckpointError, RunDir
+from seedflood.rundir.logfile import LogWriter, Records
 from seedflood.rundir.metrics import (
-    TENSORBOARD_DIR,
     MetricsWriter,
     PhaseProgress,
     Progress,
     human_bytes,
     truncate_metrics,
 )
-from seedflood.rundir.resume import LOG, Records
 
 log = logging.getLogger(__name__)
 
@@ -77,23 +75,15 @@ class EvaluatorError(RuntimeError):
 class Settings:
     """What the evaluator reads of a run's config, and nothing more."""
 
-    run_dir: Path
+    run: RunDir  # its paths, and where the clients' own logs lie on this disk (run.clients)
     eval: EvalConfig  # every (scoring period, steps), attach (its first attach node)
     checkpoint: CheckpointConfig  # every (steps), hf_model
     timeout_s: float  # a strict run's wait for the next frame (transport.timeout_s)
-    client_logs: Path | None  # where the clients' own logs lie on this disk (None: nowhere)
     recorded: dict[str, Any]  # the whole config as the run records it: written, never read
 
     @classmethod
     def of(cls, cfg: Config) -> Settings:
-        return cls(
-            Path(cfg.run.out_dir),
-            cfg.eval,
-            cfg.checkpoint,
-            cfg.transport.timeout_s,
-            rundir.client_root(cfg),
-            cfg.to_dict(),
-        )
+        return cls(RunDir.of(cfg), cfg.eval, cfg.checkpoint, cfg.transport.timeout_s, cfg.to_dict())
 
 
 @dataclass(frozen=True)
@@ -159,22 +149,22 @@ class Evaluator:
         self.w = workload
         self.inbox = inbox
         self.header = header
-        self.run_dir = settings.run_dir
+        self.run_dir = settings.run
         self.applier = Applier(workload.direction, protocol)
         self.applier.last_step = start_step - 1
         self.next_step = start_step
-        self.log = LogWriter(self.run_dir / LOG, header, check=protocol.check_step)
+        self.log = LogWriter(self.run_dir.log, header, check=protocol.check_step)
         self.log.truncate_to(start_step)
         self.roster = Roster(protocol.n_origins, attach=settings.eval.attach)
         """Members of the next step; a churn run's steps carry their changes (logged with them)."""
         for s in sorted(self.log.changes):
             self.roster.apply(self.log.changes[s])
-        self.log_bytes = (self.run_dir / LOG).stat().st_size
+        self.log_bytes = self.run_dir.log.stat().st_size
         # One history after a resume: keep the lines before start_step, and the line at start_step
         # unless this run scores that step again (zero-shot at 0, the final score at the end).
         rescored = start_step == 0 or start_step >= protocol.steps
-        truncate_metrics(self.run_dir / "metrics.jsonl", start_step - 1 if rescored else start_step)
-        self.metrics = MetricsWriter(self.run_dir / "metrics.jsonl", tensorboard=self.run_dir / TENSORBOARD_DIR)
+        truncate_metrics(self.run_dir.metrics, start_step - 1 if rescored else start_step)
+        self.metrics = MetricsWriter(self.run_dir.metrics, tensorboard=self.run_dir.tensorboard)
         self.progress = Progress(protocol.steps, initial=start_step, enabled=progress)
         self.show_progress = progress
         """Also show each scoring's progress over its examples (PhaseProgress)."""
@@ -265,13 +255,13 @@ class Evaluator:
 
     def take_from_clients(self, whole: bool = False) -> bool:
         """Churn runs: take the steps from `next_step` on from the longest client log readable on
-        this disk (`rundir.steps_from_clients`: this run's, CRC- and wire-checked, agreeing with
+        this disk (`clientlog.steps_from_clients`: this run's, CRC- and wire-checked, agreeing with
         this log), as if streamed; `whole`: only when it holds every step of the run (the clients
         are done). True when the run is complete then. What the stream could not bring (the
         clients finished while this evaluator was down or starting) is so never lost."""
         if not self.protocol.churn:
             return False
-        found = rundir.steps_from_clients(self.settings.client_logs, self.protocol, self.header, self.run_dir / LOG)
+        found = steps_from_clients(self.run_dir, self.protocol, self.header)
         if found is None:
             return False
         path, records, changes = found
@@ -286,7 +276,7 @@ class Evaluator:
 
     def begin(self) -> None:
         """Before the first step: the run's config.yaml, and the zero-shot score of a new run."""
-        atomic_write_text(self.run_dir / "config.yaml", config_mod.dump(self.settings.recorded))
+        atomic_write_text(self.run_dir.config, config_mod.dump(self.settings.recorded))
         if self.next_step == 0:
             self.zero_shot = self.score(0, zero_shot=True)
 
@@ -304,12 +294,12 @@ class Evaluator:
         """Checkpoint after `step` steps: state, meta, log prefix and (optionally) an HF model dir."""
         w = self.w
         self.log.sync()  # the log up to this step is durable before a checkpoint points past it
-        target = ckpt.checkpoint_dir(self.run_dir, step)
+        target = ckpt.checkpoint_dir(self.run_dir.root, step)
         with atomic_dir(target) as tmp:
             state = {n: p.detach().cpu() for n, p in zip(w.direction.names, w.direction.params)}
             state.update(w.direction.extra_state())
             sha = ckpt.save_state(tmp / "state.pt", state)
-            shutil.copyfile(self.run_dir / LOG, tmp / LOG)
+            shutil.copyfile(self.run_dir.log, tmp / LOG)
             if self.settings.checkpoint.hf_model:
                 model.save(w.loaded, tmp / "hf", w.direction.effective_tensors())
             meta = {
@@ -321,8 +311,8 @@ class Evaluator:
                 "config": self.settings.recorded,
             }
             atomic_write_text(tmp / "meta.json", json.dumps(meta, indent=1, sort_keys=True))
-        ckpt.mark_latest(self.run_dir, target)
-        ckpt.prune(self.run_dir, KEEP)
+        ckpt.mark_latest(self.run_dir.root, target)
+        ckpt.prune(self.run_dir.root, KEEP)
         log.info("checkpoint after step %d at %s", step, target)
         return target
 

@@ -17,7 +17,7 @@ workload (`apply=False`) follows each applied step exactly as the launched evalu
 attach client's stream: log, scores at eval.every, checkpoints, zero-shot at step 0, final score.
 
 Resume (as a relaunched run, §2): a run directory with a log for this config continues from its
-L steps (`rundir.resume_records` decides or refuses, in one line): the shared model is brought to
+L steps (`rundir.resume.resume_records` decides or refuses, in one line): the shared model is brought to
 steps < L − delay (newest usable checkpoint plus log replay), the later logged steps are held
 complete by every node's flood, and the evaluator appends from step L.
 
@@ -36,13 +36,11 @@ baselines (their clients hold different parameters; `baselines.run`).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from seedflood.core import lockstep, zo
 from seedflood.core import protocol as proto
@@ -57,9 +55,11 @@ from seedflood.ml import host
 from seedflood.ml.batched import BatchedEstimator
 from seedflood.ml.workload import Workload
 from seedflood.roles.evaluator import Evaluator, Settings, restore_run
-from seedflood.rundir import resume as rundir
-from seedflood.rundir.atomic import atomic_write_text
+from seedflood.rundir.layout import RunDir
+from seedflood.rundir.logheader import log_header
 from seedflood.rundir.metrics import human_bytes
+from seedflood.rundir.resume import resume_records
+from seedflood.rundir.summary import ClientReports, RunSummary, seedflood_summary
 
 log = logging.getLogger(__name__)
 
@@ -204,21 +204,21 @@ def simulate(
     return Result(state_hash(sim.w.model, sim.w.direction), step_hashes, records, sim.counter, sim)
 
 
-def run(cfg: Config, progress: bool = True) -> dict[str, Any]:
+def run(cfg: Config, progress: bool = True) -> RunSummary:
     """The whole run of `cfg` into cfg.run.out_dir (config.yaml, log.bin, metrics.jsonl,
     checkpoints, summary.json); returns the summary. Refuses (CheckpointError, one line) a run
     directory whose log was written under other settings, as a launched run does."""
     started = time.monotonic()
-    top = rundir.topology_of(cfg)
+    top = topo.topology_of(cfg)
     protocol = Protocol.of(cfg, top.diameter)
     w = Workload.build(cfg)
     log.info("task %s, %s split, label counts per client:\n%s", cfg.task.name, cfg.task.split, w.label_table())
-    run_dir = Path(cfg.run.out_dir)
+    run_dir = RunDir.of(cfg)
     trajectory = proto.trajectory(cfg, protocol, w.train_digest())
-    records = rundir.resume_records(cfg, protocol, trajectory, w.loaded.base_hash)
-    header = rundir.log_header(cfg, trajectory, w.loaded.identity, w.loaded.base_hash)
+    records = resume_records(run_dir, protocol, trajectory, w.loaded.base_hash, resume=cfg.checkpoint.resume)
+    header = log_header(cfg, trajectory, w.loaded.identity, w.loaded.base_hash)
     sim = SharedModel(cfg, top, protocol, w)
-    sim.resume(records, run_dir)
+    sim.resume(records, run_dir.root)
     if records:
         log.info("resumed at step %d (%d logged steps)", len(records), len(records))
     start = len(records)
@@ -243,32 +243,33 @@ def run(cfg: Config, progress: bool = True) -> dict[str, Any]:
         evaluator.close()
     n = top.n
     memory = host.memory()
-    summary = {
-        **rundir.summary_common(
-            cfg,
-            top,
-            protocol,
-            sim.counter,
-            final,
-            evaluator.zero_shot,
-            resumed_from=sim.resumed_from,
-            logged=start,
-            started=started,
-            roster=evaluator.roster,
-        ),
-        "simulated": "shared-model",  # one process, one model (launched runs do not have this key)
-        # One model is every client's model: equal by construction, and the flood checked that
-        # every node held the same complete set of each step before it was applied.
-        "client_hashes": [final["param_hash"]] * n,
-        "consensus": True,
-        "client_step_hashes": [step_hashes] * n if cfg.run.hash_steps else None,
+    # One model is every client's model: equal by construction (so consensus, distance 0.0, bit
+    # identical), and the flood checked that every node held the same complete set of each step
+    # before it was applied.
+    reports = ClientReports(
+        client_hashes=[final["param_hash"]] * n,
+        consensus=True,
+        client_step_hashes=[step_hashes] * n if cfg.run.hash_steps else None,
         # bytes_total counts topology edges only: a simulated run has no evaluator channel
-        "flood": [vars(f.stats) for f in sim.lockstep.floods],
-        "threads": [host.threads()] * n,
-        "memory": {"evaluator": memory, "clients": None, "process": memory},
-        "consensus_distance": 0.0,
-        "bit_identical": True,
-    }
-    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, sort_keys=True))
-    log.info("mean bytes per edge per step: %s", human_bytes(summary["bytes_per_edge_per_step"]))
+        flood=[vars(f.stats) for f in sim.lockstep.floods],
+        threads=[host.threads()] * n,
+        memory={"evaluator": memory, "clients": None, "process": memory},
+    )
+    summary = seedflood_summary(
+        run_dir,
+        top,
+        protocol,
+        sim.counter,
+        final,
+        evaluator.zero_shot,
+        reports,
+        hf_model=cfg.checkpoint.hf_model,
+        resumed_from=sim.resumed_from,
+        logged=start,
+        started=started,
+        roster=evaluator.roster,
+        simulated="shared-model",  # one process, one model (launched runs do not have this key)
+    )
+    summary.write(run_dir)
+    log.info("mean bytes per edge per step: %s", human_bytes(sim.counter.mean_bytes_per_edge_per_step()))
     return summary

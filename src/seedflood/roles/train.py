@@ -16,9 +16,9 @@ training; the evaluator follows the clients' attach node, whichever client that 
 edge (`attach.AttachInbox`), and collects the final reports of the clients that are members at
 the end. A client that stops (no majority, or excluded) posts why, so an evaluator left without an
 attach node knows when nobody is left to stream. Every churn client also keeps its own copy of the
-agreed log and its report (`rundir.ClientLog`, eval.client_logs), so no agreed step depends on the
+agreed log and its report (`clientlog.ClientLog`, eval.client_logs), so no agreed step depends on the
 evaluator's timing: rank 0 completes its log from the longest client log on its disk before it
-resumes (`rundir.complete_from_clients`), and reads there the reports the store does not hold.
+resumes (`clientlog.complete_from_clients`), and reads there the reports the store does not hold.
 Start-up has its own bound (transport.startup_timeout_s): every churn client waits, saying so,
 until every other is up before it connects its edges (`rendezvous.await_start`).
 
@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from seedflood.comm import runtime
@@ -48,6 +47,7 @@ from seedflood.core.membership import Change, MembershipError, Roster
 from seedflood.core.protocol import Protocol
 from seedflood.core.replay import state_hash
 from seedflood.core.stepstream import decode_step, encode_step
+from seedflood.core.topology import topology_of
 from seedflood.core.transport import EVALUATOR, LATE_FACTOR, ByteCounter, Inbox
 from seedflood.ml import host
 from seedflood.ml.workload import Workload
@@ -56,11 +56,13 @@ from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Evaluator, Settings, restore_run
 from seedflood.roles.host import Strategy
 from seedflood.roles.strict import STRICT
-from seedflood.rundir import resume as rundir
-from seedflood.rundir.atomic import atomic_write_text
-from seedflood.rundir.layout import CheckpointError
+from seedflood.rundir.clientlog import ClientLog, client_report, complete_from_clients
+from seedflood.rundir.layout import CheckpointError, RunDir
+from seedflood.rundir.logfile import Records
+from seedflood.rundir.logheader import log_header
 from seedflood.rundir.metrics import human_bytes, setup_logging
-from seedflood.rundir.resume import Records
+from seedflood.rundir.resume import logged_changes, resume_records
+from seedflood.rundir.summary import ClientReports, RunSummary, seedflood_summary
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +78,11 @@ def _client_key(node: int) -> str:
     return f"client-{node}"
 
 
-def run(cfg: Config, environ: dict[str, str] | None = None) -> dict[str, Any] | None:
+def run(cfg: Config, environ: dict[str, str] | None = None) -> RunSummary | None:
     """Run this process's role to the end; rank 0 returns the summary."""
     started = time.monotonic()
     world = runtime.World.from_env(environ if environ is not None else os.environ)
-    top = rundir.topology_of(cfg)
+    top = topology_of(cfg)
     runtime.check_world(world, top.n)
     protocol = Protocol.of(cfg, top.diameter)
     role = "eval" if world.is_evaluator else f"client {world.client_node}"
@@ -107,12 +109,13 @@ def _resume(cfg: Config, protocol: Protocol, w: Workload, group: runtime.Group) 
     payload: dict[str, Any] | None = None
     if group.world.is_evaluator:
         trajectory = proto.trajectory(cfg, protocol, w.train_digest())
+        run_dir = RunDir.of(cfg)
         try:
-            records = rundir.resume_records(cfg, protocol, trajectory, w.loaded.base_hash)
+            records = resume_records(run_dir, protocol, trajectory, w.loaded.base_hash, resume=cfg.checkpoint.resume)
             if protocol.churn:  # agreed steps only the clients' own logs hold (an evaluator restarted late)
-                header = rundir.log_header(cfg, trajectory, w.loaded.identity, w.loaded.base_hash)
-                records = rundir.complete_from_clients(cfg, protocol, header, records)
-            changes = rundir.logged_changes(cfg) if records else {}
+                header = log_header(cfg, trajectory, w.loaded.identity, w.loaded.base_hash)
+                records = complete_from_clients(run_dir, protocol, header, records)
+            changes = logged_changes(run_dir) if records else {}
             payload = {"records": [(s, encode_step(m, changes.get(s))) for s, m in records]}
         except CheckpointError as e:
             payload = {"error": str(e)}
@@ -250,18 +253,16 @@ def _client(
     _post(group, _client_key(node), report)
 
 
-def _client_log(cfg: Config, protocol: Protocol, w: Workload, node: int) -> rundir.ClientLog | None:
+def _client_log(cfg: Config, protocol: Protocol, w: Workload, node: int) -> ClientLog | None:
     if not cfg.eval.client_logs:
         return None
-    header = rundir.log_header(
-        cfg, proto.trajectory(cfg, protocol, w.train_digest()), w.loaded.identity, w.loaded.base_hash
-    )
-    return rundir.ClientLog(cfg, protocol, header, node)
+    header = log_header(cfg, proto.trajectory(cfg, protocol, w.train_digest()), w.loaded.identity, w.loaded.base_hash)
+    return ClientLog(RunDir.of(cfg), protocol, header, node)
 
 
-def _churn_reports(cfg: Config, group: runtime.Group, members: list[int]) -> dict[str, Any]:
+def _churn_reports(cfg: Config, run_dir: RunDir, group: runtime.Group, members: list[int]) -> dict[str, Any]:
     """The final reports of `members`: from the store, or from their client logs on this disk
-    (rundir.client_report: what a client left when the store is gone, or when this evaluator
+    (clientlog.client_report: what a client left when the store is gone, or when this evaluator
     came back to a fresh store). Waits at most LATE_FACTOR × transport.timeout_s, saying on
     screen every REPORT_S whom it waits for; a report missing then is logged and left out (its
     hash shows as null in summary.json), never a reason to write no summary."""
@@ -275,7 +276,7 @@ def _churn_reports(cfg: Config, group: runtime.Group, members: list[int]) -> dic
             key = _client_key(n)
             if key in found:
                 continue
-            value = rundir.client_report(cfg, n)
+            value = client_report(run_dir, n)
             if value is None and store_ok:
                 try:
                     if group.store.check([group.report_key(key)]):  # type: ignore[attr-defined]
@@ -289,7 +290,7 @@ def _churn_reports(cfg: Config, group: runtime.Group, members: list[int]) -> dic
         now = time.monotonic()
         if not missing:
             return found
-        if now - start > bound or (not store_ok and rundir.client_root(cfg) is None):
+        if now - start > bound or (not store_ok and run_dir.clients is None):
             log.error(
                 "evaluator: no final report from nodes %s within %g s: their hashes and byte counts are unknown "
                 "and the consensus is checked without them; `seedflood replay %s` checks the log",
@@ -323,14 +324,13 @@ def _evaluate(
     group: runtime.Group,
     records: Records,
     started: float,
-) -> dict[str, Any]:
-    run_dir = Path(cfg.run.out_dir)
+) -> RunSummary:
+    settings = Settings.of(cfg)
+    run_dir = settings.run
     wall = time.time() - (time.monotonic() - started) - 1.0  # this process's start (an mtime may lag a little)
-    restored = restore_run(w, protocol, run_dir, records)
+    restored = restore_run(w, protocol, run_dir.root, records)
     start = restored.steps  # the first step the stream must bring
-    header = rundir.log_header(
-        cfg, proto.trajectory(cfg, protocol, w.train_digest()), w.loaded.identity, w.loaded.base_hash
-    )
+    header = log_header(cfg, proto.trajectory(cfg, protocol, w.train_digest()), w.loaded.identity, w.loaded.base_hash)
     if protocol.churn:
         if 0 < start < protocol.steps:
             log.warning("evaluator: its log holds %d steps; the attach node sends the rest", start)
@@ -345,11 +345,11 @@ def _evaluate(
             done_keys=[group.report_key(_client_key(n)) for n in top.nodes],
             # the same reports on this disk (a store restarted with this evaluator never gets
             # them), written since it started: one an earlier launch left says nothing
-            done=lambda: all(rundir.client_report(cfg, n, since=wall) is not None for n in top.nodes),
+            done=lambda: all(client_report(run_dir, n, since=wall) is not None for n in top.nodes),
         )
     else:
         inbox = EvaluatorInbox(proto.rank_of(cfg.eval.attach), cfg.eval.attach)
-    evaluator = Evaluator(Settings.of(cfg), protocol, w, inbox, header, start_step=start, progress=True)
+    evaluator = Evaluator(settings, protocol, w, inbox, header, start_step=start, progress=True)
     try:
         final = evaluator.run()
     finally:
@@ -358,7 +358,7 @@ def _evaluate(
     # the members at the end report (those that left never will); a churn run names the rest
     members = sorted(evaluator.roster.members)
     if protocol.churn:
-        reports = _churn_reports(cfg, group, members)
+        reports = _churn_reports(cfg, run_dir, group, members)
     else:
         reports = group.collect([_client_key(n) for n in members])
     clients = [reports.get(_client_key(n)) for n in top.nodes]
@@ -367,30 +367,30 @@ def _evaluate(
     counter = ByteCounter.from_rows([row for r in present for row in r["bytes"]])
     # None: nothing to compare (no report came); False: a client differs from the evaluator
     consensus = all(r["hash"] == final["param_hash"] for r in present) if present else None
-    summary = {
-        **rundir.summary_common(
-            cfg,
-            top,
-            protocol,
-            counter,
-            final,
-            evaluator.zero_shot,
-            resumed_from=restored.checkpoint,
-            logged=start,
-            started=started,
-            roster=evaluator.roster,
-        ),
-        "client_hashes": [r and r["hash"] for r in clients],
-        "consensus": consensus,
-        "client_step_hashes": [r and r["step_hashes"] for r in clients] if cfg.run.hash_steps else None,
-        "flood": [r and r["flood"] for r in clients],
-        "threads": [r and r["threads"] for r in clients],
-        "memory": {"evaluator": host.memory(), "clients": [r and r["memory"] for r in clients]},
-        "consensus_distance": 0.0 if consensus else None,  # bit-identical clients: no distance
-        "bit_identical": consensus,
-    }
-    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, sort_keys=True))
-    if summary["consensus"] is False:
-        log.error("clients disagree with the evaluator: %s vs %s", summary["client_hashes"], final["param_hash"])
-    log.info("mean bytes per edge per step: %s", human_bytes(summary["bytes_per_edge_per_step"]))
+    said = ClientReports(
+        client_hashes=[r and r["hash"] for r in clients],
+        consensus=consensus,
+        client_step_hashes=[r and r["step_hashes"] for r in clients] if cfg.run.hash_steps else None,
+        flood=[r and r["flood"] for r in clients],
+        threads=[r and r["threads"] for r in clients],
+        memory={"evaluator": host.memory(), "clients": [r and r["memory"] for r in clients]},
+    )
+    summary = seedflood_summary(
+        run_dir,
+        top,
+        protocol,
+        counter,
+        final,
+        evaluator.zero_shot,
+        said,
+        hf_model=cfg.checkpoint.hf_model,
+        resumed_from=restored.checkpoint,
+        logged=start,
+        started=started,
+        roster=evaluator.roster,
+    )
+    summary.write(run_dir)
+    if consensus is False:
+        log.error("clients disagree with the evaluator: %s vs %s", said.client_hashes, final["param_hash"])
+    log.info("mean bytes per edge per step: %s", human_bytes(counter.mean_bytes_per_edge_per_step()))
     return summary

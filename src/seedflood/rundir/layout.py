@@ -1,33 +1,99 @@
-"""Run directories: their layout, and the one error every reader of one raises.
+"""Run directories: their layout, the one value that names their paths, and the one error every
+reader of one raises.
 
 The layout of a run directory:
   config.yaml                       the run's config (written once, atomically)
   log.bin                           append-only message log, one record per complete step
                                     (logheader.py, logrecords.py, logfile.py)
   metrics.jsonl                     evaluator metrics (see metrics.py)
+  tb/                               the same metrics as TensorBoard event files (metrics.py)
   checkpoints/step_000050/          state.pt (trainable tensors + direction state), meta.json
                                     (step, hashes, "state_sha256" of state.pt), log.bin (the log
                                     prefix), hf/ (save_pretrained model + tokenizer); checkpoints.py
   checkpoints/LATEST                name of the newest complete checkpoint (atomic pointer)
-  summary.json                      final figures and hashes
+  summary.json                      final figures and hashes (summary.py)
+  clients/node-N/                   a churn client's own log (eval.client_logs; clientlog.py)
 
-The log is the source of truth: a run is a pure function of base weights + settings + log.
+Owns `RunDir`: those paths as one frozen value, built once (`RunDir.of(cfg)` for a run,
+`RunDir.at(path)` for a directory a command reads) and handed to whoever reads or writes there.
+May import: seedflood.core (the config, for its type only). Nothing else of rundir.
 
 Assumes: one writer per run directory (the evaluator); readers may run at any time. Every file
-or directory readers may see is written by atomic.py (temp-then-rename, fsynced).
+or directory readers may see is written by atomic.py (temp-then-rename, fsynced). The log is the
+source of truth: a run is a pure function of base weights + settings + log.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from seedflood.core.config import Config
+
+LOG = "log.bin"
+CONFIG = "config.yaml"
+SUMMARY = "summary.json"
+METRICS = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+TENSORBOARD = "tb"  # `tensorboard --logdir <run dir or a parent>` finds the event files there
 
 
 class CheckpointError(ValueError):
     """A run directory, log or checkpoint is missing or malformed (one line, names the file)."""
 
 
-def find_run_dir(path: str | Path) -> Path:
-    p = Path(path)
-    if not (p / "log.bin").is_file():
-        raise CheckpointError(f"{p} is not a run directory (no log.bin)")
-    return p
+@dataclass(frozen=True)
+class RunDir:
+    """Where one run's files lie. `clients`: where its clients keep their own logs
+    (eval.client_logs, relative to `root` unless absolute); None: nowhere (off, or a directory
+    only read back by replay, eval or check, which never look there)."""
+
+    root: Path
+    clients: Path | None = None
+
+    @classmethod
+    def of(cls, cfg: Config) -> RunDir:
+        """The run directory `cfg` writes: run.out_dir, with its eval.client_logs."""
+        root = Path(cfg.run.out_dir)
+        if not cfg.eval.client_logs:
+            return cls(root)
+        clients = Path(cfg.eval.client_logs).expanduser()
+        return cls(root, clients if clients.is_absolute() else root / clients)
+
+    @classmethod
+    def at(cls, path: str | Path) -> RunDir:
+        """An existing run directory (replay, eval, check); CheckpointError when it has no log."""
+        run = cls(Path(path))
+        if not run.log.is_file():
+            raise CheckpointError(f"{run.root} is not a run directory (no {LOG})")
+        return run
+
+    @property
+    def log(self) -> Path:
+        return self.root / LOG
+
+    @property
+    def config(self) -> Path:
+        return self.root / CONFIG
+
+    @property
+    def summary(self) -> Path:
+        return self.root / SUMMARY
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / METRICS
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / CHECKPOINTS
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / TENSORBOARD
+
+    def client(self, node: int) -> Path | None:
+        """Node `node`'s own log directory (None: client logs are off)."""
+        return None if self.clients is None else self.clients / f"node-{node}"

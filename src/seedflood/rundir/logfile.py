@@ -30,6 +30,9 @@ from seedflood.rundir.layout import CheckpointError
 from seedflood.rundir.logheader import LogFormat, encode_header, header_mismatch, read_header_at
 from seedflood.rundir.logrecords import CHANGE_FLAG, REC, RecordCheck, scan_records
 
+Records = list[tuple[int, list[Message]]]
+"""A log's whole step records, in order: (step, the step's messages)."""
+
 
 @dataclass
 class LogReader:
@@ -41,7 +44,7 @@ class LogReader:
     changes: dict[int, Change] = field(default_factory=dict, init=False)
     """Set by `read`: the membership change of each step that has one."""
 
-    def read(self, check: RecordCheck | None = None) -> tuple[dict[str, Any], list[tuple[int, list[Message]]]]:
+    def read(self, check: RecordCheck | None = None) -> tuple[dict[str, Any], Records]:
         """The header and every whole step record (steps 0, 1, ...); a torn tail is left out and
         its length set in `torn`.
 

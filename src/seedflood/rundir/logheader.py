@@ -15,7 +15,8 @@ Owns the start of a log.bin (all integers little-endian):
   (v2 frames) were written before the header had a CRC: they are read as legacy, their header
   unchecked (`header_checked` says so; `seedflood check` notes it), and a resumed one keeps its
   format, as a v1 log does.
-Also `header_mismatch`: the log header's settings fingerprint against a resuming run's.
+Also `log_header`: the header a run's log (and each client's copy of it) carries, and
+`header_mismatch`: the log header's settings fingerprint against a resuming run's.
 
 Assumes: the records after the header are logrecords.py's.
 """
@@ -28,10 +29,13 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from seedflood.core import message
 from seedflood.rundir.layout import CheckpointError
+
+if TYPE_CHECKING:
+    from seedflood.core.config import Config
 
 LOG_MAGIC = b"SEEDFLOOD-LOG 3\n"
 """What new logs begin with: a header with its own CRC; records hold message.py v2 frames."""
@@ -101,6 +105,17 @@ def read_header_at(f: IO[bytes], path: Path) -> tuple[dict[str, Any], int, int]:
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: log header is not a JSON object")
     return header, end, _FRAME_VERSION[magic]
+
+
+def log_header(cfg: Config, trajectory: dict[str, Any], base_identity: str, base_hash: str) -> dict[str, Any]:
+    """The header of a run's log: the base model, the trajectory fingerprint
+    (`protocol.trajectory`) and the whole config, for the record."""
+    return {
+        "base_identity": base_identity,
+        "base_hash": base_hash,
+        "trajectory": trajectory,
+        "config": cfg.to_dict(),
+    }
 
 
 def read_header(path: Path) -> dict[str, Any]:

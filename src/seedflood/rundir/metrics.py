@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from seedflood.rundir.atomic import atomic_write_text  # stdlib-only at import time (no torch)
+from seedflood.rundir.layout import TENSORBOARD
 
 log = logging.getLogger(__name__)
 
-TENSORBOARD_DIR = "tb"
-"""Event files go to <run dir>/tb (`tensorboard --logdir <run dir or a parent>`)."""
+TENSORBOARD_DIR = TENSORBOARD
+"""Event files go to <run dir>/tb (`tensorboard --logdir <run dir or a parent>`; RunDir.tensorboard)."""
 
 TENSORBOARD_SCALARS = (
     "accuracy",

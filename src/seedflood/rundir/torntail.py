@@ -15,35 +15,30 @@ final state's hash); a missing or unreadable one says nothing (a crashed run has
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from seedflood.rundir import checkpoints as ckpt
+from seedflood.rundir.layout import SUMMARY, RunDir
 
-LOG = "log.bin"
-SUMMARY = "summary.json"
 HASH_CHARS = 12  # hex digits of a hash shown in the line (the full one is in summary.json)
 
 
-def torn_tail_line(run_dir: Path, logged: int, torn: int, param_hash: str | None = None) -> str:
-    """One line: `run_dir`'s log ends `torn` bytes past its `logged` whole steps, and what disagrees.
+def torn_tail_line(run: RunDir, logged: int, torn: int, param_hash: str | None = None) -> str:
+    """One line: `run`'s log ends `torn` bytes past its `logged` whole steps, and what disagrees.
 
     `param_hash`: the hash of the state after all `logged` steps (a whole replay), compared
     with summary.json's; None (check, a partial replay) compares the step count only."""
     where = f"after step {logged - 1}, its last whole record" if logged else "before step 0 (no whole record)"
-    head = (
-        f"{run_dir / LOG} ends in a torn record: {torn} bytes {where} "
-        "(a crash mid-append; resuming the run cuts them off)"
-    )
-    found = disagreements(run_dir, logged, param_hash)
+    head = f"{run.log} ends in a torn record: {torn} bytes {where} (a crash mid-append; resuming the run cuts them off)"
+    found = disagreements(run, logged, param_hash)
     if not found:
         return f"{head}; no summary.json or checkpoint disagrees with its {logged} whole steps"
     return f"{head}; disagreeing with its {logged} whole steps: {', '.join(found)}"
 
 
-def disagreements(run_dir: Path, logged: int, param_hash: str | None = None) -> list[str]:
-    """What in `run_dir` disagrees with a log of `logged` whole steps (see the module docstring)."""
+def disagreements(run: RunDir, logged: int, param_hash: str | None = None) -> list[str]:
+    """What in `run` disagrees with a log of `logged` whole steps (see the module docstring)."""
     found: list[str] = []
-    summary = _summary(run_dir)
+    summary = _summary(run)
     if summary is not None:
         said = []
         steps = summary.get("steps")
@@ -54,7 +49,7 @@ def disagreements(run_dir: Path, logged: int, param_hash: str | None = None) -> 
             said.append(f"param hash {str(theirs)[:HASH_CHARS]} (the replay's: {param_hash[:HASH_CHARS]})")
         if said:
             found.append(f"{SUMMARY} says {' and '.join(said)}")
-    past = [c.name for c in reversed(ckpt.checkpoints(run_dir)) if int(c.name.removeprefix("step_")) > logged]
+    past = [c.name for c in reversed(ckpt.checkpoints(run.root)) if int(c.name.removeprefix("step_")) > logged]
     if len(past) == 1:
         found.append(f"checkpoint {past[0]} lies past the log's end")
     elif past:
@@ -62,9 +57,9 @@ def disagreements(run_dir: Path, logged: int, param_hash: str | None = None) -> 
     return found
 
 
-def _summary(run_dir: Path) -> dict | None:
+def _summary(run: RunDir) -> dict | None:
     try:
-        value = json.loads((run_dir / SUMMARY).read_text())
+        value = json.loads(run.summary.read_text())
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None

@@ -2,8 +2,8 @@
 
 Owns:
 - `Lockstep`: one real `flooding.Flood` per node, driven in the client's exact schedule
-  (roles/client.py: originate K messages, `hops` hops, apply step t − delay; with overlap, apply
-  before originating; then drain). A hop is every node's outbox, then every node receives.
+  (`schedule.StepSchedule`, the one roles/strict.py runs: originate K messages, `hops` hops,
+  apply step t − delay; with overlap, apply before originating; then drain). A hop is every node's outbox, then every node receives.
   Every outbox is encoded with the real codec (`message.encode`) and counted as the transport
   counts it: `transport.HEADER` + frame, once per directed edge and hop, at the step the client
   passes. With `wire` (the run's `Protocol.wire_limits`) every frame is also decoded against the
@@ -29,6 +29,7 @@ from seedflood.core import message
 from seedflood.core.flooding import Flood, FloodError
 from seedflood.core.graph import Topology
 from seedflood.core.message import Limits, Message
+from seedflood.core.schedule import StepSchedule
 from seedflood.core.transport import EVALUATOR, HEADER, ByteCounter
 
 Graph = nx.Graph | Topology
@@ -111,15 +112,16 @@ class Lockstep:
         step t+1's estimates run here before them, which changes nothing: estimates never touch
         the flood). `after_step(t)` after each local step."""
         stop = steps if stop is None else stop
+        sched = StepSchedule(steps, self.delay, self.overlap)
         for t in range(start, stop):
             own = estimate(t)
-            if self.overlap:
-                self.apply_through(t - self.delay, apply)
+            if sched.apply_first:
+                self.apply_through(sched.applies_through(t), apply)
             for node, msgs in own.items():
                 self.floods[node].originate(msgs)
             self.run_hops(t)
-            if not self.overlap:
-                self.apply_through(t - self.delay, apply)
+            if not sched.apply_first:
+                self.apply_through(sched.applies_through(t), apply)
             if after_step is not None:
                 after_step(t)
         if stop == steps:
@@ -130,14 +132,13 @@ class Lockstep:
         applied. The lag is delay − overlap (drain estimates nothing, so overlap's extra step is
         not paid); `hops_in_flight`: the last step's hops ran with overlap (the client joins
         them first and applies what they completed)."""
-        last = steps - 1
-        lag = self.delay - int(self.overlap)
+        sched = StepSchedule(steps, self.delay, self.overlap)
         if hops_in_flight:
-            self.apply_through(min(last - lag, last), apply)
-        while self.applied < last:
-            t = self.applied + 1 + lag  # local step whose hops complete the next one
+            self.apply_through(sched.drained_through(sched.last), apply)
+        while self.applied < sched.last:
+            t = sched.drain_hop(self.applied)
             self.run_hops(t)
-            self.apply_through(min(t - lag, last), apply)
+            self.apply_through(sched.drained_through(t), apply)
 
     def run_hops(self, t: int) -> None:
         for _ in range(self.hops):

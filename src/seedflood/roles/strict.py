@@ -28,6 +28,7 @@ from typing import ClassVar
 
 from seedflood.core.flooding import FloodError
 from seedflood.core.membership import Change
+from seedflood.core.schedule import StepSchedule
 from seedflood.core.transport import TransportError
 from seedflood.roles.host import Host, Records
 
@@ -53,6 +54,8 @@ class Strict:
 
     def __init__(self, host: Host) -> None:
         self.host = host
+        p = host.protocol
+        self.schedule = StepSchedule(p.steps, p.delay, p.overlap)
         self.inflight: Hops | None = None  # overlap: the hops of step next_step − 1, running
 
     @property
@@ -64,11 +67,11 @@ class Strict:
 
     def step(self, t: int) -> None:
         h = self.host
-        if not h.protocol.overlap:
+        if not self.schedule.apply_first:
             own = h.estimate(t)
             h.flood.originate(own)
             h.hops(t)
-            self.apply_through(t - h.protocol.delay)
+            self.apply_through(self.schedule.applies_through(t))
         else:
             try:
                 own = h.estimate(t)  # hops(t − 1) run meanwhile
@@ -76,27 +79,23 @@ class Strict:
                 self.settle()  # hand the transport back before the caller closes it
                 raise
             self.join()
-            self.apply_through(t - h.protocol.delay)
+            self.apply_through(self.schedule.applies_through(t))
             h.flood.originate(own)
             self.inflight = Hops(h, t)
         h.next_step = t + 1
 
     def drain(self) -> None:
         """After the last step: hop until every step is applied (only with delayed flooding or
-        overlap). After the hops of step t, steps <= t − D are complete (D = ⌈diameter/hops⌉ − 1
-        = delay − overlap: overlap's extra step comes from estimates running during hops, and
-        drain estimates nothing, so it applies each step as soon as it is complete)."""
-        h = self.host
-        last = h.protocol.steps - 1
-        lag = h.protocol.delay - int(h.protocol.overlap)
+        overlap), on the schedule's drain (core/schedule.py: its lag is delay − overlap)."""
+        h, sched = self.host, self.schedule
         if self.inflight is not None:
             t = self.inflight.step
             self.join()
-            self.apply_through(min(t - lag, last))
-        while h.applier.last_step < last:
-            t = h.applier.last_step + 1 + lag  # local step whose hops complete the next one
+            self.apply_through(sched.drained_through(t))
+        while h.applier.last_step < sched.last:
+            t = sched.drain_hop(h.applier.last_step)
             h.hops(t)
-            self.apply_through(min(t - lag, last))
+            self.apply_through(sched.drained_through(t))
 
     def apply_through(self, upto: int, t: int | None = None) -> None:
         """Apply every step <= upto; each must be complete (else the topology/hops are wrong)."""

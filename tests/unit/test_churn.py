@@ -451,7 +451,7 @@ def test_f7_a_catch_up_for_another_incarnation_is_refused_and_a_forked_sponsor_c
     from seedflood.core.agreement import GENESIS, Value, Vote, step_digest
     from seedflood.core.membership import MembershipError
     from seedflood.core.message import FrameError, Message
-    from seedflood.roles.churn import ChurnStrategy
+    from seedflood.roles.churnstart import ChurnStrategy
     from seedflood.roles.client import Client
 
     cfg = cfg_for(steps=6)

@@ -16,22 +16,16 @@ differs from the majority's is left out of the proposals of the others and exclu
 commits. A client that cannot reach an agreeing majority, or is excluded, raises
 `membership.MembershipError` (one line) and stops, having applied only committed steps.
 
-Also owns `ChurnStrategy` (how a churn client is built: the flood it needs and its `Churn`, chosen
-once where the process is put together) and `sponsored_catch_up` (a restarted process's half of
-the sponsor handshake, the one both the launched client and the simulation use).
-
 Assumes: the client floods to every neighbour (shortest-path routes break when a relay dies) and
-tolerates conflicting copies until a commit settles them (`ChurnStrategy` says so to the client);
-its transport is a `transport.ChurnTransport`, and an attach node that feeds the evaluator is
-handed the `transport.EvaluatorFeed` to do it with.
+tolerates conflicting copies until a commit settles them (`churnstart.ChurnStrategy` says so to
+the client, and hands this module its `transport.ChurnTransport` and, on an attach node that
+feeds the evaluator, the `transport.EvaluatorFeed` to do it with).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import ClassVar
 
 from seedflood.core import membership, stepstream
 from seedflood.core.agreement import Agreement
@@ -43,51 +37,6 @@ from seedflood.core.voter import Voter
 from seedflood.roles.host import Host, Records
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ChurnStrategy:
-    """A churn client (`host.Strategy`): its `Churn` over `transport`, the same object the client
-    hops on. `state_hash`: the state's hash, for audits (needed when the protocol audits).
-    `attach`: the evaluator's first attach node. `evaluator`: where this client feeds the
-    evaluator whenever it is the roster's attach node (`Churn.follow`; a launched client's
-    EdgeTransport), None where no evaluator follows the clients (the in-process simulation).
-    `incarnation`: this process's life of its node (its votes carry it; a rejoin checks it; 0
-    takes whichever a catch-up admits)."""
-
-    transport: ChurnTransport
-    state_hash: Callable[[], str] | None = None
-    attach: int = 0
-    evaluator: EvaluatorFeed | None = None
-    incarnation: int = 0
-    routed: ClassVar[bool] = False  # flood every neighbour: shortest-path routes break when a relay dies
-    tolerates_conflicts: ClassVar[bool] = True  # conflicting copies are held until a commit settles them
-
-    def mode(self, host: Host) -> Churn:
-        return Churn(
-            host,
-            self.transport,
-            state_hash=self.state_hash,
-            attach=self.attach,
-            evaluator=self.evaluator,
-            incarnation=self.incarnation,
-        )
-
-
-def sponsored_catch_up(transport: ChurnTransport, wait_s: float) -> bytes:
-    """A restarted process's half of the sponsor handshake (docs/churn-design.md, Rejoin across
-    processes): wait up to `wait_s` s for the neighbour that claims this incarnation (its
-    `Churn.boundary`), meet it, and take the catch-up it sends, for `Churn.rejoin` to replay.
-    TransportError when no neighbour claims it, the meeting fails, or no catch-up comes."""
-    log.warning(
-        "node %d: restarted as incarnation %d: waiting for a neighbour to sponsor the rejoin",
-        transport.node,
-        transport.incarnation,
-    )
-    sponsor = transport.sponsor(wait_s)
-    if not transport.connect([sponsor], wait_s):
-        raise TransportError(f"node {transport.node}: could not connect to its sponsor node {sponsor}")
-    return transport.recv_blob(sponsor, wait_s)
 
 
 class Churn:
@@ -103,7 +52,7 @@ class Churn:
         evaluator: EvaluatorFeed | None,
         incarnation: int,
     ) -> None:
-        """See `ChurnStrategy`; `transport` is the one `host` hops on."""
+        """See `churnstart.ChurnStrategy`; `transport` is the one `host` hops on."""
         p = host.protocol
         if p.audit_every and state_hash is None:
             raise ValueError(f"node {host.node}: the protocol audits every {p.audit_every} steps: pass state_hash")

@@ -5,10 +5,10 @@ canonical order — and what every run shares of it: the flood, the applier, the
 outbox → exchange → decode → receive) and its clock, resume from a log. When each step is applied
 is the strategy it is handed (`host.Strategy`), chosen once where the process is put together:
 `strict.STRICT` (step t applies t − delay, complete after its hops; optional overlap of hops
-with the next estimate) or a `churn.ChurnStrategy` (`protocol.settle` > 0, docs/churn-design.md:
-apply only committed steps; rejoin, sponsoring, agreement, audits). It is handed its
-collaborators (the run's `Protocol`, a transport, a direction family, a loss, the strategy) and
-knows nothing about processes or models beyond them.
+with the next estimate) or a `churnstart.ChurnStrategy` (`protocol.settle` > 0,
+docs/churn-design.md: apply only committed steps; rejoin, sponsoring, agreement, audits). It is
+handed its collaborators (the run's `Protocol`, a transport, a direction family, a loss, the
+strategy) and knows nothing about processes or models beyond them.
 
 Step t at every client:
 1. for k in 0..K-1: seed = protocol.seed(node, t, k); scalar = two-point estimate on batch(t);
@@ -68,7 +68,7 @@ class Client:
         (`Churn.link`); None = hop_timeout_s. Give the transport's timeout: both ends reach the hop
         within one exchange of each other, and a longer wait delays this client's frames to
         peers that drop it after LATE_FACTOR timeouts.
-        `strategy`: when each step is applied (`strict.STRICT`, or a `churn.ChurnStrategy`
+        `strategy`: when each step is applied (`strict.STRICT`, or a `churnstart.ChurnStrategy`
         holding what a churn client needs besides: its ChurnTransport, state hash, attach node,
         evaluator feed and incarnation)."""
         self.node = node

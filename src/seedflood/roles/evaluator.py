@@ -78,7 +78,7 @@ class Settings:
     run: RunDir  # its paths, and where the clients' own logs lie on this disk (run.clients)
     eval: EvalConfig  # every (scoring period, steps), attach (its first attach node)
     checkpoint: CheckpointConfig  # every (steps), hf_model
-    timeout_s: float  # a strict run's wait for the next frame (transport.timeout_s)
+    timeout_s: float  # the wait for the next frame from an inbox that does not watch its sender (transport.timeout_s)
     recorded: dict[str, Any]  # the whole config as the run records it: written, never read
 
     @classmethod
@@ -228,9 +228,10 @@ class Evaluator:
         if self.inbox is None:
             raise ValueError("Evaluator.run follows an inbox; without one call begin / take / finish")
         self.begin()
-        # Churn: the attach edge's heartbeat tells a dead client from a slow step (a hop may wait
-        # out a silent neighbour, a start-up may wait out a missing one), so wait while it beats.
-        timeout = None if self.protocol.churn else self.settings.timeout_s
+        # An inbox that watches its sender (a churn run's attach edge: its heartbeat tells a dead
+        # client from a slow step, as a hop may wait out a silent neighbour) ends or fails by
+        # itself: wait for each frame as long as it takes.
+        timeout = None if self.inbox.watches_sender else self.settings.timeout_s
         if self.next_step < self.protocol.steps:
             self.take_from_clients(whole=True)  # a restart after the clients finished: nobody streams
         while self.next_step < self.protocol.steps:
@@ -254,13 +255,12 @@ class Evaluator:
         return self.finish()
 
     def take_from_clients(self, whole: bool = False) -> bool:
-        """Churn runs: take the steps from `next_step` on from the longest client log readable on
+        """Where the clients keep their own logs (a churn run; `RunDir.clients` None: they keep
+        none): take the steps from `next_step` on from the longest client log readable on
         this disk (`clientlog.steps_from_clients`: this run's, CRC- and wire-checked, agreeing with
         this log), as if streamed; `whole`: only when it holds every step of the run (the clients
         are done). True when the run is complete then. What the stream could not bring (the
         clients finished while this evaluator was down or starting) is so never lost."""
-        if not self.protocol.churn:
-            return False
         found = steps_from_clients(self.run_dir, self.protocol, self.header)
         if found is None:
             return False

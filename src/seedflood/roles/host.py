@@ -53,7 +53,7 @@ class Host(Protocol):
 
 
 class Strategy(Protocol):
-    """How a client applies steps, handed to it once (`strict.STRICT`, `churn.ChurnStrategy`)."""
+    """How a client applies steps, handed to it once: `strict.STRICT`, `churnstart.ChurnStrategy`."""
 
     @property
     def routed(self) -> bool:

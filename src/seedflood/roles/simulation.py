@@ -42,7 +42,7 @@ from seedflood.core.protocol import Protocol
 from seedflood.core.replay import state_hash
 from seedflood.core.transport import LATE_FACTOR, ByteCounter, TransportError
 from seedflood.ml.workload import Workload
-from seedflood.roles.churn import ChurnStrategy, sponsored_catch_up
+from seedflood.roles.churnstart import ChurnStrategy, sponsored_catch_up
 from seedflood.roles.client import Client
 from seedflood.roles.host import Records, Strategy
 from seedflood.roles.strict import STRICT

@@ -1,0 +1,72 @@
+"""How a churn client starts: the strategy it is handed, and a restarted one's sponsor handshake.
+
+Owns `ChurnStrategy` (a `host.Strategy`: the flood a churn client needs — every neighbour, no
+routes, conflicting copies held until a commit settles them — and its `churn.Churn`, over the
+transport it hops on), chosen once where the process is put together (churnwiring.py, the
+in-process simulation), and `sponsored_catch_up`: a restarted process's half of the sponsor
+handshake, the one both the launched client and the simulation use (docs/churn-design.md,
+Rejoin across processes).
+
+May import: seedflood.core; roles' host and churn.
+
+Assumes: the transport handed over is the one the client hops on (`Churn` connects and drops
+its edges there).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+from seedflood.core.transport import ChurnTransport, EvaluatorFeed, TransportError
+from seedflood.roles.churn import Churn
+from seedflood.roles.host import Host
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChurnStrategy:
+    """A churn client (`host.Strategy`): its `Churn` over `transport`, the same object the client
+    hops on. `state_hash`: the state's hash, for audits (needed when the protocol audits).
+    `attach`: the evaluator's first attach node. `evaluator`: where this client feeds the
+    evaluator whenever it is the roster's attach node (`Churn.follow`; a launched client's
+    EdgeTransport), None where no evaluator follows the clients (the in-process simulation).
+    `incarnation`: this process's life of its node (its votes carry it; a rejoin checks it; 0
+    takes whichever a catch-up admits)."""
+
+    transport: ChurnTransport
+    state_hash: Callable[[], str] | None = None
+    attach: int = 0
+    evaluator: EvaluatorFeed | None = None
+    incarnation: int = 0
+    routed: ClassVar[bool] = False  # flood every neighbour: shortest-path routes break when a relay dies
+    tolerates_conflicts: ClassVar[bool] = True  # conflicting copies are held until a commit settles them
+
+    def mode(self, host: Host) -> Churn:
+        return Churn(
+            host,
+            self.transport,
+            state_hash=self.state_hash,
+            attach=self.attach,
+            evaluator=self.evaluator,
+            incarnation=self.incarnation,
+        )
+
+
+def sponsored_catch_up(transport: ChurnTransport, wait_s: float) -> bytes:
+    """A restarted process's half of the sponsor handshake (docs/churn-design.md, Rejoin across
+    processes): wait up to `wait_s` s for the neighbour that claims this incarnation (its
+    `Churn.boundary`), meet it, and take the catch-up it sends, for `Churn.rejoin` to replay.
+    TransportError when no neighbour claims it, the meeting fails, or no catch-up comes."""
+    log.warning(
+        "node %d: restarted as incarnation %d: waiting for a neighbour to sponsor the rejoin",
+        transport.node,
+        transport.incarnation,
+    )
+    sponsor = transport.sponsor(wait_s)
+    if not transport.connect([sponsor], wait_s):
+        raise TransportError(f"node {transport.node}: could not connect to its sponsor node {sponsor}")
+    return transport.recv_blob(sponsor, wait_s)

@@ -55,15 +55,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from seedflood.core import config, rng
-from seedflood.core import topology as topo
-from seedflood.core.config import Config
-from seedflood.core.message import Message
-from seedflood.core.protocol import Protocol
-from seedflood.core.replay import Applier, state_hash
+from seedflood.core.config import rng
+from seedflood.core.config import runconfig as config
+from seedflood.core.config.runconfig import Config
+from seedflood.core.flood.message import Message
+from seedflood.core.flood.protocol import Protocol
+from seedflood.core.topology import resolve as topo
+from seedflood.core.zo.replay import Applier, state_hash
 from seedflood.ml.workload import Workload
 from seedflood.roles.client import Client
-from seedflood.roles.simulation import Event, SimResult, simulate
+from seedflood.roles.inprocess import Event, SimResult, simulate
 
 DEBUG = Path(__file__).resolve().parents[1] / "launch" / "configs" / "debug.yaml"
 TIMEOUT_S = 30.0  # transport.timeout_s: kills are detected at once; this only bounds a hang

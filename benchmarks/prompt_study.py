@@ -13,7 +13,7 @@ import dataclasses
 import json
 import sys
 
-from seedflood.core import config
+from seedflood.core.config import runconfig as config
 from seedflood.ml import tasks, workload
 
 PROMPTS = [

@@ -1,8 +1,8 @@
 """The schedule explorer: every fault schedule of a small graph through the real agreement.
 
 Owns a lockstep world of N clients that run the churn client's schedule with the real decision
-code — `seedflood.core.voter.Voter` (votes, ballots, commits, taking a committed step) over the
-real `seedflood.core.flooding.Flood` and `membership.Roster` — and no model: a client "applies" a
+code — `seedflood.core.churn.voter.Voter` (votes, ballots, commits, taking a committed step) over the
+real `seedflood.core.flood.flooding.Flood` and `membership.Roster` — and no model: a client "applies" a
 step by recording (step, digest). Faults are data (`Fault`), so a program can enumerate them.
 
 The world, one round = one hop of every running client (the global hop index of lockstep
@@ -42,13 +42,13 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from seedflood.core.agreement import Agreement
-from seedflood.core.flooding import Flood
-from seedflood.core.membership import JOIN, MembershipError, check_admitted, join_note
-from seedflood.core.message import FrameError, Message
-from seedflood.core.protocol import Protocol, schedule
-from seedflood.core.stepstream import StepSequence
-from seedflood.core.voter import Voter
+from seedflood.core.churn.agreement import Agreement
+from seedflood.core.churn.voter import Voter
+from seedflood.core.flood.flooding import Flood
+from seedflood.core.flood.membership import JOIN, MembershipError, check_admitted, join_note
+from seedflood.core.flood.message import FrameError, Message
+from seedflood.core.flood.protocol import Protocol, schedule
+from seedflood.core.flood.stepstream import StepSequence
 
 Edge = tuple[int, int]
 

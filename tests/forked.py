@@ -22,7 +22,7 @@ OMP_NUM_THREADS=1, read by OpenMP at load), not in the child; str hashes share o
 across the forked children; the interpreter's final teardown of daemon threads is skipped (the
 child ends with os._exit after the atexit handlers), so a crash that only that teardown causes is
 caught by the tests that start real interpreters (the torchrun, SLURM and netns launcher tests,
-tests/unit/test_cli.py) and not here. SEEDFLOOD_TEST_FORK=0 starts every process as a fresh interpreter instead.
+tests/unit/cli/test_cli.py) and not here. SEEDFLOOD_TEST_FORK=0 starts every process as a fresh interpreter instead.
 
 Assumes: Linux (fork), CPython 3.11+; the forked code does not itself use multiprocessing; the
 test process's `__main__` is guarded by `if __name__ == "__main__"` (pytest's and xdist's are):

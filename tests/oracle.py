@@ -17,8 +17,8 @@ linear warmup lr·(step+1)/warmup for step < warmup, then constant lr, linear lr
 lr·½·(1 + cos πf) with f = min(1, (step − warmup) / max(1, steps − warmup)).
 
 What it shares with the code under test, on purpose: the model builder (`seedflood.ml.model.load`,
-which defines the base weights), the direction family (`seedflood.core.family.build`: its
-`accumulate`/`commit` define z(seed) and the merge schedule) and `seedflood.core.replay.state_hash`
+which defines the base weights), the direction family (`seedflood.core.zo.family.build`: its
+`accumulate`/`commit` define z(seed) and the merge schedule) and `seedflood.core.zo.replay.state_hash`
 (the hash's definition). A bug there is not caught by this oracle; a bug in how steps travel,
 complete, are ordered, logged, read back or weighted is.
 
@@ -40,10 +40,10 @@ from pathlib import Path
 
 import torch
 
-from seedflood.core import config as sf_config
-from seedflood.core import family
-from seedflood.core.config import Config
-from seedflood.core.replay import state_hash
+from seedflood.core.config import runconfig as sf_config
+from seedflood.core.config.runconfig import Config
+from seedflood.core.zo import family
+from seedflood.core.zo.replay import state_hash
 from seedflood.ml import model as sf_model
 
 LOG_MAGIC = b"SEEDFLOOD-LOG 1\n"
@@ -126,7 +126,7 @@ def _frame_v2(path: str | Path, frame: bytes, length: int, step: int, run_seed: 
     """A v2 frame: b"SF", u8 version 2, u8 layout (2-bit width codes: step offset, origin, k,
     count), count, u32 base step, u32 crc32 of the header bytes after the magic and before the
     CRC plus the records; records (offset, origin, k, scalar f32). Seeds are derived."""
-    from seedflood.core.rng import derive  # the documented derivation, not the codec
+    from seedflood.core.config.rng import derive  # the documented derivation, not the codec
 
     if len(frame) != length or length < 4 or frame[:3] != FRAME_MAGIC_2 + b"\x02":
         raise OracleError(f"{path}: step {step}: truncated, short or not a v2 frame")

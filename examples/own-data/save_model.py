@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from seedflood.core.trainsections import ModelConfig
+from seedflood.core.config.trainsections import ModelConfig
 from seedflood.ml import model
 
 

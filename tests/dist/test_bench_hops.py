@@ -13,7 +13,7 @@ import io
 import pytest
 
 from seedflood.bench import hops as bench_hops
-from seedflood.core.transport import HEADER
+from seedflood.core.flood.transport import HEADER
 
 pytestmark = pytest.mark.dist
 

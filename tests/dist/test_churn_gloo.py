@@ -22,7 +22,7 @@ import pytest
 import procs as harness
 import runs
 from procs import Procs, World
-from seedflood.core.membership import Change
+from seedflood.core.flood.membership import Change
 from seedflood.rundir.logfile import LogReader
 
 # Every wait below is bounded by the run's progress (procs.Procs.wait_for); this is the outer bound.

@@ -132,8 +132,8 @@ def worker(role: str, cfg: dict) -> int:
 
     from seedflood.comm.attach import AttachInbox
     from seedflood.comm.links import EdgeTransport
-    from seedflood.core.stepstream import encode_push, encode_pushes
-    from seedflood.core.transport import EVALUATOR, ByteCounter, Transport
+    from seedflood.core.flood.stepstream import encode_push, encode_pushes
+    from seedflood.core.flood.transport import EVALUATOR, ByteCounter, Transport
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if role == "storehost":
@@ -436,7 +436,7 @@ def test_store_gone_stops_rejoins_not_hops(tmp_path, how):
 
 @pytest.mark.dist
 def test_evaluator_edge_survives_an_evaluator_restart(cluster):
-    from seedflood.core.stepstream import encode_push
+    from seedflood.core.flood.stepstream import encode_push
 
     # n0 hops until the second evaluator has connected (not a number of hops after the first:
     # on a loaded machine the restart may come later than any such count)

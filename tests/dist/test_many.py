@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from seedflood.core import config
-from seedflood.ml import host
-from seedflood.roles.simulation import simulate
+from seedflood.core.config import runconfig as config
+from seedflood.ml import machine
+from seedflood.roles.inprocess import simulate
 
 pytestmark = pytest.mark.dist
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +45,7 @@ def test_32_client_processes_on_a_torus_match_the_in_memory_reference(run_world,
     sets = [a for o in [*SETTINGS, f"run.out_dir={out}"] for a in ("--set", o)]
     # OMP_NUM_THREADS as a plain shell has it (torch's default: every core), not run_world's 1,
     # so the one thread each client reports comes from run.threads = 0 and LOCAL_WORLD_SIZE.
-    env = {"OMP_NUM_THREADS": str(host.cpus())}
+    env = {"OMP_NUM_THREADS": str(machine.cpus())}
     argv = [sys.executable, "-m", "seedflood", "train", "--config", DEBUG, *sets]
     procs = run_world(argv, N + 1, env=env, watch=[out / "log.bin"])
     procs_ok(procs)
@@ -59,7 +59,7 @@ def test_32_client_processes_on_a_torus_match_the_in_memory_reference(run_world,
     assert (s["clients"], s["topology"], s["diameter"]) == (N, "torus4x8", 6)
     assert s["consensus"] and {s["param_hash"]} == reference
     assert s["client_hashes"] == [s["param_hash"]] * N
-    assert s["threads"] == [host.threads_for(0, N + 1)] * N
+    assert s["threads"] == [machine.threads_for(0, N + 1)] * N
     mem = [s["memory"]["evaluator"], *s["memory"]["clients"]]
     if mem[0] is not None:  # Linux: /proc/self/smaps_rollup
         assert all(0 < m["uss"] <= m["pss"] <= m["rss"] for m in mem)

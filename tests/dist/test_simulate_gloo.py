@@ -22,7 +22,7 @@ import pytest
 
 import procs as harness
 import runs
-from seedflood.core.transport import HEADER
+from seedflood.core.flood.transport import HEADER
 from seedflood.rundir.logheader import LOG_MAGIC
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(1800)]  # the waits are bounded by progress

@@ -23,8 +23,8 @@ import procs as harness
 import runs
 from oracle import oracle_hash
 from procs import Procs
-from seedflood.core import config
-from seedflood.roles.simulation import simulate
+from seedflood.core.config import runconfig as config
+from seedflood.roles.inprocess import simulate
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(1800)]  # the waits are bounded by progress
 DEBUG = str(runs.DEBUG)

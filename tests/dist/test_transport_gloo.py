@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from seedflood.core.transport import HEADER  # 4: the u32 length before each frame
+from seedflood.core.flood.transport import HEADER  # 4: the u32 length before each frame
 
 N = 4  # clients; ranks 1..N, the evaluator is rank 0 and attaches to node ATTACH
 ATTACH = 0
@@ -49,8 +49,8 @@ def worker(scenario: str) -> int:
 
     from seedflood.comm.gloo import EvaluatorInbox, GlooTransport
     from seedflood.comm.runtime import World, process_group
-    from seedflood.core.systemsections import TransportConfig
-    from seedflood.core.transport import ByteCounter, TransportError
+    from seedflood.core.config.systemsections import TransportConfig
+    from seedflood.core.flood.transport import ByteCounter, TransportError
 
     world = World.from_env()
     timeout = 20.0 if scenario == "ring" else 60.0  # kill: failures must beat the timeout by far
@@ -160,7 +160,7 @@ def test_single_process_group_comes_up_and_down():
     import torch.distributed as dist
 
     from seedflood.comm.runtime import World, process_group
-    from seedflood.core.systemsections import TransportConfig
+    from seedflood.core.config.systemsections import TransportConfig
 
     with process_group(World.from_env({}), TransportConfig(timeout_s=10)) as group:
         assert dist.is_initialized() and dist.get_world_size() == 1 and group.world.is_evaluator

@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from seedflood.core import config as config_mod
-from seedflood.core.configerror import ConfigError
+from seedflood.core.config import runconfig as config_mod
+from seedflood.core.config.configerror import ConfigError
 from seedflood.experiments import sweep as sweep_mod
 
 DIM = 64

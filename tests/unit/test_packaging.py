@@ -27,9 +27,9 @@ COPIED = ("setup.cfg", "pyproject.toml", "README.md", "src", "topologies")
 # `topology.kind: file` config naming the bare file, both resolved from the installed package.
 PROBE = """
 import json, seedflood
-from seedflood.core import topology
-from seedflood.core import topofiles
-from seedflood.core.systemsections import TopologyConfig
+from seedflood.core.topology import resolve as topology
+from seedflood.core.topology import topofiles
+from seedflood.core.config.systemsections import TopologyConfig
 spec = topology.parse_spec("ring16")
 by_file = topology.build(TopologyConfig(kind="file", nodes=16, file="ring16.yaml"))
 print(json.dumps({

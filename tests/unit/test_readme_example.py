@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from seedflood import cli
-from seedflood.core import config
+from seedflood.core.config import runconfig as config
 from seedflood.ml import sampling as T
 
 REPO = Path(__file__).resolve().parents[2]

@@ -32,10 +32,10 @@ from seedflood.bench.common import (
 def fig_apply(opts: Options) -> dict[str, Any]:
     """Applier.apply on one step of n messages, subcge (accumulate; merge timed on its own) vs
     gaussian, each against one plain forward measured in the same run."""
-    from seedflood.core import directions
-    from seedflood.core.protocol import Protocol
-    from seedflood.core.replay import Applier
-    from seedflood.core.subcge import SubCGE
+    from seedflood.core.flood.protocol import Protocol
+    from seedflood.core.zo import directions
+    from seedflood.core.zo.replay import Applier
+    from seedflood.core.zo.subcge import SubCGE
 
     ns = [16, 64, 256, 1024]
     repeats = opts.repeats("apply")

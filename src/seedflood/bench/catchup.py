@@ -33,9 +33,9 @@ def fig_catchup(opts: Options) -> dict[str, Any]:
     """A fresh client catching up on 10⁵ messages (16 clients × 6,250 steps; --quick: 2,000):
     replay base + log with the default merge cadence, vs torch.load of the trainable state, vs
     gaussian regeneration projected from one measured message."""
-    from seedflood.core import directions, family
-    from seedflood.core.protocol import Protocol
-    from seedflood.core.replay import Applier, state_hash
+    from seedflood.core.flood.protocol import Protocol
+    from seedflood.core.zo import directions, family
+    from seedflood.core.zo.replay import Applier, state_hash
     from seedflood.ml import model as M
     from seedflood.rundir import checkpoints as ckpt
     from seedflood.rundir.logfile import LogReader, LogWriter

@@ -69,7 +69,7 @@ class Options:
 
 
 def load_cfg(overrides: Sequence[str]):
-    from seedflood.core import config
+    from seedflood.core.config import runconfig as config
 
     return config.load(None, list(overrides))
 
@@ -121,14 +121,14 @@ def keep_threads() -> Iterator[None]:
 
 def scalars(n: int, key: int) -> np.ndarray:
     """n reproducible N(0, 1) scalars (what a message carries; values do not affect timing)."""
-    from seedflood.core import rng
+    from seedflood.core.config import rng
 
     return rng.generator(_TAG_BENCH, key).standard_normal(n)
 
 
 def step_messages(step: int, n_origins: int, run_seed: int, key: int):
-    from seedflood.core import rng
-    from seedflood.core.message import Message
+    from seedflood.core.config import rng
+    from seedflood.core.flood.message import Message
 
     xs = scalars(n_origins, key * 1_000_003 + step)
     return [Message.make(o, step, rng.derive(run_seed, o, step, 0), float(xs[o])) for o in range(n_origins)]

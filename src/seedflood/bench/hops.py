@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from seedflood.core.transport import HEADER
+from seedflood.core.flood.transport import HEADER
 
 BARE_BYTES = HEADER + 13 + 5
 """Bare message size: length header + a one-record v2 frame (13-byte header, origin byte + f32
@@ -64,10 +64,10 @@ def _worker(kind: str, n: int, steps: int, warmup: int, rank: int, port: int) ->
     from seedflood.bench.common import NullDirection
     from seedflood.comm import runtime
     from seedflood.comm.gloo import GlooTransport
-    from seedflood.core import config
-    from seedflood.core import topology as topo
-    from seedflood.core.protocol import Protocol
-    from seedflood.core.systemsections import TransportConfig
+    from seedflood.core.config import runconfig as config
+    from seedflood.core.config.systemsections import TransportConfig
+    from seedflood.core.flood.protocol import Protocol
+    from seedflood.core.topology import resolve as topo
     from seedflood.roles.client import Client
 
     torch.set_num_threads(1)
@@ -254,8 +254,8 @@ def _ratio(a: Sequence[float], b: Sequence[float]) -> float | None:
 def fig_hops(quick: bool, steps: int = 0, timeout_s: float = 600.0) -> dict[str, Any]:
     """The figure: one row per (graph, N). quick: ring, N = 4 and 8, 3 timed steps; else every
     graph and N = 4…32, 5 timed steps (`steps` overrides). One warm-up step is not reported."""
-    from seedflood.core import topology as topo
-    from seedflood.core.graph import TopologyError
+    from seedflood.core.topology import resolve as topo
+    from seedflood.core.topology.graph import TopologyError
 
     kinds, sizes = (("ring",), QUICK_SIZES) if quick else (KINDS, SIZES)
     steps = steps or (3 if quick else 5)
@@ -272,7 +272,7 @@ def fig_hops(quick: bool, steps: int = 0, timeout_s: float = 600.0) -> dict[str,
 
 
 def _topology_cfg(kind: str, n: int):
-    from seedflood.core.systemsections import TopologyConfig
+    from seedflood.core.config.systemsections import TopologyConfig
 
     return TopologyConfig(kind=kind, nodes=n)
 

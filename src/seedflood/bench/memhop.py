@@ -20,8 +20,8 @@ from seedflood.bench.common import NullDirection, Options, fmt_stats, fmt_time, 
 def fig_hop(opts: Options) -> dict[str, Any]:
     """Flood latency per hop and per step with the in-memory network, N threads on a ring."""
     from seedflood.comm.memory import InMemoryNetwork
-    from seedflood.core import topology as topo
-    from seedflood.core.protocol import Protocol
+    from seedflood.core.flood.protocol import Protocol
+    from seedflood.core.topology import resolve as topo
     from seedflood.roles.client import Client
 
     sizes = (4, 8) if opts.quick else (8, 16, 32)

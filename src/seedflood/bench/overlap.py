@@ -126,10 +126,10 @@ def _reference_hashes(quick: bool) -> dict[str, str]:
     off = the plain client; on = a plain client whose protocol has the overlapped delay D + 1."""
     import dataclasses
 
-    from seedflood.core import config
-    from seedflood.core import topology as topo
-    from seedflood.core.protocol import Protocol
-    from seedflood.roles.simulation import simulate
+    from seedflood.core.config import runconfig as config
+    from seedflood.core.flood.protocol import Protocol
+    from seedflood.core.topology import resolve as topo
+    from seedflood.roles.inprocess import simulate
 
     out = {}
     for mode in ("off", "on"):

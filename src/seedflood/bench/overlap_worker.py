@@ -103,10 +103,10 @@ def run_worker(opts: dict[str, Any]) -> dict[str, Any]:
     """This process's report; opts: {"quick": bool, "ratio": float, "latency_s": float | None}."""
     from seedflood.comm import runtime
     from seedflood.comm.gloo import GlooTransport
-    from seedflood.core import config
-    from seedflood.core import topology as topo
-    from seedflood.core.protocol import Protocol
-    from seedflood.core.replay import state_hash
+    from seedflood.core.config import runconfig as config
+    from seedflood.core.flood.protocol import Protocol
+    from seedflood.core.topology import resolve as topo
+    from seedflood.core.zo.replay import state_hash
     from seedflood.ml.workload import Workload
     from seedflood.roles.client import Client
 

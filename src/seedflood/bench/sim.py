@@ -62,8 +62,8 @@ def build(
     model: str, clients: int, direction: str = "subcge", chunk: int = 0, device: str = "cpu", extra: Sequence[str] = ()
 ):
     """(workload, protocol, BatchedEstimator) for `clients` clients of the step figure's size."""
-    from seedflood.core import config
-    from seedflood.core.protocol import Protocol
+    from seedflood.core.config import runconfig as config
+    from seedflood.core.flood.protocol import Protocol
     from seedflood.ml.batched import BatchedEstimator
     from seedflood.ml.workload import Workload
 
@@ -111,7 +111,7 @@ def fig_sim(
     """Measure every N in `clients` (see the module docstring); returns JSON-friendly results."""
     import torch
 
-    from seedflood.core import zo
+    from seedflood.core.zo import estimate as zo
 
     results: dict[str, Any] = {
         "model": model,

@@ -36,8 +36,8 @@ class _Timed:
 def fig_step(opts: Options) -> dict[str, Any]:
     """ZO step efficiency of one client (topology of one node): 2 × plain forward / whole step."""
     from seedflood.comm.memory import InMemoryNetwork
-    from seedflood.core import family
-    from seedflood.core.protocol import Protocol
+    from seedflood.core.flood.protocol import Protocol
+    from seedflood.core.zo import family
     from seedflood.ml.workload import Workload
     from seedflood.roles.client import Client
 

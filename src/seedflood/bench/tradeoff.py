@@ -27,10 +27,10 @@ def fig_tradeoff(opts: Options) -> dict[str, Any]:
     """Per subspace rank and merge cadence: the live per-step overhead (as a fraction of the two
     forwards of a step) and the catch-up time of 10⁵ messages (16 clients × 6,250 steps), projected
     from measured parts and checked against a measured replay of 100 steps."""
-    from seedflood.core.protocol import Protocol
-    from seedflood.core.replay import Applier
-    from seedflood.core.subcge import SubCGE
-    from seedflood.core.trainsections import SubspaceConfig
+    from seedflood.core.config.trainsections import SubspaceConfig
+    from seedflood.core.flood.protocol import Protocol
+    from seedflood.core.zo.replay import Applier
+    from seedflood.core.zo.subcge import SubCGE
     from seedflood.rundir.logfile import LogReader, LogWriter
 
     ranks = (8, 32) if opts.quick else (8, 16, 32, 64)

@@ -24,9 +24,9 @@ def fig_bytes(opts: Options) -> dict[str, Any]:
     import dataclasses
 
     from seedflood.bench import wirecost
-    from seedflood.core import builders
-    from seedflood.core.transport import HEADER
-    from seedflood.roles.simulation import simulate
+    from seedflood.core.flood.transport import HEADER
+    from seedflood.core.topology import builders
+    from seedflood.roles.inprocess import simulate
 
     steps = 3
     common = [

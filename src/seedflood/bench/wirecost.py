@@ -3,7 +3,7 @@
 Owns `count` (the ByteCounter a run of N clients would fill, by driving `core.lockstep.Lockstep`
 with placeholder messages) and `measure` / `project` / `rows` (per directed edge figures, as
 table rows). So on any graph the counter equals, row for row, the one `simulation.simulate`
-fills for a run with the same N, K, hops and steps (tests/unit/test_wirecost.py checks it).
+fills for a run with the same N, K, hops and steps (tests/unit/bench/test_wirecost.py checks it).
 
 Why `count` is exact without a model: a frame's size depends only on which message ids it
 carries (origin, step, k: the layout widths and the count) and never on a scalar's or a seed's
@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from seedflood.core import message
-from seedflood.core.graph import Topology
-from seedflood.core.lockstep import Graph, Lockstep, as_topology
-from seedflood.core.message import Message
-from seedflood.core.protocol import schedule as protocol_schedule
-from seedflood.core.transport import ByteCounter
+from seedflood.core.flood import message
+from seedflood.core.flood.lockstep import Graph, Lockstep, as_topology
+from seedflood.core.flood.message import Message
+from seedflood.core.flood.protocol import schedule as protocol_schedule
+from seedflood.core.flood.transport import ByteCounter
+from seedflood.core.topology.graph import Topology
 
 
 def schedule(top: Topology, hops_per_step: int) -> tuple[int, int]:

@@ -41,13 +41,13 @@ def _raisable(*names: str) -> tuple[type[BaseException], ...]:
 
 def _bad_input_errors() -> tuple[type[BaseException], ...]:
     return _raisable(
-        "seedflood.core.configerror.ConfigError",
-        "seedflood.core.graph.TopologyError",
+        "seedflood.core.config.configerror.ConfigError",
+        "seedflood.core.topology.graph.TopologyError",
         "seedflood.ml.datafiles.TaskError",
         "seedflood.ml.sources.ModelError",
         "seedflood.comm.runtime.WorldError",
         "seedflood.rundir.layout.CheckpointError",
-        "seedflood.core.directions.DirectionError",
+        "seedflood.core.zo.directions.DirectionError",
         "seedflood.roles.train.RunError",
     )
 
@@ -55,13 +55,13 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
 def _run_errors() -> tuple[type[BaseException], ...]:
     """Failures of a running process that are explained in one line (exit status 1)."""
     return _raisable(
-        "seedflood.core.transport.TransportError",
-        "seedflood.core.flooding.FloodError",
-        "seedflood.core.message.FrameError",
+        "seedflood.core.flood.transport.TransportError",
+        "seedflood.core.flood.flooding.FloodError",
+        "seedflood.core.flood.message.FrameError",
         "seedflood.roles.evaluator.EvaluatorError",
-        "seedflood.core.zo.EstimateError",
-        "seedflood.core.replay.ReplayError",
-        "seedflood.core.membership.MembershipError",
+        "seedflood.core.zo.estimate.EstimateError",
+        "seedflood.core.zo.replay.ReplayError",
+        "seedflood.core.flood.membership.MembershipError",
     )
 
 

@@ -32,8 +32,8 @@ def _rebuild(run: RunDir, steps: int | None):
     """Config, workload, number of steps applied, and the log's (whole steps, torn tail bytes),
     rebuilt from base + log (resume.recorded_log: config.yaml must match the log header; every
     record passes the wire's validation)."""
-    from seedflood.core.protocol import trajectory
-    from seedflood.core.replay import Applier
+    from seedflood.core.flood.protocol import trajectory
+    from seedflood.core.zo.replay import Applier
     from seedflood.ml.workload import Workload
     from seedflood.rundir import resume
     from seedflood.rundir.layout import CheckpointError
@@ -75,7 +75,7 @@ def _writable_dir(path: Path) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from seedflood.core.replay import state_hash
+    from seedflood.core.zo.replay import state_hash
 
     if args.out:
         _writable_dir(Path(args.out))
@@ -106,7 +106,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     """Verify a run directory without loading weights: config.yaml against the log header, every
     log record, every checkpoint's checksum, and a log that ends whole (a torn tail is refused
     with its line, rundir.torntail). Exit 2 naming the first problem."""
-    from seedflood.core.protocol import trajectory
+    from seedflood.core.flood.protocol import trajectory
     from seedflood.ml import sampling
     from seedflood.ml.workload import train_digest
     from seedflood.rundir import checkpoints as ckpt

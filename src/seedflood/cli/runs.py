@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 def _load_config(args: argparse.Namespace):
-    from seedflood.core import config
+    from seedflood.core.config import runconfig as config
 
     return config.load(args.config, args.set or [])
 
@@ -29,10 +29,12 @@ def _preflight(cfg, full: bool = True) -> int:
     directory a resume would continue (settings, log integrity, checkpoints), so a bad run stops
     here, before any process starts and before anything is written.
     """
-    from seedflood.core import config
+    from seedflood.core.config import runconfig as config
 
     config.check_run(cfg)  # before the imports below load torch: this refusal answers at once
-    from seedflood.core import directions, protocol, topology
+    from seedflood.core.flood import protocol
+    from seedflood.core.topology import resolve as topology
+    from seedflood.core.zo import directions
     from seedflood.ml import model, sampling, tasks
     from seedflood.ml.workload import train_digest
     from seedflood.rundir import resume

@@ -11,7 +11,7 @@ import argparse
 
 
 def cmd_topology_show(args: argparse.Namespace) -> int:
-    from seedflood.core import topology
+    from seedflood.core.topology import resolve as topology
 
     cfg = topology.parse_spec(args.spec)
     print(topology.describe(topology.build(cfg)))

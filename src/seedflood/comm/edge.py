@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from seedflood.comm.framing import END, HeadBuffer, reason
-from seedflood.core.transport import EVALUATOR, HEADER, TransportError
+from seedflood.core.flood.transport import EVALUATOR, HEADER, TransportError
 
 TAG_BLOB = 0x5EED_0002  # catch-up blobs: apart from hops (TAG_HOP) and pushes (TAG_EVAL)
 TAG_BEAT = 0x5EED_0003  # heartbeats

@@ -41,7 +41,7 @@ from seedflood.comm.rendezvous import (
     register,
     sponsor_key,
 )
-from seedflood.core.transport import (
+from seedflood.core.flood.transport import (
     EVALUATOR,
     HEADER,
     INLINE_BYTES,

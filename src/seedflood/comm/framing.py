@@ -19,7 +19,7 @@ import struct
 import torch
 import torch.distributed as dist
 
-from seedflood.core.transport import HEADER
+from seedflood.core.flood.transport import HEADER
 
 # Gloo tags. monitored_barrier uses small counting tags in the same point-to-point namespace,
 # so ours sit far away from 0, 1, 2, ...

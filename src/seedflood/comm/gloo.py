@@ -1,4 +1,4 @@
-"""The process backend of `seedflood.core.transport`: torch.distributed point-to-point over gloo.
+"""The process backend of `seedflood.core.flood.transport`: torch.distributed point-to-point over gloo.
 
 Owns `GlooTransport` (one client process's hops and pushes) and `EvaluatorInbox` (rank 0's
 receiver for the pushes), over the frame layout in `framing`. Frames
@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from seedflood.comm.framing import END, LENGTH, TAG_EVAL, TAG_HOP, HeadBuffer, encode, reason
-from seedflood.core.transport import (
+from seedflood.core.flood.transport import (
     EOS,
     EVALUATOR,
     HEADER,

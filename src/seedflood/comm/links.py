@@ -45,7 +45,7 @@ from seedflood.comm.edge import TAG_BLOB, Edge, receive, wait_for, who
 from seedflood.comm.edgeset import EdgeSet
 from seedflood.comm.framing import END, LENGTH, TAG_EVAL, TAG_HOP, HeadBuffer, encode, reason
 from seedflood.comm.rendezvous import evaluator_next_key, peek
-from seedflood.core.transport import EVALUATOR, HEADER, LATE_FACTOR, TransportError
+from seedflood.core.flood.transport import EVALUATOR, HEADER, LATE_FACTOR, TransportError
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The in-process backend of `seedflood.core.transport`: threads of one process, with fault injection.
+"""The in-process backend of `seedflood.core.flood.transport`: threads of one process, with fault injection.
 
 Owns `InMemoryNetwork` (one directed FIFO queue per edge, plus the evaluator's `Inbox`; the
 faults; edge meetings, sponsor claims and catch-up payloads) and `Mutator` (a frame rewriter for
@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from seedflood.comm.memoryendpoint import MemoryTransport
-from seedflood.core.transport import LATE_FACTOR, ByteCounter, Inbox, TransportError
+from seedflood.core.flood.transport import LATE_FACTOR, ByteCounter, Inbox, TransportError
 
 __all__ = ["InMemoryNetwork", "MemoryTransport", "Mutator"]
 

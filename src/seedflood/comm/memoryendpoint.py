@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from seedflood.core.transport import EOS, EVALUATOR, HEADER, ByteCounter, TransportError, check_addressed
+from seedflood.core.flood.transport import EOS, EVALUATOR, HEADER, ByteCounter, TransportError, check_addressed
 
 # the network constructs its endpoints, so this names the type only (a runtime import would be a cycle)
 if TYPE_CHECKING:

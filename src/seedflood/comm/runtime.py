@@ -10,7 +10,7 @@ Owns:
 - `process_group`: a gloo process group with the configured timeout, torn down in `finally`
   without anything that can block on a dead peer; it yields a `Group` for the run's only
   collective steps (the resume broadcast, the final reports).
-- `free_port`. (CPUs, threads and memory of this host are `ml.host`'s.)
+- `free_port`. (CPUs, threads and memory of this host are `ml.machine`'s.)
 - `quiet_cpp_warnings`: torch's C++ warnings off in a launched role (each failure is one line).
 
 Assumes: every process of a run sees the same MASTER_ADDR/MASTER_PORT (under SLURM without
@@ -38,8 +38,8 @@ import torch
 import torch.distributed as dist
 
 from seedflood.comm.bounded import BoundedStore
-from seedflood.core.systemsections import TransportConfig
-from seedflood.core.topology import node_of
+from seedflood.core.config.systemsections import TransportConfig
+from seedflood.core.topology.resolve import node_of
 
 log = logging.getLogger(__name__)
 

@@ -42,12 +42,12 @@ from typing import Any
 import torch
 
 from seedflood.comm.memory import InMemoryNetwork
-from seedflood.core import config as config_mod
-from seedflood.core import topology as topo
-from seedflood.core.config import Config
-from seedflood.core.configerror import ConfigError
-from seedflood.core.directions import Gaussian, select_trainable
-from seedflood.core.transport import HEADER, ByteCounter
+from seedflood.core.config import runconfig as config_mod
+from seedflood.core.config.configerror import ConfigError
+from seedflood.core.config.runconfig import Config
+from seedflood.core.flood.transport import HEADER, ByteCounter
+from seedflood.core.topology import resolve as topo
+from seedflood.core.zo.directions import Gaussian, select_trainable
 from seedflood.experiments import gossip, tensorwire
 from seedflood.experiments.baselines_core import Algorithm, Choco, Ctx, Flat, Gossip, Mezo
 from seedflood.experiments.diloco import DiLoCo

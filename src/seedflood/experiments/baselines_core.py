@@ -47,12 +47,13 @@ import torch
 import torch.nn.functional as F
 
 from seedflood.comm.memoryendpoint import MemoryTransport
-from seedflood.core import rng, zo
-from seedflood.core.config import Config
-from seedflood.core.configerror import ConfigError
-from seedflood.core.directions import Gaussian
-from seedflood.core.graph import Topology
-from seedflood.core.transport import ByteCounter
+from seedflood.core.config import rng
+from seedflood.core.config.configerror import ConfigError
+from seedflood.core.config.runconfig import Config
+from seedflood.core.flood.transport import ByteCounter
+from seedflood.core.topology.graph import Topology
+from seedflood.core.zo import estimate as zo
+from seedflood.core.zo.directions import Gaussian
 from seedflood.experiments import gossip, tensorwire
 from seedflood.ml import objective
 from seedflood.ml.workload import Workload

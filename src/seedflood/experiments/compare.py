@@ -38,10 +38,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from seedflood.core import config as config_mod
-from seedflood.core.config import Config
-from seedflood.core.configerror import ConfigError
-from seedflood.core.yamlread import read_yaml
+from seedflood.core.config import runconfig as config_mod
+from seedflood.core.config.configerror import ConfigError
+from seedflood.core.config.runconfig import Config
+from seedflood.core.config.yamlread import read_yaml
 from seedflood.experiments.compare_report import ALGORITHMS, COLUMNS, RECORD, found_algorithms, report
 from seedflood.experiments.sweep import format_table
 from seedflood.rundir.atomic import atomic_write_text
@@ -243,7 +243,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     """`seedflood compare`: 0 when every algorithm ran (or was skipped), 1 when one failed, 2 (one
     line on stderr) for a bad invocation."""
-    from seedflood.core.graph import TopologyError
+    from seedflood.core.topology.graph import TopologyError
 
     try:
         return _main(args)
@@ -277,7 +277,7 @@ def _main(args: argparse.Namespace) -> int:
         overrides.append(f"run.steps={steps}")
     cfg = config_mod.load(args.config, overrides)
     algorithms = parse_algorithms(args.algorithms)
-    from seedflood.core.topology import topology_of
+    from seedflood.core.topology.resolve import topology_of
 
     topology_of(cfg)  # a bad topology is one line now, not the same failure in every row
     outcomes = run(cfg, algorithms, out, runner=dispatch, force=args.force, command=_command())

@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from seedflood.core import config as config_mod
-from seedflood.core.configerror import ConfigError
-from seedflood.core.systemsections import AlgorithmConfig
+from seedflood.core.config import runconfig as config_mod
+from seedflood.core.config.configerror import ConfigError
+from seedflood.core.config.systemsections import AlgorithmConfig
 from seedflood.experiments.sweep import last_final
 from seedflood.rundir.atomic import atomic_write_text
 from seedflood.rundir.metrics import TENSORBOARD_DIR, event_files, export_tensorboard, human_bytes, read_metrics

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from seedflood.core.graph import Topology
+from seedflood.core.topology.graph import Topology
 
 
 def mh_weights(top: Topology) -> np.ndarray:

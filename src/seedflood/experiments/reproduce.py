@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from seedflood.core import config as config_mod
-from seedflood.core.config import Config, ConfigError
+from seedflood.core.config import runconfig as config_mod
+from seedflood.core.config.runconfig import Config, ConfigError
 from seedflood.experiments import compare
 from seedflood.experiments.reproduce_plan import (
     ALGS16,
@@ -118,7 +118,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     """0: every planned run finished; 1: a run failed or was not started; 2: bad input (one line)."""
-    from seedflood.core.topology import TopologyError
+    from seedflood.core.topology.resolve import TopologyError
     from seedflood.experiments import reproduce_report
 
     try:

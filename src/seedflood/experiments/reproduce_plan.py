@@ -46,8 +46,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from seedflood.core import config as config_mod
-from seedflood.core.config import ConfigError
+from seedflood.core.config import runconfig as config_mod
+from seedflood.core.config.runconfig import ConfigError
 from seedflood.rundir.atomic import atomic_write_text
 
 PLAN = "plan.json"
@@ -276,7 +276,7 @@ def calibrate(base: Base, device: str, echo: Callable[[str], None] = print) -> C
     """Measure f, e, g and the load time on this machine with the base config's model and task."""
     import torch
 
-    from seedflood.core.directions import select_trainable
+    from seedflood.core.zo.directions import select_trainable
     from seedflood.experiments import tensorwire
     from seedflood.ml import model, objective
     from seedflood.ml.workload import Workload

@@ -37,9 +37,9 @@ from typing import Any
 
 import yaml
 
-from seedflood.core import config as config_mod
-from seedflood.core.configerror import ConfigError
-from seedflood.core.yamlread import read_yaml
+from seedflood.core.config import runconfig as config_mod
+from seedflood.core.config.configerror import ConfigError
+from seedflood.core.config.yamlread import read_yaml
 from seedflood.rundir.metrics import read_metrics
 
 logger = logging.getLogger(__name__)

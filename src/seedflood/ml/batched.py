@@ -38,7 +38,7 @@ What is equal only up to floating-point reduction order: the scalars. The stacke
 other GEMM and attention shapes (more rows, rows padded to the widest group) and adds the
 perturbation as a batched product instead of `addr_`, and averages single-token groups'
 cross-entropies with one index_add, so each loss differs from the sequential loss in its last bits (|ΔL| ~ 1e-7 in fp32), and a scalar (L+ − L−)/2ε by about |ΔL|/ε
-(tests/unit/test_batched.py states the tolerances). From the first differing scalar on, the
+(tests/unit/ml/test_batched.py states the tolerances). From the first differing scalar on, the
 weights and so the trajectory differ from the launched run's in the last bits too: a batched
 simulation is statistically, not bitwise, the launched run (final loss and accuracy within
 tolerance: tested). `sim.clients_per_forward` and the thread count change the shapes and so
@@ -64,11 +64,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from seedflood.core.directions import Direction, Gaussian
-from seedflood.core.protocol import Protocol
-from seedflood.core.subcge import SubCGE
-from seedflood.core.systemsections import SimConfig
-from seedflood.core.zo import EstimateError
+from seedflood.core.config.systemsections import SimConfig
+from seedflood.core.flood.protocol import Protocol
+from seedflood.core.zo.directions import Direction, Gaussian
+from seedflood.core.zo.estimate import EstimateError
+from seedflood.core.zo.subcge import SubCGE
 from seedflood.ml import grouped, objective
 
 log = logging.getLogger(__name__)

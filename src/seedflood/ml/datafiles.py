@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from seedflood.core.trainsections import TaskConfig
+from seedflood.core.config.trainsections import TaskConfig
 
 
 class TaskError(ValueError):

@@ -30,8 +30,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from seedflood.core import rng
-from seedflood.core.configerror import ConfigError
+from seedflood.core.config import rng
+from seedflood.core.config.configerror import ConfigError
 
 TAG_LORA = 0x10BA  # domain tag of the adapters' initial A matrices
 ADAPTER = "default"  # peft's adapter name: parameters are <module>.lora_A.default.weight

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from seedflood.core.replay import tensors_hash
-from seedflood.core.trainsections import ModelConfig
+from seedflood.core.config.trainsections import ModelConfig
+from seedflood.core.zo.replay import tensors_hash
 from seedflood.ml import sources
 from seedflood.ml.sources import ModelError
 

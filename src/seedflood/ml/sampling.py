@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seedflood.core import rng
-from seedflood.core.trainsections import TaskConfig
+from seedflood.core.config import rng
+from seedflood.core.config.trainsections import TaskConfig
 from seedflood.ml import prompts
 from seedflood.ml.datafiles import Example, TaskError
 from seedflood.ml.tasks import get

@@ -40,8 +40,8 @@ from typing import Any, Literal
 
 import torch
 
-from seedflood.core import rng
-from seedflood.core.trainsections import ModelConfig
+from seedflood.core.config import rng
+from seedflood.core.config.trainsections import ModelConfig
 from seedflood.ml import tinyllama
 
 log = logging.getLogger(__name__)

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from seedflood.core import rng
-from seedflood.core.trainsections import TaskConfig
+from seedflood.core.config import rng
+from seedflood.core.config.trainsections import TaskConfig
 from seedflood.ml import prompts
 from seedflood.ml.datafiles import (
     Example,

@@ -19,10 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from seedflood.core import family, protocol
-from seedflood.core.config import Config, TaskConfig
-from seedflood.core.directions import Direction
-from seedflood.ml import encoding, host, model, objective, sampling, tasks
+from seedflood.core.config.runconfig import Config, TaskConfig
+from seedflood.core.flood import protocol
+from seedflood.core.zo import family
+from seedflood.core.zo.directions import Direction
+from seedflood.ml import encoding, machine, model, objective, sampling, tasks
 from seedflood.ml.datafiles import Example, TaskError
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class Workload:
     def build(cls, cfg: Config, local_rank: int = 0, local_processes: int = 1) -> Workload:
         """Everything one process needs; `local_rank` picks this process's GPU for model.device=cuda,
         `local_processes` (how many the launcher started on this machine) sizes run.threads = 0."""
-        host.set_threads(cfg.run.threads, local_processes)
+        machine.set_threads(cfg.run.threads, local_processes)
         spec = tasks.get(cfg.task)  # the config's template/verbalizer overrides; table is built from it
         splits = sampling.load_splits(cfg.task, cfg.run.seed)
         loaded = model.load(cfg.model, local_rank=local_rank)

@@ -27,14 +27,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
-from seedflood.core import membership, stepstream
-from seedflood.core.agreement import Agreement
-from seedflood.core.flooding import FloodError
-from seedflood.core.membership import AUDIT, JOIN, Change, Note, Roster
-from seedflood.core.message import FrameError, Message
-from seedflood.core.transport import EVALUATOR, ChurnTransport, EvaluatorFeed, TransportError
-from seedflood.core.voter import Voter
-from seedflood.roles.host import Host, Records
+from seedflood.core.churn.agreement import Agreement
+from seedflood.core.churn.voter import Voter
+from seedflood.core.flood import membership, stepstream
+from seedflood.core.flood.flooding import FloodError
+from seedflood.core.flood.membership import AUDIT, JOIN, Change, Note, Roster
+from seedflood.core.flood.message import FrameError, Message
+from seedflood.core.flood.transport import EVALUATOR, ChurnTransport, EvaluatorFeed, TransportError
+from seedflood.roles.strategy import Host, Records
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from seedflood.core.transport import ChurnTransport, EvaluatorFeed, TransportError
+from seedflood.core.flood.transport import ChurnTransport, EvaluatorFeed, TransportError
 from seedflood.roles.churn import Churn
-from seedflood.roles.host import Host
+from seedflood.roles.strategy import Host
 
 log = logging.getLogger(__name__)
 

@@ -36,13 +36,13 @@ from seedflood.comm.attach import AttachInbox
 from seedflood.comm.bounded import StoreGone
 from seedflood.comm.links import EdgeTransport
 from seedflood.comm.rendezvous import STARTED_KEY, await_start
-from seedflood.core.membership import Change, Roster
-from seedflood.core.replay import state_hash
-from seedflood.core.transport import EVALUATOR, LATE_FACTOR, ByteCounter, Inbox
+from seedflood.core.flood.membership import Change, Roster
+from seedflood.core.flood.transport import EVALUATOR, LATE_FACTOR, ByteCounter, Inbox
+from seedflood.core.zo.replay import state_hash
 from seedflood.roles.churnstart import ChurnStrategy, sponsored_catch_up
 from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Settings
-from seedflood.roles.host import Strategy
+from seedflood.roles.strategy import Strategy
 from seedflood.roles.wiring import NO_RECORD, OwnRecord, Process, client_key
 from seedflood.rundir.clientlog import ClientLog, client_report, complete_from_clients
 from seedflood.rundir.layout import RunDir

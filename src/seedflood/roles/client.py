@@ -29,17 +29,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from seedflood.core import membership, zo
-from seedflood.core.directions import Direction
-from seedflood.core.flooding import Flood, FloodError
-from seedflood.core.graph import Topology
-from seedflood.core.membership import Change, Note
-from seedflood.core.message import FrameError, Message
-from seedflood.core.protocol import Protocol
-from seedflood.core.replay import Applier
-from seedflood.core.transport import Transport
+from seedflood.core.flood import membership
+from seedflood.core.flood.flooding import Flood, FloodError
+from seedflood.core.flood.membership import Change, Note
+from seedflood.core.flood.message import FrameError, Message
+from seedflood.core.flood.protocol import Protocol
+from seedflood.core.flood.transport import Transport
+from seedflood.core.topology.graph import Topology
+from seedflood.core.zo import estimate as zo
+from seedflood.core.zo.directions import Direction
+from seedflood.core.zo.replay import Applier
 from seedflood.roles.churn import Churn
-from seedflood.roles.host import Mode, Records, StepListener, Strategy
+from seedflood.roles.strategy import Mode, Records, StepListener, Strategy
 from seedflood.roles.strict import STRICT
 
 

@@ -39,13 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from seedflood.core import config as config_mod
-from seedflood.core import message, stepstream
-from seedflood.core.config import CheckpointConfig, Config, EvalConfig
-from seedflood.core.membership import Roster
-from seedflood.core.protocol import Protocol
-from seedflood.core.replay import Applier, state_hash
-from seedflood.core.transport import Inbox, TransportError
+from seedflood.core.config import runconfig as config_mod
+from seedflood.core.config.runconfig import CheckpointConfig, Config, EvalConfig
+from seedflood.core.flood import message, stepstream
+from seedflood.core.flood.membership import Roster
+from seedflood.core.flood.protocol import Protocol
+from seedflood.core.flood.transport import Inbox, TransportError
+from seedflood.core.zo.replay import Applier, state_hash
 from seedflood.ml import model
 from seedflood.ml.workload import Workload
 from seedflood.rundir import checkpoints as ckpt

@@ -42,16 +42,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from seedflood.core import lockstep, zo
-from seedflood.core import protocol as proto
-from seedflood.core import topology as topo
-from seedflood.core.config import Config
-from seedflood.core.graph import Topology
-from seedflood.core.message import Message, encode
-from seedflood.core.protocol import Protocol
-from seedflood.core.replay import Applier, state_hash
-from seedflood.core.transport import ByteCounter
-from seedflood.ml import host
+from seedflood.core.config.runconfig import Config
+from seedflood.core.flood import lockstep
+from seedflood.core.flood import protocol as proto
+from seedflood.core.flood.message import Message, encode
+from seedflood.core.flood.protocol import Protocol
+from seedflood.core.flood.transport import ByteCounter
+from seedflood.core.topology import resolve as topo
+from seedflood.core.topology.graph import Topology
+from seedflood.core.zo import estimate as zo
+from seedflood.core.zo.replay import Applier, state_hash
+from seedflood.ml import machine
 from seedflood.ml.batched import BatchedEstimator
 from seedflood.ml.workload import Workload
 from seedflood.roles.evaluator import Evaluator, Settings, restore_run
@@ -242,7 +243,7 @@ def run(cfg: Config, progress: bool = True) -> RunSummary:
     finally:
         evaluator.close()
     n = top.n
-    memory = host.memory()
+    memory = machine.memory()
     # One model is every client's model: equal by construction (so consensus, distance 0.0, bit
     # identical), and the flood checked that every node held the same complete set of each step
     # before it was applied.
@@ -252,7 +253,7 @@ def run(cfg: Config, progress: bool = True) -> RunSummary:
         client_step_hashes=[step_hashes] * n if cfg.run.hash_steps else None,
         # bytes_total counts topology edges only: a simulated run has no evaluator channel
         flood=[vars(f.stats) for f in sim.lockstep.floods],
-        threads=[host.threads()] * n,
+        threads=[machine.threads()] * n,
         memory={"evaluator": memory, "clients": None, "process": memory},
     )
     summary = seedflood_summary(

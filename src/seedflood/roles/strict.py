@@ -26,11 +26,11 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from seedflood.core.flooding import FloodError
-from seedflood.core.membership import Change
-from seedflood.core.schedule import StepSchedule
-from seedflood.core.transport import TransportError
-from seedflood.roles.host import Host, Records
+from seedflood.core.flood.flooding import FloodError
+from seedflood.core.flood.membership import Change
+from seedflood.core.flood.schedule import StepSchedule
+from seedflood.core.flood.transport import TransportError
+from seedflood.roles.strategy import Host, Records
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class Strict:
 
     def drain(self) -> None:
         """After the last step: hop until every step is applied (only with delayed flooding or
-        overlap), on the schedule's drain (core/schedule.py: its lag is delay − overlap)."""
+        overlap), on the schedule's drain (core/flood/schedule.py: its lag is delay − overlap)."""
         h, sched = self.host, self.schedule
         if self.inflight is not None:
             t = self.inflight.step

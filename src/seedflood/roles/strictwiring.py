@@ -23,13 +23,13 @@ from typing import Any
 
 from seedflood.comm import runtime
 from seedflood.comm.gloo import EvaluatorInbox, GlooTransport
-from seedflood.core import protocol as proto
-from seedflood.core.membership import Change
-from seedflood.core.stepstream import encode_step
-from seedflood.core.transport import ByteCounter, Inbox
+from seedflood.core.flood import protocol as proto
+from seedflood.core.flood.membership import Change
+from seedflood.core.flood.stepstream import encode_step
+from seedflood.core.flood.transport import ByteCounter, Inbox
 from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Settings
-from seedflood.roles.host import Strategy
+from seedflood.roles.strategy import Strategy
 from seedflood.roles.strict import STRICT
 from seedflood.roles.wiring import NO_RECORD, OwnRecord, Process, client_key
 from seedflood.rundir.logfile import Records

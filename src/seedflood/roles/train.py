@@ -27,14 +27,14 @@ import time
 from typing import Any
 
 from seedflood.comm import runtime
-from seedflood.core.config import Config
-from seedflood.core.membership import Change, MembershipError, Roster
-from seedflood.core.protocol import Protocol
-from seedflood.core.replay import state_hash
-from seedflood.core.stepstream import decode_step, encode_step
-from seedflood.core.topology import topology_of
-from seedflood.core.transport import ByteCounter
-from seedflood.ml import host
+from seedflood.core.config.runconfig import Config
+from seedflood.core.flood.membership import Change, MembershipError, Roster
+from seedflood.core.flood.protocol import Protocol
+from seedflood.core.flood.stepstream import decode_step, encode_step
+from seedflood.core.flood.transport import ByteCounter
+from seedflood.core.topology.resolve import topology_of
+from seedflood.core.zo.replay import state_hash
+from seedflood.ml import machine
 from seedflood.ml.workload import Workload
 from seedflood.roles.churnwiring import ChurnWiring
 from seedflood.roles.client import Client
@@ -153,8 +153,8 @@ def _client(
         "step_hashes": step_hashes,
         "bytes": counter.rows(),
         "flood": vars(client.flood.stats),
-        "threads": host.threads(),
-        "memory": host.memory(),  # at the end of training: the weights' pages are as written as they get
+        "threads": machine.threads(),
+        "memory": machine.memory(),  # at the end of training: the weights' pages are as written as they get
     }
     own.finished(report)
     _post(group, client_key(node), report)
@@ -197,7 +197,7 @@ def _evaluate(p: Process, wiring: Wiring[G, T], group: G, records: Records, star
         client_step_hashes=[r and r["step_hashes"] for r in clients] if cfg.run.hash_steps else None,
         flood=[r and r["flood"] for r in clients],
         threads=[r and r["threads"] for r in clients],
-        memory={"evaluator": host.memory(), "clients": [r and r["memory"] for r in clients]},
+        memory={"evaluator": machine.memory(), "clients": [r and r["memory"] for r in clients]},
     )
     summary = seedflood_summary(
         run_dir,

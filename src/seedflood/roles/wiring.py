@@ -24,16 +24,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from seedflood.comm.runtime import Group, World
-from seedflood.core import protocol as proto
-from seedflood.core.config import Config
-from seedflood.core.graph import Topology
-from seedflood.core.membership import Change
-from seedflood.core.protocol import Protocol as RunProtocol
-from seedflood.core.transport import ByteCounter, Inbox, Transport
+from seedflood.core.config.runconfig import Config
+from seedflood.core.flood import protocol as proto
+from seedflood.core.flood.membership import Change
+from seedflood.core.flood.protocol import Protocol as RunProtocol
+from seedflood.core.flood.transport import ByteCounter, Inbox, Transport
+from seedflood.core.topology.graph import Topology
 from seedflood.ml.workload import Workload
 from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Settings
-from seedflood.roles.host import Strategy
+from seedflood.roles.strategy import Strategy
 from seedflood.rundir.logfile import Records
 from seedflood.rundir.logheader import log_header
 

@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from seedflood.core import config as config_mod
-from seedflood.core.membership import Change
-from seedflood.core.message import Message
-from seedflood.core.protocol import Protocol
+from seedflood.core.config import runconfig as config_mod
+from seedflood.core.flood.membership import Change
+from seedflood.core.flood.message import Message
+from seedflood.core.flood.protocol import Protocol
 from seedflood.rundir.atomic import atomic_write_text
 from seedflood.rundir.layout import CONFIG, LOG, CheckpointError, RunDir
 from seedflood.rundir.logfile import LogReader, LogWriter, Records

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from seedflood.core.config import Config
+    from seedflood.core.config.runconfig import Config
 
 LOG = "log.bin"
 CONFIG = "config.yaml"

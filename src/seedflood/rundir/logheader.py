@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from seedflood.core import message
+from seedflood.core.flood import message
 from seedflood.rundir.layout import CheckpointError
 
 if TYPE_CHECKING:
-    from seedflood.core.config import Config
+    from seedflood.core.config.runconfig import Config
 
 LOG_MAGIC = b"SEEDFLOOD-LOG 3\n"
 """What new logs begin with: a header with its own CRC; records hold message.py v2 frames."""
@@ -73,7 +73,7 @@ def _seed_of(header: dict[str, Any], path: Path) -> message.SeedOf:
         raise CheckpointError(
             f'{path}: the log header has no integer trajectory "run.seed", needed to derive message seeds'
         )
-    from seedflood.core import rng  # numpy + torch: imported only when a v2 log is read or written
+    from seedflood.core.config import rng  # numpy + torch: imported only when a v2 log is read or written
 
     return functools.partial(rng.derive, run_seed)
 

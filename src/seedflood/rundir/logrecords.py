@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from seedflood.core import message
-from seedflood.core.membership import Change, Roster
-from seedflood.core.message import Message
+from seedflood.core.flood import message
+from seedflood.core.flood.membership import Change, Roster
+from seedflood.core.flood.message import Message
 from seedflood.rundir.layout import CheckpointError
 from seedflood.rundir.logheader import LogFormat
 

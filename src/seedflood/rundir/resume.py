@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from seedflood.core import config as config_mod
-from seedflood.core.config import Config
-from seedflood.core.membership import Change
-from seedflood.core.protocol import Protocol
-from seedflood.core.topology import topology_of
+from seedflood.core.config import runconfig as config_mod
+from seedflood.core.config.runconfig import Config
+from seedflood.core.flood.membership import Change
+from seedflood.core.flood.protocol import Protocol
+from seedflood.core.topology.resolve import topology_of
 from seedflood.rundir import checkpoints as ckpt
 from seedflood.rundir.layout import CONFIG, LOG, CheckpointError, RunDir
 from seedflood.rundir.logfile import LogReader, Records

@@ -21,11 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from seedflood.core import lockstep
-from seedflood.core.graph import Topology
-from seedflood.core.membership import Roster
-from seedflood.core.protocol import Protocol
-from seedflood.core.transport import ByteCounter
+from seedflood.core.flood import lockstep
+from seedflood.core.flood.membership import Roster
+from seedflood.core.flood.protocol import Protocol
+from seedflood.core.flood.transport import ByteCounter
+from seedflood.core.topology.graph import Topology
 from seedflood.rundir import checkpoints as ckpt
 from seedflood.rundir.atomic import atomic_write_text
 from seedflood.rundir.layout import RunDir

@@ -1,0 +1,129 @@
+"""A client's agreement over its flood, on the protocol's schedule (docs/churn-design.md, One history).
+
+Owns: `Voter` — an `agreement.Agreement` driven by the client's flood: what a churn client
+(roles/churn.py) calls at the end of every local step (and of every hop it waits), and what the
+schedule explorer (tests/explorer.py) drives through every fault schedule, so both run the same
+decisions — its vote schedule (step s is voted at local step s + vote_lag), the evidence it
+proposes against (two copies of one message id, a differing audited state hash), and taking a
+committed step's messages from the flood; `joins_in`, the newcomers a step's JOIN notes name.
+
+Assumes: pure Python (the core); the flood holds the step's messages and notes (VOTE, JOIN,
+AUDIT) as received; one thread uses the voter, its flood and its agreement at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from seedflood.core.churn.agreement import Agreement, Value, Vote, step_digest
+from seedflood.core.flood import membership
+from seedflood.core.flood.flooding import Flood
+from seedflood.core.flood.membership import AUDIT, JOIN, VOTE, Change, MembershipError, Note
+from seedflood.core.flood.message import Message
+from seedflood.core.flood.protocol import Protocol
+
+
+def joins_in(notes: Iterable[Note]) -> dict[int, int]:
+    """origin -> incarnation of the JOIN notes among `notes`."""
+    return {n.origin: n.value for n in notes if n.kind == JOIN}
+
+
+class Voter:
+    """One client's agreement over its flood, on the protocol's schedule (roles/churn.py).
+
+    `after(t, now)`: at the end of local step t (or of a hop waited at t), vote on every step whose
+    vote time (s + vote_lag) has come and that this client has not voted on, then commit what
+    the held votes prove and move its vote on (`Agreement.review`). `take(s)`: the messages of
+    committed step s, taken from the flood, once they are all here.
+    """
+
+    def __init__(self, protocol: Protocol, flood: Flood, agreement: Agreement, on_error: Callable[[str], None]) -> None:
+        self.protocol = protocol
+        self.flood = flood
+        self.agreement = agreement
+        self.on_error = on_error  # told once per origin named (two copies, an audit)
+        self.logged = 0  # steps before this came from a log or a catch-up: never voted on
+        agreement.quiet = (protocol.delay - protocol.vote_lag) * protocol.hops  # a vote's spread
+        self._named: set[int] = set()
+        self._decoded: dict[Note, Vote] = {}
+
+    def after(self, t: int, now: int) -> list[tuple[int, Change]]:
+        """`now`: hops this client has run (its clock for a ballot's quiet time)."""
+        a, p = self.agreement, self.protocol
+        for s in range(max(a.through + 1, self.logged), min(t - p.vote_lag, p.steps - 1) + 1):
+            if s in a.mine:
+                continue
+            value = self.propose(s)
+            if value is None:
+                break  # not a voter of s (yet), so not of the steps after it either
+            self.flood.originate_notes([a.vote(s, 0, value)])
+        commits, votes = a.review(self.votes, self.propose, now)
+        self.flood.originate_notes(votes)
+        if commits:  # forget decoded votes of committed steps
+            self._decoded = {n: v for n, v in self._decoded.items() if n.step > a.through}
+        return commits
+
+    def votes(self, s: int) -> list[Vote]:
+        """The votes held for step s (each note decoded once)."""
+        out = []
+        for note in self.flood.notes(s, VOTE):
+            if (v := self._decoded.get(note)) is None:
+                v = self._decoded[note] = Vote.of(note, self.protocol.n_origins)
+            out.append(v)
+        return out
+
+    def propose(self, s: int) -> Value | None:
+        """What this client holds for step s, less the origins it has evidence against: two
+        copies of one message id, or an audited state hash that differs from the majority's
+        (the audit of the step whose notes have had a vote's spread to reach every voter)."""
+        p = self.protocol
+        excluded = set(self.flood.conflicts)
+        for o in sorted(excluded - self._named):
+            self._named.add(o)
+            self.on_error(f"node {o} sent two different messages under one id ({self.flood.conflicts[o]})")
+        audited = s - 2 * (p.delay - p.vote_lag) - 1
+        if audited >= 0 and p.audits(audited):
+            votes = self.flood.notes(audited, AUDIT)
+            odd = membership.audit_verdict(self.agreement.node, audited, votes, self.agreement.roster.members)
+            for o in sorted(set(odd) - self._named):
+                self._named.add(o)
+                self.on_error(f"audit of step {audited}: node {o}'s state differs from the majority's")
+            excluded |= set(odd)
+        joins = joins_in(self.flood.notes(s, JOIN))
+        return self.agreement.propose(s, self.flood.held(s), self.flood.messages, joins, excluded)
+
+    def take(self, s: int) -> list[Message] | None:
+        """The messages of committed step s, taken from the flood, once all are here; None while
+        s is uncommitted or a message is still missing. A held copy that hashes to another digest
+        than the committed one stops this client: it never applies another history."""
+        value = self.agreement.pending.get(s)
+        if value is None:
+            return None
+        msgs = self.flood.messages(s, value.members)
+        if len(msgs) != len(value.members) * self.protocol.perturbations:
+            return None
+        if step_digest(value.prev, s, msgs, value.joins) != value.digest:
+            raise MembershipError(
+                f"node {self.agreement.node}: its copy of step {s} differs from the one a majority committed "
+                f"(digest {value.digest:016x}): it stops rather than apply another history"
+            )
+        del self.agreement.pending[s]
+        return self.flood.take_step(s, value.members)
+
+    def stuck(self, s: int, waited: int) -> MembershipError:
+        """The one line of a client that waited `waited` hops for step s in vain."""
+        a = self.agreement
+        if (value := a.pending.get(s)) is not None:  # committed, but messages never came
+            missing = len(value.members) * self.protocol.perturbations - len(self.flood.messages(s, value.members))
+            return membership.MinorityError(
+                f"node {a.node}: step {s} was committed but {missing} of its messages did not reach this "
+                f"client within {waited} extra hops (it was stalled or cut off while they were flooded): "
+                "this client stops (restart it to rejoin by replay)"
+            )
+        heard = sorted({v.origin for v in self.votes(s)} & a.roster.members)
+        return membership.MinorityError(
+            f"node {a.node}: step {s} was not committed within {waited} extra hops (votes from "
+            f"{len(heard)} of {len(a.roster.members)} members: {', '.join(map(str, heard)) or 'none'}; "
+            f"committed through step {a.through}): no reachable majority agrees, this client stops "
+            "(the majority, if any, trains on; restart this client to rejoin by replay)"
+        )

@@ -1,0 +1,268 @@
+"""The flood as a pure state machine over integer neighbour ids.
+
+Owns: which messages a node has seen, what it still owes each neighbour, when a step is complete,
+and forgetting old steps. It knows nothing of bytes, processes or models: a hop is
+`outbox()` on every node, delivery, then `receive()` on every node, driven by the caller.
+
+Rules (docs/design.md, Vocabulary; Processes and the step loop):
+- a message new to this node is forwarded to every neighbour except those known to have it
+  (the one it came from, any other that also sent it, and any we already sent it to); with
+  `routes` (graph.Topology.routes) only to the neighbours one hop further from its origin,
+  which reach every node at the same hop with fewer copies;
+- a step is complete when it holds all `per_origin` messages of every member origin;
+- steps are handed out for application strictly in order, each once; after that every message of
+  an applied step is a duplicate by construction (completeness means we saw all of them), so the
+  node forgets the step's ids and only remembers `applied_through`.
+Two copies of one id that differ in seed or scalar are a protocol violation: in a strict run a
+`FloodError`; under churn evidence against their origin (`conflicts`: the first copy is kept,
+the origin is named, and the agreement leaves it out of what this node proposes), never a crash
+of the receiver.
+
+Churn (docs/churn-design.md, Notes on the wire): notes (membership.Note: joins, audits) flood exactly like messages
+but are kept for `note_horizon` steps after their step is applied (a later decision reads them);
+neighbours come and go (`drop_peer`, and `add_peer`, which owes the newcomer everything held);
+and `take_step(step, origins)` hands out a decided step's messages from the given origins only,
+without the completeness check (the caller decided the step by the churn rule).
+
+Assumes: message ids were validated by the codec (origin < n_origins, k < per_origin).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from seedflood.core.flood.membership import Note
+from seedflood.core.flood.message import Message
+
+MessageId = tuple[int, int, int]  # (origin, step, k)
+NoteId = tuple[str, int, int]  # (kind, origin, step)
+Item = Message | Note
+
+
+class FloodError(RuntimeError):
+    """The flood reached a state the protocol forbids (conflicting copies, incomplete due step)."""
+
+
+@dataclass
+class FloodStats:
+    originated: int = 0
+    received: int = 0
+    new: int = 0
+    duplicates: int = 0
+    forwarded: int = 0
+
+
+class Flood:
+    def __init__(
+        self,
+        node: int,
+        peers: Sequence[int],
+        members: Iterable[int],
+        per_origin: int = 1,
+        routes: Mapping[int, Sequence[int]] | None = None,
+        note_horizon: int = 64,
+        tolerate_conflicts: bool = False,
+    ) -> None:
+        self.node = node
+        self.peers: tuple[int, ...] = tuple(sorted(peers))
+        # origin -> neighbours its messages are forwarded to (None: every neighbour)
+        self.routes: dict[int, frozenset[int]] | None = None
+        if routes is not None:
+            self.routes = {o: frozenset(ps) for o, ps in routes.items()}
+            if stray := {p for ps in self.routes.values() for p in ps} - set(self.peers):
+                raise FloodError(f"node {self.node}: routes name non-neighbours {sorted(stray)}")
+        self.members: frozenset[int] = frozenset(members)
+        self.per_origin = per_origin
+        self.applied_through = -1  # every step <= this was handed out and forgotten
+        self.stats = FloodStats()
+        self.note_horizon = note_horizon  # notes of steps < applied_through - this are forgotten
+        self.tolerate_conflicts = tolerate_conflicts
+        self.conflicts: dict[int, str] = {}
+        """origin -> the first pair of conflicting copies of one of its ids (churn: evidence)."""
+        self._store: dict[int, dict[MessageId, Message]] = {}  # step -> id -> message
+        self._notes: dict[int, dict[NoteId, Note]] = {}  # step -> id -> note
+        self._known: dict[MessageId | NoteId, set[int]] = {}  # id -> peers that have it
+        self._pending: dict[int, dict[MessageId | NoteId, Item]] = {p: {} for p in self.peers}
+
+    # -- traffic -------------------------------------------------------------------------------
+    def originate(self, messages: Iterable[Message]) -> None:
+        """Add this node's own messages; they go to every neighbour."""
+        for m in messages:
+            if m.origin != self.node:
+                raise FloodError(f"node {self.node} cannot originate a message of origin {m.origin}")
+            if not self._add(m, source=None):
+                raise FloodError(f"message {m.id} originated twice")
+            self.stats.originated += 1
+
+    def originate_notes(self, notes: Iterable[Note]) -> None:
+        """Add notes this node made (an audit of its state, a join it sponsors)."""
+        for n in notes:
+            self._add(n, source=None)
+
+    def receive(self, peer: int, messages: Iterable[Item]) -> list[Item]:
+        """Take a neighbour's messages and notes; returns those new to this node."""
+        if peer not in self._pending:
+            raise FloodError(f"node {self.node} received from {peer}, which is not a neighbour")
+        new = []
+        for m in messages:
+            self.stats.received += 1
+            if self._add(m, source=peer):
+                new.append(m)
+                self.stats.new += 1
+            else:
+                self.stats.duplicates += 1
+        return new
+
+    def restore(self, messages: Iterable[Message]) -> None:
+        """Hold messages that every node already has (a resume from the log): they count towards
+        completeness and are never sent. Their steps must not be applied yet."""
+        for m in messages:
+            if m.step <= self.applied_through:
+                raise FloodError(f"cannot restore message {m.id}: step {m.step} is already applied")
+            step = self._store.setdefault(m.step, {})
+            if m.id in step:
+                raise FloodError(f"message {m.id} restored twice")
+            step[m.id] = m
+            self._known[m.id] = set(self.peers)
+
+    def outbox(self) -> dict[int, list[Item]]:
+        """What to send each neighbour this hop (messages, then notes, each canonically
+        ordered); clears it."""
+        out = {}
+        for peer, pending in self._pending.items():
+            items = pending.values()
+            msgs: list[Item] = sorted(m for m in items if isinstance(m, Message))
+            msgs += sorted(n for n in items if isinstance(n, Note))
+            for m in msgs:
+                known = self._known.get(m.id)
+                if known is not None:
+                    known.add(peer)
+            pending.clear()
+            out[peer] = msgs
+            self.stats.forwarded += len(msgs)
+        return out
+
+    def _add(self, m: Item, source: int | None) -> bool:
+        """Record m; True if it is new. Queues it for every neighbour not known to have it."""
+        if isinstance(m, Note):
+            if m.step < self.applied_through - self.note_horizon:
+                return False  # too old to matter, and forgotten
+            step = self._notes.setdefault(m.step, {})
+        elif m.step <= self.applied_through:
+            return False  # its step is complete and applied: we have seen it
+        else:
+            step = self._store.setdefault(m.step, {})
+        old = step.get(m.id)
+        if old is not None:
+            if old != m:
+                if not self.tolerate_conflicts:
+                    raise FloodError(f"conflicting copies of message {m.id}: {old} vs {m}")
+                self.conflicts.setdefault(m.origin, f"two copies of {m.id}: {old} vs {m}")
+            if source is not None:
+                self._known[m.id].add(source)
+                self._pending[source].pop(m.id, None)
+            return False
+        step[m.id] = m
+        known = {source} if source is not None else set()
+        self._known[m.id] = known
+        targets = self.peers if self.routes is None or isinstance(m, Note) else self.routes.get(m.origin, ())
+        for p in targets:
+            if p not in known:
+                self._pending[p][m.id] = m
+        return True
+
+    # -- completeness --------------------------------------------------------------------------
+    def is_complete(self, step: int) -> bool:
+        """All messages of `step` from every member origin are here (or it was applied)."""
+        if step <= self.applied_through:
+            return True
+        have = self._store.get(step, {})
+        return len(have) >= len(self.members) * self.per_origin and all(
+            (o, step, k) in have for o in self.members for k in range(self.per_origin)
+        )
+
+    def missing(self, step: int) -> list[MessageId]:
+        have = self._store.get(step, {})
+        return [(o, step, k) for o in sorted(self.members) for k in range(self.per_origin) if (o, step, k) not in have]
+
+    def pop_step(self, step: int) -> list[Message]:
+        """Hand out the next step's messages in canonical order and forget its ids."""
+        if step != self.applied_through + 1:
+            raise FloodError(f"steps are applied in order: expected {self.applied_through + 1}, got {step}")
+        if not self.is_complete(step):
+            raise FloodError(f"step {step} is not complete at node {self.node}: missing {self.missing(step)[:8]}")
+        return self.take_step(step, self.members)
+
+    def take_step(self, step: int, origins: Iterable[int]) -> list[Message]:
+        """Hand out the messages of `step` (the next one) from `origins`, canonically ordered;
+        forget the step and notes older than the horizon. No completeness check: the caller
+        decided the step (churn), or checked it (`pop_step`)."""
+        if step != self.applied_through + 1:
+            raise FloodError(f"steps are applied in order: expected {self.applied_through + 1}, got {step}")
+        keep = set(origins)
+        held = self._store.pop(step, {})
+        msgs = sorted(m for m in held.values() if m.origin in keep)
+        for m in held.values():
+            self._known.pop(m.id, None)
+        self.applied_through = step
+        for s in [s for s in self._notes if s < step - self.note_horizon]:
+            for n in self._notes.pop(s).values():
+                self._known.pop(n.id, None)
+        return msgs
+
+    def held(self, step: int) -> dict[int, int]:
+        """origin -> messages of `step` held (the churn rule's input)."""
+        out: dict[int, int] = {}
+        for o, _, _ in self._store.get(step, {}):
+            out[o] = out.get(o, 0) + 1
+        return out
+
+    def messages(self, step: int, origins: Iterable[int]) -> list[Message]:
+        """The held messages of `step` from `origins`, canonically ordered (nothing is popped)."""
+        keep = set(origins)
+        return sorted(m for m in self._store.get(step, {}).values() if m.origin in keep)
+
+    def held_items(self) -> tuple[list[Message], list[Note]]:
+        """Every message of an undecided step and every note held (a rejoining peer's due)."""
+        msgs = sorted(m for table in self._store.values() for m in table.values())
+        return msgs, sorted(n for table in self._notes.values() for n in table.values())
+
+    def notes(self, step: int, kind: int) -> list[Note]:
+        """Notes of `kind` about `step` held, canonically ordered."""
+        return sorted(n for n in self._notes.get(step, {}).values() if n.kind == kind)
+
+    # -- neighbours ------------------------------------------------------------------------------
+    def drop_peer(self, peer: int) -> None:
+        """Stop sending to `peer` (it failed); what it was owed is dropped."""
+        if self.routes is not None:
+            raise FloodError(f"node {self.node}: shortest-path routes cannot survive losing peer {peer}")
+        self.peers = tuple(p for p in self.peers if p != peer)
+        self._pending.pop(peer, None)
+
+    def add_peer(self, peer: int) -> None:
+        """Start sending to `peer` (it (re)connected): it is owed everything held."""
+        if peer in self._pending:
+            raise FloodError(f"node {self.node}: peer {peer} is already connected")
+        if self.routes is not None:
+            raise FloodError(f"node {self.node}: shortest-path routes cannot take a new peer {peer}")
+        self.peers = tuple(sorted((*self.peers, peer)))
+        owed: dict[MessageId | NoteId, Item] = {}
+        for table in (*self._store.values(), *self._notes.values()):
+            for i, item in table.items():
+                owed[i] = item
+                self._known.get(i, set()).discard(peer)
+        self._pending[peer] = owed
+
+    def pop_ready(self, upto: int) -> list[tuple[int, list[Message]]]:
+        """Pop every consecutive complete step up to `upto` (for followers such as the evaluator)."""
+        out = []
+        while self.applied_through < upto and self.is_complete(self.applied_through + 1):
+            s = self.applied_through + 1
+            out.append((s, self.pop_step(s)))
+        return out
+
+    @property
+    def idle(self) -> bool:
+        """Nothing owed to any neighbour."""
+        return not any(self._pending.values())

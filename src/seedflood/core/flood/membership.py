@@ -1,0 +1,287 @@
+"""Who takes part in each step, as data: the roster, its changes, and the notes that flood.
+
+Owns (docs/churn-design.md, Membership is data; Notes on the wire):
+- `Change`: the roster change decided for one step — origins that leave (crashed, stalled, cut
+  off, or excluded by an audit) and origins that join (with their incarnation) — and its bytes
+  (a CRC-checked JSON record) for the log and the evaluator stream.
+- `Roster`: the members of every step, a pure function of the changes (what is committed
+  and how is agreement.py's business).
+- `Note`: a record flooded with the messages: `JOIN` (a sponsor admits a restarted origin from a
+  step on, and names the hop at which its edges connect: `join_note`, `link_hop`), `AUDIT` (an origin's state hash after a step) and `VOTE` (an origin's vote on a
+  step's content, agreement.Vote in its body).
+- `audit_verdict`: which origins' audited hashes differ from the majority's.
+- the hop payload (`encode_hop` / `decode_hop`): a message frame, plus notes when there are any.
+  Without notes it is exactly today's message frame, so a strict run's traffic is unchanged byte
+  for byte. (A decided step's bytes beyond the hop — the evaluator stream, the catch-up — are
+  stepstream.py's.)
+- the attach node (`Roster.attach`): the client the evaluator follows, a pure function of the
+  changes — when it leaves, the next member after it (cyclically) takes over.
+
+Assumes: pure Python (the core); notes and messages were validated by their codecs.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from seedflood.core.flood import message
+from seedflood.core.flood.message import FrameError, Limits, Message
+
+JOIN = 1
+AUDIT = 2
+VOTE = 4
+_KINDS = {JOIN: "join", AUDIT: "audit", VOTE: "vote"}
+
+
+class MembershipError(RuntimeError):
+    """This client cannot go on with the run (one line, for the operator)."""
+
+
+class MinorityError(MembershipError):
+    """This client's part of the graph holds no majority of the members: it stops so that one
+    history continues; restarting it later rejoins it by replay."""
+
+
+class ExcludedError(MembershipError):
+    """The others decided without this client (its messages came too late, or its audited state
+    hash differed from the majority's)."""
+
+
+def check_admitted(node: int, step: int, joined_at: int, roster: Roster) -> None:
+    """After applying committed `step`: a newcomer (`joined_at` > 0, the step its JOIN note names)
+    that the step left out raises ExcludedError. A JOIN note names one step, so once that step is
+    committed without it (the voters did not hold the note when they proposed it: a sponsor that
+    stalled or was cut off right after sponsoring) nothing would ever admit it, and it would
+    relay on uncounted for the rest of the run; it stops, and its restart joins."""
+    if step == joined_at > 0 and node not in roster.members:
+        raise ExcludedError(
+            f"node {node}: step {step} was committed without this client's JOIN (its sponsor's note did "
+            "not reach the voters in time): it stops (restart it to rejoin by replay)"
+        )
+
+
+# -- notes -------------------------------------------------------------------------------------------
+@dataclass(frozen=True, order=True)
+class Note:
+    """A flooded record. JOIN: `origin` counts again from `step` on, `value` = its incarnation,
+    `body` = the u64 hop index at which it and its neighbours connect their edges (`link_hop`).
+    AUDIT: `origin`'s state hash after applying `step`, `value` = its first 8 bytes (u64).
+    VOTE: `origin`'s vote on the content of `step` in ballot `value`; `body` is the vote
+    (agreement.Vote: incarnation, digests, members, joins)."""
+
+    step: int
+    kind: int
+    origin: int
+    value: int
+    body: bytes = b""
+
+    @property
+    def id(self) -> tuple[str, int, int] | tuple[str, int, int, int]:
+        """De-duplication key; never equal to a message id (those are int triples). A vote's
+        key holds its ballot: one vote per origin, step and ballot."""
+        if self.kind == VOTE:
+            return (_KINDS[self.kind], self.origin, self.step, self.value)
+        return (_KINDS[self.kind], self.origin, self.step)
+
+
+_LINK = struct.Struct("<Q")  # a JOIN note's body: the hop index its edges connect at
+
+
+def join_note(step: int, origin: int, incarnation: int, link_hop: int) -> Note:
+    """JOIN: `origin` (this incarnation) counts from `step`; it and its neighbours connect their
+    edges right before exchange `link_hop` (a hop index, the same at both ends of every edge)."""
+    return Note(step, JOIN, origin, incarnation, _LINK.pack(link_hop))
+
+
+def link_hop(note: Note) -> int:
+    """The hop index a JOIN note's edges connect at."""
+    return _LINK.unpack(note.body)[0]
+
+
+def audit_value(state_hash: str) -> int:
+    """The u64 an AUDIT note carries: the first 16 hex digits of the state's sha256."""
+    return int(state_hash[:16], 16)
+
+
+_NOTE = struct.Struct("<BIIQH")  # kind, origin, step, value, body length: 19 bytes, then the body
+_HOP_MAGIC = b"SN\x02"  # a hop payload with notes: magic, u32 message-frame length, frame, notes
+_U32 = struct.Struct("<I")
+_U16 = struct.Struct("<H")
+
+
+def check_note(n: Note, limits: Limits) -> bool:
+    """False for a note older than the window (stale: dropped, never an error — a neighbour that
+    connects late is owed every note its peer still holds, however old); FrameError for a note
+    no correct peer sends."""
+    if n.kind not in _KINDS:
+        raise FrameError(f"unknown note kind {n.kind}")
+    if not 0 <= n.origin < limits.n_origins:
+        raise FrameError(f"note origin {n.origin} out of range 0..{limits.n_origins - 1}")
+    if n.step > limits.max_step:
+        raise FrameError(f"note step {n.step} beyond window {limits.min_step}..{limits.max_step}")
+    if (n.kind == VOTE and not n.body) or (n.kind == AUDIT and n.body):
+        raise FrameError(f"note {n.id}: a vote has a body, an audit none")
+    if n.kind == JOIN and len(n.body) != _LINK.size:
+        raise FrameError(f"note {n.id}: a join's body is its {_LINK.size}-byte link hop, got {len(n.body)} bytes")
+    return n.step >= limits.min_step
+
+
+def encode_hop(msgs: Sequence[Message], notes: Sequence[Note] = ()) -> bytes:
+    """One hop's payload to one neighbour: the message frame alone when there are no notes."""
+    frame = message.encode(msgs)
+    if not notes:
+        return frame
+    body = _U32.pack(len(frame)) + frame + _U16.pack(len(notes))
+    body += b"".join(_NOTE.pack(n.kind, n.origin, n.step, n.value, len(n.body)) + n.body for n in sorted(notes))
+    return _HOP_MAGIC + body + _U32.pack(zlib.crc32(body))
+
+
+def decode_hop(payload: bytes, limits: Limits) -> tuple[list[Message], list[Note]]:
+    """(messages, notes) of a hop payload; FrameError on any defect (nothing is taken)."""
+    if not payload.startswith(_HOP_MAGIC):
+        return message.decode(payload, limits), []
+    body, crc = payload[len(_HOP_MAGIC) : -4], payload[-4:]
+    if len(payload) < len(_HOP_MAGIC) + 4 + 2 + 4 or _U32.unpack(crc)[0] != zlib.crc32(body):
+        raise FrameError("hop payload with notes fails its CRC or is truncated")
+    (n,) = _U32.unpack_from(body)
+    frame, rest = body[4 : 4 + n], body[4 + n :]
+    if len(frame) != n or len(rest) < 2:
+        raise FrameError("hop payload: message frame length disagrees with the payload")
+    (count,) = _U16.unpack_from(rest)
+    notes, at = [], 2
+    for _ in range(count):
+        if at + _NOTE.size > len(rest):
+            raise FrameError(f"hop payload: note {len(notes)} of {count} is truncated")
+        kind, origin, step, value, n = _NOTE.unpack_from(rest, at)
+        at += _NOTE.size
+        if at + n > len(rest):
+            raise FrameError(f"hop payload: note {len(notes)} of {count} claims {n} body bytes past the end")
+        notes.append(Note(step, kind, origin, value, bytes(rest[at : at + n])))
+        at += n
+    if at != len(rest):
+        raise FrameError(f"hop payload: {len(rest) - at} bytes after {count} notes")
+    return message.decode(frame, limits), [n for n in notes if check_note(n, limits)]
+
+
+# -- changes -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Change:
+    """The roster change of `step`: `leave` are last step's members without messages in this one
+    (`audit` ⊆ leave: excluded by an audit); `join` are (origin, incarnation) counted from here."""
+
+    step: int
+    leave: tuple[int, ...] = ()
+    join: tuple[tuple[int, int], ...] = ()
+    audit: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not set(self.audit) <= set(self.leave):
+            raise ValueError(f"change of step {self.step}: audited origins {self.audit} must also leave")
+        if set(self.leave) & {o for o, _ in self.join}:
+            raise ValueError(f"change of step {self.step}: an origin both leaves and joins")
+
+    def __bool__(self) -> bool:
+        return bool(self.leave or self.join)
+
+    def to_bytes(self) -> bytes:
+        body = json.dumps(
+            {"leave": list(self.leave), "join": [list(j) for j in self.join], "audit": list(self.audit)},
+            separators=(",", ":"),
+            sort_keys=True,
+        ).encode()
+        return _U32.pack(zlib.crc32(body) ^ self.step) + body
+
+    @classmethod
+    def from_bytes(cls, step: int, data: bytes) -> Change:
+        """The change of `step` from its bytes (the CRC binds the step too); FrameError if bad."""
+        if len(data) < 4 or _U32.unpack_from(data)[0] != zlib.crc32(data[4:]) ^ step:
+            raise FrameError(f"membership record of step {step} fails its CRC")
+        try:
+            d = json.loads(data[4:])
+            change = cls(
+                step,
+                tuple(int(o) for o in d["leave"]),
+                tuple((int(o), int(i)) for o, i in d["join"]),
+                tuple(int(o) for o in d["audit"]),
+            )
+        except (ValueError, KeyError, TypeError) as e:
+            raise FrameError(f"membership record of step {step} is malformed: {e}") from None
+        return change
+
+    def describe(self) -> str:
+        parts = []
+        if self.leave:
+            why = {o: "audit" if o in self.audit else "silent" for o in self.leave}
+            parts.append("leave " + ", ".join(f"{o} ({why[o]})" for o in self.leave))
+        if self.join:
+            parts.append("join " + ", ".join(f"{o} (incarnation {i})" for o, i in self.join))
+        return f"step {self.step}: " + "; ".join(parts)
+
+
+def next_attach(current: int, members: Collection[int], n_origins: int) -> int:
+    """The attach node after `current` leaves: the first member after it, cyclically."""
+    for k in range(1, n_origins + 1):
+        if (node := (current + k) % n_origins) in members:
+            return node
+    raise ValueError("no members left to attach the evaluator to")
+
+
+# -- the roster --------------------------------------------------------------------------------------
+@dataclass
+class Roster:
+    """Members of the next step to decide, every change so far (step -> Change), and the attach
+    node: the client that streams decided steps to the evaluator (it moves only when it leaves)."""
+
+    n_origins: int
+    members: frozenset[int] = field(default=frozenset())
+    changes: dict[int, Change] = field(default_factory=dict)
+    incarnations: dict[int, int] = field(default_factory=dict)
+    attach: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.members:
+            self.members = frozenset(range(self.n_origins))
+
+    def apply(self, change: Change) -> None:
+        """Advance over a decided change (from `decide`, a log or the evaluator stream)."""
+        if not set(change.leave) <= self.members:
+            raise FrameError(f"{change.describe()}: origins {sorted(set(change.leave) - self.members)} are not members")
+        if joined := {o for o, _ in change.join} & self.members:
+            raise FrameError(f"{change.describe()}: origins {sorted(joined)} are already members")
+        if any(not 0 <= o < self.n_origins for o, _ in change.join):
+            raise FrameError(f"{change.describe()}: origin out of range")
+        self.members = (self.members - set(change.leave)) | {o for o, _ in change.join}
+        self.incarnations.update(dict(change.join))
+        if self.attach not in self.members and self.members:
+            self.attach = next_attach(self.attach, self.members, self.n_origins)
+        if change:
+            self.changes[change.step] = change
+
+
+def audit_verdict(node: int, step: int, notes: Iterable[Note], members: Collection[int]) -> list[int]:
+    """Origins among `members` whose audited hash of `step` differs from the strict majority of
+    the audits held (absent audits are not votes: a crashed client is the message rule's
+    business). Raises ExcludedError if this node is one of them, MembershipError if no hash has a
+    strict majority (no side can be trusted)."""
+    votes = {n.origin: n.value for n in notes if n.kind == AUDIT and n.step == step and n.origin in members}
+    if not votes:
+        return []
+    (value, count), *_ = Counter(votes.values()).most_common(1)
+    if 2 * count <= len(votes):
+        raise MembershipError(
+            f"node {node}: the audit of step {step} has no majority state ("
+            + ", ".join(f"{o}: {v:016x}" for o, v in sorted(votes.items()))
+            + ")"
+        )
+    odd = sorted(o for o, v in votes.items() if v != value)
+    if node in odd:
+        raise ExcludedError(
+            f"node {node}: the audit of step {step} found this client's state {votes[node]:016x} "
+            f"differs from the majority's {value:016x}"
+        )
+    return odd

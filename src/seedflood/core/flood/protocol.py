@@ -1,0 +1,255 @@
+"""The protocol of one run: the rules every process must share, as one frozen value.
+
+Owns what a client, the evaluator, replay and resume must agree on, derived once from the config
+and the topology and then handed to each component in place of the whole `Config`:
+- who takes part: `n_origins` clients (topology nodes 0..N-1), `perturbations` messages (k) per
+  origin per step, and the rank map (topology.rank_of: rank 0 is the evaluator, node i is
+  rank i + 1), re-exported here so roles take it from the protocol;
+- what a message may be: its seed is `derive(run_seed, origin, step, k)`, its scalar is finite
+  and within `max_scalar`; `limits(lo, hi)` builds the codec's check for a step window and
+  `check_step` validates one complete step (every origin, every k, nothing else) wherever steps
+  come from: the wire, the evaluator's stream, a log on disk or a resume broadcast;
+- the update rule: lr(step) (warmup, then constant / linear / cosine over `steps`) and the
+  aggregation weight w (1 for sum, 1/N for mean);
+- the schedule: `hops` per step and the application `delay` = ⌈diameter / hops⌉ − 1, plus one
+  with `overlap` (the hops of step t run while step t+1 is estimated, so step t+1's estimates
+  cannot see what those hops complete: one more step of staleness, and nothing else — an
+  overlapped client produces exactly the bits of a plain client of the same delay);
+- `trajectory(...)`: every setting that changes the bits a run produces, flat and JSON-ready,
+  stored in the log header so a resume or replay with other settings is refused by name.
+
+Assumes: pure Python (the core); the config was validated and the topology is connected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from seedflood.core.config import rng
+from seedflood.core.config.configerror import ConfigError
+from seedflood.core.config.runconfig import Config
+from seedflood.core.flood.message import FrameError, Limits, Message
+from seedflood.core.topology.resolve import EVALUATOR_RANK, node_of, rank_of  # the rank map (rank 0: evaluator)
+
+__all__ = ["EVALUATOR_RANK", "Protocol", "digest", "node_of", "rank_of", "trajectory"]
+
+
+def schedule(diameter: int, hops: int, overlap: bool = False, settle: int = 0) -> tuple[int, int]:
+    """(vote_lag, delay) in steps. Step s is complete after the hops of steps s..s+D (D =
+    ⌈diameter/hops⌉ − 1); with overlap those of s+D end only once step s+D+1 is estimated, so it
+    is applied there. With churn (settle > 0) clients vote on s `settle` steps later still, and
+    apply it once the votes have had the hops a message gets (⌈diameter/hops⌉ steps)."""
+    spread = math.ceil(diameter / hops)
+    complete = max(0, spread - 1) + int(overlap)
+    if not settle:
+        return 0, complete
+    return complete + settle, complete + settle + spread
+
+
+@dataclass(frozen=True)
+class Protocol:
+    run_seed: int
+    n_origins: int
+    """N: clients, i.e. origins 0..N-1."""
+    perturbations: int
+    """K: messages per origin per step (k = 0..K-1)."""
+    steps: int
+    """Steps of the run (the horizon of a decaying lr schedule)."""
+    lr: float
+    schedule: str
+    warmup_steps: int
+    weight: float
+    """w in θ ← θ − lr·w·scalar·z: 1 (sum) or 1/N (mean)."""
+    eps: float
+    hops: int
+    """Hops per step."""
+    delay: int
+    """Steps between originating step s and applying it: s is applied at local step s + delay."""
+    max_scalar: float
+    step_window: int
+    """Frames may carry steps within ± this of the receiver's step."""
+    overlap: bool = False
+    """Hops of step t run on a background thread during step t+1's estimates (`delay` includes
+    the extra step). Every client of a run must agree: it changes how many hops `drain` runs."""
+    settle: int = 0
+    """Churn (docs/churn-design.md, Settings and the delay): steps of hops after a step's own before clients vote on it
+    (included in `delay`); 0 = strict (every origin's messages must arrive, else the run stops)."""
+    vote_lag: int = 0
+    """Churn: a client votes on step s at the end of local step s + vote_lag; the votes then get
+    ⌈diameter / hops⌉ steps of hops, so s is applied at s + delay, delay = vote_lag + that."""
+    audit_every: int = 0
+    """Churn: every this many steps each client floods its state hash (0 = never)."""
+
+    @property
+    def churn(self) -> bool:
+        """Steps are committed by a majority's votes (agreement.py), not required complete."""
+        return self.settle > 0
+
+    @property
+    def patience_hops(self) -> int:
+        """Churn: extra hops a client runs waiting for a step to be committed before it stops
+        (it cannot reach a majority that agrees): four delay windows, at least 16 steps' worth."""
+        return self.hops * max(16, 4 * (self.delay + 1))
+
+    def audits(self, step: int) -> bool:
+        """Each client floods an AUDIT note of its state after applying `step`."""
+        return bool(self.audit_every) and (step + 1) % self.audit_every == 0
+
+    @classmethod
+    def of(cls, cfg: Config, diameter: int) -> Protocol:
+        """The protocol of `cfg` on a topology of the given diameter (hops: 0 = the diameter)."""
+        hops = cfg.flood.hops_per_step or max(1, diameter)
+        overlap = cfg.flood.overlap
+        settle = cfg.churn.settle
+        if settle and overlap:
+            raise ConfigError("churn.settle: not supported together with flood.overlap yet; set one of them")
+        vote_lag, delay = schedule(diameter, hops, overlap, settle)
+        if cfg.flood.step_window <= delay:
+            raise ConfigError(
+                f"flood.step_window: must exceed the flooding delay {delay} (diameter {diameter}, "
+                f"{hops} hops per step{', overlap' if overlap else ''}), got {cfg.flood.step_window}"
+            )
+        n = cfg.topology.nodes
+        return cls(
+            run_seed=cfg.run.seed,
+            n_origins=n,
+            perturbations=cfg.zo.perturbations,
+            steps=cfg.run.steps,
+            lr=cfg.zo.lr,
+            schedule=cfg.zo.schedule,
+            warmup_steps=cfg.zo.warmup_steps,
+            weight=1.0 if cfg.zo.aggregate == "sum" else 1.0 / n,
+            eps=cfg.zo.eps,
+            hops=hops,
+            delay=delay,
+            max_scalar=cfg.flood.max_scalar,
+            step_window=cfg.flood.step_window,
+            overlap=overlap,
+            settle=settle,
+            vote_lag=vote_lag,
+            audit_every=cfg.churn.audit_every,
+        )
+
+    # -- messages ------------------------------------------------------------------------------
+    def seed(self, origin: int, step: int, k: int = 0) -> int:
+        return rng.derive(self.run_seed, origin, step, k)
+
+    def limits(self, lo: int, hi: int) -> Limits:
+        """What a receiver accepts for steps lo..hi."""
+        return Limits(
+            n_origins=self.n_origins,
+            min_step=max(0, lo),
+            max_step=hi,
+            max_k=self.perturbations,
+            max_scalar=self.max_scalar,
+            seed_of=self.seed,
+        )
+
+    def wire_limits(self, step: int) -> Limits:
+        """Frames a client accepts during the hops of `step`."""
+        return self.limits(step - self.step_window, step + self.step_window)
+
+    @property
+    def per_step(self) -> int:
+        """Messages in one complete step: N·K."""
+        return self.n_origins * self.perturbations
+
+    def check_step(self, step: int, messages: Sequence[Message], members: Collection[int] | None = None) -> None:
+        """Raise FrameError unless `messages` are exactly the K valid messages of every origin in
+        `members` (default: all N) for `step`."""
+        limits = self.limits(step, step)
+        for m in messages:
+            limits.check(m)
+        want = {
+            (o, step, k)
+            for o in (range(self.n_origins) if members is None else members)
+            for k in range(self.perturbations)
+        }
+        ids = {m.id for m in messages}
+        if len(ids) != len(messages) or ids != want:
+            raise FrameError(
+                f"step {step} holds {len(messages)} messages ({len(ids)} distinct), a complete step has "
+                f"{len(want)}" + (f" (members {sorted(members)})" if members is not None else "")
+            )
+
+    # -- the update rule -------------------------------------------------------------------------
+    def lr_at(self, step: int) -> float:
+        """Learning rate of `step` (0-based): linear warmup, then constant / linear decay / cosine."""
+        if self.warmup_steps and step < self.warmup_steps:
+            return self.lr * (step + 1) / self.warmup_steps
+        if self.schedule == "constant":
+            return self.lr
+        span = max(1, self.steps - self.warmup_steps)
+        frac = min(1.0, (step - self.warmup_steps) / span)
+        if self.schedule == "linear":
+            return self.lr * (1.0 - frac)
+        return self.lr * 0.5 * (1.0 + math.cos(math.pi * frac))
+
+    def coefficient(self, m: Message) -> float:
+        """c in θ ← θ + c·z(seed) for message m: −lr(step)·w·scalar."""
+        return -self.lr_at(m.step) * self.weight * m.scalar
+
+
+def trajectory(cfg: Config, protocol: Protocol, train_digest: str) -> dict[str, Any]:
+    """Every setting that changes the bits of a run's steps, as a flat JSON-ready dict.
+
+    Left out on purpose, because they may change between a run and its resume: where the run
+    lives and how it reports (run.out_dir, threads, log level, hash_steps, eval.*, checkpoint.*),
+    timeouts (transport.*), the device (model.device: same algorithm, other hardware), the
+    frame step window, and the graph itself — the trajectory depends on the topology only through
+    N and the delay. The train split enters by its digest (files, sizes and the split seed all
+    act through it); the base weights by the hash stored next to this in the log header.
+    run.steps matters only to a decaying lr schedule, so a constant-lr run may be extended.
+    flood.overlap acts only through the delay (an overlapped run has exactly the bits of a plain
+    run with the same delay), so toggling it is refused as `flood.delay (D -> D+1)`.
+    """
+    zo = cfg.zo
+    return {
+        "run.seed": cfg.run.seed,
+        "run.steps": cfg.run.steps if zo.schedule != "constant" else None,
+        "zo.direction": zo.direction,
+        "zo.eps": zo.eps,
+        "zo.lr": zo.lr,
+        "zo.schedule": zo.schedule,
+        "zo.warmup_steps": zo.warmup_steps,
+        "zo.aggregate": zo.aggregate,
+        "zo.perturbations": zo.perturbations,
+        "zo.trainable": list(zo.trainable),
+        "subspace.rank": cfg.subspace.rank if zo.direction == "subcge" else None,
+        "subspace.refresh": cfg.subspace.refresh if zo.direction == "subcge" else None,
+        "subspace.merge_every": cfg.subspace.merge_every if zo.direction == "subcge" else None,
+        "subspace.forward": cfg.subspace.forward if zo.direction == "subcge" else None,
+        "flood.max_scalar": cfg.flood.max_scalar,
+        "topology.nodes": protocol.n_origins,
+        "flood.delay": protocol.delay,
+        "task.name": cfg.task.name,
+        "task.batch_size": cfg.task.batch_size,
+        "task.max_tokens": cfg.task.max_tokens,
+        "task.train_digest": train_digest,
+        # Only when set, so run directories written before these keys existed still resume.
+        **({"task.split": cfg.task.split, "task.alpha": cfg.task.alpha} if cfg.task.split != "iid" else {}),
+        **({"task.template": cfg.task.template} if cfg.task.template else {}),
+        **({"task.candidates": list(cfg.task.candidates)} if cfg.task.candidates else {}),
+        **({"task.text_fields": list(cfg.task.text_fields)} if cfg.task.text_fields else {}),
+        # batched simulation: scalars equal the sequential ones only up to reduction order (and
+        # the grouping), so its bits are its own; absent when off, so older logs still resume
+        **({"sim.batched": True, "sim.clients_per_forward": cfg.sim.clients_per_forward} if cfg.sim.batched else {}),
+        "model.name": cfg.model.name,
+        "model.gguf_file": cfg.model.gguf_file,
+        "model.dtype": cfg.model.dtype,
+        "model.tiny": dict(sorted(cfg.model.tiny.items())),
+    }
+
+
+def digest(records: Iterable[Any]) -> str:
+    """sha256 (16 hex digits) of JSON-serialisable records, e.g. (fields, label) of each example."""
+    h = hashlib.sha256()
+    for r in records:
+        h.update(json.dumps(r, sort_keys=True).encode())
+        h.update(b"\n")
+    return h.hexdigest()[:16]

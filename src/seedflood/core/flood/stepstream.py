@@ -1,0 +1,164 @@
+"""Decided steps as bytes beyond the hop: the step payload, the evaluator stream, the catch-up.
+
+Owns (docs/churn-design.md: Membership is data, The evaluator follows the attach node, Rejoin across processes):
+- the step payload (`encode_step` / `decode_step`): a decided step's messages plus its roster
+  change when it has one; without a change it is exactly today's message frame, so a strict
+  run's log and evaluator stream are unchanged byte for byte.
+- the churn evaluator stream: every push is a step payload prefixed by its step (`encode_push` /
+  `decode_push`), and every evaluator edge opens with the sender's decided steps as one blob of
+  such pushes (`encode_pushes` / `decode_pushes`); `StepSequence` turns the overlapping streams of
+  successive attach nodes into each step once, in order, and refuses two contents for one step.
+- `CatchUp`: what a sponsor hands a rejoining neighbour.
+
+Assumes: pure Python (the core); the hop payload inside a catch-up (`held`) is membership.py's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from seedflood.core.flood import message
+from seedflood.core.flood.membership import Change
+from seedflood.core.flood.message import FrameError, Message
+
+_STEP_MAGIC = b"SC\x01"  # an evaluator payload with a change: magic, u32 change length, change, frame
+_U32 = struct.Struct("<I")
+
+
+def encode_step(msgs: Sequence[Message], change: Change | None = None) -> bytes:
+    """A decided step for the evaluator: its message frame, prefixed by its change if any."""
+    frame = message.encode(msgs)
+    if not change:
+        return frame
+    data = change.to_bytes()
+    return _STEP_MAGIC + _U32.pack(len(data)) + data + frame
+
+
+def decode_step(payload: bytes, step: int, **decode_args: object) -> tuple[list[Message], Change | None]:
+    if not payload.startswith(_STEP_MAGIC):
+        return message.decode(payload, **decode_args), None  # type: ignore[arg-type]
+    head = len(_STEP_MAGIC) + 4
+    if len(payload) < head:
+        raise FrameError("step payload with a change is truncated")
+    (n,) = _U32.unpack_from(payload, len(_STEP_MAGIC))
+    change = Change.from_bytes(step, payload[head : head + n])
+    return message.decode(payload[head + n :], **decode_args), change  # type: ignore[arg-type]
+
+
+_PUSH = struct.Struct("<II")  # a push in a blob: step, payload length (bytes)
+
+
+def encode_push(step: int, payload: bytes) -> bytes:
+    """A churn push to the evaluator: u32 step, then the step payload (`encode_step`)."""
+    return _U32.pack(step) + payload
+
+
+def decode_push(data: bytes) -> tuple[int, bytes]:
+    """(step, step payload) of a push; FrameError when it cannot hold a step."""
+    if len(data) < 4:
+        raise FrameError(f"evaluator push of {len(data)} bytes has no step")
+    return _U32.unpack_from(data)[0], data[4:]
+
+
+def encode_pushes(steps: Iterable[tuple[int, bytes]]) -> bytes:
+    """Decided steps (step, step payload) as one blob: what opens every evaluator edge. A CRC
+    over the whole blob, because one corrupt length would misread every step after it."""
+    body = b"".join(_PUSH.pack(s, len(p)) + p for s, p in steps)
+    return _U32.pack(zlib.crc32(body)) + body
+
+
+def decode_pushes(blob: bytes) -> list[tuple[int, bytes]]:
+    """The (step, step payload) pairs of `encode_pushes`; FrameError on any defect."""
+    if len(blob) < 4 or _U32.unpack_from(blob)[0] != zlib.crc32(blob[4:]):
+        raise FrameError("evaluator catch-up blob fails its CRC or is truncated")
+    out, at = [], 4
+    while at < len(blob):
+        if at + _PUSH.size > len(blob):
+            raise FrameError("evaluator catch-up blob: a truncated step header")
+        s, n = _PUSH.unpack_from(blob, at)
+        at += _PUSH.size
+        if at + n > len(blob):
+            raise FrameError(f"evaluator catch-up blob: step {s} claims {n} bytes past the end")
+        out.append((s, blob[at : at + n]))
+        at += n
+    return out
+
+
+_CATCH_UP_MAGIC = b"SJ\x02"
+_CATCH_UP_HEAD = struct.Struct("<IIIIQ")  # sponsor, next step, join step, incarnation, hop
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """What a sponsor hands a rejoining neighbour (docs/churn-design.md, Rejoin across processes): its decided steps from 0
+    (step, step payload), the hop payload of the messages and notes it holds for undecided steps,
+    the step the newcomer goes on from, its JOIN step, the incarnation admitted and `hop`, the
+    sponsor's hop index of the edge's first exchange (the newcomer's hop clock starts there, so
+    its JOIN note's link hop means the same exchange at both ends of its other edges). Bytes:
+    magic, CRC-32 of the rest, four u32 and a u64, u32 held length, held, then
+    `encode_pushes(steps)`."""
+
+    sponsor: int
+    next_step: int
+    join_step: int
+    incarnation: int
+    steps: list[tuple[int, bytes]]
+    held: bytes
+    hop: int = 0
+
+    def to_bytes(self) -> bytes:
+        head = _CATCH_UP_HEAD.pack(self.sponsor, self.next_step, self.join_step, self.incarnation, self.hop)
+        body = head + _U32.pack(len(self.held)) + self.held + encode_pushes(self.steps)
+        return _CATCH_UP_MAGIC + _U32.pack(zlib.crc32(body)) + body
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> CatchUp:
+        """FrameError on any defect: a rejoin replays nothing it cannot trust."""
+        at = len(_CATCH_UP_MAGIC) + 4
+        if not data.startswith(_CATCH_UP_MAGIC) or len(data) < at + _CATCH_UP_HEAD.size + 4:
+            raise FrameError("catch-up payload: bad magic or truncated")
+        if _U32.unpack_from(data, len(_CATCH_UP_MAGIC))[0] != zlib.crc32(data[at:]):
+            raise FrameError("catch-up payload fails its CRC")
+        sponsor, next_step, join_step, incarnation, hop = _CATCH_UP_HEAD.unpack_from(data, at)
+        at += _CATCH_UP_HEAD.size
+        (n,) = _U32.unpack_from(data, at)
+        at += 4
+        if at + n > len(data):
+            raise FrameError("catch-up payload: held messages run past the end")
+        steps = decode_pushes(data[at + n :])
+        return cls(sponsor, next_step, join_step, incarnation, steps, data[at : at + n], hop)
+
+
+class StepSequence:
+    """Steps from successive senders (attach nodes), each step once and in order from `next`.
+
+    Each sender sends its decided steps from the step the evaluator needs (a catch-up blob), then
+    each step it commits; its first steps may repeat what an earlier sender sent. `offer` says
+    whether a step is the next one (take it), an old one (drop it, after checking that its bytes
+    equal the ones taken: two senders with different contents for one step are two histories,
+    an error, never a silent pick), or a gap, which is an error: a sender skips nothing.
+    """
+
+    def __init__(self, next_step: int = 0) -> None:
+        self.next = next_step
+        self._seen: dict[int, bytes] = {}  # step -> digest of the payload taken (this stream's)
+
+    def offer(self, step: int, payload: bytes | None = None) -> bool:
+        if step > self.next:
+            raise FrameError(f"evaluator stream jumps from step {self.next} to step {step}")
+        key = None if payload is None else hashlib.blake2b(payload, digest_size=8).digest()
+        if step < self.next:
+            if key is not None and self._seen.get(step, key) != key:
+                raise FrameError(
+                    f"evaluator stream: step {step} arrived again with other contents: two senders hold "
+                    "different histories (refused; nothing of it is logged)"
+                )
+            return False
+        if key is not None:
+            self._seen[step] = key
+        self.next += 1
+        return True

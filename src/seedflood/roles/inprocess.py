@@ -1,0 +1,264 @@
+"""N clients in one process: the reference the multi-process runtime is checked against.
+
+Owns: running every client of a config through the real client loop (flooding, codec, replay)
+over an in-memory transport, one thread per client, each with its own model copy. The result
+holds each client's final hash, its per-step hashes, the complete steps in order (what the
+evaluator would log) and the traffic counters. A run can be stopped after some steps and
+resumed from the steps it logged, exactly as a relaunched run resumes from its log.
+
+Faults (`events`, churn runs): each node's own thread carries out its events at the start of the
+step they name — `kill` (crash before this step: the network fails every edge of the node at once), `crash` (dies
+in hop `hop` of this step after its frame reached only its first `arg` peers), `stall`
+(SIGSTOP for `arg` seconds: the node's next exchange blocks, its neighbours drop it once it has
+been silent for the transport timeout), `cut` (the link to node `arg` fails both ways),
+`corrupt` (add `arg` to one weight: a client whose state silently differs, for the audit),
+`restart` (a killed node comes back once the others reach `step`: a new incarnation with the
+base weights, caught up by its sponsor's log; its per-step hashes before that are None; a life
+that ends before the run does is restarted again, up to RESTART_TRIES times). A node
+that stops by the churn rules (minority, excluded) or is killed is reported in `exits`, not raised;
+with `supervise`, one stopped by the rules is restarted as its launcher would restart it.
+
+Assumes: torch ops are deterministic for a fixed thread count; callers that compare against
+other processes pin `run.threads` (the tests use 1).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from seedflood.comm.memory import InMemoryNetwork, Mutator
+from seedflood.core.config.runconfig import Config
+from seedflood.core.flood.membership import Change, MembershipError
+from seedflood.core.flood.message import Message
+from seedflood.core.flood.protocol import Protocol
+from seedflood.core.flood.transport import LATE_FACTOR, ByteCounter, TransportError
+from seedflood.core.topology import resolve as topo
+from seedflood.core.topology.graph import Topology
+from seedflood.core.zo.replay import state_hash
+from seedflood.ml.workload import Workload
+from seedflood.roles.churnstart import ChurnStrategy, sponsored_catch_up
+from seedflood.roles.client import Client
+from seedflood.roles.strategy import Records, Strategy
+from seedflood.roles.strict import STRICT
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SimResult:
+    hashes: dict[int, str]
+    """node -> final state hash."""
+    step_hashes: dict[int, list[str]]
+    """node -> hash after each applied step."""
+    records: list[tuple[int, Sequence[Message]]]
+    """Every complete step applied (by node 0), in order: what the evaluator logs."""
+    counter: ByteCounter
+    workloads: dict[int, Workload] = field(repr=False)
+    exits: dict[int, str] = field(default_factory=dict)
+    """node -> why it stopped early (killed, minority, excluded); absent = finished."""
+    changes: dict[int, Change] = field(default_factory=dict)
+    """The roster changes (step -> Change) of the lowest finished node."""
+
+
+RESTART_TRIES = 5
+"""`restart`: a rejoin that fails (its sponsor dies before it is admitted, so it is left alone)
+is restarted again, as a launcher's restart-on-failure policy would, at most this often."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """A fault a node's thread carries out at the start of `step` (see the module docstring)."""
+
+    step: int
+    node: int
+    action: str  # kill | crash | stall | cut | corrupt | restart
+    arg: float = (
+        0.0  # crash: peers its last frame reaches; stall: seconds; cut: the other end; corrupt: added to a weight
+    )
+    hop: int = 0  # crash: in which hop of the step (0-based)
+
+    def __post_init__(self) -> None:
+        if self.action not in ("kill", "crash", "stall", "cut", "corrupt", "restart"):
+            raise ValueError(f"unknown fault action {self.action!r}")
+
+
+def simulate(
+    cfg: Config,
+    top: Topology | None = None,
+    hash_every_step: bool = True,
+    mutate: Mutator | None = None,
+    stop: int | None = None,
+    resume: Records = (),
+    protocol: Protocol | None = None,
+    events: Sequence[Event] = (),
+    supervise: bool = False,
+) -> SimResult:
+    """Run every client of `cfg`; raises the first client error (others cascade).
+
+    `stop`: end after this many steps without draining (a run killed there); `resume`: the
+    complete steps of an earlier run to catch up from (each client resumes as after a relaunch).
+    `mutate(src, dst, hop, frame) -> frame` may corrupt traffic for fault-injection tests.
+    `protocol`: run under this protocol instead of the config's (e.g. a reference with another
+    delay, `dataclasses.replace(p, delay=d, overlap=False)`); the topology must fit it.
+    `events`: faults to inject (churn runs only: the transport then tolerates failures).
+    `supervise`: a node without `restart` events that the churn rules stop (cut off from the
+    majority, excluded) is restarted while others still run, as the churn launchers restart a
+    client that exits with that error (status 1: launch/churn.sh's torchrun agents, MAX_RESTARTS;
+    compose's on-failure; under SLURM it is `scontrol requeue` by hand); off, it stays stopped
+    (what the partition tests check).
+    """
+    top = top or topo.build(cfg.topology)
+    topo.check_nodes(top, cfg.topology.nodes)
+    protocol = protocol or Protocol.of(cfg, top.diameter)
+    if events and not protocol.churn:
+        raise ValueError("fault events need a churn run (churn.settle >= 1)")
+    network = InMemoryNetwork(
+        {i: top.neighbors(i) for i in top.nodes},
+        timeout_s=cfg.transport.timeout_s,
+        mutate=mutate,
+        tolerate=protocol.churn,
+    )
+    workloads = {i: Workload.build(cfg) for i in top.nodes}
+    step_hashes: dict[int, list[str]] = {i: [] for i in top.nodes}
+    logs: dict[int, list[tuple[int, Sequence[Message]]]] = {i: list(resume) for i in top.nodes}
+    rosters: dict[int, dict[int, Change]] = {}
+    hashes: dict[int, str] = {}
+    exits: dict[int, str] = {}
+    errors: list[BaseException] = []
+    todo = {i: sorted((e for e in events if e.node == i), key=lambda e: e.step) for i in top.nodes}
+
+    def fault(e: Event) -> bool:
+        """Carry out e; True if the node is gone."""
+        if e.action == "corrupt":  # a silently wrong client (bad memory, a bug, a tampered weight)
+            with torch.no_grad():
+                workloads[e.node].direction.params[0].view(-1)[0] += e.arg
+            return False
+        if e.action == "kill":
+            network.kill(e.node)
+            exits[e.node] = f"killed at step {e.step}"
+            return True
+        if e.action == "crash":  # dies inside a hop of this step, after estimating
+            network.crash_in(e.node, e.hop, int(e.arg))
+            return False
+        if e.action == "stall":
+            network.stall(e.node)
+            threading.Timer(e.arg, network.unstall, args=(e.node,)).start()
+        else:
+            network.cut(e.node, int(e.arg))
+            network.cut(int(e.arg), e.node)
+        return False
+
+    progress = {i: -1 for i in top.nodes}  # node -> last step it applied
+    waiting: set[int] = set()  # nodes whose supervisor waits to restart them (no client running)
+    stopped: set[int] = set()  # nodes a life of which the churn rules stopped
+
+    def others_running(node: int) -> bool:
+        return any(t.is_alive() for i, t in enumerate(threads) if i != node and i not in waiting)
+
+    def run(node: int) -> None:
+        restarts = [e for e in todo[node] if e.action == "restart"]
+        todo[node] = [e for e in todo[node] if e.action != "restart"]
+        once(node)
+        for e in restarts:
+            if node in hashes or node not in network.dead:
+                return
+            waiting.add(node)  # two supervisors waiting on each other would wait forever
+            while max(progress.values()) < e.step and others_running(node):
+                time.sleep(0.01)
+            waiting.discard(node)
+            relaunch(node)
+        if supervise and not restarts and node in stopped and others_running(node):
+            log.warning("node %d: stopped (%s); its launcher restarts it", node, exits[node])
+            relaunch(node)
+
+    def relaunch(node: int) -> None:
+        """A supervisor that restarts on failure: a new incarnation until one life finishes,
+        nobody is left to rejoin, or RESTART_TRIES lives."""
+        for _ in range(RESTART_TRIES):
+            # as a process restart does, start after the old edges are gone (bounded)
+            gone_by = time.monotonic() + LATE_FACTOR * cfg.transport.timeout_s
+            while network.held_by(node) and time.monotonic() < gone_by:
+                time.sleep(0.01)
+            # the restarted process loads its model (base weights only) before it registers,
+            # as train.py does: a sponsor then never waits on a neighbour still loading
+            workloads[node] = Workload.build(cfg)
+            network.revive(node)
+            exits.pop(node, None)
+            once(node, rejoin=True)
+            if node not in exits or not others_running(node):
+                return  # it finished, or there is nobody left to rejoin
+            log.warning("node %d: restarted life ended (%s); restarting it again", node, exits[node])
+
+    def once(node: int, rejoin: bool = False) -> None:
+        w = workloads[node]
+        try:
+            with network.endpoint(node) as transport:
+                # no evaluator follows in-process clients; incarnation 0: a rejoin takes the one
+                # its catch-up admits
+                strategy: Strategy = (
+                    ChurnStrategy(transport, state_hash=lambda: state_hash(w.model, w.direction))
+                    if protocol.churn
+                    else STRICT
+                )
+                client = Client.in_topology(
+                    top,
+                    node,
+                    protocol,
+                    w.direction,
+                    lambda step: w.loss(node, step),
+                    transport,
+                    cfg.transport.timeout_s,
+                    strategy,
+                )
+                if rejoin:  # as a launched client: wait for the sponsor's claim, meet it, take its log
+                    try:
+                        blob = sponsored_catch_up(transport, LATE_FACTOR * cfg.transport.timeout_s)
+                    except TransportError as e:  # nobody stepping any more to sponsor it
+                        exits[node] = f"no neighbour sponsored the rejoin: {e}"
+                        network.kill(node)
+                        return
+                    client.churn.rejoin(blob)
+                    logs[node] = list(client.churn.history)
+                    step_hashes[node] = [None] * client.logged  # type: ignore[list-item]
+                else:
+                    client.resume(resume)
+                client.listeners.append(lambda s, msgs: logs[node].append((s, msgs)))
+                client.listeners.append(lambda s, _: progress.__setitem__(node, max(progress[node], s)))
+                if hash_every_step:
+                    client.listeners.append(lambda s, _: step_hashes[node].append(state_hash(w.model, w.direction)))
+                for event in todo[node]:
+                    if event.step < client.next_step:  # a restarted node: carried out by its first life
+                        continue
+                    client.run(event.step)
+                    if fault(event):
+                        return
+                client.run(stop)
+                hashes[node] = state_hash(w.model, w.direction)
+                rosters[node] = dict(client.mode.changes)
+        except MembershipError as e:  # stopped by the churn rules: an outcome, not a failure
+            exits[node] = str(e)
+            stopped.add(node)
+            network.kill(node)  # the process exits: its edges close
+        except BaseException as e:  # surfaced below; the transport cascades it to the others
+            if node in network.dead and isinstance(e, TransportError):
+                exits.setdefault(node, f"crashed: {e}")
+            else:
+                errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,), name=f"client-{i}") for i in top.nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        # The root cause, not the neighbours' "peer failed" echoes of it.
+        root = [e for e in errors if not isinstance(e, TransportError)]
+        raise (root or errors)[0]
+    first = min(hashes, default=0)
+    return SimResult(hashes, step_hashes, logs[first], network.counter(), workloads, exits, rosters.get(first, {}))

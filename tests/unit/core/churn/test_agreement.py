@@ -1,0 +1,208 @@
+"""One agreed history (seedflood.core.churn.agreement): votes, quorums, ballots and commits — pure, milliseconds.
+
+The safety argument is in the module docstring and docs/churn-design.md, One history; these tests pin its parts
+one by one, and tests/unit/core/churn/test_explore.py drives the whole through every small fault schedule.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from seedflood.core.churn.agreement import GENESIS, Agreement, Value, Vote, quorum, step_digest, tally
+from seedflood.core.flood.membership import VOTE, Change, ExcludedError, MembershipError, Roster
+from seedflood.core.flood.message import FrameError, Message
+
+
+def msg(o: int, s: int, scalar: float = 1.0) -> Message:
+    return Message.make(o, s, 1000 + 10 * o + s, scalar)
+
+
+def value(step: int, members: set[int], prev: int = GENESIS, joins=(), scalar: float = 1.0) -> Value:
+    msgs = [msg(o, step, scalar) for o in sorted(members)]
+    return Value(prev, frozenset(members), tuple(joins), step_digest(prev, step, msgs, joins))
+
+
+def votes(step: int, ballot: int, by: dict[int, Value], inc: int = 0) -> list[Vote]:
+    return [Vote(step, ballot, o, inc, v) for o, v in by.items()]
+
+
+def test_the_digest_binds_the_previous_step_the_step_the_contents_and_the_joins():
+    base = step_digest(GENESIS, 3, [msg(0, 3), msg(1, 3)], ())
+    assert base == step_digest(GENESIS, 3, [msg(1, 3), msg(0, 3)], ())  # canonical order
+    assert base != step_digest(1, 3, [msg(0, 3), msg(1, 3)], ())
+    assert base != step_digest(GENESIS, 4, [msg(0, 3), msg(1, 3)], ())
+    assert base != step_digest(GENESIS, 3, [msg(0, 3), msg(1, 3, 2.0)], ())
+    assert base != step_digest(GENESIS, 3, [msg(0, 3), msg(1, 3)], ((1, 2),))
+
+
+def test_a_vote_round_trips_through_its_note_and_a_bad_body_is_refused():
+    v = Vote(7, 2, 3, 5, Value(11, frozenset({0, 3, 9}), ((9, 4),), 12345, frozenset({1})))
+    note = v.note(10)
+    assert note.kind == VOTE and note.value == 2 and note.id == ("vote", 3, 7, 2)
+    assert Vote.of(note, 10) == v
+    with pytest.raises(FrameError, match="body bytes"):
+        Vote.of(note.__class__(7, VOTE, 3, 2, note.body[:10]), 10)
+
+
+def test_quorums_exceed_half_so_two_of_one_ballot_always_share_a_voter():
+    for n in range(1, 40):
+        for b in (0, 1, 5):
+            assert 2 * quorum(n, b) > n
+        assert 2 * quorum(n, 0) - n >= n / 2  # two ballot-0 values need half the roster unheard
+
+
+def test_a_quorum_of_equal_votes_commits_and_other_chains_never_do():
+    roster = Roster(5)
+    x = value(0, {0, 1, 2, 3, 4})
+    t = tally(votes(0, 1, {0: x, 1: x, 2: x}), roster, GENESIS, 1)
+    assert t.committed == x and t.foreign is None
+    t = tally(votes(0, 0, {0: x, 1: x, 2: x}), roster, GENESIS, 0)  # ballot 0 needs 4 of 5
+    assert t.committed is None and t.possible == (x,) and t.closed
+    other = value(0, {0, 1, 2, 3, 4}, prev=99)
+    t = tally(votes(0, 1, {0: other, 1: other, 2: other}), roster, GENESIS, 1)
+    assert t.committed is None and t.foreign == other and t.possible == ()
+
+
+def test_only_members_under_their_admitted_incarnation_vote_and_each_once():
+    roster = Roster(4)
+    roster.apply(Change(0, leave=(3,)))
+    roster.apply(Change(1, join=((3, 2),)))
+    x = value(2, {0, 1, 2, 3})
+    stale = Vote(2, 1, 3, 1, value(2, {0, 1, 2}))  # node 3's old incarnation
+    t = tally([stale, *votes(2, 1, {0: x}), Vote(2, 1, 3, 2, x)], roster, GENESIS, 1)
+    assert t.heard == {0, 3} and t.committed is None
+    # a second vote of one origin in one ballot is not counted (a correct voter never casts it)
+    t = tally([*votes(2, 1, {0: x, 1: x}), Vote(2, 1, 1, 0, value(2, {0, 1}))], roster, GENESIS, 1)
+    assert t.possible == (x,)
+
+
+def test_a_ballot_closes_only_when_no_unvoted_value_can_win_it():
+    roster = Roster(8)
+    a, b = value(0, set(range(8))), value(0, set(range(7)))
+    t = tally(votes(0, 1, {0: a, 1: a, 2: b}), roster, GENESIS, 1)
+    assert not t.closed  # 5 unheard could still elect anything
+    t = tally(votes(0, 1, {0: a, 1: a, 2: a, 3: b, 4: b}), roster, GENESIS, 1)
+    assert t.closed and t.possible == (a, b)  # 3 + 3 and 2 + 3 both reach 5: no move yet
+    t = tally(votes(0, 1, {0: a, 1: a, 2: a, 3: b, 4: b, 5: b}), roster, GENESIS, 1)
+    assert t.closed and t.possible == (a, b)
+    t = tally(votes(0, 1, {0: a, 1: a, 2: a, 3: a, 4: b, 5: b}), roster, GENESIS, 1)
+    assert t.possible == (a,)  # b cannot reach 5 any more: a voter moving on is forced to a
+
+
+def test_a_client_commits_from_a_quorum_and_its_roster_follows():
+    ag = Agreement(0, 4, 1)
+    x = value(0, {0, 1, 2})
+    held = {0: x, 1: x, 2: x}
+    commits, out = ag.review(lambda s: votes(s, 0, held) if s == 0 else [], lambda s: None)
+    assert commits == [(0, Change(0, leave=(3,)))] and out == []
+    assert ag.through == 0 and ag.prev == x.digest and ag.roster.members == {0, 1, 2}
+    assert ag.pending == {0: x} and ag.digests == {0: x.digest}
+
+
+def test_a_client_left_out_of_a_committed_step_is_excluded():
+    ag = Agreement(3, 4, 1)
+    x = value(0, {0, 1, 2})
+    with pytest.raises(ExcludedError, match="node 3: the others committed step 0 without this client"):
+        ag.review(lambda s: votes(s, 0, {0: x, 1: x, 2: x}) if s == 0 else [], lambda s: None)
+
+
+def test_a_client_whose_history_differs_stops_instead_of_applying_another():
+    ag = Agreement(0, 4, 1)
+    ag.extend(0, [msg(o, 0) for o in range(4)], None)
+    theirs = value(1, {0, 1, 2, 3}, prev=4242)  # a majority voted on a chain this client lacks
+    with pytest.raises(MembershipError, match="does not hold"):
+        ag.review(lambda s: votes(s, 1, {1: theirs, 2: theirs, 3: theirs}) if s == 1 else [], lambda s: None)
+
+
+def test_after_a_closed_quiet_ballot_a_client_votes_the_one_possible_value_or_a_fresh_one():
+    ag = Agreement(0, 5, 1, quiet=3)
+    a, b = value(0, {0, 1, 2, 3, 4}), value(0, {0, 1, 3, 4})
+    ballot0 = {0: b, 1: a, 3: b}  # 2 and 4 unheard: a (1 + 2 < 4) cannot win ballot 0, b can
+    ag.mine[0] = Vote(0, 0, 0, 0, b)
+    fresh = value(0, {0, 1, 2, 3, 4})
+
+    def held(s):
+        return votes(s, 0, ballot0) if s == 0 else []
+
+    assert ag.review(held, lambda s: fresh, now=10) == ([], [])  # the view just changed: wait
+    assert ag.review(held, lambda s: fresh, now=12) == ([], [])
+    _, (note,) = ag.review(held, lambda s: fresh, now=13)
+    assert Vote.of(note, 5) == Vote(0, 1, 0, 0, b)  # forced: b may have won ballot 0 elsewhere
+    # with nothing possible, the fresh proposal
+    ag = Agreement(0, 5, 1, quiet=0)
+    ag.mine[0] = Vote(0, 0, 0, 0, b)
+    split = {0: b, 1: a, 2: a, 3: b}  # 1 unheard: neither reaches 4
+    _, (note,) = ag.review(lambda s: votes(s, 0, split) if s == 0 else [], lambda s: fresh, now=1)
+    assert Vote.of(note, 5) == Vote(0, 1, 0, 0, fresh)
+
+
+def test_once_a_value_is_committed_every_later_ballot_votes_it():
+    """The heart of the safety argument: a client leaving a ballot in which x has a quorum (as
+    votes or unheard voters) can only be forced to x, whatever else it holds."""
+    x, y = value(0, {0, 1, 2, 3, 4}), value(0, {0, 1, 2, 3})
+    for seen in ({0: x, 1: x, 2: x}, {0: x, 3: y, 4: y}, {1: x, 2: x, 3: y, 4: y}):
+        # x committed in ballot 1 by voters 0, 1, 2; this client saw `seen` of ballot 1
+        ag = Agreement(4, 5, 1)
+        ag.mine[0] = Vote(0, 1, 4, 0, y)
+        _, out = ag.review(lambda s, seen=seen: votes(s, 1, seen) if s == 0 else [], lambda s: y, now=1)
+        for note in out:
+            assert Vote.of(note, 5).value == x
+
+
+def test_a_pipelined_vote_on_a_guess_that_lost_is_void_and_the_client_votes_again():
+    ag = Agreement(0, 3, 1)
+    guess = value(0, {0, 1, 2})
+    ag.mine[0] = Vote(0, 0, 0, 0, guess)
+    nxt = value(1, {0, 1, 2}, prev=guess.digest)
+    ag.mine[1] = Vote(1, 0, 0, 0, nxt)
+    won = value(0, {0, 1})  # step 0 committed without node 2
+    fresh = value(1, {0, 1}, prev=won.digest)
+
+    def held(s):
+        return {0: votes(0, 1, {1: won, 2: won}), 1: [Vote(1, 0, 0, 0, nxt)]}.get(s, [])
+
+    commits, out = ag.review(held, lambda s: fresh if s == 1 else None, now=1)
+    assert [s for s, _ in commits] == [0] and ag.roster.members == {0, 1}
+    # ballot 0 of step 1 holds only this client's void vote, and 1 of 2 voters is unheard:
+    # closed (no unvoted value reaches 2 of 2), nothing possible -> a fresh vote in ballot 1
+    assert [Vote.of(n, 3) for n in out] == [Vote(1, 1, 0, 0, fresh)]
+
+
+def test_a_held_copy_that_hashes_to_another_digest_than_the_committed_one_stops_the_client():
+    import networkx as nx
+
+    import explorer
+    from seedflood.core.churn.voter import Voter
+    from seedflood.core.flood.flooding import Flood
+
+    p = explorer.protocol_for(nx.complete_graph(3), steps=2)
+    flood = Flood(0, [1, 2], range(3), tolerate_conflicts=True)
+    ag = Agreement(0, 3, 1)
+    voter = Voter(p, flood, ag, lambda _: None)
+    flood.receive(1, [msg(o, 0) for o in range(3)])
+    assert voter.take(0) is None  # not committed yet
+    ag.pending[0] = value(0, {0, 1, 2}, scalar=2.0)  # a quorum committed other scalars
+    with pytest.raises(MembershipError, match="its copy of step 0 differs"):
+        voter.take(0)
+    ag.pending[0] = value(0, {0, 1, 2})
+    assert [m.origin for m in voter.take(0)] == [0, 1, 2]
+
+
+def test_a_client_stuck_on_a_step_says_whether_it_was_committed_or_only_short_of_votes():
+    import networkx as nx
+
+    import explorer
+    from seedflood.core.churn.voter import Voter
+    from seedflood.core.flood.flooding import Flood
+
+    p = explorer.protocol_for(nx.complete_graph(3), steps=2)
+    flood = Flood(0, [1, 2], range(3), tolerate_conflicts=True)
+    ag = Agreement(0, 3, 1)
+    voter = Voter(p, flood, ag, lambda _: None)
+    flood.receive(1, [msg(0, 0)])
+    assert "step 0 was not committed within 7 extra hops (votes from 0 of 3" in str(voter.stuck(0, 7))
+    ag.pending[0] = value(0, {0, 1, 2})  # committed by the others; two messages never came
+    assert voter.take(0) is None
+    line = str(voter.stuck(0, 7))
+    assert "step 0 was committed but 2 of its messages did not reach this client within 7 extra hops" in line
+    assert "\n" not in line

@@ -1,0 +1,161 @@
+"""The schedule explorer (tests/explorer.py): the real agreement through every small fault schedule.
+
+CI runs a bounded set: every one-fault schedule (a crash in every round with every subset of its
+last frame delivered, a stall, every cut link, every partition, a crash and a restart) on every
+listed graph of up to 5 nodes, a seeded sample of two-fault schedules, and random deeper
+schedules (3 to 5 faults, restarts included) on graphs of 6 to 8 nodes. `SEEDFLOOD_EXPLORE=deep`
+runs every two-fault schedule and more random ones (tens of minutes). Each test prints how many
+schedules it explored; every one must be safe (one history, the evaluator's log a prefix of
+it), and every one that leaves a connected majority must see that majority finish.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import networkx as nx
+import pytest
+
+import explorer as ex
+from seedflood.core.churn import agreement
+
+DEEP = os.environ.get("SEEDFLOOD_EXPLORE", "") == "deep"
+SMALL = ex.graphs(5)
+
+
+def cases(names=None, delayed=True):
+    """(name, graph, protocol) with full flooding, and one hop per step on lines and rings
+    (delayed flooding: votes pipelined over several steps)."""
+    for name, g in SMALL.items():
+        if names and name not in names:
+            continue
+        yield f"{name}/full", g, ex.protocol_for(g, steps=3)
+        if delayed and name.startswith(("line", "ring")) and nx.diameter(g) > 1:
+            yield f"{name}/1hop", g, ex.protocol_for(g, steps=3, hops=1)
+
+
+def rounds_of(p) -> int:
+    """Rounds in which a fault can matter: until the last step's votes are in."""
+    return (p.steps + p.delay + 1) * p.hops
+
+
+def check(report: ex.Report) -> None:
+    print(report.summary())
+    assert report.schedules > 0
+    assert not report.unsafe, "\n".join(f"{n}: {[str(f) for f in fs]}: {why}" for n, fs, why in report.unsafe[:5])
+    assert not report.stuck, "\n".join(f"{n}: {[str(f) for f in fs]}: {why}" for n, fs, why in report.stuck[:5])
+
+
+def test_without_faults_every_graph_finishes_with_one_history():
+    for name, g, p in cases():
+        out = ex.World(g, p).run()
+        assert out.safe and out.live, (name, out.problem)
+        assert set(out.states.values()) == {"done"} and all(len(h) == p.steps for h in out.histories.values())
+        assert out.log == out.histories[0]  # the evaluator logged every step
+
+
+def test_every_single_fault_schedule_is_safe_and_a_connected_majority_finishes():
+    report = ex.Report()
+    names = None if DEEP else ["line3", "star4", "ring4", "complete4", "ring5", "wheel5", "complete5", "chord5"]
+    for name, g, p in cases(names):
+        for faults in ex.single_faults(g, rounds_of(p)):
+            report.add(name, faults, ex.World(g, p, faults).run())
+    check(report)
+
+
+def test_two_fault_schedules_are_safe_and_a_connected_majority_finishes():
+    rnd = random.Random(20261124)
+    report = ex.Report()
+    per_case = None if DEEP else 120
+    for name, g, p in cases():
+        schedules = list(ex.pairs(g, rounds_of(p)))
+        if per_case is not None:
+            schedules = rnd.sample(schedules, min(per_case, len(schedules)))
+        for faults in schedules:
+            report.add(name, faults, ex.World(g, p, faults).run())
+    check(report)
+
+
+def test_random_deeper_schedules_on_larger_graphs_are_safe():
+    rnd = random.Random(7)
+    big = {
+        "ring8": nx.cycle_graph(8),
+        "torus2x4": nx.convert_node_labels_to_integers(nx.grid_2d_graph(2, 4, periodic=True)),
+        "wheel7": nx.wheel_graph(7),
+        "line6": nx.path_graph(6),
+    }
+    report = ex.Report()
+    for name, g in big.items():
+        for hops in (0, 1):
+            p = ex.protocol_for(g, steps=6, hops=hops)
+            for _ in range(200 if DEEP else 15):
+                faults = ex.random_schedule(g, rounds_of(p), rnd, rnd.randint(3, 5))
+                out = ex.World(g, p, faults).run()
+                report.add(f"{name}/h{p.hops}", faults, out)
+    print(report.summary())
+    # safety on every schedule; liveness is checked above, where the faults are few enough to
+    # leave a connected majority that votes its way through (docs/churn-design.md, Liveness, says when not)
+    assert not report.unsafe, [(n, [str(f) for f in fs], why) for n, fs, why in report.unsafe[:5]]
+
+
+# -- the reviewer's failures, as named schedules ----------------------------------------------
+def ring8(hops: int = 1):
+    g = nx.cycle_graph(8)
+    return g, ex.protocol_for(g, steps=12, hops=hops)
+
+
+def test_f1_one_cut_link_on_a_ring_of_eight_forks_nothing_and_everyone_trains_on():
+    g, p = ring8()
+    out = ex.World(g, p, [ex.Fault(4 * p.hops, "cut", edges=frozenset({(0, 1)}))]).run()
+    assert out.safe and set(out.states.values()) == {"done"}, out.problem
+    assert len({tuple(h) for h in out.histories.values()}) == 1
+
+
+def test_f3_a_cut_then_an_even_split_stops_everyone_and_nobody_forks():
+    g, p = ring8()
+    cuts = [ex.Fault(4, "cut", edges=frozenset({(0, 1)})), ex.Fault(9, "cut", edges=frozenset({(4, 5)}))]
+    out = ex.World(g, p, cuts).run()
+    assert out.safe, out.problem
+    assert set(out.states.values()) == {"stopped"}  # 4 of 8 on each side: no majority anywhere
+    assert all("no reachable majority agrees" in why for why in out.why.values())
+
+
+def test_f4_the_connected_rim_of_a_wheel_trains_on_when_its_hub_dies():
+    g = nx.wheel_graph(11)  # hub 0 joined to a rim ring of 10
+    p = ex.protocol_for(g, steps=8)
+    out = ex.World(g, p, [ex.Fault(3 * p.hops, "crash", 0)]).run()
+    assert out.safe and out.live, out.problem
+    assert all(out.states[i] == "done" for i in range(1, 11))
+
+
+def test_a_partition_leaves_the_majority_training_and_the_minority_stopped():
+    g, p = ring8(hops=0)
+    split = frozenset({(0, 1), (3, 4)})  # {1, 2, 3} against {4, ..., 0}
+    out = ex.World(g, p, [ex.Fault(2 * p.hops + 1, "cut", edges=split)]).run()
+    assert out.safe and out.live, out.problem
+    assert {i for i, s in out.states.items() if s == "done"} == {0, 4, 5, 6, 7}
+    assert {i for i, s in out.states.items() if s == "stopped"} == {1, 2, 3}
+
+
+def test_the_explorer_finds_a_fork_when_the_quorum_is_not_a_majority(monkeypatch):
+    """The checker can fail: with half the roster as a quorum, both halves of an even split
+    commit their own step, and the explorer names the schedule."""
+    monkeypatch.setattr(agreement, "quorum", lambda members, ballot: members // 2)
+    g = nx.cycle_graph(4)
+    p = ex.protocol_for(g, steps=3)
+    report = ex.Report()
+    for faults in ex.single_faults(g, rounds_of(p), restarts=False):
+        report.add("ring4", faults, ex.World(g, p, faults).run())
+    print(report.summary())
+    assert report.unsafe
+
+
+@pytest.mark.parametrize("n", [3, 4, 5])
+def test_the_evaluator_log_is_a_prefix_of_the_history_when_its_attach_client_crashes(n):
+    g = nx.cycle_graph(n) if n > 3 else nx.path_graph(3)
+    p = ex.protocol_for(g, steps=5)
+    for r in range(rounds_of(p)):
+        out = ex.World(g, p, [ex.Fault(r, "crash", 0), ex.Fault(r + 3, "restart", 0)]).run()
+        assert out.safe, out.problem
+        assert out.log and out.log == max(out.histories.values(), key=len)[: len(out.log)]

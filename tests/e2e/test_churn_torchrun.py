@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 import pytest
 
 import e2e_support as sup
 import runs
+from seedflood.experiments.gpuevidence_run import worker  # the worker of a rank, found through /proc
 from seedflood.rundir.logfile import LogReader
 
 pytestmark = pytest.mark.e2e
@@ -19,22 +19,6 @@ CHURN = sup.REPO / "launch" / "churn.sh"
 DEBUG = sup.REPO / "launch" / "configs" / "debug.yaml"
 VICTIM_RANK = 3  # node 2; the evaluator attaches to node 0
 STEPS = 400  # the tiny model steps fast (~25 steps/s): a worker restarted at step 11 rejoined at 98 in CI: 4x margin
-
-
-def worker(store: str, rank: int) -> int | None:
-    """Pid of the `seedflood train` worker (not its agent) of this run's rank, if running."""
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().split(b"\0")
-            env = (d / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"train" in cmd and b"torch.distributed.run" not in cmd and f"SEEDFLOOD_STORE={store}".encode() in env:
-            if f"SEEDFLOOD_RANK={rank}".encode() in env:
-                return int(d.name)
-    return None
 
 
 @pytest.mark.timeout(1800)  # an outer bound: the waits are bounded by the run's progress

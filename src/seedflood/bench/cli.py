@@ -5,7 +5,7 @@ JSON-friendly results), the argument parser, and `main`, which runs the selected
 torch's thread count and the library's logging restored afterwards and optionally writes all of
 them as one JSON document. The programs are benchmarks, not tests: nothing here asserts a timing.
 
-Figures (benchmarks/README.md explains each; one module per figure):
+Figures (docs/benchmarks.md explains each; one module per figure):
   bytes    traffic.py   bytes per edge per step and per run for two model sizes (must be equal)
   apply    apply.py     time to apply n messages of one step through Applier.apply (subcge:
                         accumulate, and the merge on its own), vs gaussian, as fractions of one
@@ -105,7 +105,7 @@ RUNNERS: dict[str, Callable[[Options], dict[str, Any]]] = {
 
 # -- entry -----------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="seedflood bench", description="Measure the figures of benchmarks/README.md.")
+    p = argparse.ArgumentParser(prog="seedflood bench", description="Measure the figures of docs/benchmarks.md.")
     p.add_argument("--quick", action="store_true", help="tiny model and small sizes (CI smoke test, seconds)")
     p.add_argument(
         "--only",

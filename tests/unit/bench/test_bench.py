@@ -232,3 +232,14 @@ def test_only_and_separator(tmp_path, capsys):
     assert "== hop:" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         bench.main(["--only", "nonsense"])
+
+
+def test_churn_benchmark_refuses_schedules_it_cannot_measure(capsys):
+    """`python -m seedflood.bench.churn` checks its sizes before it builds anything: a kill every
+    5 steps would restart a client before the last rejoin finished."""
+    from seedflood.bench import churn
+
+    with pytest.raises(SystemExit) as err:
+        churn.main(["--every", "5", "--steps", "20"])
+    assert err.value.code == 2
+    assert "--every >= 6" in capsys.readouterr().err

@@ -1,8 +1,8 @@
-"""Churn benchmark (issue 8): what surviving a failure in process costs, and what it saves.
+"""Churn benchmark (`python -m seedflood.bench.churn`): what surviving a failure in process costs, and what it saves.
 
 Measures side by side, in one run, on the debug model (launch/configs/debug.yaml: tiny random
 Llama, synthetic task) with 16 clients on a 4×4 torus, full flooding, through the real client loop
-over the in-memory network (`simulation.simulate`: one thread and one model per client):
+over the in-memory network (`roles.inprocess.simulate`: one thread and one model per client):
 
 1. strict   — no failures, `churn.settle=0` (today's protocol);
 2. churn    — no failures, `churn.settle=1` (the cost of settle: one more step of delay, notes,
@@ -30,7 +30,7 @@ Runs 1-4 alternate within each repeat, so a burst of foreign load hits all of th
 `--repeats`. Timings use `time.perf_counter` (wall) and `time.process_time` (this process's CPU,
 all threads). Nothing here asserts a timing; the asserts check results (hashes).
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/churn.py [--quick] [--out out/churn.json]
+    HF_HUB_OFFLINE=1 .venv/bin/python -m seedflood.bench.churn [--quick] [--out out/churn.json]
 
 Assumes: run from anywhere inside the checkout (the debug config is found relative to this file);
 torch on CPU with one intra-op thread (set here, and by the debug config's run.threads).
@@ -469,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load_before": os.getloadavg(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    print(f"benchmarks/churn.py: torch {torch.__version__}, 1 thread, {os.cpu_count()} CPUs, load {load()}")
+    print(f"seedflood.bench.churn: torch {torch.__version__}, 1 thread, {os.cpu_count()} CPUs, load {load()}")
     print(CAVEAT)
     t0 = time.perf_counter()
     figures: dict[str, Any] = {}

@@ -4,7 +4,7 @@ Prints one JSON line per (template, candidates) and the one with the best dev AU
 docs/results.md records; test is only reported, never used to choose). Loads the model once and
 swaps the task spec, so ten prompts cost ten evaluations of dev + test.
 
-    python benchmarks/prompt_study.py launch/configs/demo.yaml [section.field=value ...]
+    python -m seedflood.bench.prompts launch/configs/demo.yaml [section.field=value ...]
 """
 
 from __future__ import annotations

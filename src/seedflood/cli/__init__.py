@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     from seedflood.experiments import gpuevidence
 
     gpuevidence.add_parser(sub)
-    sub.add_parser("bench", help="measure the published figures (seedflood bench --help; benchmarks/README.md)")
+    sub.add_parser("bench", help="measure the published figures (seedflood bench --help; docs/benchmarks.md)")
     return p
 
 

@@ -46,7 +46,7 @@ those bits too. The sequential path (`sim.batched: false`, the default) stays th
 
 Where it pays: on a GPU, where one client's forward is launch-bound. On a CPU a forward is
 compute-bound already and stacked activations fall out of cache, so batched is 0.8–1.0× the
-sequential rate there (benchmarks/README.md, `sim`).
+sequential rate there (docs/benchmarks.md, `sim`).
 
 Assumes: the model is a decoder that `grouped.grouped_losses` can drive (objective.py's assumptions),
 and its trainable layers see hidden states of shape (packed rows, width, ·), rows in

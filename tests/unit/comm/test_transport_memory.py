@@ -178,7 +178,7 @@ def test_an_edge_connects_only_when_both_ends_meet_and_then_exchanges_in_step():
     out: dict[int, dict[int, bytes]] = {}
     th = threading.Thread(target=lambda: out.__setitem__(1, old.exchange({0: b"to0", 2: b""}, 0)))
     th.start()
-    net._queues[(2, 1)].put(b"from2")  # node 2 is not running here: play its frame
+    net.wires.queues[(2, 1)].put(b"from2")  # node 2 is not running here: play its frame
     out[0] = new.exchange({1: b"to1"}, 0)
     th.join(5.0)
     assert out[0] == {1: b"to0"} and out[1] == {0: b"to1", 2: b"from2"}

@@ -52,7 +52,7 @@ MAX_FRAME_BYTES = 1 << 30
 """A length header above this is treated as a corrupt stream."""
 LATE_FACTOR = 10
 """Churn: a peer that still heartbeats is waited for up to this many timeouts per hop (it may be
-waiting on a silent node of its own; dropping it would cascade). memory.py and links.py share it."""
+waiting on a silent node of its own; dropping it would cascade). memorywires.py and links.py share it."""
 MAX_PENDING = 1024
 """Unfinished push messages to the evaluator before `push` waits for the oldest (back-pressure)."""
 

@@ -1,0 +1,235 @@
+"""The wires of the in-process network: per-edge queues, meetings, sponsor claims and catch-up payloads.
+
+Owns `Wires` (one directed FIFO queue per edge and the evaluator's `Inbox`; how frames are sent,
+received, refused and poisoned; edge meetings; sponsor claims; catch-up payloads) and `Faults`
+(the state fault injection leaves behind: dead, cut, stalled and dying nodes, incarnations, the
+frame mutator), which the wires read to behave as a faulty network does. Injecting a fault is
+memory.InMemoryNetwork's job; an endpoint (memoryendpoint.MemoryTransport) drives the wires.
+
+Semantics mirror gloo: sends never wait, a receive waits for the peer's frame; a poisoned queue
+makes its receiver raise TransportError (after the frames before it) and stays failed, like a
+closed gloo pair. A tolerant receive (churn, docs/churn-design.md, Failure detection) waits while
+the sender is alive and beating: the wires play the per-edge heartbeat, so a peer that is merely
+late because it waits on a stalled node of its own is waited for (up to LATE_FACTOR × timeout_s),
+never dropped in a cascade. Edges (re)connect by a meeting, as links.EdgeTransport's do: both
+ends call `meet` for each other within the timeout, else neither has the edge.
+
+Assumes: all endpoints live in one process. Imports no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from seedflood.core.flood.transport import LATE_FACTOR, Inbox, TransportError
+
+__all__ = ["Faults", "Mutator", "Wires"]
+
+_SLICE_S = 0.02  # tolerant receive polls the queue in slices this long to watch the heartbeat
+
+Mutator = Callable[[int, int, int, bytes], "bytes | None"]
+"""(src, dst, hop, frame) -> frame as delivered (None: lost); hop counts the sender's exchanges
+from 0; dst is EVALUATOR (-1) for pushes."""
+
+
+class _Failure:
+    """Poison placed in a queue: the receiver raises TransportError with this reason."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+@dataclasses.dataclass
+class Faults:
+    """What fault injection has done to the network (written by InMemoryNetwork, read here and by
+    the endpoints)."""
+
+    mutate: Mutator | None = None
+    dead: dict[int, str] = dataclasses.field(default_factory=dict)  # node -> reason it was killed
+    cut: set[tuple[int, int]] = dataclasses.field(default_factory=set)  # (src, dst) links that drop frames
+    stalled: dict[int, float] = dataclasses.field(default_factory=dict)  # node -> monotonic time its stall began
+    resumed: dict[int, threading.Event] = dataclasses.field(default_factory=dict)  # stalled node -> set on unstall
+    dying: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)  # node -> (exchanges to go, reach)
+    incarnations: dict[int, int] = dataclasses.field(default_factory=dict)  # node -> times it was revived
+
+    def silent_for(self, node: int) -> float:
+        """Seconds since `node`'s heartbeat stopped (0: it beats)."""
+        since = self.stalled.get(node)
+        return 0.0 if since is None else time.monotonic() - since
+
+    def deliver(self, src: int, dst: int, hop: int, frame: bytes) -> bytes | None:
+        """The frame as it arrives at dst (None: a cut link or the mutator lost it)."""
+        if (src, dst) in self.cut:
+            return None
+        return frame if self.mutate is None else self.mutate(src, dst, hop, frame)
+
+    def reach(self, node: int, peers: int) -> int:
+        """How many of its `peers` (in id order) `node`'s frame of this exchange reaches: all, or
+        fewer in the exchange where a scheduled crash (`dying`) strikes; counts that exchange off."""
+        if (dying := self.dying.get(node)) is None:
+            return peers
+        if dying[0] == 0:
+            return dying[1]
+        self.dying[node] = (dying[0] - 1, dying[1])
+        return peers
+
+
+class Wires:
+    """One directed FIFO queue per edge of a symmetric graph, plus the evaluator's inbox."""
+
+    def __init__(
+        self,
+        neighbors: Mapping[int, Sequence[int]],
+        timeout_s: float,
+        faults: Faults,
+        *,
+        attach: int | None = None,
+        tolerate: bool = False,
+    ) -> None:
+        self.neighbors = {n: tuple(sorted(set(ps))) for n, ps in neighbors.items()}
+        for n, ps in self.neighbors.items():
+            for p in ps:
+                if p == n or n not in self.neighbors.get(p, ()):
+                    raise ValueError(f"neighbours must be symmetric without self loops: {n} -> {p}")
+        if attach is not None and attach not in self.neighbors:
+            raise ValueError(f"attach node {attach} is not in the network")
+        self.timeout_s = timeout_s
+        self.faults = faults
+        self.attach = attach
+        self.tolerate = tolerate
+        self.queues: dict[tuple[int, int], queue.SimpleQueue[bytes | _Failure]] = {
+            (n, p): queue.SimpleQueue() for n, ps in self.neighbors.items() for p in ps
+        }
+        self.inbox = Inbox(f"attach node {attach}") if attach is not None else None
+        self._sponsor: dict[int, int] = {}  # revived node -> the neighbour that claimed it
+        self._blobs: dict[int, queue.SimpleQueue[bytes]] = {n: queue.SimpleQueue() for n in self.neighbors}
+        self._offers: dict[tuple[int, int], bool] = {}  # (node, peer) -> met: a connect waiting for peer's
+        self._lock = threading.Lock()
+        self._met = threading.Condition(self._lock)  # a meeting happened, or a sponsor claimed
+
+    # -- frames ------------------------------------------------------------------------------------
+    def send(self, src: int, dst: int, hop: int, frame: bytes) -> None:
+        if (delivered := self.faults.deliver(src, dst, hop, frame)) is not None:
+            self.queues[(src, dst)].put(delivered)
+
+    def recv(self, src: int, dst: int, deadline: float) -> bytes:
+        try:
+            item = self.queues[(src, dst)].get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise TransportError(
+                f"node {dst}: receive from peer node {src} failed: no frame within {self.timeout_s} s"
+            ) from None
+        if isinstance(item, _Failure):
+            self.queues[(src, dst)].put(item)  # stays failed, like a closed gloo pair
+            raise TransportError(f"node {dst}: receive from peer node {src} failed: {item.reason}")
+        return item
+
+    def recv_tolerant(self, src: int, dst: int) -> bytes:
+        """Wait for src's frame while src is alive and beating (see the module docstring)."""
+        q = self.queues[(src, dst)]
+        hard = time.monotonic() + LATE_FACTOR * self.timeout_s
+        while True:
+            try:
+                item = q.get(timeout=_SLICE_S)
+            except queue.Empty:
+                if src in self.faults.dead:
+                    raise TransportError(f"node {src} is dead") from None
+                if self.faults.silent_for(src) > self.timeout_s:
+                    raise TransportError(f"peer node {src} silent for over {self.timeout_s:g} s") from None
+                if time.monotonic() > hard:
+                    raise TransportError(
+                        f"no frame from peer node {src} within {LATE_FACTOR * self.timeout_s:g} s"
+                    ) from None
+                continue
+            if isinstance(item, _Failure):
+                q.put(item)
+                raise TransportError(item.reason)
+            return item
+
+    def close_edge(self, src: int, dst: int, reason: str) -> None:
+        """src gave up on dst: dst's receives from src fail from now on (a closed gloo pair)."""
+        self.queues[(src, dst)].put(_Failure(reason))
+
+    def poison(self, node: int, reason: str, inbound: bool = False, stream: bool = True) -> None:
+        """Fail `node`'s out-edges (and in-edges with `inbound`), and the evaluator's stream if
+        `node` feeds it (with `stream`)."""
+        for p in self.neighbors[node]:
+            self.queues[(node, p)].put(_Failure(reason))
+            if inbound:
+                self.queues[(p, node)].put(_Failure(reason))
+        if stream and node == self.attach and self.inbox is not None:
+            self.inbox.put(TransportError(f"evaluator: stream from attach node {node} failed: {reason}"))
+
+    def kill(self, node: int) -> None:
+        """Crash `node`: its own calls and every receive from it raise from now on."""
+        self.poison(node, f"node {node} was killed", inbound=True)
+        self.faults.dead[node] = f"node {node} was killed"
+
+    def renew(self, node: int) -> None:
+        """Fresh queues on every uncut edge of `node` and no sponsor yet (a restart)."""
+        with self._lock:
+            for p in self.neighbors[node]:
+                if (node, p) not in self.faults.cut:
+                    self.queues[(node, p)] = queue.SimpleQueue()
+                    self.queues[(p, node)] = queue.SimpleQueue()
+            self._sponsor.pop(node, None)
+
+    # -- meetings, claims, catch-up ----------------------------------------------------------------
+    def meet(self, node: int, peers: Sequence[int], timeout_s: float) -> list[int]:
+        """Connect `node` with each of `peers` that calls `meet` for `node` within `timeout_s`
+        (over a live, uncut link); returns those met. A meeting gives the edge fresh queues both
+        ways: both ends are inside this call then, so no frame of either is in flight."""
+        deadline = time.monotonic() + timeout_s
+        cut, dead = self.faults.cut, self.faults.dead
+        with self._met:
+            want = [p for p in peers if (node, p) not in cut and (p, node) not in cut]
+            met: set[int] = set()
+            for p in want:
+                if self._offers.get((p, node)) is False and p not in dead:
+                    self._offers[(p, node)] = True
+                    self.queues[(node, p)] = queue.SimpleQueue()
+                    self.queues[(p, node)] = queue.SimpleQueue()
+                    met.add(p)
+                else:
+                    self._offers[(node, p)] = False
+            self._met.notify_all()
+            while True:
+                met |= {p for p in want if self._offers.get((node, p))}
+                left = deadline - time.monotonic()
+                if len(met) == len(want) or left <= 0 or node in dead:
+                    break
+                self._met.wait(left)
+            for p in want:
+                self._offers.pop((node, p), None)
+            return sorted(met)
+
+    def claim(self, sponsor: int, node: int) -> bool:
+        """`sponsor` becomes the one neighbour that catches revived `node` up (first caller wins)."""
+        with self._met:
+            self._met.notify_all()
+            return self._sponsor.setdefault(node, sponsor) == sponsor
+
+    def sponsor_of(self, node: int, timeout_s: float) -> int:
+        """The neighbour that claimed revived `node`, waiting up to `timeout_s` for one (as a
+        restarted process waits for the store's sponsor key)."""
+        deadline = time.monotonic() + timeout_s
+        with self._met:
+            while (sponsor := self._sponsor.get(node)) is None:
+                if (left := deadline - time.monotonic()) <= 0:
+                    raise TransportError(f"node {node}: no neighbour sponsored the rejoin within {timeout_s:g} s")
+                self._met.wait(left)
+            return sponsor
+
+    def send_blob(self, dst: int, data: bytes) -> None:
+        """Hand `dst` a catch-up payload (a sponsor's log and held messages)."""
+        self._blobs[dst].put(bytes(data))
+
+    def recv_blob(self, node: int, timeout_s: float) -> bytes:
+        try:
+            return self._blobs[node].get(timeout=timeout_s)
+        except queue.Empty:
+            raise TransportError(f"node {node}: no catch-up from a neighbour within {timeout_s:g} s") from None

@@ -221,7 +221,7 @@ def test_the_store_dies_mid_run_and_the_run_ends_without_it(tmp_path, signum, cl
     it gives a slow client to report) and writes a summary that says the consensus is unchecked,
     with a log that replays to its hash. With the clients' logs on its disk (eval.client_logs,
     the default) it reads their reports from there and checks the consensus (docs/churn.md).
-    Either way its stderr names the store's failure in one line (issue 27: it also carried two
+    Either way its stderr names the store's failure in one line (it once also carried two
     12-22-frame C++ backtraces, c10d's warnings; runtime.quiet_cpp_warnings)."""
     steps = 300
     with own_store(tmp_path) as store:

@@ -1,4 +1,4 @@
-"""Churn under SLURM (issue 8), on the real single-machine cluster of slurm_cluster.py.
+"""Churn under SLURM, on the real single-machine cluster of slurm_cluster.py.
 
 `launch/slurm/churn.sh` submits the run's store as its own job (store.sbatch) and one job array
 with a task per process (churn.sbatch: task 0 the evaluator, task I client node I-1, --requeue).

@@ -1,4 +1,4 @@
-"""docker/compose.churn.yaml (issue 8): `restart: on-failure` per role, a `store` service; a killed
+"""docker/compose.churn.yaml: `restart: on-failure` per role, a `store` service; a killed
 client container is restarted and rejoins by replay, a killed evaluator is restarted and catches up.
 
 No container engine here, so, as tests/e2e/test_compose.py does, every service's exact

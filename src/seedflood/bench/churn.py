@@ -4,7 +4,7 @@ Measures side by side, in one run, on the debug model (launch/configs/debug.yaml
 Llama, synthetic task) with 16 clients on a 4×4 torus, full flooding, through the real client loop
 over the in-memory network (`roles.inprocess.simulate`: one thread and one model per client):
 
-1. strict   — no failures, `churn.settle=0` (today's protocol);
+1. strict   — no failures, `churn.settle=0` (the protocol without churn);
 2. churn    — no failures, `churn.settle=1` (the cost of settle: one more step of delay, notes,
               flooding to every neighbour instead of shortest-path routes);
 3. churn+kill — settle 1, one client killed every `--every` steps (victims rotate with stride 5,
@@ -14,7 +14,7 @@ over the in-memory network (`roles.inprocess.simulate`: one thread and one model
 3b. churn+cut — settle 1, one link cut for good at step 1 (the graph stays connected; on a ring
               with one hop per step its diameter grows from N/2 to N − 1, longer than the vote lag,
               so proposals differ for a while and ballots settle them);
-4. group restart — today's answer to a failure: a strict run stopped at each step where run 3
+4. group restart — the answer to a failure without churn: a strict run stopped at each step where run 3
               kills a client (every `--every` steps) and resumed from its records
               (`simulate(stop=k)`, then `simulate(resume=records)`), which rebuilds every client's
               model as a relaunch does. torchrun's process start-up is NOT included (one process's

@@ -12,7 +12,7 @@ each round so a burst of foreign load hits all three:
   (`BatchedEstimator.plain`): what the batched step would cost if perturbing were free.
 Client-steps per second = N / step time. Reported beside them: speedup = sequential / batched,
 batched / floor, and a step of N clients batched over one client's sequential step (two
-forwards at K = 1; the issue's goal on a GPU: ≤ 3× at N = 16). Each round uses a new step
+forwards at K = 1; the goal on a GPU: ≤ 3× at N = 16). Each round uses a new step
 (new batches and seeds); the state is never updated (estimates do not write the weights), so
 every round measures the same model.
 

@@ -1,7 +1,7 @@
 """The planning half of `seedflood reproduce`: the paper's grid, the step-cost model and its
 calibration, and the planner that fits the grid to a time budget.
 
-Owns: the grid (issue 19 items 1-4, `grid`), the cost model (`Costs`, `step_seconds`,
+Owns: the grid (`grid`), the cost model (`Costs`, `step_seconds`,
 `run_seconds`, `memory_bytes`), its calibration on this machine (`calibrate`), the planner
 (`plan_grid`) and the plan file DIR/plan.json (`save_plan`, `load_plan`). Running a plan and the command are reproduce.py's; the report reproduce_report.py's.
 
@@ -28,7 +28,7 @@ config's model, batch and eval batch): a ZO forward f (one loss forward of a cli
 first-order step 3f (backward ≈ 2 forwards: stated, not measured), a scored example e, and a
 dense frame g (tensorwire encode + decode of the full trainable vector; LoRA frames scale by
 the adapter fraction, choco's top-k frame costs one g for the selection). Per step: seedflood
-2N·f (on CUDA with sim.batched: 2N·f / BATCHED_GAIN, the issue's goal, not yet measured);
+2N·f (on CUDA with sim.batched: 2N·f / BATCHED_GAIN, the goal, not yet measured);
 dzsgd 2N·f + N·deg·g; dsgd, choco 3N·f + N·deg·g; diloco 3N·f + N·g; a -lora variant the same
 with its frame fraction. Per run: model load, (S / eval.every + 1) scorings of the test and dev
 sets, and for gossip algorithms every client scored on test at the end (baselines.py).
@@ -60,7 +60,7 @@ RANKS, REFRESHES = (8, 16, 64), (10, 100)
 MIN_STEPS = {1: 1, 2: 10, 3: 50, 4: 100}
 """A tier joins the plan once the steps reach this."""
 BATCHED_GAIN = 5.0
-"""CUDA, sim.batched: a 16-client step ≈ 3 × one client's two forwards (issue 19's goal) ≈ 2N·f / 5."""
+"""CUDA, sim.batched: a 16-client step ≈ 3 × one client's two forwards (the batched goal) ≈ 2N·f / 5."""
 FIRST_ORDER = 3.0
 """A forward + backward in forwards (stated)."""
 MEMORY_USE = 0.8

@@ -66,7 +66,7 @@ def test_train_rejects_bad_input_before_training(sets, words, out):
 
 @pytest.mark.parametrize("command", ["train", "world-size", "simulate"])
 def test_one_client_is_refused_in_one_line(command, out):
-    """Issue 18: `--set topology.nodes=1` was accepted (a one-client "decentralized" run)."""
+    """`--set topology.nodes=1` was once accepted (a one-client "decentralized" run)."""
     p = seedflood(command, "--config", DEBUG, "--set", f"run.out_dir={out}", "--set", "topology.nodes=1")
     line = one_error_line(p)
     assert "topology.nodes: a decentralized run needs at least 2 clients, got 1" in line, line

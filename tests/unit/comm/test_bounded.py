@@ -191,7 +191,7 @@ for call in (lambda: store.add("n", 1), lambda: store.check(["k"])):  # a failed
 
 
 def test_a_dead_store_raises_in_one_line_without_a_cpp_backtrace_on_stderr() -> None:
-    """Issue 27: c10d's TCPStore client logs a WARNING with the C++ exception's whole backtrace
+    """c10d's TCPStore client logs a WARNING with the C++ exception's whole backtrace
     (12-22 frames) before it raises; a dead store put two on the evaluator's stderr. A fresh
     interpreter, so that stderr is the C++ code's as well."""
     env = {k: v for k, v in os.environ.items() if k != "TORCH_CPP_LOG_LEVEL"}

@@ -1,4 +1,4 @@
-"""What a restarted run says about where it resumed from (issue 27): summary.json's
+"""What a restarted run says about where it resumed from: summary.json's
 `resumed_from_step` is the step of the checkpoint actually restored (the logged steps after it
 are replayed; `resumed_log_steps` says how many the log held), and the attach node's line about
 the catch-up it sent a (re)connected evaluator names an ascending range of steps it really sent,

@@ -1,4 +1,4 @@
-"""A run directory whose log.bin ends in a torn record (a crash mid-append; issue 27): `replay` and
+"""A run directory whose log.bin ends in a torn record (a crash mid-append): `replay` and
 `eval` apply the whole steps and say so in one line on stderr, naming what disagrees with them
 (summary.json's step count and hash, checkpoints past the log's end); `check` refuses the
 directory with that line (exit 2, never "OK"); a resume cuts the torn bytes off, redoes the step

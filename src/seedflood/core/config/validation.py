@@ -83,7 +83,7 @@ def _message(name: str, cls: type, err: ErrorDetails) -> str:
         (item,) = typing.get_args(tp) or (Any,)
         return f"{key}: must be a list of {_type_name(item)}, got {value!r}"
     what = _MESSAGES.get(kind)
-    if what is None:  # a kind this schema does not produce today: pydantic's own one-line text
+    if what is None:  # a kind this schema does not produce yet: pydantic's own one-line text
         what = str(err["msg"]).splitlines()[0]
     if loc[-1] == "[key]":
         what = "keys " + what

@@ -11,7 +11,7 @@ Owns (docs/churn-design.md, Membership is data; Notes on the wire):
   step's content, agreement.Vote in its body).
 - `audit_verdict`: which origins' audited hashes differ from the majority's.
 - the hop payload (`encode_hop` / `decode_hop`): a message frame, plus notes when there are any.
-  Without notes it is exactly today's message frame, so a strict run's traffic is unchanged byte
+  Without notes it is exactly the plain message frame, so a strict run's traffic is unchanged byte
   for byte. (A decided step's bytes beyond the hop — the evaluator stream, the catch-up — are
   stepstream.py's.)
 - the attach node (`Roster.attach`): the client the evaluator follows, a pure function of the

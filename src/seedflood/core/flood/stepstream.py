@@ -2,7 +2,7 @@
 
 Owns (docs/churn-design.md: Membership is data, The evaluator follows the attach node, Rejoin across processes):
 - the step payload (`encode_step` / `decode_step`): a decided step's messages plus its roster
-  change when it has one; without a change it is exactly today's message frame, so a strict
+  change when it has one; without a change it is exactly the plain message frame, so a strict
   run's log and evaluator stream are unchanged byte for byte.
 - the churn evaluator stream: every push is a step payload prefixed by its step (`encode_push` /
   `decode_push`), and every evaluator edge opens with the sender's decided steps as one blob of

@@ -336,7 +336,7 @@ REMOVED_LINE = "transport.backend: no longer a setting (gloo is the only transpo
 
 
 def test_a_removed_key_is_refused_in_one_line_saying_to_delete_it(tmp_path):
-    """transport.backend had one allowed value and was read nowhere else (issue 18): a config or
+    """transport.backend had one allowed value and was read nowhere else: a config or
     override that still sets it is told what to do."""
     p = tmp_path / "old.yaml"
     p.write_text("transport:\n  backend: gloo\n  timeout_s: 10\n")

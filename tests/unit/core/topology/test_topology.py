@@ -572,7 +572,7 @@ def _never_built(*args, **kwargs):
     ],
 )
 def test_a_graph_above_the_size_bound_is_refused_in_one_line_before_it_is_built(make, count, monkeypatch) -> None:
-    """Issue 27: complete100000 grew past 12 GB and complete10000 ended in a MemoryError after
+    """complete100000 once grew past 12 GB and complete10000 ended in a MemoryError after
     41 s. Every size is refused at once, naming the count and the bound, with nothing generated."""
     for generator in ("cycle_graph", "path_graph", "grid_2d_graph", "complete_graph", "star_graph", "full_rary_tree"):
         monkeypatch.setattr(nx, generator, _never_built)

@@ -2,9 +2,10 @@
 
 Owns: rebuilding a run's model from base weights + its message log (replay, eval), verifying a
 run directory without loading weights (check), and their summary lines or `--json` objects. A
-log that ends in a torn record (a crash mid-append) is one line from each: a warning on stderr
-from replay and eval (which apply its whole steps), the error that makes check refuse the
-directory (rundir.torntail: after which step, and what disagrees).
+log that ends in a torn record (a crash mid-append), or whole but short of what summary.json
+and the checkpoints say the run did, is one line from each: a warning on stderr from replay and
+eval (which apply its whole steps), the error that makes check refuse the directory
+(rundir.torntail: after which step, and what disagrees).
 
 Assumes: called by seedflood.cli's dispatch, which maps a known bad input to exit status 2.
 """
@@ -51,13 +52,14 @@ def _rebuild(run: RunDir, steps: int | None):
 
 
 def _warn_torn(run: RunDir, log: tuple[int, int], param_hash: str | None = None) -> None:
-    """One line on stderr when the log ends in a torn record (see the module docstring);
-    `param_hash`: the state after every whole step, compared with summary.json's."""
-    from seedflood.rundir.torntail import torn_tail_line
+    """One line on stderr when the log ends in a torn record, or whole but short of the run (see
+    the module docstring); `param_hash`: the state after every whole step, compared with
+    summary.json's."""
+    from seedflood.rundir.torntail import short_log_line, torn_tail_line
 
     logged, torn = log
-    if torn:
-        print(f"seedflood: warning: {torn_tail_line(run, logged, torn, param_hash)}", file=sys.stderr)
+    if line := torn_tail_line(run, logged, torn, param_hash) if torn else short_log_line(run, logged):
+        print(f"seedflood: warning: {line}", file=sys.stderr)
 
 
 def _writable_dir(path: Path) -> None:
@@ -104,8 +106,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Verify a run directory without loading weights: config.yaml against the log header, every
-    log record, every checkpoint's checksum, and a log that ends whole (a torn tail is refused
-    with its line, rundir.torntail). Exit 2 naming the first problem."""
+    log record, every checkpoint's checksum, and a log that ends whole and not short of the run
+    (a torn tail, or a summary or checkpoint past its end, is refused with its line,
+    rundir.torntail). Exit 2 naming the first problem."""
     from seedflood.core.flood.protocol import trajectory
     from seedflood.ml import sampling
     from seedflood.ml.workload import train_digest
@@ -113,7 +116,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from seedflood.rundir import resume
     from seedflood.rundir.layout import CheckpointError
     from seedflood.rundir.logheader import header_checked
-    from seedflood.rundir.torntail import torn_tail_line
+    from seedflood.rundir.torntail import short_log_line, torn_tail_line
 
     run = _found(args.run_dir)
     cfg, proto = resume.recorded(run)
@@ -126,6 +129,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise CheckpointError(bad[0] + more)
     if torn:  # legitimate after a crash, but not a whole run directory: never "OK"
         raise CheckpointError(torn_tail_line(run, len(records), torn))
+    if short := short_log_line(run, len(records)):  # whole records, but fewer than the run wrote
+        raise CheckpointError(short)
     if not header_checked(run.log):
         print(
             "seedflood: note: log.bin predates log header checksums (a legacy log): its header is read unchecked",

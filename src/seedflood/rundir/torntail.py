@@ -6,7 +6,10 @@ readers skip those bytes, a resuming writer cuts them off), naming what disagree
 whole steps: summary.json's step count (or its final hash, when the caller replayed the whole
 log) and the checkpoints past the log's end (checkpoints/step_N holds the state after N steps,
 so N > whole steps lies past it). A torn tail is legitimate after a crash; a run directory that
-holds one is still not whole, which is why `check` refuses it with this line.
+holds one is still not whole, which is why `check` refuses it with this line. Also owns
+`short_log_line`: the line for a log that ends whole but short of what the directory says the
+run did (cut on a record boundary: summary.json counts more steps, or a checkpoint lies past
+its end), which `check` refuses as well.
 
 Assumes: summary.json as a finished run writes it ("steps": the run's steps, "param_hash": the
 final state's hash); a missing or unreadable one says nothing (a crashed run has none).
@@ -33,6 +36,19 @@ def torn_tail_line(run: RunDir, logged: int, torn: int, param_hash: str | None =
     if not found:
         return f"{head}; no summary.json or checkpoint disagrees with its {logged} whole steps"
     return f"{head}; disagreeing with its {logged} whole steps: {', '.join(found)}"
+
+
+def short_log_line(run: RunDir, logged: int) -> str | None:
+    """One line if `run`'s whole log of `logged` steps is shorter than the run it belongs to
+    (records lost at its end); None if nothing says the run went further. A summary.json that
+    counts fewer steps is not a loss: a resumed run that crashed keeps its earlier summary."""
+    summary = _summary(run)
+    steps = summary.get("steps") if summary is not None else None
+    found = [f"{SUMMARY} says {steps} steps"] if isinstance(steps, int) and steps > logged else []
+    found += [d for d in disagreements(run, logged) if not d.startswith(SUMMARY)]
+    if not found:
+        return None
+    return f"{run.log} ends after {logged} whole steps, short of the run: {', '.join(found)} (records lost at its end)"
 
 
 def disagreements(run: RunDir, logged: int, param_hash: str | None = None) -> list[str]:

@@ -179,3 +179,29 @@ def test_a_resume_from_a_torn_log_redoes_the_step_and_checks_ok_again(run_dir, f
     assert cli.main(["check", str(run_dir)]) == 0
     got = capsys.readouterr()
     assert fields(got.out)["verdict"].startswith("OK") and got.err == ""
+
+
+def test_check_refuses_a_log_cut_on_a_record_boundary_short_of_the_run(run_dir, capsys):
+    """A log that ends whole but lost its last record (cut exactly on a record boundary): nothing
+    is torn, yet summary.json counts 6 steps and checkpoint step_000006 lies past its end."""
+    log = run_dir / "log.bin"
+    cut_to(log, record_ends(log)[-2])
+    want = (
+        f"{log} ends after 5 whole steps, short of the run: summary.json says 6 steps, "
+        "checkpoint step_000006 lies past the log's end (records lost at its end)"
+    )
+    assert cli.main(["check", str(run_dir)]) == 2
+    got = capsys.readouterr()
+    assert got.out == "" and err_lines(got.err) == [f"seedflood: error: {want}"]
+    assert cli.main(["replay", str(run_dir), "--json"]) == 0  # replays the 5 steps, and says so
+    got = capsys.readouterr()
+    assert json.loads(got.out)["steps"] == STEPS - 1 and err_lines(got.err) == [f"seedflood: warning: {want}"]
+
+
+def test_a_summary_behind_the_log_is_no_loss(run_dir, capsys):
+    """A resumed run that crashed keeps its earlier summary.json, which counts fewer steps than
+    the log: check still says OK (the log is not short of anything)."""
+    summary = run_dir / "summary.json"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "steps": STEPS - 2}))
+    assert cli.main(["check", str(run_dir)]) == 0
+    assert fields(capsys.readouterr().out)["verdict"].startswith("OK")

@@ -19,6 +19,10 @@ Faults (`Fault.kind`), each at a round:
 - `stall`: the node stops answering at that round: its neighbours drop it, and when it wakes
   its edges are gone (gloo closes a timed-out pair for good), so it runs on alone.
 - `cut`: the links in `edges` fail both ways (a partition is a cut of every link across it).
+- `equivocate`: the node's frame of that round carries another copy (another scalar) of each of
+  its own messages in it to the neighbours in `reach`, the first copy to the others: two
+  messages under one id. It is the faulty one: the liveness check asks the others to finish
+  without it.
 - `restart`: a dead node comes back as a new incarnation: its lowest live member neighbour
   sponsors it with the real catch-up rules (the decided steps, the held messages and notes, a
   JOIN note for t + delay + 1 whose edges connect (delay + 1) · hops rounds later: rounds are
@@ -103,14 +107,14 @@ def protocol_for(g: nx.Graph, steps: int, hops: int = 0, settle: int = 1) -> Pro
 @dataclass(frozen=True)
 class Fault:
     round: int
-    kind: str  # crash | stall | cut | restart
+    kind: str  # crash | stall | cut | restart | equivocate
     node: int = -1
     reach: frozenset[int] = frozenset()
     edges: frozenset[Edge] = frozenset()
 
     def __str__(self) -> str:
-        if self.kind == "crash":
-            return f"r{self.round}:crash {self.node}→{sorted(self.reach)}"
+        if self.kind in ("crash", "equivocate"):
+            return f"r{self.round}:{self.kind} {self.node}→{sorted(self.reach)}"
         if self.kind == "cut":
             return f"r{self.round}:cut {sorted(self.edges)}"
         return f"r{self.round}:{self.kind} {self.node}"
@@ -198,6 +202,7 @@ class Outcome:
     states: dict[int, str]
     why: dict[int, str]
     log: list[tuple[int, int]]
+    lied: set[int]
     safe: bool
     live: bool
     problem: str = ""
@@ -215,6 +220,7 @@ class World:
         self.attach_node = -1
         self.error = ""
         self.round = 0  # the round being run: the shared hop clock
+        self.lied: set[int] = set()  # equivocating nodes whose frame did carry another copy
 
     # -- faults ----------------------------------------------------------------------------
     def _fail(self, a: int, b: int) -> None:
@@ -306,15 +312,19 @@ class World:
         self._joining: list[tuple[int, int, int]] = []  # (newcomer, JOIN step, link round)
         self._retry: list[int] = []  # restarts waiting for the old incarnation to leave
         crashing: dict[int, frozenset[int]] = {}
+        lying: dict[int, frozenset[int]] = {}
         for r in range(limit):
             self.round = r
             if not any(n.running for n in self.nodes.values()):
                 break
             crashing.clear()
+            lying.clear()
             while pending and pending[0].round <= r:
                 f = pending.pop(0)
                 if f.kind == "crash" and self.nodes[f.node].running:
                     crashing[f.node] = f.reach
+                elif f.kind == "equivocate" and self.nodes[f.node].running:
+                    lying[f.node] = f.reach
                 elif f.kind == "stall":
                     self._isolate(f.node)
                 elif f.kind == "cut":
@@ -333,6 +343,13 @@ class World:
             sent = {n.i: n.flood.outbox() for n in running}
             for v, reach in crashing.items():  # the last frame reaches only some neighbours
                 sent[v] = {p_: items for p_, items in sent[v].items() if p_ in reach}
+            for v, reach in lying.items():  # another copy of its own messages to some neighbours
+                for p_ in reach & set(sent[v]):
+                    sent[v][p_] = [
+                        _other_copy(m) if isinstance(m, Message) and m.origin == v else m for m in sent[v][p_]
+                    ]
+                    if any(isinstance(m, Message) and m.origin == v for m in sent[v][p_]):
+                        self.lied.add(v)
             for n in running:
                 for src, out in sent.items():
                     if n.i in out and src in n.flood.peers:
@@ -379,7 +396,8 @@ class World:
             problem = f"the evaluator refused a step: {self.error}"
         safe = not problem
         final = nx.Graph()
-        final.add_nodes_from(i for i, n in self.nodes.items() if n.state != "dead")
+        liars = {f.node for f in self.faults if f.kind == "equivocate"}
+        final.add_nodes_from(i for i, n in self.nodes.items() if n.state != "dead" and i not in liars)
         final.add_edges_from(e for e in self._final_links() if all(x in final for x in e))
         live = True
         for part in nx.connected_components(final):
@@ -395,21 +413,28 @@ class World:
             {i: n.state for i, n in self.nodes.items()},
             {i: n.why for i, n in self.nodes.items()},
             self.log,
+            self.lied,
             safe,
             live,
             problem,
         )
 
     def _final_links(self) -> Iterable[Edge]:
-        """The links no fault took (a client that merely finished still counts as connected)."""
+        """The links no fault took (a client that merely finished still counts as connected; an
+        equivocating one counts as gone: the others exclude it)."""
         gone = set(self._cut)
         for f in self.faults:
-            if f.kind in ("crash", "stall"):
+            if f.kind in ("crash", "stall", "equivocate"):
                 gone |= {edge(f.node, u) for u in self.g.neighbors(f.node)}
         return [edge(a, b) for a, b in self.g.edges if edge(a, b) not in gone]
 
     def _who(self, h: list[tuple[int, int]]) -> int:
         return next(i for i, n in self.nodes.items() if n.applied is h)
+
+
+def _other_copy(m: Message) -> Message:
+    """Another message under m's id (same seed, another scalar)."""
+    return Message.make(m.origin, m.step, m.seed, -2.0 * m.scalar - 1.0, m.k)
 
 
 # -- schedules ---------------------------------------------------------------------------------------
@@ -440,6 +465,18 @@ def single_faults(g: nx.Graph, rounds: int, restarts: bool = True) -> Iterator[l
             for v in nodes:
                 for back in (r + 1, r + rounds // 2 + 1):
                     yield [Fault(r, "crash", v, frozenset()), Fault(back, "restart", v)]
+
+
+def equivocations(g: nx.Graph, rounds: int) -> Iterator[list[Fault]]:
+    """Every one-equivocation schedule: each node, in each round (a copy differs only in a round
+    whose frame carries the node's own messages), to each non-empty proper subset of its
+    neighbours (all of them would be one consistent copy, not two)."""
+    for r in range(rounds):
+        for v in sorted(g.nodes):
+            peers = sorted(g.neighbors(v))
+            for k in range(1, len(peers)):
+                for reach in itertools.combinations(peers, k):
+                    yield [Fault(r, "equivocate", v, frozenset(reach))]
 
 
 def pairs(g: nx.Graph, rounds: int) -> Iterator[list[Fault]]:

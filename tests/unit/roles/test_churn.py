@@ -480,3 +480,51 @@ def test_f7_a_catch_up_for_another_incarnation_is_refused_and_a_forked_sponsor_c
     votes = [Vote(s, 1, o, 0, other) for o in range(5)]
     with pytest.raises(MembershipError, match="does not hold"):
         fresh.churn.agreement.review(lambda step: votes if step == s else [], lambda step: None)
+
+
+# -- equivocation ----------------------------------------------------------------------------------
+def equivocate(cfg: config.Config, origin: int, step: int, to: int):
+    """A frame rewriter: `origin`'s message of `step` reaches neighbour `to` with another scalar
+    (-2×), so `to` holds one copy and every other node the other (two messages under one id)."""
+    from seedflood.core.flood.membership import decode_hop, encode_hop
+
+    limits = protocol_of(cfg).limits(0, 2**32 - 1)
+
+    def mutate(src: int, dst: int, hop: int, frame: bytes) -> bytes:
+        if src != origin or dst != to or not frame:
+            return frame
+        msgs, notes = decode_hop(frame, limits)
+        new = [
+            dataclasses.replace(m, scalar=-2.0 * m.scalar) if (m.origin, m.step) == (origin, step) else m for m in msgs
+        ]
+        return frame if new == msgs else encode_hop(new, notes)
+
+    return mutate
+
+
+@pytest.mark.parametrize(
+    "graph, origin, step, to",
+    [
+        # measured on the version before: all 5 clients stopped (the ballots split 2 / 2 / 1 for ever)
+        (("topology.kind=ring", "topology.nodes=5"), 3, 4, 4),
+        # measured on the version before: node 7, which held the altered copy, was ejected and 6 stayed
+        (TORUS, 6, 5, 7),
+    ],
+    ids=["ring5", "torus8"],
+)
+def test_an_origin_that_sends_two_copies_is_excluded_and_every_honest_client_trains_on(
+    graph, origin, step, to, tmp_path
+):
+    """docs/churn.md, "a client sends two different messages under one id": both copies flood as
+    COPY notes, every client names the origin and leaves it out of its proposals, the exclusion
+    commits (logged as an audit leave), and no honest client stops, whichever copy it held."""
+    cfg = cfg_for(*graph, steps=14)
+    r = simulate(cfg, mutate=equivocate(cfg, origin, step, to))
+    n = cfg.topology.nodes
+    assert sorted(r.hashes) == [i for i in range(n) if i != origin], r.exits
+    assert (
+        list(r.exits) == [origin] and "committed step" in r.exits[origin] and "without this client" in r.exits[origin]
+    )
+    (change,) = r.changes.values()
+    assert change.leave == change.audit == (origin,) and change.step <= step  # excluded by evidence, not by silence
+    check_survivors(cfg, r, tmp_path)

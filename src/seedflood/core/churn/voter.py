@@ -13,6 +13,7 @@ AUDIT) as received; one thread uses the voter, its flood and its agreement at a 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 
 from seedflood.core.churn.agreement import Agreement, Value, Vote, step_digest
@@ -21,6 +22,8 @@ from seedflood.core.flood.flooding import Flood
 from seedflood.core.flood.membership import AUDIT, JOIN, VOTE, Change, MembershipError, Note
 from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
+
+MAX_CHOICES = 12  # equivocated ids of one step whose copies a client tries in every combination (2^12 digests)
 
 
 def joins_in(notes: Iterable[Note]) -> dict[int, int]:
@@ -45,6 +48,7 @@ class Voter:
         self.logged = 0  # steps before this came from a log or a catch-up: never voted on
         agreement.quiet = (protocol.delay - protocol.vote_lag) * protocol.hops  # a vote's spread
         self._named: set[int] = set()
+        self.differs: set[int] = set()  # committed steps whose held copies hash to another digest
         self._decoded: dict[Note, Vote] = {}
 
     def after(self, t: int, now: int) -> list[tuple[int, Change]]:
@@ -94,8 +98,10 @@ class Voter:
 
     def take(self, s: int) -> list[Message] | None:
         """The messages of committed step s, taken from the flood, once all are here; None while
-        s is uncommitted or a message is still missing. A held copy that hashes to another digest
-        than the committed one stops this client: it never applies another history."""
+        s is uncommitted or a message is still missing. Where an origin equivocated this client
+        applies the copies that hash to the committed digest; while no held copies do (the
+        committed copy may still be on its way as a COPY note) it waits, and `stuck` stops it:
+        it never applies another history."""
         value = self.agreement.pending.get(s)
         if value is None:
             return None
@@ -103,16 +109,34 @@ class Voter:
         if len(msgs) != len(value.members) * self.protocol.perturbations:
             return None
         if step_digest(value.prev, s, msgs, value.joins) != value.digest:
-            raise MembershipError(
-                f"node {self.agreement.node}: its copy of step {s} differs from the one a majority committed "
-                f"(digest {value.digest:016x}): it stops rather than apply another history"
-            )
+            chosen = self._committed_copies(s, value)
+            if chosen is None:
+                self.differs.add(s)
+                return None
+            self.flood.choose(chosen)
+        self.differs.discard(s)
         del self.agreement.pending[s]
         return self.flood.take_step(s, value.members)
+
+    def _committed_copies(self, s: int, value: Value) -> list[Message] | None:
+        """The held copies of step s's messages whose digest is the committed one, or None."""
+        choices = self.flood.copies(s, value.members)
+        if sum(len(c) > 1 for c in choices) > MAX_CHOICES:
+            return None  # too many equivocated ids to try every pick (their origins are excluded anyway)
+        for pick in itertools.product(*choices):
+            if step_digest(value.prev, s, pick, value.joins) == value.digest:
+                return list(pick)
+        return None
 
     def stuck(self, s: int, waited: int) -> MembershipError:
         """The one line of a client that waited `waited` hops for step s in vain."""
         a = self.agreement
+        if s in self.differs:
+            return MembershipError(
+                f"node {a.node}: its copy of step {s} differs from the one a majority committed "
+                f"(digest {a.pending[s].digest:016x}) and no other copy reached it within {waited} extra hops: "
+                "it stops rather than apply another history"
+            )
         if (value := a.pending.get(s)) is not None:  # committed, but messages never came
             missing = len(value.members) * self.protocol.perturbations - len(self.flood.messages(s, value.members))
             return membership.MinorityError(

@@ -14,9 +14,14 @@ Rules (docs/design.md, Vocabulary; Processes and the step loop):
   an applied step is a duplicate by construction (completeness means we saw all of them), so the
   node forgets the step's ids and only remembers `applied_through`.
 Two copies of one id that differ in seed or scalar are a protocol violation: in a strict run a
-`FloodError`; under churn evidence against their origin (`conflicts`: the first copy is kept,
-the origin is named, and the agreement leaves it out of what this node proposes), never a crash
-of the receiver.
+`FloodError`; under churn evidence against their origin, never a crash of the receiver
+(docs/churn-design.md, Equivocation): the first copy is the one held, the origin is named in
+`conflicts` (the agreement leaves it out of what this node proposes), and the node that sees
+two copies of one id floods both as COPY notes (membership.copy_note), so every client comes
+to hold the same evidence however the copies were spread. A frame carries one copy per id, a
+note can carry the other. Bounded: a node keeps and forwards at most two copies of an id
+(`MAX_COPIES`), whatever an origin sends. `copies(step, origins)` hands every held copy to a
+client that must pick the one a majority committed.
 
 Churn (docs/churn-design.md, Notes on the wire): notes (membership.Note: joins, audits) flood exactly like messages
 but are kept for `note_horizon` steps after their step is applied (a later decision reads them);
@@ -32,12 +37,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from seedflood.core.flood.membership import Note
+from seedflood.core.flood.membership import COPY, Note, copied, copy_note
 from seedflood.core.flood.message import Message
 
 MessageId = tuple[int, int, int]  # (origin, step, k)
-NoteId = tuple[str, int, int]  # (kind, origin, step)
+NoteId = tuple  # (kind, origin, step[, ballot or k[, the copy]]): membership.Note.id
 Item = Message | Note
+MAX_COPIES = 2  # distinct copies of one message id a node keeps and forwards (evidence needs two)
+
+
+def _two_copies(a: Message, b: Message) -> str:
+    """What differs between two copies of one id, in a few words."""
+    what = f"scalars {a.scalar:.9g} and {b.scalar:.9g}"
+    return what if a.seed == b.seed else f"{what}, seeds {a.seed} and {b.seed}"
 
 
 class FloodError(RuntimeError):
@@ -81,6 +93,7 @@ class Flood:
         self.conflicts: dict[int, str] = {}
         """origin -> the first pair of conflicting copies of one of its ids (churn: evidence)."""
         self._store: dict[int, dict[MessageId, Message]] = {}  # step -> id -> message
+        self._copies: dict[MessageId, list[Message]] = {}  # id -> its distinct copies (once a COPY note is seen)
         self._notes: dict[int, dict[NoteId, Note]] = {}  # step -> id -> note
         self._known: dict[MessageId | NoteId, set[int]] = {}  # id -> peers that have it
         self._pending: dict[int, dict[MessageId | NoteId, Item]] = {p: {} for p in self.peers}
@@ -148,6 +161,8 @@ class Flood:
         if isinstance(m, Note):
             if m.step < self.applied_through - self.note_horizon:
                 return False  # too old to matter, and forgotten
+            if m.kind == COPY and not self._witness(copied(m)):
+                return False  # a copy of an applied step, or past the bound: dropped
             step = self._notes.setdefault(m.step, {})
         elif m.step <= self.applied_through:
             return False  # its step is complete and applied: we have seen it
@@ -158,12 +173,17 @@ class Flood:
             if old != m:
                 if not self.tolerate_conflicts:
                     raise FloodError(f"conflicting copies of message {m.id}: {old} vs {m}")
-                self.conflicts.setdefault(m.origin, f"two copies of {m.id}: {old} vs {m}")
+                if isinstance(m, Message):
+                    self._witness(m)
+                else:  # a note (a vote) signed twice
+                    self.conflicts.setdefault(m.origin, f"two copies of {m.id}: {old} vs {m}")
             if source is not None:
                 self._known[m.id].add(source)
                 self._pending[source].pop(m.id, None)
             return False
         step[m.id] = m
+        if isinstance(m, Message) and m.id in self._copies:
+            self._witness(m)  # a COPY note of this id came first
         known = {source} if source is not None else set()
         self._known[m.id] = known
         targets = self.peers if self.routes is None or isinstance(m, Note) else self.routes.get(m.origin, ())
@@ -171,6 +191,35 @@ class Flood:
             if p not in known:
                 self._pending[p][m.id] = m
         return True
+
+    def _witness(self, m: Message) -> bool:
+        """Note copy `m` of its id (churn); False if it is dropped (its step was applied, or the
+        id already has MAX_COPIES other copies). The moment an id has two copies: its origin is
+        named in `conflicts`, and both copies flood as COPY notes (evidence for every client)."""
+        if m.step <= self.applied_through:
+            return False
+        held = self._store.get(m.step, {}).get(m.id)
+        copies = self._copies.setdefault(m.id, [held] if held is not None else [])
+        if m not in copies:
+            if len(copies) >= MAX_COPIES:
+                return False
+            copies.append(m)
+            if len(copies) == 2:
+                a, b = copies
+                self.conflicts.setdefault(m.origin, f"two copies of {m.id}: {_two_copies(a, b)}")
+                self.originate_notes([copy_note(a), copy_note(b)])  # new ids only; repeats are no-ops
+        return True
+
+    def copies(self, step: int, origins: Iterable[int]) -> list[list[Message]]:
+        """Every copy seen of each held message of `step` from `origins`, canonically ordered:
+        one list per id (more than one only where an origin equivocated)."""
+        return [self._copies.get(m.id) or [m] for m in self.messages(step, origins)]
+
+    def choose(self, chosen: Iterable[Message]) -> None:
+        """Hold these copies (each one of `copies`) in place of the first ones, before `take_step`
+        hands the step out (a client applies the copy a majority committed)."""
+        for m in chosen:
+            self._store[m.step][m.id] = m
 
     # -- completeness --------------------------------------------------------------------------
     def is_complete(self, step: int) -> bool:
@@ -205,6 +254,7 @@ class Flood:
         msgs = sorted(m for m in held.values() if m.origin in keep)
         for m in held.values():
             self._known.pop(m.id, None)
+        self._copies = {i: c for i, c in self._copies.items() if i[1] > step}
         self.applied_through = step
         for s in [s for s in self._notes if s < step - self.note_horizon]:
             for n in self._notes.pop(s).values():

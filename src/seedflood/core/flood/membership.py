@@ -7,8 +7,10 @@ Owns (docs/churn-design.md, Membership is data; Notes on the wire):
 - `Roster`: the members of every step, a pure function of the changes (what is committed
   and how is agreement.py's business).
 - `Note`: a record flooded with the messages: `JOIN` (a sponsor admits a restarted origin from a
-  step on, and names the hop at which its edges connect: `join_note`, `link_hop`), `AUDIT` (an origin's state hash after a step) and `VOTE` (an origin's vote on a
-  step's content, agreement.Vote in its body).
+  step on, and names the hop at which its edges connect: `join_note`, `link_hop`), `AUDIT` (an
+  origin's state hash after a step), `VOTE` (an origin's vote on a step's content,
+  agreement.Vote in its body) and `COPY` (another copy of a message under an id already held:
+  evidence that its origin equivocated, `copy_note`, `copied`).
 - `audit_verdict`: which origins' audited hashes differ from the majority's.
 - the hop payload (`encode_hop` / `decode_hop`): a message frame, plus notes when there are any.
   Without notes it is exactly the plain message frame, so a strict run's traffic is unchanged byte
@@ -35,7 +37,8 @@ from seedflood.core.flood.message import FrameError, Limits, Message
 JOIN = 1
 AUDIT = 2
 VOTE = 4
-_KINDS = {JOIN: "join", AUDIT: "audit", VOTE: "vote"}
+COPY = 8
+_KINDS = {JOIN: "join", AUDIT: "audit", VOTE: "vote", COPY: "copy"}
 
 
 class MembershipError(RuntimeError):
@@ -72,7 +75,9 @@ class Note:
     `body` = the u64 hop index at which it and its neighbours connect their edges (`link_hop`).
     AUDIT: `origin`'s state hash after applying `step`, `value` = its first 8 bytes (u64).
     VOTE: `origin`'s vote on the content of `step` in ballot `value`; `body` is the vote
-    (agreement.Vote: incarnation, digests, members, joins)."""
+    (agreement.Vote: incarnation, digests, members, joins).
+    COPY: a copy of `origin`'s message (`step`, k = `value`) that differs from another copy
+    under the same id; `body` is its seed (u64) and f32 scalar."""
 
     step: int
     kind: int
@@ -81,9 +86,12 @@ class Note:
     body: bytes = b""
 
     @property
-    def id(self) -> tuple[str, int, int] | tuple[str, int, int, int]:
+    def id(self) -> tuple[str, int, int] | tuple[str, int, int, int] | tuple[str, int, int, int, bytes]:
         """De-duplication key; never equal to a message id (those are int triples). A vote's
-        key holds its ballot: one vote per origin, step and ballot."""
+        key holds its ballot: one vote per origin, step and ballot; a copy's holds the copy, so
+        both copies of one message id flood."""
+        if self.kind == COPY:
+            return (_KINDS[self.kind], self.origin, self.step, self.value, self.body)
         if self.kind == VOTE:
             return (_KINDS[self.kind], self.origin, self.step, self.value)
         return (_KINDS[self.kind], self.origin, self.step)
@@ -101,6 +109,21 @@ def join_note(step: int, origin: int, incarnation: int, link_hop: int) -> Note:
 def link_hop(note: Note) -> int:
     """The hop index a JOIN note's edges connect at."""
     return _LINK.unpack(note.body)[0]
+
+
+_COPY = struct.Struct("<Qf")  # a COPY note's body: the copy's seed and scalar
+
+
+def copy_note(m: Message) -> Note:
+    """COPY: `m` floods as a note beside the copy a frame carried (a frame holds one copy per
+    id), so every client comes to hold both copies: the evidence against `m.origin`."""
+    return Note(m.step, COPY, m.origin, m.k, _COPY.pack(m.seed, m.scalar))
+
+
+def copied(note: Note) -> Message:
+    """The message a COPY note carries."""
+    seed, scalar = _COPY.unpack(note.body)
+    return Message(step=note.step, origin=note.origin, k=note.value, seed=seed, scalar=scalar)
 
 
 def audit_value(state_hash: str) -> int:
@@ -128,6 +151,11 @@ def check_note(n: Note, limits: Limits) -> bool:
         raise FrameError(f"note {n.id}: a vote has a body, an audit none")
     if n.kind == JOIN and len(n.body) != _LINK.size:
         raise FrameError(f"note {n.id}: a join's body is its {_LINK.size}-byte link hop, got {len(n.body)} bytes")
+    if n.kind == COPY:
+        if len(n.body) != _COPY.size:
+            raise FrameError(f"note {n.id}: a copy's body is its {_COPY.size}-byte seed and scalar, got {len(n.body)}")
+        if n.step >= limits.min_step:
+            limits.check(copied(n))  # the same checks as a message in a frame (its seed too)
     return n.step >= limits.min_step
 
 

@@ -168,12 +168,16 @@ def test_a_pipelined_vote_on_a_guess_that_lost_is_void_and_the_client_votes_agai
     assert [Vote.of(n, 3) for n in out] == [Vote(1, 1, 0, 0, fresh)]
 
 
-def test_a_held_copy_that_hashes_to_another_digest_than_the_committed_one_stops_the_client():
+def test_a_held_copy_that_hashes_to_another_digest_waits_for_the_committed_copy_or_stops_the_client():
+    """A client whose copy of a committed step hashes to another digest never applies it: it
+    waits (the committed copy may still come, as a COPY note) and, if it never does, `stuck`
+    names the differing copy. Once the committed copy is here it applies that one."""
     import networkx as nx
 
     import explorer
     from seedflood.core.churn.voter import Voter
     from seedflood.core.flood.flooding import Flood
+    from seedflood.core.flood.membership import copy_note
 
     p = explorer.protocol_for(nx.complete_graph(3), steps=2)
     flood = Flood(0, [1, 2], range(3), tolerate_conflicts=True)
@@ -181,11 +185,15 @@ def test_a_held_copy_that_hashes_to_another_digest_than_the_committed_one_stops_
     voter = Voter(p, flood, ag, lambda _: None)
     flood.receive(1, [msg(o, 0) for o in range(3)])
     assert voter.take(0) is None  # not committed yet
-    ag.pending[0] = value(0, {0, 1, 2}, scalar=2.0)  # a quorum committed other scalars
-    with pytest.raises(MembershipError, match="its copy of step 0 differs"):
-        voter.take(0)
-    ag.pending[0] = value(0, {0, 1, 2})
-    assert [m.origin for m in voter.take(0)] == [0, 1, 2]
+    committed = value(0, {0, 1, 2}, scalar=2.0)  # a quorum committed other scalars
+    ag.pending[0] = committed
+    assert voter.take(0) is None  # waits: nothing it holds hashes to the committed digest
+    line = str(voter.stuck(0, 9))
+    assert "its copy of step 0 differs from the one a majority committed" in line and "within 9 extra hops" in line
+    flood.receive(2, [copy_note(msg(o, 0, scalar=2.0)) for o in range(3)])  # the other copies arrive
+    taken = voter.take(0)
+    assert taken == [msg(o, 0, scalar=2.0) for o in range(3)] and 0 not in voter.differs
+    assert sorted(flood.conflicts) == [0, 1, 2]  # and each origin is named for its two copies
 
 
 def test_a_client_stuck_on_a_step_says_whether_it_was_committed_or_only_short_of_votes():

@@ -159,3 +159,28 @@ def test_the_evaluator_log_is_a_prefix_of_the_history_when_its_attach_client_cra
         out = ex.World(g, p, [ex.Fault(r, "crash", 0), ex.Fault(r + 3, "restart", 0)]).run()
         assert out.safe, out.problem
         assert out.log and out.log == max(out.histories.values(), key=len)[: len(out.log)]
+
+
+def test_every_single_equivocation_is_safe_and_the_honest_majority_excludes_the_liar():
+    """A node sends another copy of its message (another scalar) to some neighbours and the
+    first copy to the rest, at any hop: every schedule keeps one history; where the honest nodes
+    stay connected without the liar they all finish, and if its lie reached anyone they excluded
+    it (the COPY evidence reached every voter). Where the liar is a cut vertex (line3's middle,
+    star4's centre) nobody can hold both copies: one history still, but no liveness promise."""
+    report = ex.Report()
+    lies = excluded = 0
+    for name, g, p in cases(["line3", "star4", "ring4", "complete4", "ring5", "wheel5", "chord5", "torus2x2"]):
+        for faults in ex.equivocations(g, rounds_of(p)):
+            out = ex.World(g, p, faults).run()
+            report.add(name, faults, out)
+            liar = faults[0].node
+            if out.lied and nx.is_connected(g.subgraph(set(g.nodes) - {liar})):
+                lies += 1
+                excluded += out.states[liar] == "stopped" and "without this client" in out.why[liar]
+                honest = {i: out.states[i] for i in g.nodes if i != liar}
+                assert set(honest.values()) == {"done"}, (name, str(faults[0]), honest, out.why)
+                assert "without this client" in out.why[liar], (name, str(faults[0]), out.states[liar], out.why[liar])
+    print(
+        f"{lies} schedules where a lie reached a client of a graph still connected without the liar: {excluded} excluded it"
+    )
+    check(report)

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from seedflood.core.config import rng
 from seedflood.core.flood.flooding import Flood, FloodError
+from seedflood.core.flood.membership import Note
 from seedflood.core.flood.message import Message
 from seedflood.core.topology import builders
 
@@ -218,3 +219,46 @@ def test_under_churn_two_copies_of_one_id_are_evidence_against_their_origin_not_
     strict.receive(1, [a])
     with pytest.raises(FloodError, match="conflicting copies"):
         strict.receive(2, [b])
+
+
+def test_a_node_that_sees_two_copies_floods_both_as_copy_notes_so_every_node_holds_the_evidence():
+    """Equivocation as evidence that travels: a frame carries one copy per id, so the node that
+    sees a second copy floods both as COPY notes, to every neighbour (the one that sent the other
+    copy too, which would never see the first as a message). A path 1 - 0 - 2 where origin 3's
+    two copies reach 0 from both sides: afterwards 1 and 2, each of which held one copy, name
+    origin 3 too and hold both copies."""
+    from seedflood.core.flood.membership import COPY, copied
+
+    a = Message.make(3, 4, 77, 0.5)
+    b = Message.make(3, 4, 77, 0.25)
+    mid = Flood(0, [1, 2], range(4), tolerate_conflicts=True)
+    left = Flood(1, [0], range(4), tolerate_conflicts=True)
+    right = Flood(2, [0], range(4), tolerate_conflicts=True)
+    assert mid.receive(1, [a]) == [a] and mid.receive(2, [b]) == []
+    assert "two copies of (3, 4, 0): scalars 0.5 and 0.25" == mid.conflicts[3]
+    out = mid.outbox()
+    for peer, flood in ((1, left), (2, right)):
+        notes = [n for n in out[peer] if isinstance(n, Note) and n.kind == COPY]
+        assert sorted(copied(n).scalar for n in notes) == [0.25, 0.5]  # both copies, to both sides
+        flood.receive(0, [a] if peer == 1 else [b])  # what each side held before
+        flood.receive(0, out[peer])
+        assert 3 in flood.conflicts and sorted(m.scalar for m in flood.copies(4, [3])[0]) == [0.25, 0.5]
+
+
+def test_copies_of_one_id_are_bounded_and_a_committed_copy_is_chosen_before_the_step_is_taken():
+    """An origin that sends many copies costs every node at most MAX_COPIES of them (a third is
+    dropped, never forwarded); `choose` makes the flood hand out the copy the client picked."""
+    from seedflood.core.flood.flooding import MAX_COPIES
+    from seedflood.core.flood.membership import copy_note
+
+    copies = [Message.make(1, 0, 5, 0.125 * (i + 1)) for i in range(4)]
+    f = Flood(0, [1, 2], range(2), tolerate_conflicts=True)
+    f.receive(1, [copies[0]])
+    f.receive(1, [copy_note(c) for c in copies[1:]])
+    assert MAX_COPIES == 2 and f.copies(0, [1]) == [copies[:2]]
+    sent = [n for n in f.outbox()[2] if isinstance(n, Note)]
+    assert sorted(n.body for n in sent) == sorted(copy_note(c).body for c in copies[:2])  # never copies 2, 3
+    f.receive(2, [Message.make(0, 0, 9, 1.0)])
+    f.choose([copies[1]])
+    assert f.take_step(0, [0, 1]) == [Message.make(0, 0, 9, 1.0), copies[1]]
+    assert f.copies(0, [1]) == []  # forgotten with the step

@@ -144,8 +144,8 @@ def test_world_size_and_topology_show():
 )
 def test_world_size_answers_in_seconds_for_100000_nodes(sets, answer):
     """The preflight ran past 300 s at 100000 nodes (all-pairs shortest paths for the diameter),
-    and a complete graph of 100000 nodes grew past 12 GB (10000: a MemoryError after 41 s, issue
-    27): now it answers, or refuses the size with one line naming the limit, within seconds.
+    and a complete graph of 100000 nodes grew past 12 GB (10000: a MemoryError after 41 s): now
+    it answers, or refuses the size with one line naming the limit, within seconds.
     Counted in the command's own CPU seconds (user + sys), which other work on the machine does
     not inflate as it does wall time: about 5 s here, bounded at 40. Its address space is capped
     at 4 GiB, so a regression fails here instead of filling the machine's memory."""

@@ -226,6 +226,7 @@ def commands(out: Path, manifest: dict) -> str:
         f"GPU kit {manifest['kit']}: {manifest['shipments']} shipments for Python {manifest['python']} "
         f"({manifest['target']}), {len(manifest['packages'])} packages, "
         f"{len(manifest['data'])} data packages, seedflood and launch/",
+        "Rehearse it here first if this tree changed since the last CPU check: make gpu-check (~5 min, CPU).",
         "Run on the GPU host, in order, back to back (each command ships the folder named; the host keeps",
         "what is staged in $SEEDFLOOD_GPU_HOME, default ~/seedflood-gpu, between commands):",
     ]

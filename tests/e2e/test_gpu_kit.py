@@ -220,6 +220,11 @@ def test_a_missing_part_a_bad_checksum_or_a_skipped_shipment_stop_before_any_wor
     one_line_exit_2(r, "not a staged kit")
 
 
+# ~330 s and ~400 s of CPU on 2 cores, every part of which CI also runs on its own (the launched
+# run and replay in test_torchrun, churn.sh's agent restart in test_churn_torchrun, reproduce and
+# bench sim in their unit tests, the plan's clock in test_gpuevidence): so it runs with
+# `make test-all` and `make gpu-check` (the same steps), the rehearsal before a GPU session.
+@pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_the_dry_run_goes_end_to_end_and_writes_what_a_gpu_run_writes(staged, tmp_path):
     out = tmp_path / "out"

@@ -175,7 +175,7 @@ class Flood:
                     raise FloodError(f"conflicting copies of message {m.id}: {old} vs {m}")
                 if isinstance(m, Message):
                     self._witness(m)
-                else:  # a note (a vote) signed twice
+                else:  # a note (a vote) sent twice with different contents
                     self.conflicts.setdefault(m.origin, f"two copies of {m.id}: {old} vs {m}")
             if source is not None:
                 self._known[m.id].add(source)

@@ -2,7 +2,7 @@
 
 Owns: the debug config (tiny random model, synthetic task, 4 clients on a ring + evaluator), the
 `seedflood train` command line, the churn settings list, the run's own step counter as a progress
-key, and `seedflood replay` of a run directory. One place: a test adds only what it changes.
+key, `seedflood replay` of a run directory and a private copy of one (`copy_run_dir`). One place: a test adds only what it changes.
 
 Assumes: the debug config's step records in log.bin are at least RECORD_BYTES long.
 """
@@ -10,6 +10,7 @@ Assumes: the debug config's step records in log.bin are at least RECORD_BYTES lo
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,15 @@ def churn(out: Path, steps: int, *extra: str) -> tuple[str, ...]:
     or checkpoints unless `extra` asks (later settings win)."""
     base = (f"run.out_dir={out}", f"run.steps={steps}", "churn.settle=1", "transport.timeout_s=3")
     return (*base, "eval.every=0", "checkpoint.every=0", *extra)
+
+
+def copy_run_dir(run_dir: Path, to: Path) -> Path:
+    """A private copy of a finished run directory at `to`, its config.yaml pointing at the copy
+    (for tests that cut or corrupt it)."""
+    shutil.copytree(run_dir, to)
+    cfg_path = to / "config.yaml"
+    cfg_path.write_text(cfg_path.read_text().replace(str(run_dir), str(to)))
+    return to
 
 
 def log_size(out: Path) -> int:

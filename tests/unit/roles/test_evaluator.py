@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import struct
 import zlib
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import runs
 from seedflood import cli
 from seedflood.core.config import runconfig as config
 from seedflood.core.flood import message
@@ -72,11 +72,7 @@ def finished(tmp_path_factory) -> tuple[Path, str, list]:
 @pytest.fixture
 def run_dir(finished, tmp_path) -> Path:
     """A private copy of the finished run directory (tests corrupt it)."""
-    copy = tmp_path / "run"
-    shutil.copytree(finished[0], copy)
-    cfg_path = copy / "config.yaml"
-    cfg_path.write_text(cfg_path.read_text().replace(str(finished[0]), str(copy)))
-    return copy
+    return runs.copy_run_dir(finished[0], tmp_path / "run")
 
 
 def snapshot(d: Path) -> dict[str, bytes]:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import runs
 from seedflood import cli
 from seedflood.core.config import runconfig as config
 from seedflood.roles import sharedmodel
@@ -39,11 +40,7 @@ def finished(tmp_path_factory) -> tuple[Path, dict]:
 @pytest.fixture
 def run_dir(finished, tmp_path) -> Path:
     """A private copy of the finished run directory (the tests cut its log)."""
-    copy = tmp_path / "run"
-    shutil.copytree(finished[0], copy)
-    cfg_path = copy / "config.yaml"
-    cfg_path.write_text(cfg_path.read_text().replace(str(finished[0]), str(copy)))
-    return copy
+    return runs.copy_run_dir(finished[0], tmp_path / "run")
 
 
 def record_ends(log: Path) -> list[int]:

@@ -93,7 +93,8 @@ class Flood:
         self.conflicts: dict[int, str] = {}
         """origin -> the first pair of conflicting copies of one of its ids (churn: evidence)."""
         self._store: dict[int, dict[MessageId, Message]] = {}  # step -> id -> message
-        self._copies: dict[MessageId, list[Message]] = {}  # id -> its distinct copies (once a COPY note is seen)
+        # id -> its distinct copies, for ids that had a second copy or a COPY note
+        self._copies: dict[MessageId, list[Message]] = {}
         self._notes: dict[int, dict[NoteId, Note]] = {}  # step -> id -> note
         self._known: dict[MessageId | NoteId, set[int]] = {}  # id -> peers that have it
         self._pending: dict[int, dict[MessageId | NoteId, Item]] = {p: {} for p in self.peers}

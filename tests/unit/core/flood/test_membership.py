@@ -208,3 +208,27 @@ def test_catch_up_payload_round_trips_and_any_flipped_bit_is_refused():
             CatchUp.from_bytes(data[:at] + bytes([data[at] ^ 0x10]) + data[at + 1 :])
     with pytest.raises(FrameError):
         CatchUp.from_bytes(data[:-3])
+
+
+def test_a_copy_note_is_checked_as_its_message_would_be_and_a_bad_one_refuses_the_hop():
+    """A COPY note round-trips to the message it carries; one whose body has the wrong length,
+    whose seed is not the derived one, whose k is out of range or whose scalar is not finite or
+    too large refuses the whole hop payload (FrameError), so nothing of it is taken."""
+    import dataclasses
+    import math
+    import struct
+
+    from seedflood.core.flood.membership import COPY, Note, copied, copy_note
+
+    m = Message.make(3, 7, seed_of(3, 7, 0), 0.25)
+    note = copy_note(m)
+    assert copied(note) == m and decode_hop(encode_hop([], [note]), LIMITS) == ([], [note])
+    bad = [
+        dataclasses.replace(note, body=note.body + b"\x00"),
+        Note(7, COPY, 3, 0, struct.pack("<Qf", m.seed + 1, 0.25)),  # a seed nobody derives
+        Note(7, COPY, 3, 1, note.body),  # k beyond perturbations
+        *(Note(7, COPY, 3, 0, struct.pack("<Qf", m.seed, x)) for x in (math.inf, math.nan, 1e30)),
+    ]
+    for n in bad:
+        with pytest.raises(FrameError):
+            decode_hop(encode_hop([], [n]), LIMITS)

@@ -63,10 +63,11 @@ from seedflood.core.flood.protocol import Protocol
 from seedflood.core.topology import resolve as topo
 from seedflood.core.zo.replay import Applier, state_hash
 from seedflood.ml.workload import Workload
+from seedflood.roles.churnstart import ChurnStrategy
 from seedflood.roles.client import Client
 from seedflood.roles.inprocess import Event, SimResult, simulate
 
-DEBUG = Path(__file__).resolve().parents[1] / "launch" / "configs" / "debug.yaml"
+DEBUG = Path("launch/configs/debug.yaml")  # the debug model and task; --config, relative to the working directory
 TIMEOUT_S = 30.0  # transport.timeout_s: kills are detected at once; this only bounds a hang
 DOWN = 2  # steps a killed client stays down before its restart
 STRIDE = 5  # victim c is node (5·c) mod N: on a 4×4 torus consecutive victims are never neighbours
@@ -329,7 +330,10 @@ def synth_history(p: Protocol, steps: int, seed: int) -> list[tuple[int, list[Me
 
 
 def client_of(p: Protocol, w: Workload, node: int) -> Client:
-    return Client(node, (), p, w.direction, lambda _s: 0.0, _NoTransport())  # type: ignore[arg-type]
+    """A churn client with no network: it rejoins from a payload or sponsors from its history."""
+    transport = _NoTransport()
+    strategy = ChurnStrategy(transport)  # type: ignore[arg-type]
+    return Client(node, (), p, w.direction, lambda _s: 0.0, transport, strategy=strategy)  # type: ignore[arg-type]
 
 
 def bench_rejoin(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -440,6 +444,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--only", choices=("runs", "rejoin"), help="only runs 1-4, or only the rejoin figure")
     ap.add_argument("--quick", action="store_true", help="small sizes, one repeat: under 2 minutes")
     ap.add_argument("--out", help="write every figure as JSON here")
+    ap.add_argument(
+        "--config", type=Path, default=DEBUG, help=f"the debug config (default {DEBUG}, from the repository root)"
+    )
     return ap
 
 
@@ -454,8 +461,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "need --every >= 6 (a rejoin must finish before the next kill), --steps >= 2 × --every, "
             "--clients >= 5 and repeats >= 1"
         )
-    global GRAPH
-    GRAPH = args.graph
+    if not args.config.is_file():
+        ap.error(f"config {args.config} not found: run from the repository root or pass --config")
+    global DEBUG, GRAPH
+    DEBUG, GRAPH = args.config, args.graph
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.getLogger("seedflood").setLevel(logging.ERROR)  # membership warnings: one per client per change
     torch.set_num_threads(1)
@@ -485,7 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out:
         path = Path(args.out)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"meta": meta, "figures": figures}, indent=2, sort_keys=True) + "\n")
+        path.write_text(json.dumps({"meta": meta, "figures": figures}, indent=2, sort_keys=True, default=str) + "\n")
         print(f"wrote {path}")
     return 0
 

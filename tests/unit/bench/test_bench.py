@@ -243,3 +243,21 @@ def test_churn_benchmark_refuses_schedules_it_cannot_measure(capsys):
         churn.main(["--every", "5", "--steps", "20"])
     assert err.value.code == 2
     assert "--every >= 6" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as err:  # run from elsewhere than the repository root
+        churn.main(["--quick", "--config", "no/such/debug.yaml"])
+    assert err.value.code == 2
+    assert "config no/such/debug.yaml not found: run from the repository root" in capsys.readouterr().err
+
+
+def test_churn_benchmark_rejoin_figure_runs_and_rejoins_to_the_replayed_state(tmp_path):
+    """`python -m seedflood.bench.churn --only rejoin`: a sponsor's real catch-up payload of H
+    steps, rejoined by a fresh churn client (the benchmark asserts the rejoined state equals a
+    plain replay's); the payload grows with H, about 6 bytes a message."""
+    from seedflood.bench import churn
+
+    out = tmp_path / "churn.json"
+    assert churn.main(["--quick", "--only", "rejoin", "--histories", "10,100", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["figures"]["rejoin"]
+    assert {(r["model"], r["steps"]) for r in rows} == {(m, h) for m in ("small", "large") for h in (10, 100)}
+    for r in rows:
+        assert r["messages"] == 16 * r["steps"] and 5 < r["payload_bytes"] / r["messages"] < 8

@@ -94,6 +94,21 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--step", type=int, help="number of logged steps to apply (default: all)")
         if name == "replay":
             sp.add_argument("--out", help="also write a save_pretrained model directory here")
+        sp.add_argument(
+            "--exclude",
+            type=int,
+            action="append",
+            metavar="ORIGIN",
+            help="leave out this client's logged messages (repeat for more origins): un-training; "
+            "the later scalars of the others were measured with them in",
+        )
+        sp.add_argument(
+            "--from",
+            dest="from_step",
+            type=int,
+            metavar="STEP",
+            help="leave the --exclude origins out from this step on (default 0; earlier steps are kept)",
+        )
         sp.add_argument("--json", action="store_true", help=JSON_HELP)
         sp.set_defaults(fn=fn)
 

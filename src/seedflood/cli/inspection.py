@@ -5,7 +5,10 @@ run directory without loading weights (check), and their summary lines or `--jso
 log that ends in a torn record (a crash mid-append), or whole but short of what summary.json
 and the checkpoints say the run did, is one line from each: a warning on stderr from replay and
 eval (which apply its whole steps), the error that makes check refuse the directory
-(rundir.torntail: after which step, and what disagrees).
+(rundir.torntail: after which step, and what disagrees). Replay and eval can also leave
+origins out (`--exclude ORIGIN [--from STEP]`, un-training): every message of those origins at
+steps >= STEP is dropped and the rest applied as logged; the output names what was left out and
+says that the later scalars were measured on states that included it (EXCLUDE_NOTE).
 
 Assumes: called by seedflood.cli's dispatch, which maps a known bad input to exit status 2.
 """
@@ -16,10 +19,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from seedflood.rundir.layout import RunDir
+    from seedflood.rundir.logfile import Records
+
+EXCLUDE_NOTE = (
+    "the other origins' later scalars were measured on states that included the excluded updates: "
+    "this is the logged run minus those updates, not the model the others would have trained without them"
+)
 
 
 def _found(path: str) -> RunDir:
@@ -29,10 +38,38 @@ def _found(path: str) -> RunDir:
     return RunDir.at(path)
 
 
-def _rebuild(run: RunDir, steps: int | None):
-    """Config, workload, number of steps applied, and the log's (whole steps, torn tail bytes),
-    rebuilt from base + log (resume.recorded_log: config.yaml must match the log header; every
-    record passes the wire's validation)."""
+def _exclusion(args: argparse.Namespace) -> tuple[list[int], int]:
+    """The origins `--exclude` names (sorted, once each) and the step `--from` leaves them out
+    from (0 by default); ConfigError for a `--from` without `--exclude` (nothing to leave out)."""
+    from seedflood.core.config.configerror import ConfigError
+
+    origins = sorted(set(args.exclude or ()))
+    if args.from_step is not None and not origins:
+        raise ConfigError(f"--from {args.from_step} needs --exclude ORIGIN: the origins to leave out from that step")
+    return origins, 0 if args.from_step is None else args.from_step
+
+
+def without(records: Records, origins: list[int] | set[int], start: int) -> tuple[Records, int]:
+    """`records` with every message of `origins` at steps >= `start` left out (the steps
+    themselves kept, possibly empty), and how many messages were left out."""
+    drop = set(origins)
+    kept: Records = []
+    left_out = 0
+    for step, msgs in records:
+        if step >= start and drop:
+            keep = [m for m in msgs if m.origin not in drop]
+            left_out += len(msgs) - len(keep)
+            msgs = keep
+        kept.append((step, msgs))
+    return kept, left_out
+
+
+def _rebuild(run: RunDir, steps: int | None, exclude: list[int] | None = None, start: int = 0):
+    """Config, workload, number of steps applied, the log's (whole steps, torn tail bytes), and
+    the messages left out, rebuilt from base + log (resume.recorded_log: config.yaml must match
+    the log header; every record passes the wire's validation). `exclude`: origins whose messages
+    at steps >= `start` are left out (CheckpointError for an origin the run does not have or a
+    `start` outside 0..steps logged); the rest is applied as logged, in canonical order."""
     from seedflood.core.flood.protocol import trajectory
     from seedflood.core.zo.replay import Applier
     from seedflood.ml.workload import Workload
@@ -40,6 +77,9 @@ def _rebuild(run: RunDir, steps: int | None):
     from seedflood.rundir.layout import CheckpointError
 
     cfg, proto = resume.recorded(run)
+    n_origins = proto.n_origins
+    if bad := [o for o in exclude or () if not 0 <= o < n_origins]:
+        raise CheckpointError(f"--exclude {bad[0]}: the run has {n_origins} clients (origins 0..{n_origins - 1})")
     w = Workload.build(cfg)
     records, torn = resume.recorded_log(run, proto, trajectory(cfg, proto, w.train_digest()), w.loaded.base_hash)
     logged = len(records)
@@ -47,8 +87,27 @@ def _rebuild(run: RunDir, steps: int | None):
         if not 0 <= steps <= len(records):
             raise CheckpointError(f"--step {steps} is outside 0..{len(records)} (steps in the log)")
         records = records[:steps]
+    left_out = 0
+    if exclude:
+        if not 0 <= start <= logged:
+            raise CheckpointError(f"--from {start} is outside 0..{logged} (steps in the log)")
+        records, left_out = without(records, exclude, start)
     Applier(w.direction, proto).apply_all(records)
-    return cfg, w, len(records), (logged, torn)
+    return cfg, w, len(records), (logged, torn), left_out
+
+
+def _excluded(origins: list[int], start: int, left_out: int) -> dict[str, Any]:
+    """The `--json` object of an exclusion: what was left out, and the note (EXCLUDE_NOTE)."""
+    return {"origins": origins, "from_step": start, "messages_left_out": left_out, "note": EXCLUDE_NOTE}
+
+
+def _excluded_rows(origins: list[int], start: int, left_out: int) -> list[tuple[str, str]]:
+    """The summary lines of an exclusion: what was left out, and the note (EXCLUDE_NOTE)."""
+    who = f"origin{'s' if len(origins) > 1 else ''} {', '.join(map(str, origins))}"
+    return [
+        ("excluded", f"{who} from step {start}: {left_out} logged messages left out"),
+        ("note", EXCLUDE_NOTE),
+    ]
 
 
 def _warn_torn(run: RunDir, log: tuple[int, int], param_hash: str | None = None) -> None:
@@ -79,17 +138,20 @@ def _writable_dir(path: Path) -> None:
 def cmd_replay(args: argparse.Namespace) -> int:
     from seedflood.core.zo.replay import state_hash
 
+    origins, start = _exclusion(args)
     if args.out:
         _writable_dir(Path(args.out))
     run = _found(args.run_dir)
-    cfg, w, n, log = _rebuild(run, args.step)
+    cfg, w, n, log, left_out = _rebuild(run, args.step, origins, start)
     digest = state_hash(w.model, w.direction)
-    _warn_torn(run, log, digest if n == log[0] else None)
+    _warn_torn(run, log, digest if n == log[0] and not origins else None)  # an un-trained hash is not the run's
     if args.out:
         from seedflood.ml import model
 
         model.save(w.loaded, Path(args.out), w.direction.effective_tensors())
-    result = {"steps": n, "param_hash": digest, **({"out": args.out} if args.out else {})}
+    result: dict[str, Any] = {"steps": n, "param_hash": digest, **({"out": args.out} if args.out else {})}
+    if origins:
+        result["excluded"] = _excluded(origins, start, left_out)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -97,6 +159,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         [
             ("run directory", args.run_dir),
             ("replayed", f"{n} logged steps applied to the base model"),
+            *(_excluded_rows(origins, start, left_out) if origins else []),
             ("param hash", digest),
             *([("model directory", args.out)] if args.out else []),
         ]
@@ -154,13 +217,14 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from seedflood.rundir.metrics import PhaseProgress
 
+    origins, start = _exclusion(args)
     run = _found(args.run_dir)
-    cfg, w, n, log = _rebuild(run, args.step)
+    cfg, w, n, log, left_out = _rebuild(run, args.step, origins, start)
     _warn_torn(run, log)
     with PhaseProgress(f"scoring step {n} (dev + test)") as bar:
         m = w.score_splits(on_examples=bar.update)[1]["metrics"]
     if args.json:
-        print(json.dumps({"steps": n, **m}))
+        print(json.dumps({"steps": n, **m, **({"excluded": _excluded(origins, start, left_out)} if origins else {})}))
         return 0
 
     def fmt(v: float | None) -> str:
@@ -171,6 +235,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         [
             ("run directory", args.run_dir),
             ("scored", f"the model after {n} logged steps, on {m['n']} test examples"),
+            *(_excluded_rows(origins, start, left_out) if origins else []),
             (
                 "accuracy",
                 f"{fmt(m['accuracy'])}  AUC {fmt(m['auc'])}  dev-threshold accuracy {fmt(m['threshold_accuracy'])}",

@@ -11,6 +11,7 @@ Assumes nothing about the environment: pure Python.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -54,6 +55,10 @@ class ZOConfig:
     """Messages (k = 0..K-1) each client originates per step."""
     trainable: list[str] = field(default_factory=lambda: ["*layers.*.weight", "*.h.*.weight"])
     """fnmatch patterns of parameter names that train; only 2-D matrices are taken."""
+    clip: float = 0.0
+    """Scalar clip, a backstop against peers that lie (docs/trust.md): each step's scalars are
+    clamped to ±clip × median(|scalar|) over that step's messages before they are applied.
+    0 = off (the default); otherwise >= 1. Changes the bits of a run (it is in the trajectory)."""
 
     def __post_init__(self) -> None:
         require(self.eps > 0, "zo.eps", f"must be > 0, got {self.eps}")
@@ -61,6 +66,12 @@ class ZOConfig:
         require(self.warmup_steps >= 0, "zo.warmup_steps", "must be >= 0")
         require(1 <= self.perturbations <= 64, "zo.perturbations", "must be in 1..64")
         require(len(self.trainable) > 0, "zo.trainable", "needs at least one pattern")
+        require(
+            math.isfinite(self.clip) and (self.clip == 0 or self.clip >= 1),
+            "zo.clip",
+            f"must be 0 (off) or a finite number >= 1 (below 1 the bound is under the median, so at "
+            f"least half of every step's honest scalars would be clipped), got {self.clip}",
+        )
 
 
 @dataclass

@@ -9,8 +9,9 @@ and the topology and then handed to each component in place of the whole `Config
   and within `max_scalar`; `limits(lo, hi)` builds the codec's check for a step window and
   `check_step` validates one complete step (every origin, every k, nothing else) wherever steps
   come from: the wire, the evaluator's stream, a log on disk or a resume broadcast;
-- the update rule: lr(step) (warmup, then constant / linear / cosine over `steps`) and the
-  aggregation weight w (1 for sum, 1/N for mean);
+- the update rule: lr(step) (warmup, then constant / linear / cosine over `steps`), the
+  aggregation weight w (1 for sum, 1/N for mean) and the optional scalar clip (`coefficients`:
+  a step's scalars clamped to ±clip × their median magnitude, docs/trust.md);
 - the schedule: `hops` per step and the application `delay` = ⌈diameter / hops⌉ − 1, plus one
   with `overlap` (the hops of step t run while step t+1 is estimated, so step t+1's estimates
   cannot see what those hops complete: one more step of staleness, and nothing else — an
@@ -26,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import statistics
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +86,8 @@ class Protocol:
     ⌈diameter / hops⌉ steps of hops, so s is applied at s + delay, delay = vote_lag + that."""
     audit_every: int = 0
     """Churn: every this many steps each client floods its state hash (0 = never)."""
+    clip: float = 0.0
+    """zo.clip: a step's scalars are clamped to ±clip × median(|scalar|) of that step (0 = off)."""
 
     @property
     def churn(self) -> bool:
@@ -133,6 +137,7 @@ class Protocol:
             settle=settle,
             vote_lag=vote_lag,
             audit_every=cfg.churn.audit_every,
+            clip=cfg.zo.clip,
         )
 
     # -- messages ------------------------------------------------------------------------------
@@ -191,8 +196,28 @@ class Protocol:
         return self.lr * 0.5 * (1.0 + math.cos(math.pi * frac))
 
     def coefficient(self, m: Message) -> float:
-        """c in θ ← θ + c·z(seed) for message m: −lr(step)·w·scalar."""
+        """c in θ ← θ + c·z(seed) for message m: −lr(step)·w·scalar (no clip)."""
         return -self.lr_at(m.step) * self.weight * m.scalar
+
+    def clip_bound(self, messages: Sequence[Message]) -> float:
+        """clip × median(|scalar|) over one step's messages (math.inf when the clip is off or
+        there are none). The median is taken over float64 copies of the f32 scalars, sorted, so
+        it depends on the set of messages only: every client that applies the same committed set
+        gets the same bits, whatever order the messages came in."""
+        if not self.clip or not messages:
+            return math.inf
+        return self.clip * statistics.median(sorted(abs(m.scalar) for m in messages))
+
+    def coefficients(self, messages: Sequence[Message]) -> list[float]:
+        """The coefficient of each message of ONE step, in the order given (the applier hands them
+        in canonical order): `coefficient(m)`, except that with the clip on a scalar whose
+        magnitude exceeds `clip_bound(messages)` is first clamped to ±bound (its sign kept).
+        Clip off: exactly `coefficient(m)` for each message (the bits of a run without the key)."""
+        bound = self.clip_bound(messages)
+        if bound == math.inf:
+            return [self.coefficient(m) for m in messages]
+        lr_w = -self.lr_at(messages[0].step) * self.weight  # evaluated as coefficient() does
+        return [lr_w * (m.scalar if abs(m.scalar) <= bound else math.copysign(bound, m.scalar)) for m in messages]
 
 
 def trajectory(cfg: Config, protocol: Protocol, train_digest: str) -> dict[str, Any]:
@@ -225,6 +250,8 @@ def trajectory(cfg: Config, protocol: Protocol, train_digest: str) -> dict[str, 
         "subspace.merge_every": cfg.subspace.merge_every if zo.direction == "subcge" else None,
         "subspace.forward": cfg.subspace.forward if zo.direction == "subcge" else None,
         "flood.max_scalar": cfg.flood.max_scalar,
+        # only when set, so run directories written before the clip existed still resume
+        **({"zo.clip": cfg.zo.clip} if cfg.zo.clip else {}),
         "topology.nodes": protocol.n_origins,
         "flood.delay": protocol.delay,
         "task.name": cfg.task.name,

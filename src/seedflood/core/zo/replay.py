@@ -1,8 +1,8 @@
 """Canonical-order application of complete steps, and state hashing.
 
 Owns: applying complete steps in canonical order (step, origin, k) with the update rule of the
-run's `Protocol` (θ ← θ − lr(step)·w·scalar·z(seed)), and the hash that proves two processes
-hold the same bits.
+run's `Protocol` (θ ← θ − lr(step)·w·scalar·z(seed), with its optional scalar clip), and the hash
+that proves two processes hold the same bits.
 
 Assumes: the caller hands steps in increasing order, each with all of its messages (complete).
 """
@@ -28,8 +28,9 @@ class ReplayError(ValueError):
 class Applier:
     """Applies complete steps to a direction's model in canonical order; remembers the last step.
 
-    The update of each message is θ ← θ + c·z(seed) with c = protocol.coefficient(m)
-    (−lr(step)·w·scalar), accumulated in canonical order (step, origin, k) and committed per step.
+    The update of each message is θ ← θ + c·z(seed) with c from protocol.coefficients (per step:
+    −lr(step)·w·scalar, the scalar clamped first when zo.clip is set), accumulated in canonical
+    order (step, origin, k) and committed per step.
     Steps go to `Direction.apply_steps` in batches of up to BATCH_MESSAGES messages (SubCGE
     vectorises a batch; the bits are those of one accumulate per message and one commit per step).
     """
@@ -53,7 +54,7 @@ class Applier:
             if m.step != step:
                 raise ReplayError(f"message {m.id} handed in with step {step}")
         seeds = np.fromiter((m.seed for m in ordered), dtype=np.uint64, count=len(ordered))
-        coefs = np.fromiter((self.protocol.coefficient(m) for m in ordered), dtype=np.float64, count=len(ordered))
+        coefs = np.array(self.protocol.coefficients(ordered), dtype=np.float64)
         return step, seeds, coefs
 
     def apply_all(self, steps: Iterable[tuple[int, Sequence[Message]]]) -> int:

@@ -31,7 +31,7 @@ def test_yaml_and_overrides(tmp_path):
 @pytest.mark.parametrize(
     "overrides, words",
     [
-        (["zo.lrr=1"], "unknown key 'zo.lrr' (allowed in zo: aggregate, direction, eps"),
+        (["zo.lrr=1"], "unknown key 'zo.lrr' (allowed in zo: aggregate, clip, direction, eps"),
         (["zoo.lr=1"], "unknown section 'zoo'"),
         (["zo.lr=fast"], "zo.lr: must be a number, got 'fast'"),
         (["run.steps=1.5"], "run.steps: must be an integer"),
@@ -39,6 +39,8 @@ def test_yaml_and_overrides(tmp_path):
         (["zo.direction=adam"], "zo.direction: must be one of subcge, gaussian; got 'adam'"),
         (["run.steps=0"], "run.steps: must be >= 1, got 0"),
         (["zo.eps=-1"], "zo.eps: must be > 0"),
+        (["zo.clip=0.5"], "zo.clip: must be 0 (off) or a finite number >= 1 (below 1 the bound is under the median"),
+        (["zo.clip=-1"], "zo.clip: must be 0 (off) or a finite number >= 1"),
         (["subspace.refresh=10", "subspace.merge_every=3"], "subspace.merge_every: must divide"),
         (["topology.p=2"], "topology.p: must be in [0, 1]"),
         (["eval.attach=4"], "eval.attach: must name a node in 0..3"),
@@ -182,7 +184,7 @@ def test_exponent_without_dot_is_a_float(tmp_path):
         ("model.dtype=int8", "model.dtype: must be one of float32, bfloat16, float16; got 'int8'"),
         (
             "zo.lrr=1",
-            "unknown key 'zo.lrr' (allowed in zo: aggregate, direction, eps, lr, perturbations, "
+            "unknown key 'zo.lrr' (allowed in zo: aggregate, clip, direction, eps, lr, perturbations, "
             "schedule, trainable, warmup_steps)",
         ),
         ("zo.eps=-1", "zo.eps: must be > 0, got -1.0"),
@@ -261,6 +263,7 @@ def test_every_setting_changed_round_trips(tmp_path):
         "zo.aggregate=mean",
         "zo.perturbations=2",
         "zo.trainable=['a.*']",
+        "zo.clip=5",
         "subspace.rank=4",
         "subspace.refresh=10",
         "subspace.merge_every=5",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import random
+import struct
 
 import pytest
 
@@ -122,3 +124,74 @@ def test_digest_is_order_and_content_sensitive():
     assert a == digest([({"s": "x"}, 0), ({"s": "y"}, 1)])
     assert a != digest([({"s": "y"}, 1), ({"s": "x"}, 0)])
     assert a != digest([({"s": "x"}, 0), ({"s": "y"}, 0)])
+
+
+# -- zo.clip: a step's scalars clamped to ±clip × their median magnitude -------------------------
+def clip_step(p: Protocol, scalars: list[float], step: int = 4) -> list[Message]:
+    """One step of p with one message per origin (K = 1) carrying these scalars, canonical order."""
+    return [Message.make(o, step, p.seed(o, step, 0), x) for o, x in enumerate(scalars)]
+
+
+HONEST = [1.0, -2.0, 3.0, 0.5, -1.5]  # |median| 1.5
+
+
+def test_clip_off_gives_exactly_the_coefficients_of_each_message():
+    p = proto("topology.nodes=5", "zo.lr=0.3", "zo.aggregate=mean", "zo.schedule=cosine", "run.steps=9")
+    assert p.clip == 0.0
+    msgs = clip_step(p, [1.0, -2.0, 3.0, 0.5, 4000.0])  # an outlier is applied as it came
+    assert p.clip_bound(msgs) == math.inf
+    got = p.coefficients(msgs)
+    assert [struct.pack("<d", c) for c in got] == [struct.pack("<d", p.coefficient(m)) for m in msgs]
+
+
+@pytest.mark.parametrize("factor", [10.0, -10.0, 1000.0, -1000.0])
+def test_clip_clamps_an_outlier_to_clip_times_median_and_leaves_the_others_alone(factor):
+    """Origin 4 scales its honest scalar by `factor`: its |scalar| goes over the bound and is
+    clamped to ±5 × median (sign kept); the four honest coefficients keep their exact bits."""
+    p = proto("topology.nodes=5", "zo.clip=5", "zo.lr=0.3", "zo.aggregate=mean")
+    plain = proto("topology.nodes=5", "zo.lr=0.3", "zo.aggregate=mean")
+    msgs = clip_step(p, [*HONEST[:4], HONEST[4] * factor])
+    median = sorted(abs(m.scalar) for m in msgs)[2]
+    assert p.clip_bound(msgs) == 5 * median
+    got = p.coefficients(msgs)
+    assert got[:4] == [plain.coefficient(m) for m in msgs[:4]]  # the same floats, bit for bit
+    bound = 5 * median
+    assert abs(msgs[4].scalar) > bound
+    assert got[4] == plain.coefficient(Message.make(4, 4, 0, math.copysign(bound, msgs[4].scalar)))
+    # the whole honest step is under the bound: the clip changes nothing there
+    honest = clip_step(p, HONEST)
+    assert p.coefficients(honest) == plain.coefficients(honest) == [plain.coefficient(m) for m in honest]
+
+
+def test_clip_bound_is_the_median_of_the_set_whatever_the_order():
+    """Six messages (the median is the mean of the two middle magnitudes): every order of the same
+    messages gives the same bound, and each message the same coefficient, to the bit."""
+    p = proto("topology.nodes=6", "zo.clip=2", "zo.lr=0.7")
+    msgs = clip_step(p, [0.1, -7.3, 2.2, 1e-3, -3.9, 250.0])
+    a, b = sorted(abs(m.scalar) for m in msgs)[2:4]  # the f32 values of 2.2 and 3.9
+    assert p.clip_bound(msgs) == 2 * ((a + b) / 2)
+    want = dict(zip(msgs, p.coefficients(msgs)))
+    assert want[msgs[5]] == -0.7 * p.clip_bound(msgs)  # 250 clamped
+    for seed in range(5):
+        shuffled = list(msgs)
+        random.Random(seed).shuffle(shuffled)
+        assert struct.pack("<d", p.clip_bound(shuffled)) == struct.pack("<d", p.clip_bound(msgs))
+        assert dict(zip(shuffled, p.coefficients(shuffled))) == want
+
+
+def test_clip_must_be_off_or_at_least_one():
+    with pytest.raises(ConfigError, match=r"zo.clip: must be 0 \(off\) or a finite number >= 1 \(below 1"):
+        proto("zo.clip=0.9")
+    assert proto("zo.clip=1").clip == 1.0
+
+
+def test_clip_enters_the_trajectory_only_when_set():
+    def traj(*o: str) -> dict:
+        cfg = config.load(None, ["topology.nodes=3", *o])
+        return trajectory(cfg, Protocol.of(cfg, 2), "d")
+
+    base = traj()
+    assert "zo.clip" not in base and traj("zo.clip=0") == base  # older run directories still resume
+    clipped = traj("zo.clip=5")
+    assert clipped == {**base, "zo.clip": 5.0}
+    assert traj("zo.clip=10")["zo.clip"] == 10.0

@@ -290,3 +290,61 @@ def test_bad_step_in_a_batch_applies_the_steps_before_it():
     reference_apply(ref, steps[:2])
     assert a.last_step == 1
     assert state_hash(m, a.direction) == state_hash(ref_m, ref.direction)
+
+
+# -- zo.clip through the Applier ---------------------------------------------------------------
+def outlier_steps(factor: float, steps: int = 4, origins: int = 5):
+    """Honest dyadic scalars (so ±2 × median is exact in f32), rotated per step, and origin 2
+    lying by `factor`. Honest steps have |median| 1.5 and max 3: exactly on the bound at clip 2."""
+    honest = [1.0, -2.0, 0.5, 3.0, -1.5]
+    out = []
+    for s in range(steps):
+        xs = [honest[(o + s) % 5] for o in range(origins)]
+        xs[2] *= factor
+        out.append((s, [Message.make(o, s, rng.derive(9, o, s), x) for o, x in enumerate(xs)]))
+    return out
+
+
+def applied(zo: ZOConfig, steps, origins: int = 5, order=None) -> str:
+    m = model()
+    a = Applier(build(m, zo, SubspaceConfig(rank=2, refresh=3), 9), protocol(zo, steps=len(steps), n_origins=origins))
+    for s, msgs in steps:
+        a.apply(s, [msgs[i] for i in order] if order else msgs)
+    return state_hash(m, a.direction)
+
+
+@pytest.mark.parametrize("family", ["gaussian", "subcge"])
+def test_clip_off_applies_every_scalar_as_it_came(family):
+    """zo.clip = 0: the liar's scalar goes in whole; the bits are those of the per-message path
+    with protocol.coefficient (the update rule before the clip existed)."""
+    zo = ZOConfig(direction=family, trainable=["*"], lr=1e-3)
+    steps = outlier_steps(1000.0)
+    m = model()
+    ref = Applier(build(m, zo, SubspaceConfig(rank=2, refresh=3), 9), protocol(zo, steps=4))
+    reference_apply(ref, steps)
+    assert applied(zo, steps) == state_hash(m, ref.direction)
+
+
+@pytest.mark.parametrize("family", ["gaussian", "subcge"])
+@pytest.mark.parametrize("factor", [10.0, -1000.0])
+def test_clip_applies_an_outlier_as_if_it_had_sent_the_bound(family, factor):
+    """With zo.clip = 2 a step whose origin 2 sent ×10 or ×−1000 its honest scalar ends on the bits
+    of an unclipped run in which origin 2 sent ±2 × the step's median magnitude; clipping steps
+    without an outlier (their largest scalar on the bound) changes nothing; any arrival order
+    gives the same bits."""
+    plain = ZOConfig(direction=family, trainable=["*"], lr=1e-3)
+    clipped = ZOConfig(direction=family, trainable=["*"], lr=1e-3, clip=2.0)
+    lying = outlier_steps(factor)
+    bounded = []
+    for s, msgs in lying:
+        median = sorted(abs(m.scalar) for m in msgs)[2]
+        assert abs(msgs[2].scalar) > 2 * median
+        liar = msgs[2]
+        sent = Message.make(liar.origin, s, liar.seed, math.copysign(2 * median, liar.scalar))
+        assert sent.scalar == math.copysign(2 * median, liar.scalar)  # exact in f32
+        bounded.append((s, [*msgs[:2], sent, *msgs[3:]]))
+    want = applied(plain, bounded)
+    assert applied(clipped, lying) == want != applied(plain, lying)
+    assert {applied(clipped, lying, order=o) for o in ([4, 3, 2, 1, 0], [2, 0, 4, 1, 3])} == {want}
+    honest = outlier_steps(1.0)
+    assert applied(clipped, honest) == applied(plain, honest)

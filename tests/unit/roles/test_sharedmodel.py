@@ -287,6 +287,32 @@ def test_a_resume_under_other_settings_is_refused_and_changes_nothing(tmp_path):
     assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
 
 
+def test_a_resume_with_another_clip_is_refused_by_name(tmp_path):
+    """zo.clip is in the trajectory once set: a run directory written with clip 5 refuses a
+    resume without it or with clip 10 (naming the key), and continues under clip 5."""
+    out = tmp_path / "clipped"
+    sharedmodel.run(dir_cfg(out, "run.steps=2", "zo.clip=5"), progress=False)
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    for other, shown in (([], "absent"), (["zo.clip=10"], "10.0")):
+        with pytest.raises(CheckpointError, match=rf"settings differ: zo.clip \(5.0 -> {shown}\);"):
+            sharedmodel.run(dir_cfg(out, "run.steps=4", *other), progress=False)
+        assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+    assert sharedmodel.run(dir_cfg(out, "run.steps=4", "zo.clip=5"), progress=False).to_dict()["resumed_log_steps"] == 2
+
+
+def test_clipped_clients_stay_bit_identical_and_equal_the_shared_model():
+    """zo.clip = 1 (the bound is the median itself, so every step clamps its largest honest
+    scalars): the threaded N-model run keeps every client on the same bits after every step, and
+    the shared-model run ends on them; the clip changed the trajectory."""
+    cfg = cfg_for(*CASES["ring5-delayed"], "run.steps=4", "zo.clip=1")
+    ref = simulate(cfg)
+    assert all(len(set(hs)) == 1 for hs in zip(*ref.step_hashes.values()))
+    got = sharedmodel.simulate(cfg)
+    assert set(ref.hashes.values()) == {got.hash} and got.records == ref.records
+    unclipped = sharedmodel.simulate(cfg_for(*CASES["ring5-delayed"], "run.steps=4"), hash_every_step=False)
+    assert unclipped.hash != got.hash
+
+
 # -- the command ---------------------------------------------------------------------------------
 
 

@@ -14,7 +14,9 @@ log is parsed here with `struct` from its documented layout (all little-endian):
 and every message is applied in canonical order (step, origin, k) with the update rule of the
 README: θ ← θ − lr(step)·w·scalar·z(seed), w = 1 (zo.aggregate = sum) or 1/N (mean), lr(step) =
 linear warmup lr·(step+1)/warmup for step < warmup, then constant lr, linear lr·(1 − f) or cosine
-lr·½·(1 + cos πf) with f = min(1, (step − warmup) / max(1, steps − warmup)).
+lr·½·(1 + cos πf) with f = min(1, (step − warmup) / max(1, steps − warmup)). With zo.clip > 0
+(docs/trust.md) each scalar of a step is first clamped to ±clip × the median |scalar| of that
+step (the mean of the two middle magnitudes when the step holds an even number of messages).
 
 What it shares with the code under test, on purpose: the model builder (`seedflood.ml.model.load`,
 which defines the base weights), the direction family (`seedflood.core.zo.family.build`: its
@@ -164,6 +166,16 @@ def learning_rate(step: int, lr: float, schedule: str, warmup: int, total_steps:
     raise OracleError(f"unknown lr schedule {schedule!r}")
 
 
+def clip_bound(clip: float, scalars: list[float]) -> float:
+    """clip × the median of |scalar| over one step (inf when clip is 0: nothing is clamped)."""
+    if not clip:
+        return math.inf
+    mags = sorted(abs(x) for x in scalars)
+    half = len(mags) // 2
+    median = mags[half] if len(mags) % 2 else (mags[half - 1] + mags[half]) / 2
+    return clip * median
+
+
 def oracle_hash(cfg: Config | str | Path, log_path: str | Path, upto: int | None = None) -> tuple[int, str]:
     """(steps applied, state hash) of the base model of `cfg` after the log's steps <= `upto`
     (all when None). `cfg` is a Config or the path of a config YAML (e.g. a run's config.yaml)."""
@@ -190,9 +202,11 @@ def oracle_hash(cfg: Config | str | Path, log_path: str | Path, upto: int | None
             if ids != [(o, k) for o in range(n_clients) for k in range(per_origin)]:
                 raise OracleError(f"{log_path}: step {step} is not complete: holds (origin, k) {ids}")
             lr = learning_rate(step, cfg.zo.lr, cfg.zo.schedule, cfg.zo.warmup_steps, cfg.run.steps)
+            bound = clip_bound(cfg.zo.clip, [m.scalar for m in msgs])
             with torch.no_grad():
                 for m in sorted(msgs, key=lambda m: (m.origin, m.k)):  # canonical order in a step
-                    direction.accumulate(step, m.seed, -lr * w * m.scalar)
+                    scalar = m.scalar if abs(m.scalar) <= bound else math.copysign(bound, m.scalar)
+                    direction.accumulate(step, m.seed, -lr * w * scalar)
                 direction.commit(step)
             applied += 1
         return applied, state_hash(loaded.model, direction)

@@ -28,7 +28,7 @@ torch.set_num_threads(1)
 DEBUG = Path(__file__).resolve().parents[3] / "launch" / "configs" / "debug.yaml"
 COMMON = ["run.threads=1", "task.train_examples=128", "task.dev_examples=0", "task.test_examples=8"]
 # Config variants: the debug run as it is (constant lr, sum, subcge merging every step), a decaying
-# schedule with warmup, mean aggregation and a delayed merge, and the Gaussian family.
+# schedule with warmup, mean aggregation and a delayed merge, the Gaussian family, and the clip.
 VARIANTS = {
     "debug": ["run.steps=4"],
     "cosine-mean-merge2": [
@@ -41,6 +41,8 @@ VARIANTS = {
         "zo.perturbations=2",
     ],
     "linear-gaussian": ["run.steps=3", "zo.direction=gaussian", "zo.lr=1e-3", "zo.schedule=linear"],
+    # zo.clip = 1: the bound is the median itself, so every step clamps its largest scalars
+    "clip1": ["run.steps=4", "zo.clip=1"],
 }
 
 
@@ -106,10 +108,12 @@ def test_one_changed_scalar_changes_the_hash(run, tmp_path):
     altered = tmp_path / "altered.bin"
 
     def change_one(step, msgs):
-        if step == 1:  # origin 2's scalar of step 1, scaled by 1.5 (a valid frame otherwise)
+        # the smallest |scalar| of step 1, scaled by 1.5 (a valid frame otherwise); the smallest,
+        # because under zo.clip a scalar already clamped to the bound may stay clamped when scaled
+        if step == 1:
+            low = min(msgs, key=lambda m: abs(m.scalar))
             msgs = [
-                message.Message.make(m.origin, m.step, m.seed, m.scalar * 1.5, m.k) if m.origin == 2 else m
-                for m in msgs
+                message.Message.make(m.origin, m.step, m.seed, m.scalar * 1.5, m.k) if m is low else m for m in msgs
             ]
         return msgs
 

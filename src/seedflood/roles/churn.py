@@ -217,7 +217,7 @@ class Churn:
         h = self.host
         msgs, notes = h.flood.held_items()
         steps = [(s, stepstream.encode_step(m, self.roster.changes.get(s))) for s, m in self.history]
-        held = membership.encode_hop(msgs, notes)
+        held = membership.encode_hop(msgs, notes, signed=h.flood.signing is not None)  # signatures kept
         return stepstream.CatchUp(h.node, t, e, inc, steps, held, h.hops_run).to_bytes()
 
     def rejoin(self, blob: bytes) -> None:

@@ -34,6 +34,7 @@ from seedflood.core.flood.flooding import Flood, FloodError
 from seedflood.core.flood.membership import Change, Note
 from seedflood.core.flood.message import FrameError, Message
 from seedflood.core.flood.protocol import Protocol
+from seedflood.core.flood.signing import Signing
 from seedflood.core.flood.transport import Transport
 from seedflood.core.topology.graph import Topology
 from seedflood.core.zo import estimate as zo
@@ -58,6 +59,7 @@ class Client:
         hop_timeout_s: float | None = None,
         meet_timeout_s: float | None = None,
         strategy: Strategy = STRICT,
+        signing: Signing | None = None,
     ) -> None:
         """`routes` (graph.Topology.routes(node)): per origin, the neighbours to forward its
         messages to; None (or a strategy that is not `routed`) = every neighbour. Either way
@@ -85,6 +87,7 @@ class Client:
             routes if strategy.routed else None,
             note_horizon=protocol.step_window,
             tolerate_conflicts=strategy.tolerates_conflicts,
+            signing=signing,
         )
         self.applier = Applier(direction, protocol)
         self.listeners: list[StepListener] = []
@@ -117,6 +120,7 @@ class Client:
         transport: Transport,
         timeout_s: float,
         strategy: Strategy = STRICT,
+        signing: Signing | None = None,
     ) -> Client:
         """Node `node` of `top` as every runtime builds it: the neighbours its transport is
         connected to (a restarted churn node: none yet), shortest-path routes, and a hop thread
@@ -133,6 +137,7 @@ class Client:
             hop_timeout_s=timeout_s * (protocol.hops + 1),
             meet_timeout_s=timeout_s,
             strategy=strategy,
+            signing=signing,
         )
 
     # -- resume --------------------------------------------------------------------------------
@@ -197,9 +202,12 @@ class Client:
         self.mode.before_hop()
         self.hops_run += 1
         frames = {}
+        signed = self.flood.signing is not None
         for p, items in self.flood.outbox().items():
+            if signed:  # what a resume restored from the log carries no signature: nobody could check it
+                items = [i for i in items if i.sig]
             msgs = [m for m in items if isinstance(m, Message)]
-            frames[p] = membership.encode_hop(msgs, [n for n in items if isinstance(n, Note)])
+            frames[p] = membership.encode_hop(msgs, [n for n in items if isinstance(n, Note)], signed)
         incoming = self.transport.exchange(frames, t)
         self.mode.after_exchange(t)
         limits = self.protocol.wire_limits(t)

@@ -29,6 +29,10 @@ neighbours come and go (`drop_peer`, and `add_peer`, which owes the newcomer eve
 and `take_step(step, origins)` hands out a decided step's messages from the given origins only,
 without the completeness check (the caller decided the step by the churn rule).
 
+A signed run (`signing`, flood.signing): what this node originates is sealed with its key; an item
+received without a valid signature by someone who may sign it is counted (`stats.forged`) and
+dropped before anything else looks at it, so it is never held, forwarded, voted on or applied.
+
 Assumes: message ids were validated by the codec (origin < n_origins, k < per_origin).
 """
 
@@ -39,6 +43,7 @@ from dataclasses import dataclass
 
 from seedflood.core.flood.membership import COPY, Note, copied, copy_note
 from seedflood.core.flood.message import Message
+from seedflood.core.flood.signing import Signing
 
 MessageId = tuple[int, int, int]  # (origin, step, k)
 NoteId = tuple  # (kind, origin, step[, ballot or k[, the copy]]): membership.Note.id
@@ -63,6 +68,8 @@ class FloodStats:
     new: int = 0
     duplicates: int = 0
     forwarded: int = 0
+    forged: int = 0
+    """Items received without a valid signature (a signed run): dropped, never held or applied."""
 
 
 class Flood:
@@ -75,8 +82,11 @@ class Flood:
         routes: Mapping[int, Sequence[int]] | None = None,
         note_horizon: int = 64,
         tolerate_conflicts: bool = False,
+        signing: Signing | None = None,
     ) -> None:
         self.node = node
+        self.signing = signing
+        """A signed run: what this node originates is sealed, what it receives must be authentic."""
         self.peers: tuple[int, ...] = tuple(sorted(peers))
         # origin -> neighbours its messages are forwarded to (None: every neighbour)
         self.routes: dict[int, frozenset[int]] | None = None
@@ -105,6 +115,8 @@ class Flood:
         for m in messages:
             if m.origin != self.node:
                 raise FloodError(f"node {self.node} cannot originate a message of origin {m.origin}")
+            if self.signing is not None:
+                m = self.signing.seal(m)
             if not self._add(m, source=None):
                 raise FloodError(f"message {m.id} originated twice")
             self.stats.originated += 1
@@ -112,7 +124,7 @@ class Flood:
     def originate_notes(self, notes: Iterable[Note]) -> None:
         """Add notes this node made (an audit of its state, a join it sponsors)."""
         for n in notes:
-            self._add(n, source=None)
+            self._add(n if self.signing is None else self.signing.seal(n), source=None)
 
     def receive(self, peer: int, messages: Iterable[Item]) -> list[Item]:
         """Take a neighbour's messages and notes; returns those new to this node."""
@@ -121,6 +133,9 @@ class Flood:
         new = []
         for m in messages:
             self.stats.received += 1
+            if self.signing is not None and not self.signing.authentic(m):
+                self.stats.forged += 1  # never held, forwarded or applied
+                continue
             if self._add(m, source=peer):
                 new.append(m)
                 self.stats.new += 1

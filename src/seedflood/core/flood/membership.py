@@ -29,7 +29,7 @@ import struct
 import zlib
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from seedflood.core.flood import message
 from seedflood.core.flood.message import FrameError, Limits, Message
@@ -84,6 +84,10 @@ class Note:
     origin: int
     value: int
     body: bytes = b""
+    signer: int = field(default=-1, compare=False)
+    """Who signed it when the run signs (flood.signing: the origin, or for JOIN and COPY any
+    member), else -1; with `sig`, not part of its identity, order or equality."""
+    sig: bytes = field(default=b"", compare=False, repr=False)
 
     @property
     def id(self) -> tuple[str, int, int] | tuple[str, int, int, int] | tuple[str, int, int, int, bytes]:
@@ -111,19 +115,24 @@ def link_hop(note: Note) -> int:
     return _LINK.unpack(note.body)[0]
 
 
-_COPY = struct.Struct("<Qf")  # a COPY note's body: the copy's seed and scalar
+_COPY = struct.Struct("<Qf")  # a COPY note's body: the copy's seed and scalar, then its signature if signed
+SIG_SIZE = 64  # an Ed25519 signature
 
 
 def copy_note(m: Message) -> Note:
     """COPY: `m` floods as a note beside the copy a frame carried (a frame holds one copy per
-    id), so every client comes to hold both copies: the evidence against `m.origin`."""
-    return Note(m.step, COPY, m.origin, m.k, _COPY.pack(m.seed, m.scalar))
+    id), so every client comes to hold both copies: the evidence against `m.origin`. In a
+    signed run the copy keeps its origin's signature: two signed copies are a proof anyone can
+    check, and a relay cannot make one up."""
+    return Note(m.step, COPY, m.origin, m.k, _COPY.pack(m.seed, m.scalar) + m.sig)
 
 
 def copied(note: Note) -> Message:
-    """The message a COPY note carries."""
-    seed, scalar = _COPY.unpack(note.body)
-    return Message(step=note.step, origin=note.origin, k=note.value, seed=seed, scalar=scalar)
+    """The message a COPY note carries (with its origin's signature, if any)."""
+    seed, scalar = _COPY.unpack_from(note.body)
+    return Message(
+        step=note.step, origin=note.origin, k=note.value, seed=seed, scalar=scalar, sig=note.body[_COPY.size :]
+    )
 
 
 def audit_value(state_hash: str) -> int:
@@ -133,6 +142,9 @@ def audit_value(state_hash: str) -> int:
 
 _NOTE = struct.Struct("<BIIQH")  # kind, origin, step, value, body length: 19 bytes, then the body
 _HOP_MAGIC = b"SN\x02"  # a hop payload with notes: magic, u32 message-frame length, frame, notes
+_SIGNED_MAGIC = b"SN\x03"  # the same, then every item's signature (a run with trust.sign)
+_NO_SIG = bytes(SIG_SIZE)  # in a signed payload: an item that carries no signature
+_NO_SIGNER = 0xFFFFFFFF
 _U32 = struct.Struct("<I")
 _U16 = struct.Struct("<H")
 
@@ -152,26 +164,43 @@ def check_note(n: Note, limits: Limits) -> bool:
     if n.kind == JOIN and len(n.body) != _LINK.size:
         raise FrameError(f"note {n.id}: a join's body is its {_LINK.size}-byte link hop, got {len(n.body)} bytes")
     if n.kind == COPY:
-        if len(n.body) != _COPY.size:
-            raise FrameError(f"note {n.id}: a copy's body is its {_COPY.size}-byte seed and scalar, got {len(n.body)}")
+        if len(n.body) not in (_COPY.size, _COPY.size + SIG_SIZE):
+            raise FrameError(
+                f"note {n.id}: a copy's body is its {_COPY.size}-byte seed and scalar (and a "
+                f"{SIG_SIZE}-byte signature), got {len(n.body)}"
+            )
         if n.step >= limits.min_step:
             limits.check(copied(n))  # the same checks as a message in a frame (its seed too)
     return n.step >= limits.min_step
 
 
-def encode_hop(msgs: Sequence[Message], notes: Sequence[Note] = ()) -> bytes:
-    """One hop's payload to one neighbour: the message frame alone when there are no notes."""
+def encode_hop(msgs: Sequence[Message], notes: Sequence[Note] = (), signed: bool = False) -> bytes:
+    """One hop's payload to one neighbour: the message frame alone when there are no notes and
+    the run does not sign. `signed`: the signed layout (_SIGNED_MAGIC), every item's signature
+    after the notes — 64 bytes per message (its origin signed it), a u32 signer and 64 bytes
+    per note. An item without one (a message a resume restored from the log, handed on in a
+    catch-up) travels with zero bytes in their place and decodes without a signature again: a
+    flood drops it, a rejoin's restore takes it from the sponsor it trusts for its history."""
+    if signed and not (msgs or notes):
+        return b""  # nothing to sign
     frame = message.encode(msgs)
-    if not notes:
+    if not notes and not signed:
         return frame
+    ordered = sorted(notes)
     body = _U32.pack(len(frame)) + frame + _U16.pack(len(notes))
-    body += b"".join(_NOTE.pack(n.kind, n.origin, n.step, n.value, len(n.body)) + n.body for n in sorted(notes))
-    return _HOP_MAGIC + body + _U32.pack(zlib.crc32(body))
+    body += b"".join(_NOTE.pack(n.kind, n.origin, n.step, n.value, len(n.body)) + n.body for n in ordered)
+    if signed:
+        body += b"".join(m.sig or _NO_SIG for m in msgs)
+        body += b"".join(_U32.pack(n.signer if n.sig else _NO_SIGNER) + (n.sig or _NO_SIG) for n in ordered)
+    return (_SIGNED_MAGIC if signed else _HOP_MAGIC) + body + _U32.pack(zlib.crc32(body))
 
 
 def decode_hop(payload: bytes, limits: Limits) -> tuple[list[Message], list[Note]]:
-    """(messages, notes) of a hop payload; FrameError on any defect (nothing is taken)."""
-    if not payload.startswith(_HOP_MAGIC):
+    """(messages, notes) of a hop payload; FrameError on any defect (nothing is taken). A signed
+    payload's items carry their signatures (checked by flood.signing, not here); an unsigned
+    one's carry none."""
+    signed = payload.startswith(_SIGNED_MAGIC)
+    if not signed and not payload.startswith(_HOP_MAGIC):
         return message.decode(payload, limits), []
     body, crc = payload[len(_HOP_MAGIC) : -4], payload[-4:]
     if len(payload) < len(_HOP_MAGIC) + 4 + 2 + 4 or _U32.unpack(crc)[0] != zlib.crc32(body):
@@ -191,9 +220,24 @@ def decode_hop(payload: bytes, limits: Limits) -> tuple[list[Message], list[Note
             raise FrameError(f"hop payload: note {len(notes)} of {count} claims {n} body bytes past the end")
         notes.append(Note(step, kind, origin, value, bytes(rest[at : at + n])))
         at += n
+    msgs = message.decode(frame, limits)
+    if signed:
+        want = at + SIG_SIZE * len(msgs) + (4 + SIG_SIZE) * len(notes)
+        if want != len(rest):
+            raise FrameError(f"signed hop payload: {len(rest) - at} bytes of signatures, {want - at} expected")
+        sigs = [bytes(rest[at + i * SIG_SIZE : at + (i + 1) * SIG_SIZE]) for i in range(len(msgs))]
+        msgs = [replace(m, sig=s) if s != _NO_SIG else m for m, s in zip(msgs, sigs)]
+        at += SIG_SIZE * len(msgs)
+        signed_notes = []
+        for n in notes:
+            signer, sig = _U32.unpack_from(rest, at)[0], bytes(rest[at + 4 : at + 4 + SIG_SIZE])
+            at += 4 + SIG_SIZE
+            unsigned = signer == _NO_SIGNER and sig == _NO_SIG
+            signed_notes.append(n if unsigned else replace(n, signer=signer, sig=sig))
+        notes = signed_notes
     if at != len(rest):
         raise FrameError(f"hop payload: {len(rest) - at} bytes after {count} notes")
-    return message.decode(frame, limits), [n for n in notes if check_note(n, limits)]
+    return msgs, [n for n in notes if check_note(n, limits)]
 
 
 # -- changes -----------------------------------------------------------------------------------------

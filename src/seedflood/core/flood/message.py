@@ -38,7 +38,7 @@ import math
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 SeedOf = Callable[[int, int, int], int]  # (origin, step, k) -> seed
 
@@ -81,6 +81,9 @@ class Message:
     k: int
     seed: int
     scalar: float
+    sig: bytes = field(default=b"", compare=False, repr=False)
+    """Its origin's Ed25519 signature (64 bytes; flood.signing) when the run signs, else b"".
+    Not part of its identity, order or equality: two copies differ by their scalar or seed."""
 
     @classmethod
     def make(cls, origin: int, step: int, seed: int, scalar: float, k: int = 0) -> Message:

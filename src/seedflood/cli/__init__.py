@@ -17,7 +17,7 @@ import threading
 
 from seedflood.cli.inspection import cmd_check, cmd_eval, cmd_replay
 from seedflood.cli.runs import cmd_simulate, cmd_train, cmd_world_size
-from seedflood.cli.tools import cmd_store, cmd_sweep, cmd_sweep_summary, cmd_topology_show
+from seedflood.cli.tools import cmd_keys, cmd_store, cmd_sweep, cmd_sweep_summary, cmd_topology_show
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -48,6 +48,7 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
         "seedflood.comm.runtime.WorldError",
         "seedflood.rundir.layout.CheckpointError",
         "seedflood.core.zo.directions.DirectionError",
+        "seedflood.comm.identity.IdentityError",
         "seedflood.roles.train.RunError",
     )
 
@@ -130,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--host", default="0.0.0.0", help="address to listen on (default all)")
     st.add_argument("--port", type=int, required=True)
     st.set_defaults(fn=cmd_store)
+
+    ks = sub.add_parser("keys", help="write a key pair per node and the roster of public keys (trust.sign)")
+    ks.add_argument("--nodes", type=int, required=True, help="clients of the run (node ids 0..N-1)")
+    ks.add_argument("--out", required=True, help="directory for node-<i>.key and roster.json")
+    ks.add_argument("--force", action="store_true", help="replace keys already there")
+    ks.set_defaults(fn=cmd_keys)
 
     ws = sub.add_parser("world-size", help="check a config and print its process count (clients + evaluator)")
     with_config(ws)

@@ -1,4 +1,4 @@
-"""The `seedflood` tool commands: topology show, sweep, sweep-summary, store.
+"""The `seedflood` tool commands: topology show, sweep, sweep-summary, store, keys.
 
 Owns: turning their arguments into calls of the modules that do the work, and printing results.
 
@@ -39,4 +39,17 @@ def cmd_store(args: argparse.Namespace) -> int:
     from seedflood.comm import runtime
 
     runtime.serve_store(args.host, args.port)
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from seedflood.comm import identity
+
+    out = Path(args.out)
+    roster = identity.write_keys(out, args.nodes, force=args.force)
+    print(f"roster:   {roster} ({args.nodes} public keys: every participant gets this file)")
+    print(f"keys:     {out}/node-<i>.key (mode 600: node i's private key goes to node i only)")
+    print(f"sign with: --set trust.sign=true --set trust.keys={out}")
     return 0

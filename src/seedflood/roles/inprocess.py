@@ -34,6 +34,7 @@ import torch
 
 from seedflood.comm.memory import InMemoryNetwork, Mutator
 from seedflood.core.config.runconfig import Config
+from seedflood.core.flood import protocol as proto
 from seedflood.core.flood.membership import Change, MembershipError
 from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
@@ -44,6 +45,7 @@ from seedflood.core.zo.replay import state_hash
 from seedflood.ml.workload import Workload
 from seedflood.roles.churnstart import ChurnStrategy, sponsored_catch_up
 from seedflood.roles.client import Client
+from seedflood.roles.identities import signing_of
 from seedflood.roles.strategy import Records, Strategy
 from seedflood.roles.strict import STRICT
 
@@ -125,6 +127,8 @@ def simulate(
         tolerate=protocol.churn,
     )
     workloads = {i: Workload.build(cfg) for i in top.nodes}
+    trajectory = proto.trajectory(cfg, protocol, workloads[top.nodes[0]].train_digest()) if cfg.trust.sign else {}
+    signings = {i: signing_of(cfg, trajectory, i) for i in top.nodes}  # None each, unless trust.sign
     step_hashes: dict[int, list[str]] = {i: [] for i in top.nodes}
     logs: dict[int, list[tuple[int, Sequence[Message]]]] = {i: list(resume) for i in top.nodes}
     rosters: dict[int, dict[int, Change]] = {}
@@ -215,6 +219,7 @@ def simulate(
                     transport,
                     cfg.transport.timeout_s,
                     strategy,
+                    signings[node],
                 )
                 if rejoin:  # as a launched client: wait for the sponsor's claim, meet it, take its log
                     try:

@@ -39,6 +39,7 @@ from seedflood.ml.workload import Workload
 from seedflood.roles.churnwiring import ChurnWiring
 from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Evaluator, restore_run
+from seedflood.roles.identities import signing_of
 from seedflood.roles.strictwiring import StrictWiring
 from seedflood.roles.wiring import G, Process, T, Wiring, client_key
 from seedflood.rundir.layout import CheckpointError, RunDir
@@ -118,6 +119,7 @@ def _client(
     p: Process, wiring: Wiring[G, T], node: int, group: G, records: Records, changes: dict[int, Change]
 ) -> None:
     cfg, w = p.cfg, p.workload
+    signing = signing_of(cfg, p.trajectory, node)  # its key is checked before it connects
     counter = ByteCounter()
     transport = wiring.transport(node, group, counter, changes)
     step_hashes: list[str] = []
@@ -131,6 +133,7 @@ def _client(
             transport,
             cfg.transport.timeout_s,
             wiring.strategy(node, transport),
+            signing,
         )
         wiring.start(client, transport, records, changes)
         if cfg.run.hash_steps:

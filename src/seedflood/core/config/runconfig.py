@@ -34,6 +34,7 @@ from seedflood.core.config.systemsections import (
     SimConfig,
     TopologyConfig,
     TransportConfig,
+    TrustConfig,
 )
 from seedflood.core.config.trainsections import ModelConfig, RunConfig, SubspaceConfig, TaskConfig, ZOConfig
 from seedflood.core.config.validation import build_section
@@ -55,6 +56,7 @@ class Config:
     transport: TransportConfig = field(default_factory=TransportConfig)
     churn: ChurnConfig = field(default_factory=ChurnConfig)
     sim: SimConfig = field(default_factory=SimConfig)
+    trust: TrustConfig = field(default_factory=TrustConfig)
     source: str = field(default="", compare=False)
     """Path of the YAML this came from ('' if built in code); not a user key."""
 

@@ -146,6 +146,25 @@ class ChurnConfig:
         )
 
 
+@dataclass
+class TrustConfig:
+    """Peers that may not follow the protocol (docs/trust.md)."""
+
+    sign: bool = False
+    """Origins sign what they originate and voters their votes (Ed25519); a client drops and
+    counts anything unsigned or forged, so nobody without a node's key can act as that node."""
+    keys: str = ""
+    """The directory `seedflood keys` wrote: roster.json (every node's public key) and, on each
+    node, its own node-<i>.key."""
+
+    def __post_init__(self) -> None:
+        require(
+            not self.sign or bool(self.keys),
+            "trust.keys",
+            "needed when trust.sign is true: the directory `seedflood keys --nodes N --out DIR` writes",
+        )
+
+
 AlgorithmName = Literal[
     "seedflood", "dzsgd", "dsgd", "choco", "diloco", "mezo", "dzsgd-lora", "dsgd-lora", "choco-lora"
 ]

@@ -323,6 +323,8 @@ def test_every_setting_changed_round_trips(tmp_path):
         "algorithm.lora_targets=[q_proj]",
         "churn.settle=2",
         "churn.audit_every=5",
+        "trust.sign=true",
+        "trust.keys=/keys",
         "sim.batched=true",
         "sim.clients_per_forward=3",
     ]

@@ -1,0 +1,45 @@
+"""A process's signatures in a signed run (`trust.sign`): its key, the roster's, and the run's tag.
+
+Owns `signing_of`: the `flood.signing.Signing` a client floods with — its node's private key and
+the roster's public keys (comm/identity.py, from `trust.keys`), and the run tag that every
+signature covers (`run_tag`: a digest of the run's trajectory and the roster's public keys, so
+a signature is worth nothing in a run with other settings, another roster, or another base).
+
+May import: seedflood.core, comm.identity.
+
+Assumes: the launcher's preflight checked the roster's size; a process holds only its own node's
+private key (load_identity refuses another node's).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from seedflood.core.config.runconfig import Config
+from seedflood.core.flood.signing import Signing
+
+TAG_BYTES = 16
+
+
+def run_tag(trajectory: Mapping[str, Any], public_keys: list[str]) -> bytes:
+    """16 bytes naming the run a signature belongs to: sha256 over its trajectory (every
+    setting that changes its bits, the train split's digest included) and the roster's keys."""
+    blob = json.dumps({"trajectory": dict(trajectory), "public_keys": public_keys}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).digest()[:TAG_BYTES]
+
+
+def signing_of(cfg: Config, trajectory: Mapping[str, Any], node: int) -> Signing | None:
+    """Node `node`'s signing in this run; None when `trust.sign` is off. IdentityError (one line)
+    when its key is missing or is not the roster's entry for `node`."""
+    if not cfg.trust.sign:
+        return None
+    from seedflood.comm import identity  # loads `cryptography`: only a signed run needs it
+
+    keys = Path(cfg.trust.keys)
+    roster = identity.load_roster(keys)
+    me = identity.load_identity(keys, node, roster)
+    return Signing(node, run_tag(trajectory, roster.hex()), me.sign, roster.verify)

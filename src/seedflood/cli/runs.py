@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -42,6 +43,15 @@ def _preflight(cfg, full: bool = True) -> int:
 
     top = topology.topology_of(cfg)
     proto = protocol.Protocol.of(cfg, top.diameter)
+    if cfg.trust.sign:  # the roster only: each node's private key lives on that node
+        from seedflood.comm import identity
+
+        roster = identity.load_roster(Path(cfg.trust.keys))
+        if len(roster) != top.n:
+            raise identity.IdentityError(
+                f"trust.keys: the roster holds {len(roster)} public keys, the run has {top.n} clients "
+                f"(seedflood keys --nodes {top.n} --out DIR)"
+            )
     tasks.get(cfg.task)
     model.check_source(cfg.model)
     directions.check_precision(cfg.zo, cfg.model.dtype)

@@ -35,6 +35,7 @@ import torch
 from seedflood.comm.memory import InMemoryNetwork, Mutator
 from seedflood.core.config.runconfig import Config
 from seedflood.core.flood import protocol as proto
+from seedflood.core.flood.flooding import FloodStats
 from seedflood.core.flood.membership import Change, MembershipError
 from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
@@ -66,6 +67,8 @@ class SimResult:
     """node -> why it stopped early (killed, minority, excluded); absent = finished."""
     changes: dict[int, Change] = field(default_factory=dict)
     """The roster changes (step -> Change) of the lowest finished node."""
+    flood: dict[int, FloodStats] = field(default_factory=dict)
+    """node -> its flood's counters at its (last life's) end, finished or stopped."""
 
 
 RESTART_TRIES = 5
@@ -134,6 +137,7 @@ def simulate(
     rosters: dict[int, dict[int, Change]] = {}
     hashes: dict[int, str] = {}
     exits: dict[int, str] = {}
+    flood: dict[int, FloodStats] = {}
     errors: list[BaseException] = []
     todo = {i: sorted((e for e in events if e.node == i), key=lambda e: e.step) for i in top.nodes}
 
@@ -233,6 +237,7 @@ def simulate(
                     step_hashes[node] = [None] * client.logged  # type: ignore[list-item]
                 else:
                     client.resume(resume)
+                flood[node] = client.flood.stats
                 client.listeners.append(lambda s, msgs: logs[node].append((s, msgs)))
                 client.listeners.append(lambda s, _: progress.__setitem__(node, max(progress[node], s)))
                 if hash_every_step:
@@ -266,4 +271,6 @@ def simulate(
         root = [e for e in errors if not isinstance(e, TransportError)]
         raise (root or errors)[0]
     first = min(hashes, default=0)
-    return SimResult(hashes, step_hashes, logs[first], network.counter(), workloads, exits, rosters.get(first, {}))
+    return SimResult(
+        hashes, step_hashes, logs[first], network.counter(), workloads, exits, rosters.get(first, {}), flood
+    )

@@ -1,0 +1,115 @@
+"""Signed runs through the real client loop, in process (docs/trust.md, Identities).
+
+- Signing changes no bit of the run: a signed run ends on the hash of the unsigned one, every
+  client on it, with nothing counted as forged; its bytes grow by exactly 64 per message and
+  68 per note sent plus the signed layout's 13 bytes per non-empty hop payload.
+- A peer that forges (its own messages signed without its key, or someone else's changed in
+  flight) has what it forged dropped and counted by its neighbours, never applied: under churn
+  the forger's messages never count, so it is left out by a committed step and every honest
+  client trains on to one history (checked against a replay of the decided steps and the log).
+- A process without node i's key cannot start as node i.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from test_churn import TORUS, cfg_for, check_survivors, protocol_of  # the churn tests' run helpers
+
+from seedflood.comm import identity
+from seedflood.core.flood.membership import decode_hop, encode_hop
+from seedflood.core.flood.message import Message
+from seedflood.roles.inprocess import simulate
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("keys")
+    identity.write_keys(out, 8)
+    return out
+
+
+def signed(keys: Path) -> tuple[str, str]:
+    return ("trust.sign=true", f"trust.keys={keys}")
+
+
+def test_a_signed_run_has_the_bits_of_an_unsigned_one_and_pays_64_bytes_a_message(keys):
+    plain = cfg_for(steps=6)
+    r0 = simulate(plain)
+    r1 = simulate(cfg_for(*signed(keys), steps=6))
+    assert r1.exits == {} and set(r1.hashes.values()) == set(r0.hashes.values()) and len(set(r0.hashes.values())) == 1
+    assert r1.records == r0.records
+    assert all(s.forged == 0 for s in r1.flood.values()) and all(s.forged == 0 for s in r0.flood.values())
+    # the same items travel; each pays its signature (messages 64 B, notes 4 + 64) and every
+    # non-empty payload the signed layout's magic, frame length, note count and CRC
+    sent = sum(s.forwarded for s in r1.flood.values())
+    assert sent == sum(s.forwarded for s in r0.flood.values())
+    grew = r1.counter.total() - r0.counter.total()
+    assert 64 * sent <= grew <= 68 * sent + 13 * len(r1.counter.rows()), (grew, sent)
+
+
+def forge(cfg, forger: int, how: str):
+    """A frame rewriter: what `forger` sends carries forged signatures. `own`: its own messages
+    with its signature replaced by 64 other bytes (signed without its key); `relay`: the
+    messages of others it relays with another scalar (changed in flight, signatures kept)."""
+    limits = protocol_of(cfg).limits(0, 2**32 - 1)
+
+    def mutate(src: int, dst: int, hop: int, frame: bytes) -> bytes:
+        if src != forger or not frame:
+            return frame
+        msgs, notes = decode_hop(frame, limits)
+
+        def bad(m: Message) -> Message:
+            if how == "own" and m.origin == forger:
+                return dataclasses.replace(m, sig=os.urandom(64))
+            if how == "relay" and m.origin != forger:
+                return dataclasses.replace(m, scalar=m.scalar * 10)
+            return m
+
+        return encode_hop([bad(m) for m in msgs], notes, signed=True)
+
+    return mutate
+
+
+def test_a_client_that_forges_its_own_signatures_is_dropped_counted_and_left_out(keys, tmp_path):
+    cfg = cfg_for(*signed(keys), steps=12)
+    r = simulate(cfg, mutate=forge(cfg, 5, "own"))
+    assert list(r.exits) == [5] and "without this client" in r.exits[5], r.exits
+    assert sorted(r.hashes) == [0, 1, 2, 3, 4, 6, 7]
+    (change,) = r.changes.values()
+    assert change.leave == (5,)
+    assert all(5 not in {m.origin for m in msgs} for s, msgs in r.records if s >= change.step)
+    assert sum(r.flood[n].forged for n in (1, 4, 6)) > 0  # 5's neighbours on the 2×4 torus counted them
+    check_survivors(cfg, r, tmp_path)
+
+
+def test_a_relay_that_changes_what_it_forwards_changes_nothing(keys, tmp_path):
+    """The torus has other paths: every altered copy is dropped and counted, the honest ones
+    arrive, and nobody leaves — the run has the bits of an honest one."""
+    cfg = cfg_for(*signed(keys), steps=8)
+    honest = simulate(cfg)
+    r = simulate(cfg, mutate=forge(cfg, 2, "relay"))
+    assert r.exits == {} and r.hashes == honest.hashes and r.records == honest.records
+    assert sum(s.forged for s in r.flood.values()) > 0
+    check_survivors(cfg, r, tmp_path)
+
+
+def test_a_process_without_the_nodes_key_cannot_start_as_that_node(keys, tmp_path):
+    other = tmp_path / "other"
+    identity.write_keys(other, 8)
+    mixed = tmp_path / "mixed"  # this roster, but node 3's key file from another
+    mixed.mkdir()
+    (mixed / identity.ROSTER).write_bytes((keys / identity.ROSTER).read_bytes())
+    for i in range(8):
+        src = (other if i == 3 else keys) / f"node-{i}.key"
+        dst = mixed / f"node-{i}.key"
+        dst.write_bytes(src.read_bytes())
+        dst.chmod(0o600)
+    with pytest.raises(identity.IdentityError, match="node-3.key is not the key of node 3"):
+        simulate(cfg_for(f"trust.keys={mixed}", "trust.sign=true", *TORUS, steps=2))

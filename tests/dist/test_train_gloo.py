@@ -76,6 +76,17 @@ def test_processes_match_the_in_memory_reference(run_world, procs_ok, tmp_path, 
         assert got["steps"] == 6 and got["accuracy"] == s["final"]["accuracy"] and got["auc"] == s["final"]["auc"]
 
 
+def test_signed_processes_have_the_unsigned_bits_and_count_no_forgery(run_world, procs_ok, tmp_path, reference_hash):
+    """trust.sign over gloo (docs/trust.md, Identities): each process loads its own key, signs
+    what it originates and verifies what it receives; the run's bits are the unsigned run's."""
+    from seedflood.comm import identity
+
+    identity.write_keys(tmp_path / "keys", 4)
+    s = train(run_world, procs_ok, tmp_path / "run", "trust.sign=true", f"trust.keys={tmp_path / 'keys'}")
+    assert s["consensus"] and s["client_hashes"] == [reference_hash] * 4 and s["param_hash"] == reference_hash
+    assert all(f["forged"] == 0 and f["received"] > 0 for f in s["flood"]), s["flood"]
+
+
 @pytest.fixture(scope="module")
 def resumed(run_world, procs_ok, tmp_path_factory) -> dict:
     """One launched 3-step run, then in its directory a resume with a changed setting (refused),

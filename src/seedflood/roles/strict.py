@@ -103,9 +103,16 @@ class Strict:
         while h.applier.last_step < upto:
             s = h.applier.last_step + 1
             if not h.flood.is_complete(s):
+                forged = h.flood.stats.forged
+                why = (
+                    f"{forged} items from neighbours were dropped as forged (their signatures did not verify)"
+                    if forged
+                    else "a peer failed, a forgery was dropped on its way here, or the diameter is wrong"
+                    if h.flood.signing is not None
+                    else "a peer failed or the diameter is wrong"
+                )
                 raise FloodError(
-                    f"node {h.node}: step {s} incomplete after its hops (missing "
-                    f"{h.flood.missing(s)[:4]}): a peer failed or the diameter is wrong"
+                    f"node {h.node}: step {s} incomplete after its hops (missing {h.flood.missing(s)[:4]}): {why}"
                 )
             msgs = h.flood.pop_step(s)
             h.applier.apply(s, msgs)

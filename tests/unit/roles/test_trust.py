@@ -113,3 +113,20 @@ def test_a_process_without_the_nodes_key_cannot_start_as_that_node(keys, tmp_pat
         dst.chmod(0o600)
     with pytest.raises(identity.IdentityError, match="node-3.key is not the key of node 3"):
         simulate(cfg_for(f"trust.keys={mixed}", "trust.sign=true", *TORUS, steps=2))
+
+
+def test_in_a_strict_run_a_forgery_is_never_applied_and_a_missing_message_stops_the_run(keys, tmp_path):
+    """Strict (churn.settle: 0) survives no missing message. Node 2 forging its own signatures:
+    dropped by every neighbour, its step never completes, the run stops with one line naming the
+    message. Node 2 altering what it relays: dropped and counted, and on the torus the genuine
+    copies arrive by the other shortest paths, so the run ends on the honest bits."""
+    from seedflood.core.flood.flooding import FloodError
+
+    cfg = cfg_for(*signed(keys), "churn.settle=0", steps=8)
+    # whichever client stops first: origin 2's message of step 0 completed nowhere
+    with pytest.raises(FloodError, match=r"step 0 incomplete after its hops \(missing \[\(2, 0, 0\)\]\): .*forge"):
+        simulate(cfg, mutate=forge(cfg, 2, "own"))
+    honest = simulate(cfg)
+    r = simulate(cfg, mutate=forge(cfg, 2, "relay"))
+    assert r.hashes == honest.hashes and len(set(r.hashes.values())) == 1
+    assert sum(s.forged for s in r.flood.values()) > 0

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
-import subprocess
-import sys
 
 import pytest
 
@@ -74,41 +73,80 @@ def test_a_key_that_is_missing_not_this_nodes_or_readable_by_others_is_refused(k
         PublicRoster.from_hex(["ab"])
 
 
-def test_seedflood_keys_writes_them_and_refuses_bad_input_in_one_line(tmp_path):
-    def keys(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "seedflood", "keys", *args], capture_output=True, text=True, timeout=120
-        )
+def test_a_stale_temp_file_of_another_mode_is_never_reused_for_a_key(tmp_path):
+    out = tmp_path / "k"
+    out.mkdir()
+    stale = out / "node-0.key.tmp"  # what an earlier writer would have left after a crash
+    stale.write_bytes(b"")
+    stale.chmod(0o644)
+    identity.write_keys(out, 1)
+    assert stat.S_IMODE(identity.key_file(out, 0).stat().st_mode) == 0o600
+    assert sorted(p.name for p in out.iterdir()) == ["node-0.key", "node-0.key.tmp", "roster.json"]
 
-    ok = keys("--nodes", "2", "--out", str(tmp_path / "k"))
-    assert ok.returncode == 0 and "trust.keys=" in ok.stdout and len(identity.load_roster(tmp_path / "k")) == 2
-    for args, words in [
-        (("--nodes", "2", "--out", str(tmp_path / "k")), "already holds keys"),
-        (("--nodes", "0", "--out", str(tmp_path / "j")), "must be in 1..100000"),
+
+def test_keys_are_created_private_whatever_the_umask(tmp_path):
+    old = os.umask(0)
+    try:
+        identity.write_keys(tmp_path / "k", 1)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(identity.key_file(tmp_path / "k", 0).stat().st_mode) == 0o600
+
+
+def test_forcing_fewer_nodes_removes_the_keys_the_new_roster_does_not_name(keys):
+    (keys / "node-notes.key").write_text("not ours")
+    identity.write_keys(keys, 2, force=True)
+    assert sorted(p.name for p in keys.iterdir()) == ["node-0.key", "node-1.key", "node-notes.key", "roster.json"]
+    roster = identity.load_roster(keys)
+    assert len(roster) == 2 and identity.load_identity(keys, 1, roster).public == roster.keys[1]
+
+
+def test_a_roster_whose_count_or_keys_are_wrong_is_refused(keys):
+    d = json.loads((keys / identity.ROSTER).read_text())
+    for change, words in [
+        ({"nodes": 4}, "says 4 nodes but holds 3 public keys"),
+        ({"public_keys": d["public_keys"][:2]}, "says 3 nodes but holds 2 public keys"),
+        ({"public_keys": [*d["public_keys"][:2], 7]}, "every public key is a hex string"),
+        ({"public_keys": [*d["public_keys"][:2], "zz" * 32]}, "not hex"),
     ]:
-        p = keys(*args)
-        assert p.returncode == 2 and p.stderr.count("\n") == 1 and words in p.stderr, p.stderr
+        (keys / "other.json").write_text(json.dumps({**d, **change}))
+        with pytest.raises(IdentityError, match=words):
+            identity.load_roster(keys / "other.json")
+    (keys / "other.json").write_text("{")
+    with pytest.raises(IdentityError, match="is not JSON"):
+        identity.load_roster(keys / "other.json")
+    with pytest.raises(IdentityError, match="32 bytes"):
+        PublicRoster((bytes(32), bytes(31)))
 
 
-def test_world_size_refuses_a_signed_run_without_keys_or_with_a_roster_of_another_size(tmp_path):
-    from pathlib import Path
+def test_a_key_file_that_is_not_an_ed25519_pem_is_refused(keys):
+    identity.key_file(keys, 1).write_text("not a key")
+    with pytest.raises(IdentityError, match="not a PEM private key"):
+        identity.load_identity(keys, 1, identity.load_roster(keys))
 
-    debug = Path(__file__).resolve().parents[3] / "launch" / "configs" / "debug.yaml"
-    identity.write_keys(tmp_path / "k3", 3)
 
-    def world_size(*sets):
-        args = [a for s in sets for a in ("--set", s)]
-        return subprocess.run(
-            [sys.executable, "-m", "seedflood", "world-size", "--config", str(debug), *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+def test_the_roster_round_trips_through_hex_and_its_digest_names_its_keys_in_order(keys):
+    roster = identity.load_roster(keys)
+    again = PublicRoster.from_hex(roster.hex())
+    assert again == roster and again.digest() == roster.digest() and hash(again) == hash(roster)
+    assert roster.hex() == json.loads((keys / identity.ROSTER).read_text())["public_keys"]
+    assert PublicRoster(roster.keys[::-1]).digest() != roster.digest()
 
-    p = world_size("trust.sign=true")
-    assert p.returncode == 2 and "trust.keys: needed when trust.sign is true" in p.stderr, p.stderr
-    p = world_size("trust.sign=true", f"trust.keys={tmp_path / 'k3'}")  # the debug run has 4 clients
-    assert p.returncode == 2 and "holds 3 public keys, the run has 4 clients" in p.stderr, p.stderr
-    identity.write_keys(tmp_path / "k4", 4)
-    p = world_size("trust.sign=true", f"trust.keys={tmp_path / 'k4'}")
-    assert p.returncode == 0 and p.stdout.strip() == "5", p.stderr
+
+def test_verify_parses_each_public_key_once(keys, monkeypatch):
+    roster = identity.load_roster(keys)
+    me = identity.load_identity(keys, 0, roster)
+    parsed = []
+    real = identity.Ed25519PublicKey
+
+    class Counting:
+        @staticmethod
+        def from_public_bytes(data):
+            parsed.append(data)
+            return real.from_public_bytes(data)
+
+    monkeypatch.setattr(identity, "Ed25519PublicKey", Counting)
+    for n in range(5):
+        assert roster.verify(0, b"m%d" % n, me.sign(b"m%d" % n))
+    assert not roster.verify(1, b"m0", me.sign(b"m0"))
+    assert parsed == [roster.keys[0], roster.keys[1]]

@@ -1,9 +1,9 @@
-"""The `seedflood` command: train | simulate | compare | eval | replay | check | topology show | world-size | sweep | reproduce | gpu-evidence | bench.
+"""The `seedflood` command: train | simulate | compare | eval | replay | check | topology show | world-size | keys | sweep | reproduce | gpu-evidence | bench.
 
 Owns: argument parsing and dispatch, turning every known bad input into one line on stderr and
 exit status 2, and the console entry (`seedflood = seedflood.cli:console`, `python -m seedflood`).
 The subcommands live by what they own: runs (train, simulate, world-size), inspection (replay,
-check, eval) and tools (topology show, sweep, sweep-summary, store); `bench` has its own parser.
+check, eval) and tools (topology show, sweep, sweep-summary, store, keys); `bench` has its own parser.
 """
 
 from __future__ import annotations

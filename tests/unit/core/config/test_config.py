@@ -5,6 +5,7 @@ import pytest
 
 from seedflood.core.config import runconfig as config
 from seedflood.core.config.configerror import ConfigError
+from seedflood.core.config.systemsections import TrustConfig
 from seedflood.core.config.trainsections import ZOConfig
 from seedflood.core.config.yamlread import read_yaml
 
@@ -198,6 +199,21 @@ def test_exact_messages(override, message):
     with pytest.raises(ConfigError) as e:
         config.load(None, [override])
     assert str(e.value) == message
+
+
+def test_signing_needs_the_keys_directory_and_the_config_layer_reads_no_file():
+    with pytest.raises(ConfigError) as e:
+        config.load(None, ["trust.sign=true"])
+    assert str(e.value) == (
+        "trust.keys: needed when trust.sign is true: the directory `seedflood keys --nodes N --out DIR` writes"
+    )
+    with pytest.raises(ConfigError, match=r"^trust.sign: must be true or false, got 'yes please'$"):
+        config.load(None, ["trust.sign='yes please'"])
+    with pytest.raises(ConfigError, match=r"^unknown key 'trust.key' \(allowed in trust: keys, sign\)$"):
+        config.load(None, ["trust.key=/k"])
+    cfg = config.load(None, ["trust.sign=true", "trust.keys=/no/such/dir"])  # the preflight reads it
+    assert cfg.trust.sign is True and cfg.trust.keys == "/no/such/dir"
+    assert config.load(None).trust == TrustConfig(sign=False, keys="")
 
 
 def test_int_into_float_field_becomes_float_and_yes_is_a_bool():

@@ -7,8 +7,8 @@ every participant needs) — and `Identity` (one node's `sign`) and `PublicRoste
 `verify`), which flood/signing.py's `Signing` takes as plain functions.
 
 Uses the `cryptography` package (OpenSSL's Ed25519, well kept and audited) rather than code of
-our own: signatures are 64 bytes, keys 32; a signature costs ~50 µs to make and ~175 µs to
-check on a 2-core VM (docs/trust.md).
+our own: signatures are 64 bytes, keys 32; a signature costs 40-50 µs of CPU to make and
+120-180 µs to check on a 2-core VM (docs/trust.md).
 
 Assumes: node i's key file is on node i only; a key readable by group or others is refused, as
 ssh refuses one.

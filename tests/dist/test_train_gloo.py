@@ -85,6 +85,10 @@ def test_signed_processes_have_the_unsigned_bits_and_count_no_forgery(run_world,
     s = train(run_world, procs_ok, tmp_path / "run", "trust.sign=true", f"trust.keys={tmp_path / 'keys'}")
     assert s["consensus"] and s["client_hashes"] == [reference_hash] * 4 and s["param_hash"] == reference_hash
     assert all(f["forged"] == 0 and f["received"] > 0 for f in s["flood"]), s["flood"]
+    from seedflood.rundir.logheader import read_header
+
+    roster = identity.load_roster(tmp_path / "keys")
+    assert read_header(tmp_path / "run" / "log.bin")["trust"]["public_keys"] == roster.hex()
 
 
 @pytest.fixture(scope="module")

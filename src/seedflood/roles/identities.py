@@ -3,7 +3,8 @@
 Owns `signing_of`: the `flood.signing.Signing` a client floods with — its node's private key and
 the roster's public keys (comm/identity.py, from `trust.keys`), and the run tag that every
 signature covers (`run_tag`: a digest of the run's trajectory and the roster's public keys, so
-a signature is worth nothing in a run with other settings, another roster, or another base).
+a signature is worth nothing in a run with other settings, another roster, or another base);
+and `roster_record`, the roster's public keys as the run's log header records them.
 
 May import: seedflood.core, comm.identity.
 
@@ -43,3 +44,14 @@ def signing_of(cfg: Config, trajectory: Mapping[str, Any], node: int) -> Signing
     roster = identity.load_roster(keys)
     me = identity.load_identity(keys, node, roster)
     return Signing(node, run_tag(trajectory, roster.hex()), me.sign, roster.verify)
+
+
+def roster_record(cfg: Config) -> dict[str, Any] | None:
+    """{"scheme", "public_keys", "digest"} of a signed run's roster, for its log header (who could
+    sign what this log holds); None when `trust.sign` is off."""
+    if not cfg.trust.sign:
+        return None
+    from seedflood.comm import identity
+
+    roster = identity.load_roster(Path(cfg.trust.keys))
+    return {"scheme": identity.SCHEME, "public_keys": roster.hex(), "digest": roster.digest()}

@@ -9,7 +9,7 @@ inbox, and how the clients' final reports are collected. Also what both modes sh
 posted), `OwnRecord` and `NO_RECORD` (a client's own record of the run: none in a strict run).
 
 May import: seedflood.core, comm (the group and transport types), ml (the workload), rundir,
-roles' client, host and evaluator.
+roles' client, host, evaluator and identities.
 
 Assumes: one process, one Wiring, made once the workload is built (a churn client's transport
 waits for every other client to have loaded its model); one thread uses it.
@@ -33,6 +33,7 @@ from seedflood.core.topology.graph import Topology
 from seedflood.ml.workload import Workload
 from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Settings
+from seedflood.roles.identities import roster_record
 from seedflood.roles.strategy import Strategy
 from seedflood.rundir.logfile import Records
 from seedflood.rundir.logheader import log_header
@@ -57,7 +58,10 @@ class Process:
     def header(self) -> dict[str, Any]:
         """The header every copy of the run's log carries: the evaluator's and each churn client's own."""
         w = self.workload
-        return log_header(self.cfg, self.trajectory, w.loaded.identity, w.loaded.base_hash)
+        header = log_header(self.cfg, self.trajectory, w.loaded.identity, w.loaded.base_hash)
+        if (roster := roster_record(self.cfg)) is not None:
+            header["trust"] = roster  # informational, as "config" is: resume compares the trajectory
+        return header
 
 
 def client_key(node: int) -> str:

@@ -130,3 +130,22 @@ def test_in_a_strict_run_a_forgery_is_never_applied_and_a_missing_message_stops_
     r = simulate(cfg, mutate=forge(cfg, 2, "relay"))
     assert r.hashes == honest.hashes and len(set(r.hashes.values())) == 1
     assert sum(s.forged for s in r.flood.values()) > 0
+
+
+def test_a_peer_that_replays_an_old_frame_in_place_of_its_own_changes_nothing(keys, tmp_path):
+    """Node 2 sends node 3, at each hop from the fourth on, the frame it sent three hops before:
+    its messages are duplicates or old (dropped as seen), what it should have sent comes by the
+    torus's other paths, and the run has the honest bits, signed or not."""
+    for sets in ((), signed(keys)):
+        cfg = cfg_for(*sets, steps=8)
+        honest = simulate(cfg)
+        sent: list[bytes] = []
+
+        def replay(src: int, dst: int, hop: int, frame: bytes) -> bytes:
+            if (src, dst) != (2, 3):
+                return frame
+            sent.append(frame)
+            return sent[-4] if len(sent) > 3 else frame
+
+        r = simulate(cfg, mutate=replay)
+        assert r.exits == {} and r.hashes == honest.hashes and r.records == honest.records, r.exits

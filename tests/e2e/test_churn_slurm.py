@@ -3,10 +3,11 @@
 `launch/slurm/churn.sh` submits the run's store as its own job (store.sbatch) and one job array
 with a task per process (churn.sbatch: task 0 the evaluator, task I client node I-1, --requeue).
 `scontrol requeue` of one task mid-run ends its process; released at once (Slurm would hold it
-~2 minutes), SLURM starts it again and it comes back as a new incarnation:
+~2 minutes), SLURM starts it again and it comes back as a new incarnation. One run takes two
+requeues in turn:
 - a client leaves, is sponsored by a neighbour, rejoins by replay; every task ends COMPLETED,
   the four clients on the evaluator's hash, the log holds one leave and one join of that node;
-- the evaluator resumes from its checkpoint and log and catches up from the attach node.
+- then the evaluator resumes from its checkpoint and log and catches up from the attach node.
 The store job ends by itself (COMPLETED) once the array is done. Preflight failures (a strict
 config, an array that does not fit the run) end with status 2 before anything connects.
 """
@@ -103,45 +104,44 @@ def churn_entry(entry: str) -> str:
 
 
 @pytest.mark.timeout(1800)  # an outer bound: every wait is bounded by progress
-def test_a_requeued_client_leaves_and_rejoins(slurm, churn_entry, tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    store, array = _submit(slurm, tmp_path, *sup.churn_sets(out, STEPS))
-    try:
-        _requeue_mid_run(slurm, array, CLIENT_RANK, out, 50, tmp_path)
-        _wait_all(slurm, store, array, tmp_path)
-    finally:
-        slurm.run(["scancel", store, array], check=False)
-    victim = (tmp_path / f"slurm-seedflood-churn-{array}_{CLIENT_RANK}.out").read_text(errors="replace")
-    assert "attempt 1" in victim and "rejoined by replaying" in victim, _outputs(tmp_path)
-    _check_run(out, tmp_path)
-    reader = LogReader(out / "log.bin")
-    _, records = reader.read()
-    assert len(records) == STEPS
-    (leave, join) = sorted(reader.changes.items())
-    node = CLIENT_RANK - 1
-    assert leave[0] < join[0], reader.changes
-    assert leave[1].leave == (node,) and join[1].join == ((node, 2),), reader.changes
-
-
-@pytest.mark.timeout(1800)  # an outer bound: every wait is bounded by progress
-def test_a_requeued_evaluator_resumes_and_catches_up(slurm, churn_entry, tmp_path: Path) -> None:
+def test_a_requeued_client_rejoins_then_a_requeued_evaluator_resumes_and_catches_up(
+    slurm, churn_entry, tmp_path: Path
+) -> None:
+    """One run, two requeues in turn (one launched run instead of two: CI time): a client, then
+    once it has rejoined, the evaluator."""
     out = tmp_path / "run"
     # A user's checkpoint.resume=false too: churn.sbatch forces resume, or the restart would refuse the run dir.
     store, array = _submit(
         slurm, tmp_path, *sup.churn_sets(out, STEPS, "checkpoint.every=100", "checkpoint.resume=false")
     )
+    victim_out = tmp_path / f"slurm-seedflood-churn-{array}_{CLIENT_RANK}.out"
+
+    def victim() -> str:
+        return victim_out.read_text(errors="replace") if victim_out.exists() else ""
+
     try:
-        _requeue_mid_run(slurm, array, 0, out, 150, tmp_path)
+        _requeue_mid_run(slurm, array, CLIENT_RANK, out, 50, tmp_path)
+        slurm.until(
+            lambda: "rejoined by replaying" in victim(),
+            f"task {CLIENT_RANK} to rejoin",
+            lambda: (harness.size(victim_out), harness.size(out / "log.bin")),
+        )
+        _requeue_mid_run(slurm, array, 0, out, _logged_steps(out) + 20, tmp_path)
         _wait_all(slurm, store, array, tmp_path)
     finally:
         slurm.run(["scancel", store, array], check=False)
+    assert "attempt 1" in victim() and "rejoined by replaying" in victim(), _outputs(tmp_path)
     evaluator = (tmp_path / f"slurm-seedflood-churn-{array}_0.out").read_text(errors="replace")
     assert "attempt 1" in evaluator, _outputs(tmp_path)
     summary = _check_run(out, tmp_path)
     assert 0 < summary["resumed_from_step"] < STEPS, summary["resumed_from_step"]  # its own log, then caught up
     reader = LogReader(out / "log.bin")
     _, records = reader.read()
-    assert len(records) == STEPS and reader.changes == {}  # the evaluator is no member: nobody left
+    assert len(records) == STEPS
+    (leave, join) = sorted(reader.changes.items())  # the evaluator is no member: only the client's
+    node = CLIENT_RANK - 1
+    assert leave[0] < join[0], reader.changes
+    assert leave[1].leave == (node,) and join[1].join == ((node, 2),), reader.changes
 
 
 @pytest.mark.timeout(1200)  # an outer bound: every wait is bounded by progress

@@ -74,6 +74,19 @@ class AuditStats:
     def forwards(self) -> int:
         return 2 * (self.recomputed + self.rechecked)
 
+    def report(self) -> dict[str, object]:
+        """JSON-ready, for a launched client's final report."""
+        return {
+            "recomputed": self.recomputed,
+            "rechecked": self.rechecked,
+            "forwards": self.forwards,
+            "seconds": round(self.seconds, 3),
+            "found": {str(o): list(st) for o, st in sorted(self.found.items())},
+            "sent": self.sent,
+            "false": {str(o): c for o, c in sorted(self.false.items())},
+            "stale": self.stale,
+        }
+
 
 @dataclass(frozen=True)
 class _Snapshot:

@@ -13,7 +13,9 @@ Owns one client's side of `trust.audit`:
   snapshot of the state step s was estimated on (a CPU copy of the trainable parameters and the
   direction's extra state, kept for the last `keep` steps only while trust.audit > 0), and takes
   the evidence only if its own recomputation equals the note's and differs from the scalar the
-  origin sent; otherwise the note is dropped and counted against its signer (`stats.false`).
+  origin sent; otherwise the note is dropped and counted against its signer (`stats.false`), and
+  that signer's later notes are dropped unchecked (so false notes cost each client at most one
+  re-check, 2 forwards, per sender; true ones one per accused origin).
 
 Assumes: `loss_of(origin, step)` is origin's batch of `step` under the active perturbation (the
 data every client can rebuild; a client with private data cannot be audited); the client calls
@@ -213,6 +215,9 @@ class Auditor:
             key = (accused, note.step, k)
             if accused in self.liars or accused == self.node:
                 continue  # already evidence here; or about this client, which knows what it sent
+            if self.stats.false[note.origin]:
+                self.stats.false[note.origin] += 1  # a sender of false evidence is not re-checked again:
+                continue  # one re-check per sender bounds what its notes can cost this client
             if note.step not in self._snapshots:
                 if note.step > t:
                     self._waiting.append(note)  # this client has not estimated that step yet

@@ -88,23 +88,24 @@ def test_a_signed_liar_drawn_by_private_samples_is_excluded(tmp_path):
 
 
 def test_false_evidence_against_an_honest_origin_is_dropped_and_counted_against_its_sender():
-    """Node 1 adds to every frame it sends from hop 4 on a RECOMPUTE note claiming node 2's
-    scalar of step 1 recomputes to 0.123: it does not, so nobody takes it."""
+    """Node 1 adds to every frame it sends from hop 4 on two RECOMPUTE notes claiming node 2's
+    scalar of step 1 recomputes to 0.123 and to 0.456: it does not, so nobody takes them, and
+    each client re-checks only the first (its sender is not re-checked again)."""
     cfg = ring("trust.audit=0.01")  # audits on (snapshots kept), next to no draws
     honest = simulate(cfg)
     limits = protocol_of(cfg).limits(0, 2**32 - 1)
-    lie = recompute_note(auditor=1, accused=2, step=1, k=0, scalar=0.123)
+    lies = [recompute_note(auditor=1, accused=2, step=1, k=0, scalar=x) for x in (0.123, 0.456)]
 
     def accuse(src: int, dst: int, hop: int, frame: bytes) -> bytes:
         if src != 1 or hop < 4 or not frame:
             return frame
         msgs, notes = decode_hop(frame, limits)
-        return encode_hop(msgs, [*notes, lie])
+        return encode_hop(msgs, [*notes, *lies])
 
     r = simulate(cfg, mutate=accuse)
     assert r.exits == {} and r.changes == {} and r.step_hashes == honest.step_hashes
-    for n in (0, 3):  # node 2 is the accused (it knows what it sent); node 1 never holds the note
-        assert r.audits[n].false == {1: 1} and r.audits[n].rechecked == 1 and r.audits[n].found == {}
+    for n in (0, 3):  # node 2 is the accused (it knows what it sent); node 1 never holds the notes
+        assert r.audits[n].false == {1: 2} and r.audits[n].rechecked == 1 and r.audits[n].found == {}
 
 
 def test_in_a_strict_run_a_lie_stops_the_run_with_one_line_naming_the_origin_and_step():

@@ -5,7 +5,8 @@ strict. Every case checks what the clients end on, not only who was named:
 - auditing changes no bit: trust.audit 0 and 1 end on the bits of a run without the key,
   every client, every step, strict (with overlap: the hop thread compares) and churn;
 - a liar (×10, a random scalar, another zo.eps) is excluded at full audit rate by a committed
-  step (the change's `audit` reason), nothing it sent after it counts, and the survivors finish
+  step (the change's `audit` reason; step 0, so not even its first lie is applied), nothing it
+  sent after it counts, and the survivors finish
   on one history: the same bits after every step, equal to a replay of the decided steps and
   to the log written from them;
 - at a partial rate some clients take the evidence by re-checking another's RECOMPUTE note
@@ -68,6 +69,7 @@ def test_a_liar_is_excluded_at_full_audit_rate_and_the_others_finish_on_one_hist
     excluded(cfg, r, tmp_path)
     for n in (0, 1, 3):  # each audited its first lie itself, at step 0, and said so
         assert r.audits[n].found == {LIAR: (0, 0)} and r.audits[n].sent >= 1
+    assert list(r.changes) == [0]  # excluded from step 0 on: not even its first lie was applied
 
 
 def test_at_a_partial_rate_evidence_is_re_checked_before_it_counts(tmp_path):

@@ -6,7 +6,8 @@
 - a crashed run resumes from its log and ends with the uninterrupted run's bits, also with
   delayed flooding;
 - the end of a run never waits on a lagging evaluator; a killed peer is one line per survivor;
-- a resume whose settings differ is refused before anything is written.
+- a resume whose settings differ is refused before anything is written;
+- signed (trust.sign) and audited (trust.audit) processes end on the plain run's bits.
 """
 
 from __future__ import annotations

@@ -110,9 +110,11 @@ def test_false_evidence_against_an_honest_origin_is_dropped_and_counted_against_
         assert r.audits[n].false == {1: 2} and r.audits[n].rechecked == 1 and r.audits[n].found == {}
 
 
-def test_in_a_strict_run_a_lie_stops_the_run_with_one_line_naming_the_origin_and_step():
+@pytest.mark.parametrize("overlap", [False, True])  # with overlap the hop thread compares, the join raises
+def test_in_a_strict_run_a_lie_stops_the_run_with_one_line_naming_the_origin_and_step(overlap):
+    sets = ("churn.settle=0", "trust.audit=1", f"flood.overlap={str(overlap).lower()}")
     with pytest.raises(AuditError) as e:
-        simulate(ring("churn.settle=0", "trust.audit=1"), lies={LIAR: Lie("scale", 10.0)})
+        simulate(ring(*sets), lies={LIAR: Lie("scale", 10.0)})
     line = str(e.value)
     assert line.startswith(f"node {LIAR}'s scalar of step 0 (k 0) is ") and "\n" not in line
     assert line.endswith("a strict run has no exclusion, so it stops")

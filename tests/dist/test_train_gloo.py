@@ -6,7 +6,8 @@
 - a crashed run resumes from its log and ends with the uninterrupted run's bits, also with
   delayed flooding;
 - the end of a run never waits on a lagging evaluator; a killed peer is one line per survivor;
-- a resume whose settings differ is refused before anything is written.
+- a resume whose settings differ is refused before anything is written;
+- signed (trust.sign) and audited (trust.audit) processes end on the plain run's bits.
 """
 
 from __future__ import annotations
@@ -89,6 +90,16 @@ def test_signed_processes_have_the_unsigned_bits_and_count_no_forgery(run_world,
 
     roster = identity.load_roster(tmp_path / "keys")
     assert read_header(tmp_path / "run" / "log.bin")["trust"]["public_keys"] == roster.hex()
+
+
+def test_audited_processes_have_the_unaudited_bits(run_world, procs_ok, tmp_path, reference_hash):
+    """trust.audit over gloo (docs/trust.md, Verification by recomputation): each process
+    recomputes its 3 peers' scalars of every step on its own bits and batch, and they all
+    recompute exactly (nobody lies), so the run's bits are the unaudited run's."""
+    s = train(run_world, procs_ok, tmp_path / "run", "trust.audit=1")
+    assert s["consensus"] and s["client_hashes"] == [reference_hash] * 4 and s["param_hash"] == reference_hash
+    for f in s["flood"]:
+        assert f["audit"]["recomputed"] == 3 * 6 and f["audit"]["found"] == {} and f["audit"]["false"] == {}, f
 
 
 @pytest.fixture(scope="module")

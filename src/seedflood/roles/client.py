@@ -40,6 +40,7 @@ from seedflood.core.topology.graph import Topology
 from seedflood.core.zo import estimate as zo
 from seedflood.core.zo.directions import Direction
 from seedflood.core.zo.replay import Applier
+from seedflood.roles.audit import Auditor
 from seedflood.roles.churn import Churn
 from seedflood.roles.strategy import Mode, Records, StepListener, Strategy
 from seedflood.roles.strict import STRICT
@@ -60,6 +61,7 @@ class Client:
         meet_timeout_s: float | None = None,
         strategy: Strategy = STRICT,
         signing: Signing | None = None,
+        loss_of: Callable[[int, int], float] | None = None,
     ) -> None:
         """`routes` (graph.Topology.routes(node)): per origin, the neighbours to forward its
         messages to; None (or a strategy that is not `routed`) = every neighbour. Either way
@@ -73,7 +75,10 @@ class Client:
         peers that drop it after LATE_FACTOR timeouts.
         `strategy`: when each step is applied (`strict.STRICT`, or a `churnstart.ChurnStrategy`
         holding what a churn client needs besides: its ChurnTransport, state hash, attach node,
-        evaluator feed and incarnation)."""
+        evaluator feed and incarnation).
+        `loss_of(origin, step)`: any origin's loss on its batch of `step` (what `loss_at` is for
+        this node); with `protocol.audit` > 0 the client recomputes peers' scalars with it
+        (roles/audit.py). None: no audits."""
         self.node = node
         self.protocol = protocol
         self.direction = direction
@@ -101,6 +106,23 @@ class Client:
         self.meet_timeout_s = hop_timeout_s if meet_timeout_s is None else meet_timeout_s
         self.mode: Mode = strategy.mode(self)
         """When each step is applied: the one place a strict and a churn client part ways."""
+        self.audit: Auditor | None = None
+        """Verification by recomputation (trust.audit > 0 and `loss_of` given)."""
+        if protocol.audit and loss_of is not None:
+            churn = isinstance(self.mode, Churn)
+            self.audit = Auditor(
+                node,
+                protocol,
+                direction,
+                loss_of,
+                self.flood,
+                self.applier,
+                churn=churn,
+                targets=(lambda: self.churn.roster.members) if churn else (lambda: range(protocol.n_origins)),
+                signing=signing,
+            )
+            if churn:
+                self.churn.voter.liars = self.audit.liars  # its evidence is the voter's
 
     @property
     def churn(self) -> Churn:
@@ -121,6 +143,7 @@ class Client:
         timeout_s: float,
         strategy: Strategy = STRICT,
         signing: Signing | None = None,
+        loss_of: Callable[[int, int], float] | None = None,
     ) -> Client:
         """Node `node` of `top` as every runtime builds it: the neighbours its transport is
         connected to (a restarted churn node: none yet), shortest-path routes, and a hop thread
@@ -138,6 +161,7 @@ class Client:
             meet_timeout_s=timeout_s,
             strategy=strategy,
             signing=signing,
+            loss_of=loss_of,
         )
 
     # -- resume --------------------------------------------------------------------------------
@@ -179,8 +203,9 @@ class Client:
         self.mode.apply_through(upto, t)
 
     def estimate(self, t: int) -> list[Message]:
-        """The K messages of step t (2K forwards). Before each forward the strategy may raise a
-        failure of work running meanwhile (`Mode.poll`: overlap's hop thread)."""
+        """The K messages of step t (2K forwards), then, with audits, the peers' scalars of step t
+        this client recomputes on the same bits (2 forwards each). Before each forward the
+        strategy may raise a failure of work running meanwhile (`Mode.poll`: overlap's hop thread)."""
 
         def loss() -> float:
             self.mode.poll()
@@ -192,6 +217,8 @@ class Client:
             scalar = zo.two_point(loss, self.direction, seed, t, self.protocol.eps)
             zo.check_scalar(scalar, self.protocol.max_scalar, t)
             own.append(Message.make(self.node, t, seed, scalar, k))
+        if self.audit is not None:
+            self.audit.step(t, own)
         return own
 
     def hops(self, t: int) -> None:
@@ -219,5 +246,7 @@ class Client:
             except FrameError as e:
                 raise FrameError(f"node {self.node}: bad frame from node {peer} at step {t}: {e}") from None
             new = self.flood.receive(peer, [*msgs, *notes])
+            if self.audit is not None and new:
+                self.audit.received(new, t)
             if notes:
                 self.mode.on_notes(new)

@@ -14,7 +14,8 @@ been silent for the transport timeout), `cut` (the link to node `arg` fails both
 `corrupt` (add `arg` to one weight: a client whose state silently differs, for the audit),
 `restart` (a killed node comes back once the others reach `step`: a new incarnation with the
 base weights, caught up by its sponsor's log; its per-step hashes before that are None; a life
-that ends before the run does is restarted again, up to RESTART_TRIES times). A node
+that ends before the run does is restarted again, up to RESTART_TRIES times). Liars (`lies`,
+any run): node i sends `lies[i]`'s scalars in place of its honest ones (roles/lying.py). A node
 that stops by the churn rules (minority, excluded) or is killed is reported in `exits`, not raised;
 with `supervise`, one stopped by the rules is restarted as its launcher would restart it.
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -44,9 +45,11 @@ from seedflood.core.topology import resolve as topo
 from seedflood.core.topology.graph import Topology
 from seedflood.core.zo.replay import state_hash
 from seedflood.ml.workload import Workload
+from seedflood.roles.audit import AuditStats
 from seedflood.roles.churnstart import ChurnStrategy, sponsored_catch_up
 from seedflood.roles.client import Client
 from seedflood.roles.identities import signing_of
+from seedflood.roles.lying import Lie, LyingClient
 from seedflood.roles.strategy import Records, Strategy
 from seedflood.roles.strict import STRICT
 
@@ -69,6 +72,8 @@ class SimResult:
     """The roster changes (step -> Change) of the lowest finished node."""
     flood: dict[int, FloodStats] = field(default_factory=dict)
     """node -> its flood's counters at its (last life's) end, finished or stopped."""
+    audits: dict[int, AuditStats] = field(default_factory=dict)
+    """node -> its recomputation counters (trust.audit > 0), as `flood`."""
 
 
 RESTART_TRIES = 5
@@ -103,6 +108,7 @@ def simulate(
     protocol: Protocol | None = None,
     events: Sequence[Event] = (),
     supervise: bool = False,
+    lies: Mapping[int, Lie] | None = None,
 ) -> SimResult:
     """Run every client of `cfg`; raises the first client error (others cascade).
 
@@ -138,6 +144,8 @@ def simulate(
     hashes: dict[int, str] = {}
     exits: dict[int, str] = {}
     flood: dict[int, FloodStats] = {}
+    audit: dict[int, AuditStats] = {}
+    lies = dict(lies or {})
     errors: list[BaseException] = []
     todo = {i: sorted((e for e in events if e.node == i), key=lambda e: e.step) for i in top.nodes}
 
@@ -214,7 +222,7 @@ def simulate(
                     if protocol.churn
                     else STRICT
                 )
-                client = Client.in_topology(
+                client = (LyingClient if node in lies else Client).in_topology(
                     top,
                     node,
                     protocol,
@@ -224,7 +232,10 @@ def simulate(
                     cfg.transport.timeout_s,
                     strategy,
                     signings[node],
+                    loss_of=w.loss,
                 )
+                if isinstance(client, LyingClient):
+                    client.lie = lies[node]
                 if rejoin:  # as a launched client: wait for the sponsor's claim, meet it, take its log
                     try:
                         blob = sponsored_catch_up(transport, LATE_FACTOR * cfg.transport.timeout_s)
@@ -238,6 +249,8 @@ def simulate(
                 else:
                     client.resume(resume)
                 flood[node] = client.flood.stats
+                if client.audit is not None:
+                    audit[node] = client.audit.stats
                 client.listeners.append(lambda s, msgs: logs[node].append((s, msgs)))
                 client.listeners.append(lambda s, _: progress.__setitem__(node, max(progress[node], s)))
                 if hash_every_step:
@@ -272,5 +285,5 @@ def simulate(
         raise (root or errors)[0]
     first = min(hashes, default=0)
     return SimResult(
-        hashes, step_hashes, logs[first], network.counter(), workloads, exits, rosters.get(first, {}), flood
+        hashes, step_hashes, logs[first], network.counter(), workloads, exits, rosters.get(first, {}), flood, audit
     )

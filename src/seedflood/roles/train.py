@@ -134,6 +134,7 @@ def _client(
             cfg.transport.timeout_s,
             wiring.strategy(node, transport),
             signing,
+            loss_of=w.loss,  # audits (trust.audit > 0) recompute the peers' scalars with it
         )
         wiring.start(client, transport, records, changes)
         if cfg.run.hash_steps:
@@ -155,7 +156,8 @@ def _client(
         "hash": state_hash(w.model, w.direction),
         "step_hashes": step_hashes,
         "bytes": counter.rows(),
-        "flood": vars(client.flood.stats),
+        # with trust.audit: the client's recomputation counters beside its flood's
+        "flood": vars(client.flood.stats) | ({"audit": client.audit.stats.report()} if client.audit else {}),
         "threads": machine.threads(),
         "memory": machine.memory(),  # at the end of training: the weights' pages are as written as they get
     }

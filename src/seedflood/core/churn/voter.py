@@ -4,7 +4,8 @@ Owns: `Voter` — an `agreement.Agreement` driven by the client's flood: what a 
 (roles/churn.py) calls at the end of every local step (and of every hop it waits), and what the
 schedule explorer (tests/explorer.py) drives through every fault schedule, so both run the same
 decisions — its vote schedule (step s is voted at local step s + vote_lag), the evidence it
-proposes against (two copies of one message id, a differing audited state hash), and taking a
+proposes against (two copies of one message id, a differing audited state hash, a scalar that
+did not recompute: `liars`, filled by roles/audit.py), and taking a
 committed step's messages from the flood; `joins_in`, the newcomers a step's JOIN notes name.
 
 Assumes: pure Python (the core); the flood holds the step's messages and notes (VOTE, JOIN,
@@ -49,6 +50,9 @@ class Voter:
         agreement.quiet = (protocol.delay - protocol.vote_lag) * protocol.hops  # a vote's spread
         self._named: set[int] = set()
         self.differs: set[int] = set()  # committed steps whose held copies hash to another digest
+        self.liars: dict[int, str] = {}
+        """origin -> why: a scalar of it that this client recomputed (or re-checked) and that
+        differs from what it sent (verification by recomputation, roles/audit.py)."""
         self._decoded: dict[Note, Vote] = {}
 
     def after(self, t: int, now: int) -> list[tuple[int, Change]]:
@@ -78,13 +82,19 @@ class Voter:
 
     def propose(self, s: int) -> Value | None:
         """What this client holds for step s, less the origins it has evidence against: two
-        copies of one message id, or an audited state hash that differs from the majority's
-        (the audit of the step whose notes have had a vote's spread to reach every voter)."""
+        copies of one message id, a scalar that did not recompute (`liars`), or an audited state
+        hash that differs from the majority's (the audit of the step whose notes have had a
+        vote's spread to reach every voter)."""
         p = self.protocol
         excluded = set(self.flood.conflicts)
         for o in sorted(excluded - self._named):
             self._named.add(o)
             self.on_error(f"node {o} sent two different messages under one id ({self.flood.conflicts[o]})")
+        for o, why in sorted(self.liars.items()):
+            if o not in self._named:
+                self._named.add(o)
+                self.on_error(why)
+            excluded.add(o)
         audited = s - 2 * (p.delay - p.vote_lag) - 1
         if audited >= 0 and p.audits(audited):
             votes = self.flood.notes(audited, AUDIT)

@@ -156,6 +156,11 @@ class TrustConfig:
     keys: str = ""
     """The directory `seedflood keys` wrote: roster.json (every node's public key) and, on each
     node, its own node-<i>.key."""
+    audit: float = 0.0
+    """Verification by recomputation: the expected fraction of the other origins' scalars each
+    client recomputes per step (0 = off; 1 = every scalar). Costs rate × (N−1) × K × 2 forwards
+    per client per step; a scalar that does not recompute bit for bit is evidence against its
+    origin (docs/trust.md, Verification by recomputation). Changes no bit while nobody lies."""
 
     def __post_init__(self) -> None:
         require(
@@ -163,6 +168,7 @@ class TrustConfig:
             "trust.keys",
             "needed when trust.sign is true: the directory `seedflood keys --nodes N --out DIR` writes",
         )
+        require(0.0 <= self.audit <= 1.0, "trust.audit", f"must be a rate in [0, 1] (0 = off), got {self.audit}")
 
 
 AlgorithmName = Literal[

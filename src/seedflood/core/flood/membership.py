@@ -9,8 +9,10 @@ Owns (docs/churn-design.md, Membership is data; Notes on the wire):
 - `Note`: a record flooded with the messages: `JOIN` (a sponsor admits a restarted origin from a
   step on, and names the hop at which its edges connect: `join_note`, `link_hop`), `AUDIT` (an
   origin's state hash after a step), `VOTE` (an origin's vote on a step's content,
-  agreement.Vote in its body) and `COPY` (another copy of a message under an id already held:
-  evidence that its origin equivocated, `copy_note`, `copied`).
+  agreement.Vote in its body), `COPY` (another copy of a message under an id already held:
+  evidence that its origin equivocated, `copy_note`, `copied`) and `RECOMPUTE` (an auditor's
+  recomputation of another origin's scalar that differs from what that origin sent: evidence
+  that it lied, `recompute_note`, `recomputed`; docs/trust.md, Verification by recomputation).
 - `audit_verdict`: which origins' audited hashes differ from the majority's.
 - the hop payload (`encode_hop` / `decode_hop`): a message frame, plus notes when there are any.
   Without notes it is exactly the plain message frame, so a strict run's traffic is unchanged byte
@@ -38,7 +40,8 @@ JOIN = 1
 AUDIT = 2
 VOTE = 4
 COPY = 8
-_KINDS = {JOIN: "join", AUDIT: "audit", VOTE: "vote", COPY: "copy"}
+RECOMPUTE = 16
+_KINDS = {JOIN: "join", AUDIT: "audit", VOTE: "vote", COPY: "copy", RECOMPUTE: "recompute"}
 
 
 class MembershipError(RuntimeError):
@@ -77,7 +80,9 @@ class Note:
     VOTE: `origin`'s vote on the content of `step` in ballot `value`; `body` is the vote
     (agreement.Vote: incarnation, digests, members, joins).
     COPY: a copy of `origin`'s message (`step`, k = `value`) that differs from another copy
-    under the same id; `body` is its seed (u64) and f32 scalar."""
+    under the same id; `body` is its seed (u64) and f32 scalar.
+    RECOMPUTE: auditor `origin` recomputed the scalar of origin `value`'s message (`step`, k)
+    and got another one than that origin sent; `body` is k (u32) and the recomputed f32."""
 
     step: int
     kind: int
@@ -94,7 +99,7 @@ class Note:
         """De-duplication key; never equal to a message id (those are int triples). A vote's
         key holds its ballot: one vote per origin, step and ballot; a copy's holds the copy, so
         both copies of one message id flood."""
-        if self.kind == COPY:
+        if self.kind in (COPY, RECOMPUTE):
             return (_KINDS[self.kind], self.origin, self.step, self.value, self.body)
         if self.kind == VOTE:
             return (_KINDS[self.kind], self.origin, self.step, self.value)
@@ -135,6 +140,21 @@ def copied(note: Note) -> Message:
     )
 
 
+_RECOMPUTE = struct.Struct("<If")  # a RECOMPUTE note's body: k, the recomputed f32 scalar
+
+
+def recompute_note(auditor: int, accused: int, step: int, k: int, scalar: float) -> Note:
+    """RECOMPUTE: `auditor` recomputed `accused`'s scalar of (step, k) as `scalar` (f32), which
+    is not what `accused` sent. Signed by the auditor (its origin) in a signed run."""
+    return Note(step, RECOMPUTE, auditor, accused, _RECOMPUTE.pack(k, scalar))
+
+
+def recomputed(note: Note) -> tuple[int, int, float]:
+    """(accused origin, k, recomputed f32 scalar) of a RECOMPUTE note."""
+    k, scalar = _RECOMPUTE.unpack(note.body)
+    return note.value, k, scalar
+
+
 def audit_value(state_hash: str) -> int:
     """The u64 an AUDIT note carries: the first 16 hex digits of the state's sha256."""
     return int(state_hash[:16], 16)
@@ -163,6 +183,12 @@ def check_note(n: Note, limits: Limits) -> bool:
         raise FrameError(f"note {n.id}: a vote has a body, an audit none")
     if n.kind == JOIN and len(n.body) != _LINK.size:
         raise FrameError(f"note {n.id}: a join's body is its {_LINK.size}-byte link hop, got {len(n.body)} bytes")
+    if n.kind == RECOMPUTE:
+        if len(n.body) != _RECOMPUTE.size:
+            raise FrameError(f"note {n.id}: a recompute's body is its {_RECOMPUTE.size}-byte k and scalar")
+        accused, k, _ = recomputed(n)
+        if not 0 <= accused < limits.n_origins or accused == n.origin or not 0 <= k < limits.max_k:
+            raise FrameError(f"note {n.id}: a recompute names origin {accused}, k {k}")
     if n.kind == COPY:
         if len(n.body) not in (_COPY.size, _COPY.size + SIG_SIZE):
             raise FrameError(

@@ -88,6 +88,9 @@ class Protocol:
     """Churn: every this many steps each client floods its state hash (0 = never)."""
     clip: float = 0.0
     """zo.clip: a step's scalars are clamped to ±clip × median(|scalar|) of that step (0 = off)."""
+    audit: float = 0.0
+    """trust.audit: the expected fraction of the other origins' scalars a client recomputes per
+    step (0 = off). Changes no bit of an honest run, so it is not in the trajectory."""
 
     @property
     def churn(self) -> bool:
@@ -138,6 +141,7 @@ class Protocol:
             vote_lag=vote_lag,
             audit_every=cfg.churn.audit_every,
             clip=cfg.zo.clip,
+            audit=cfg.trust.audit,
         )
 
     # -- messages ------------------------------------------------------------------------------

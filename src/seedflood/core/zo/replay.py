@@ -41,6 +41,8 @@ class Applier:
         self.direction = direction
         self.protocol = protocol
         self.last_step = -1
+        self.last_messages: Sequence[Message] = ()
+        """The messages of `last_step` (what every client holds alike: the audit draw's basis)."""
 
     def apply(self, step: int, messages: Sequence[Message]) -> None:
         self.apply_all([(step, messages)])
@@ -63,17 +65,19 @@ class Applier:
         n = 0
         batch: list[StepUpdate] = []
         held = 0
+        last: Sequence[Message] = ()
 
         def flush() -> None:
             nonlocal batch, held
             todo, batch, held = batch, [], 0  # taken first: a failing apply is never retried
             if todo:
                 self.direction.apply_steps(todo)
-                self.last_step = todo[-1][0]
+                self.last_step, self.last_messages = todo[-1][0], last
 
         try:
             for step, msgs in steps:
                 batch.append(self._prepare(step, msgs, batch[-1][0] if batch else self.last_step))
+                last = msgs
                 held += len(msgs)
                 n += 1
                 if held >= self.BATCH_MESSAGES:

@@ -44,6 +44,8 @@ def test_yaml_and_overrides(tmp_path):
         (["zo.clip=-1"], "zo.clip: must be 0 (off) or a finite number >= 1"),
         (["subspace.refresh=10", "subspace.merge_every=3"], "subspace.merge_every: must divide"),
         (["topology.p=2"], "topology.p: must be in [0, 1]"),
+        (["trust.audit=1.5"], "trust.audit: must be a rate in [0, 1] (0 = off), got 1.5"),
+        (["trust.audit=-0.1"], "trust.audit: must be a rate in [0, 1] (0 = off), got -0.1"),
         (["eval.attach=4"], "eval.attach: must name a node in 0..3"),
         (["checkpoint.hf_model=yes please"], "checkpoint.hf_model: must be true or false"),
         (["zo.trainable=x"], "zo.trainable: must be a list"),
@@ -209,7 +211,7 @@ def test_signing_needs_the_keys_directory_and_the_config_layer_reads_no_file():
     )
     with pytest.raises(ConfigError, match=r"^trust.sign: must be true or false, got 'yes please'$"):
         config.load(None, ["trust.sign='yes please'"])
-    with pytest.raises(ConfigError, match=r"^unknown key 'trust.key' \(allowed in trust: keys, sign\)$"):
+    with pytest.raises(ConfigError, match=r"^unknown key 'trust.key' \(allowed in trust: audit, keys, sign\)$"):
         config.load(None, ["trust.key=/k"])
     cfg = config.load(None, ["trust.sign=true", "trust.keys=/no/such/dir"])  # the preflight reads it
     assert cfg.trust.sign is True and cfg.trust.keys == "/no/such/dir"
@@ -341,6 +343,7 @@ def test_every_setting_changed_round_trips(tmp_path):
         "churn.audit_every=5",
         "trust.sign=true",
         "trust.keys=/keys",
+        "trust.audit=0.5",
         "sim.batched=true",
         "sim.clients_per_forward=3",
     ]

@@ -22,7 +22,7 @@ value voted in b could still win (its votes + the unheard ≥ a majority). It vo
 b + 1 if there is one (it may have been committed somewhere), else a fresh proposal.
 
 Why at most one value is ever committed for a step (any timing, any crash, stall, cut or
-partition; non-Byzantine clients): two majorities of R_s share a voter, who votes once per
+partition; non-Byzantine clients; lying voters below): two majorities of R_s share a voter, who votes once per
 ballot, so one ballot commits at most one value. If X is committed in ballot b, every vote in
 every later ballot is X: a voter leaving b sees X as possible (X's voters are in its view as X
 or unheard), so it is forced to X; a voter leaving a later ballot c − 1 whose votes are all X
@@ -40,6 +40,28 @@ ballot, on the forced or fresh value. It can wait forever only if two values eac
 unheard voters to possibly win: that needs at least 2·q − |R_s| unheard voters (q the majority),
 i.e. two or more members cut off while the part's proposals split. Clients bound that wait and
 stop with one line (docs/churn-design.md, Liveness, states it; the explorer counts such schedules).
+
+Lying voters (signed votes, `Agreement.byzantine`; docs/churn-design.md, Lying voters). With
+trust.sign every vote carries its origin's signature, so a voter can lie only in what it signs
+itself: two votes in one ballot, a value it does not hold, or none. Bound: at most f = ⌊(n − 1)/3⌋
+of R_s lie (n ≥ 3f + 1). The rule changes in three places, and with f = 0 it is the rule above:
+(1) quorum q = max(crash quorum, ⌈(n + f + 1)/2⌉), so two quorums of a ballot share
+2q − n ≥ f + 1 voters, one of them honest, who signs one vote a ballot: one ballot commits at
+most one value, whoever counts (a double voter counts for each value it signed, so q signed
+votes are a proof every client holding them counts alike); (2) possible and closed use q − f
+in place of q: if X is committed in ballot b, at least q − f honest voters signed X, and an
+honest voter shows an honest view only its one vote or nothing, so every honest view of b has
+votes(X) + unheard ≥ q − f: X is possible there (a liar may show that view anything, which is
+why q itself would not do), and, with at most one value possible, forced; in later ballots
+every honest vote is X and n − f ≥ q − f honest voters show X or nothing, so X is forced again,
+and no other value gets q − f ≥ 1 honest votes, hence no quorum, in b or after; (3) a voter
+leaves only if the one possible value has more than f votes (an honest voter signed it, so
+some honest client held it), which only withholds moves: a value only liars voted is never
+forced. Liveness: a liar can delay, not fork. Mute, it is a crashed voter; a double or bogus
+vote adds a value that may be possible, so a view with two possible values waits for more
+votes; where honest ballot-0 proposals split and a liar stays silent, q − f can keep two
+values possible for good (a single vote phase cannot avoid it below n ≥ 5f + 1), and clients
+stop with one line after `protocol.patience_hops`, never forking.
 
 Assumes: pure Python (the core); notes were checked by their codec; one process per
 (origin, incarnation) votes (a restarted origin votes under its new incarnation, and the roster

@@ -23,6 +23,17 @@ Faults (`Fault.kind`), each at a round:
   its own messages in it to the neighbours in `reach`, the first copy to the others: two
   messages under one id. It is the faulty one: the liveness check asks the others to finish
   without it.
+- Byzantine voters (a signed world, `World(..., signed=True)`: every item carries its origin's
+  signature, so a liar can lie only about what it signs itself), from that round on, about
+  each vote it originates (it relays everything else unchanged, and its messages are honest):
+  `double` — to the neighbours in `reach` another value signed for the same ballot (its own
+  proposal less one origin, with the digest of what it holds of those: a value an honest
+  client could hold), the first to the others: two signed votes in one ballot; `bogus` — to
+  everyone a value it does not hold (every origin, a digest no messages hash to); `mute` — no
+  vote at all; `split` — a two-faced bridge: it relays nothing (only its own messages go out)
+  and tells each neighbour, for every ballot, that it voted what that neighbour voted (one
+  signed vote per value it hears: as many double votes as its neighbours disagree). Each is
+  faulty for the liveness check, as an equivocator is.
 - `restart`: a dead node comes back as a new incarnation: its lowest live member neighbour
   sponsors it with the real catch-up rules (the decided steps, the held messages and notes, a
   JOIN note for t + delay + 1 whose edges connect (delay + 1) · hops rounds later: rounds are
@@ -39,6 +50,8 @@ graph has a connected part holding a strict majority of the nodes, all of its cl
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import itertools
 import random
 from collections.abc import Iterable, Iterator, Sequence
@@ -46,12 +59,13 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from seedflood.core.churn.agreement import Agreement
+from seedflood.core.churn.agreement import Agreement, Value, Vote, step_digest
 from seedflood.core.churn.voter import Voter
 from seedflood.core.flood.flooding import Flood
-from seedflood.core.flood.membership import JOIN, MembershipError, check_admitted, join_note
+from seedflood.core.flood.membership import JOIN, VOTE, MembershipError, Note, check_admitted, join_note
 from seedflood.core.flood.message import FrameError, Message
 from seedflood.core.flood.protocol import Protocol, schedule
+from seedflood.core.flood.signing import Signing
 from seedflood.core.flood.stepstream import StepSequence
 
 Edge = tuple[int, int]
@@ -107,17 +121,31 @@ def protocol_for(g: nx.Graph, steps: int, hops: int = 0, settle: int = 1) -> Pro
 @dataclass(frozen=True)
 class Fault:
     round: int
-    kind: str  # crash | stall | cut | restart | equivocate
+    kind: str  # crash | stall | cut | restart | equivocate | double | bogus | mute | split
     node: int = -1
     reach: frozenset[int] = frozenset()
     edges: frozenset[Edge] = frozenset()
 
     def __str__(self) -> str:
-        if self.kind in ("crash", "equivocate"):
+        if self.kind in ("crash", "equivocate", "double"):
             return f"r{self.round}:{self.kind} {self.node}→{sorted(self.reach)}"
         if self.kind == "cut":
             return f"r{self.round}:cut {sorted(self.edges)}"
         return f"r{self.round}:{self.kind} {self.node}"
+
+
+# -- signatures --------------------------------------------------------------------------------------
+def _mac(node: int, payload: bytes) -> bytes:
+    """A stand-in for node's Ed25519 signature (the core injects sign/verify): 64 bytes only
+    node's key makes, here a keyed hash — the explorer checks the protocol, not the crypto."""
+    return hashlib.blake2b(payload, key=b"explorer-%d" % node, digest_size=64).digest()
+
+
+def signing(node: int) -> Signing:
+    """Node's seal and check in a signed world (flood.signing, as comm/identity.py backs it)."""
+    return Signing(
+        node, b"explorer-run-tag", lambda payload: _mac(node, payload), lambda o, pl, sig: _mac(o, pl) == sig
+    )
 
 
 # -- one client --------------------------------------------------------------------------------------
@@ -139,10 +167,14 @@ class Node:
     why: str = ""
     applied: list[tuple[int, int]] = field(default_factory=list)  # (step, digest)
     history: list[tuple[int, list[Message]]] = field(default_factory=list)
+    signed: bool = False  # every item sealed by its origin (`signing`), what is not authentic dropped
 
     def __post_init__(self) -> None:
         p = self.protocol
-        self.flood = Flood(self.i, self.peers, range(p.n_origins), 1, None, p.step_window, tolerate_conflicts=True)
+        seal = signing(self.i) if self.signed else None
+        self.flood = Flood(
+            self.i, self.peers, range(p.n_origins), 1, None, p.step_window, tolerate_conflicts=True, signing=seal
+        )
         self.voter = Voter(p, self.flood, Agreement(self.i, p.n_origins, 1, self.incarnation), lambda _: None)
 
     @property
@@ -208,13 +240,24 @@ class Outcome:
     problem: str = ""
 
 
+BYZANTINE = ("double", "bogus", "mute", "split")
+"""Fault kinds of a lying voter (a signed world)."""
+FAULTY = ("equivocate", *BYZANTINE)
+"""Fault kinds whose node the liveness check leaves out (the others finish without it)."""
+
+
 class World:
-    def __init__(self, g: nx.Graph, protocol: Protocol, faults: Sequence[Fault] = ()) -> None:
+    def __init__(self, g: nx.Graph, protocol: Protocol, faults: Sequence[Fault] = (), signed: bool = False) -> None:
         self.g = g
         self.p = protocol
+        self.signed = signed
         self.faults = sorted(faults, key=lambda f: f.round)
+        if not signed and any(f.kind in BYZANTINE for f in self.faults):
+            raise ValueError("a lying voter needs a signed world (its lies are its own signed votes)")
         self.links: set[Edge] = {edge(a, b) for a, b in g.edges}  # working links
-        self.nodes = {i: Node(i, protocol, sorted(g.neighbors(i))) for i in g.nodes}
+        self.nodes = {i: Node(i, protocol, sorted(g.neighbors(i)), signed=signed) for i in g.nodes}
+        self.doubled: dict[int, int] = {}  # double voter -> first step whose vote went out two ways
+        self._told: set[tuple[int, int, Note]] = set()  # split: (liar, neighbour, vote) already sent
         self.log: list[tuple[int, int]] = []
         self.seq = StepSequence(0)
         self.attach_node = -1
@@ -253,7 +296,7 @@ class World:
         s = sponsors[0]
         p = self.p
         inc = old.incarnation + 1
-        n = Node(v, p, [], incarnation=inc)
+        n = Node(v, p, [], incarnation=inc, signed=self.signed)
         a = n.voter.agreement
         for step, msgs in s.history:
             a.extend(step, msgs, s.voter.agreement.roster.changes.get(step))
@@ -313,6 +356,7 @@ class World:
         self._retry: list[int] = []  # restarts waiting for the old incarnation to leave
         crashing: dict[int, frozenset[int]] = {}
         lying: dict[int, frozenset[int]] = {}
+        voting: dict[int, Fault] = {}  # lying voters, from their round on
         for r in range(limit):
             self.round = r
             if not any(n.running for n in self.nodes.values()):
@@ -325,6 +369,8 @@ class World:
                     crashing[f.node] = f.reach
                 elif f.kind == "equivocate" and self.nodes[f.node].running:
                     lying[f.node] = f.reach
+                elif f.kind in BYZANTINE:
+                    voting[f.node] = f
                 elif f.kind == "stall":
                     self._isolate(f.node)
                 elif f.kind == "cut":
@@ -350,6 +396,9 @@ class World:
                     ]
                     if any(isinstance(m, Message) and m.origin == v for m in sent[v][p_]):
                         self.lied.add(v)
+            for v, f in voting.items():  # its own votes, as the fault says
+                if v in sent and self.nodes[v].running:
+                    sent[v] = self._lie(self.nodes[v], f, sent[v])
             for n in running:
                 for src, out in sent.items():
                     if n.i in out and src in n.flood.peers:
@@ -366,6 +415,49 @@ class World:
                 if n.state in ("done", "stopped") and any(edge(n.i, u) in self.links for u in self.g.neighbors(n.i)):
                     self._isolate(n.i)
         return self._outcome()
+
+    def _lie(self, n: Node, f: Fault, sent: dict[int, list]) -> dict[int, list]:
+        """What lying voter n sends each neighbour in place of its own votes (the module docstring)."""
+        p = self.p
+        out: dict[int, list] = {}
+        for peer, items in sent.items():
+            if f.kind == "split":
+                out[peer] = [m for m in items if isinstance(m, Message) and m.origin == n.i] + self._echo(n, peer)
+                continue
+            kept = []
+            for item in items:
+                if not (isinstance(item, Note) and item.kind == VOTE and item.origin == n.i):
+                    kept.append(item)
+                elif f.kind == "bogus":
+                    kept.append(self._signed_vote(n, item, lambda v, _: _bogus(v, p.n_origins)))
+                elif f.kind == "double" and peer in f.reach:
+                    kept.append(self._signed_vote(n, item, lambda v, s: _less_one(n, v, s)))
+                    if len(f.reach) < len(sent):
+                        self.doubled.setdefault(n.i, item.step)
+                elif f.kind != "mute":
+                    kept.append(item)
+            out[peer] = kept
+        return out
+
+    def _echo(self, n: Node, peer: int) -> list[Note]:
+        """Split liar n's votes for `peer`: each value `peer` voted (in the votes n holds), as n's."""
+        out = []
+        assert n.flood.signing is not None
+        for s in range(self.p.steps):
+            for v in n.voter.votes(s):
+                if v.origin == peer:
+                    mine = Vote(v.step, v.ballot, n.i, n.incarnation, v.value).note(self.p.n_origins)
+                    if (n.i, peer, mine) not in self._told:
+                        self._told.add((n.i, peer, mine))
+                        out.append(n.flood.signing.seal(mine))
+        return out
+
+    def _signed_vote(self, n: Node, note: Note, other: callable) -> Note:
+        """Note's vote with another value (`other(value, step)`), signed anew by its origin."""
+        vote = Vote.of(note, self.p.n_origins)
+        lie = dataclasses.replace(vote, value=other(vote.value, vote.step)).note(self.p.n_origins)
+        assert n.flood.signing is not None
+        return n.flood.signing.seal(lie)
 
     def _push(self, n: Node, before: int) -> None:
         """The evaluator follows the attach node: a new edge opens with that client's steps from
@@ -396,7 +488,7 @@ class World:
             problem = f"the evaluator refused a step: {self.error}"
         safe = not problem
         final = nx.Graph()
-        liars = {f.node for f in self.faults if f.kind == "equivocate"}
+        liars = {f.node for f in self.faults if f.kind in FAULTY}
         final.add_nodes_from(i for i, n in self.nodes.items() if n.state != "dead" and i not in liars)
         final.add_edges_from(e for e in self._final_links() if all(x in final for x in e))
         live = True
@@ -424,12 +516,27 @@ class World:
         equivocating one counts as gone: the others exclude it)."""
         gone = set(self._cut)
         for f in self.faults:
-            if f.kind in ("crash", "stall", "equivocate"):
+            if f.kind in ("crash", "stall", *FAULTY):
                 gone |= {edge(f.node, u) for u in self.g.neighbors(f.node)}
         return [edge(a, b) for a, b in self.g.edges if edge(a, b) not in gone]
 
     def _who(self, h: list[tuple[int, int]]) -> int:
         return next(i for i, n in self.nodes.items() if n.applied is h)
+
+
+def _bogus(v: Value, n_origins: int) -> Value:
+    """A value its voter does not hold: every origin, under a digest no messages hash to."""
+    return Value(v.prev, frozenset(range(n_origins)), (), v.digest ^ 0x5EED, v.evidence)
+
+
+def _less_one(n: Node, v: Value, step: int) -> Value:
+    """V less its lowest origin other than the liar, with the digest of the messages it holds
+    of those: a value an honest client that lacked one message would propose."""
+    drop = min(v.members - {n.i}, default=None)
+    members = v.members - {drop}
+    joins = tuple(j for j in v.joins if j[0] != drop)
+    digest = step_digest(v.prev, step, n.flood.messages(step, members), joins)
+    return Value(v.prev, members, joins, digest, v.evidence)
 
 
 def _other_copy(m: Message) -> Message:
@@ -477,6 +584,21 @@ def equivocations(g: nx.Graph, rounds: int) -> Iterator[list[Fault]]:
             for k in range(1, len(peers)):
                 for reach in itertools.combinations(peers, k):
                     yield [Fault(r, "equivocate", v, frozenset(reach))]
+
+
+def lying_voters(g: nx.Graph, rounds: int) -> Iterator[list[Fault]]:
+    """Every one-liar schedule of a signed world: each node, from each round on, mute, voting a
+    bogus value, a two-faced bridge (`split`), or voting two values to each non-empty proper
+    subset of its neighbours."""
+    for r in range(rounds):
+        for v in sorted(g.nodes):
+            yield [Fault(r, "mute", v)]
+            yield [Fault(r, "bogus", v)]
+            yield [Fault(r, "split", v)]
+            peers = sorted(g.neighbors(v))
+            for k in range(1, len(peers)):
+                for reach in itertools.combinations(peers, k):
+                    yield [Fault(r, "double", v, frozenset(reach))]
 
 
 def pairs(g: nx.Graph, rounds: int) -> Iterator[list[Fault]]:

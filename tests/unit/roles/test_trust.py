@@ -149,3 +149,48 @@ def test_a_peer_that_replays_an_old_frame_in_place_of_its_own_changes_nothing(ke
 
         r = simulate(cfg, mutate=replay)
         assert r.exits == {} and r.hashes == honest.hashes and r.records == honest.records, r.exits
+
+
+def test_a_client_that_signs_two_votes_in_one_ballot_is_excluded_and_the_others_keep_one_history(keys, tmp_path):
+    """Signed churn on the 2×4 torus: node 5 sends neighbour 1 another vote (a value less one
+    origin, signed with its own key) in every ballot, and the others its real one. Both signed
+    votes flood as the proof (every client names node 5), the honest leave it out of their
+    proposals, a committed step excludes it (as an audit: on evidence), and the seven honest
+    clients finish on one history, equal to a replay of the decided steps."""
+    from seedflood.core.churn.agreement import Vote
+    from seedflood.core.flood import protocol as proto
+    from seedflood.core.flood.membership import VOTE
+    from seedflood.ml.workload import Workload
+    from seedflood.roles.identities import signing_of
+
+    cfg = cfg_for(*signed(keys), steps=10)
+    p = protocol_of(cfg)
+    liar = signing_of(cfg, proto.trajectory(cfg, p, Workload.build(cfg).train_digest()), 5)
+    assert liar is not None
+    limits = p.limits(0, 2**32 - 1)
+    lies = []
+
+    def double(src: int, dst: int, hop: int, frame: bytes) -> bytes:
+        if src != 5 or dst != 1 or not frame:
+            return frame
+        msgs, notes = decode_hop(frame, limits)
+
+        def other(n):
+            if n.kind != VOTE or n.origin != 5:
+                return n
+            v = Vote.of(n, p.n_origins)
+            drop = min(v.value.members - {5})
+            lie = dataclasses.replace(v.value, members=v.value.members - {drop}, digest=v.value.digest ^ 1)
+            lies.append(v.step)
+            return liar.seal(dataclasses.replace(v, value=lie).note(p.n_origins))
+
+        return encode_hop(msgs, [other(n) for n in notes], signed=True)
+
+    r = simulate(cfg, mutate=double)
+    assert lies and list(r.exits) == [5] and "without this client" in r.exits[5], r.exits
+    assert sorted(r.hashes) == [0, 1, 2, 3, 4, 6, 7] and len(set(r.hashes.values())) == 1
+    (change,) = r.changes.values()
+    assert change.leave == (5,) and change.audit == (5,)  # left out on evidence, not silence
+    assert all(5 not in {m.origin for m in msgs} for s, msgs in r.records if s >= change.step)
+    assert all(s.forged == 0 for s in r.flood.values())  # every lie was a valid signature
+    check_survivors(cfg, r, tmp_path)

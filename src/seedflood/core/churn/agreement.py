@@ -22,7 +22,7 @@ value voted in b could still win (its votes + the unheard ≥ a majority). It vo
 b + 1 if there is one (it may have been committed somewhere), else a fresh proposal.
 
 Why at most one value is ever committed for a step (any timing, any crash, stall, cut or
-partition; non-Byzantine clients): two majorities of R_s share a voter, who votes once per
+partition; non-Byzantine clients; lying voters below): two majorities of R_s share a voter, who votes once per
 ballot, so one ballot commits at most one value. If X is committed in ballot b, every vote in
 every later ballot is X: a voter leaving b sees X as possible (X's voters are in its view as X
 or unheard), so it is forced to X; a voter leaving a later ballot c − 1 whose votes are all X
@@ -40,6 +40,28 @@ ballot, on the forced or fresh value. It can wait forever only if two values eac
 unheard voters to possibly win: that needs at least 2·q − |R_s| unheard voters (q the majority),
 i.e. two or more members cut off while the part's proposals split. Clients bound that wait and
 stop with one line (docs/churn-design.md, Liveness, states it; the explorer counts such schedules).
+
+Lying voters (signed votes, `Agreement.byzantine`; docs/churn-design.md, Lying voters). With
+trust.sign every vote carries its origin's signature, so a voter can lie only in what it signs
+itself: two votes in one ballot, a value it does not hold, or none. Bound: at most f = ⌊(n − 1)/3⌋
+of R_s lie (n ≥ 3f + 1). The rule changes in three places, and with f = 0 it is the rule above:
+(1) quorum q = max(crash quorum, ⌈(n + f + 1)/2⌉), so two quorums of a ballot share
+2q − n ≥ f + 1 voters, one of them honest, who signs one vote a ballot: one ballot commits at
+most one value, whoever counts (a double voter counts for each value it signed, so q signed
+votes are a proof every client holding them counts alike); (2) possible and closed use q − f
+in place of q: if X is committed in ballot b, at least q − f honest voters signed X, and an
+honest voter shows an honest view only its one vote or nothing, so every honest view of b has
+votes(X) + unheard ≥ q − f: X is possible there (a liar may show that view anything, which is
+why q itself would not do), and, with at most one value possible, forced; in later ballots
+every honest vote is X and n − f ≥ q − f honest voters show X or nothing, so X is forced again,
+and no other value gets q − f ≥ 1 honest votes, hence no quorum, in b or after; (3) a voter
+leaves only if the one possible value has more than f votes (an honest voter signed it, so
+some honest client held it), which only withholds moves: a value only liars voted is never
+forced. Liveness: a liar can delay, not fork. Mute, it is a crashed voter; a double or bogus
+vote adds a value that may be possible, so a view with two possible values waits for more
+votes; where honest ballot-0 proposals split and a liar stays silent, q − f can keep two
+values possible for good (a single vote phase cannot avoid it below n ≥ 5f + 1), and clients
+stop with one line after `protocol.patience_hops`, never forking.
 
 Assumes: pure Python (the core); notes were checked by their codec; one process per
 (origin, incarnation) votes (a restarted origin votes under its new incarnation, and the roster
@@ -153,16 +175,43 @@ class Tally:
     """Voters of R_s heard from in this ballot."""
     foreign: Value | None = None
     """A value a majority voted whose chain is not this client's (this client's history differs)."""
+    faults: int = 0
+    """f: the lying voters this verdict allows for (0 unless votes are signed)."""
+    support: tuple[int, ...] = ()
+    """Votes of each possible value (in `possible`'s order)."""
+    doubled: frozenset[int] = frozenset()
+    """Voters heard with two different votes in this ballot (signed votes: proven liars)."""
+
+    @property
+    def leavable(self) -> bool:
+        """A voter may leave this ballot: it is closed, at most one value is possible, and that
+        one has more than f votes (an honest voter cast it, so it is a value an honest client
+        held; a value only liars voted is never forced on anyone)."""
+        return self.closed and len(self.possible) <= 1 and all(c > self.faults for c in self.support)
 
 
 def counted(votes: Iterable[Vote], roster: Roster) -> dict[int, Vote]:
     """origin -> its vote, for votes of R_s members under their admitted incarnation; an origin's
-    first vote wins (a correct voter never casts two in a ballot)."""
+    first vote wins (a correct voter never casts two in a ballot; under signed votes one that did
+    counts for each value it signed: `tally`)."""
     out: dict[int, Vote] = {}
     for v in votes:
         if v.origin in roster.members and roster.incarnations.get(v.origin, v.incarnation) == v.incarnation:
             out.setdefault(v.origin, v)
     return out
+
+
+def double_voters(votes: Iterable[Vote], roster: Roster) -> frozenset[int]:
+    """Members that cast two different votes in these votes of one ballot under their admitted
+    incarnation. With signed votes that is a proof (nobody else can sign them): the origin is
+    Byzantine."""
+    first: dict[int, Value] = {}
+    out = set()
+    for v in votes:
+        if v.origin in roster.members and roster.incarnations.get(v.origin, v.incarnation) == v.incarnation:
+            if first.setdefault(v.origin, v.value) != v.value:
+                out.add(v.origin)
+    return frozenset(out)
 
 
 def quorum(members: int, ballot: int) -> int:
@@ -174,17 +223,43 @@ def quorum(members: int, ballot: int) -> int:
     return -(-3 * members // 4) if ballot == 0 else members // 2 + 1
 
 
-def tally(votes: Iterable[Vote], roster: Roster, prev: int, ballot: int) -> Tally:
+def faults(members: int) -> int:
+    """f, the Byzantine voters a roster of n tolerates under signed votes: ⌊(n − 1)/3⌋, the
+    largest f with n ≥ 3f + 1."""
+    return max(members - 1, 0) // 3
+
+
+def byzantine_quorum(members: int, ballot: int) -> int:
+    """Votes that commit a value under signed votes: the crash quorum (`quorum`), raised to
+    ⌈(n + f + 1)/2⌉ where that is larger. Two such quorums share 2q − n ≥ f + 1 voters, so at
+    least one honest voter, who signs one vote per ballot; and q ≤ n − f (n ≥ 3f + 1), so the
+    honest voters alone can reach it in every ballot after 0 (ballot 0's ⌈3n/4⌉ may need more)."""
+    f = faults(members)
+    return max(quorum(members, ballot), -(-(members + f + 1) // 2))
+
+
+def tally(votes: Iterable[Vote], roster: Roster, prev: int, ballot: int, byzantine: bool = False) -> Tally:
     """The verdict of one ballot's votes (all of step s and `ballot`) for roster R_s and the
-    committed digest `prev` of the step before (values on another chain can never be applied)."""
+    committed digest `prev` of the step before (values on another chain can never be applied).
+    `byzantine` (signed votes): up to f = `faults(n)` voters may lie — the Byzantine quorum; a
+    double voter counts for each value it signed (a commit is then a proof anyone holding the
+    same signed votes counts alike); a value is possible if its votes plus the unheard reach
+    q − f (a committed value's honest voters alone show that much to any honest view)."""
+    votes = list(votes)
+    n = len(roster.members)
     by = counted(votes, roster)
-    need = max(quorum(len(roster.members), ballot), 1)
-    unheard = len(roster.members) - len(by)
-    counts = Counter(v.value for v in by.values())
+    f = faults(n) if byzantine else 0
+    need = max((byzantine_quorum if byzantine else quorum)(n, ballot), 1)
+    doubled = double_voters(votes, roster) if byzantine else frozenset()
+    reach = need - f  # honest votes + unheard a committed value shows every honest view
+    unheard = n - len(by)
+    signed = {(v.origin, v.value) for v in votes if v.origin in doubled}  # each signed value once
+    counts = Counter([v.value for v in by.values() if v.origin not in doubled] + [x for _, x in signed])
     committed = next((x for x, c in counts.items() if c >= need and x.prev == prev), None)
     foreign = next((x for x, c in counts.items() if c >= need and x.prev != prev), None)
-    possible = tuple(sorted((x for x, c in counts.items() if x.prev == prev and c + unheard >= need), key=_order))
-    return Tally(committed, possible, unheard < need, frozenset(by), foreign)
+    possible = tuple(sorted((x for x, c in counts.items() if x.prev == prev and c + unheard >= reach), key=_order))
+    support = tuple(counts[x] for x in possible)
+    return Tally(committed, possible, unheard < reach, frozenset(by), foreign, f, support, doubled)
 
 
 def _order(v: Value) -> tuple[int, int]:
@@ -207,6 +282,8 @@ class Agreement:
     per_origin: int
     incarnation: int = 0
     roster: Roster = field(default=None)  # type: ignore[assignment]
+    byzantine: bool = False
+    """Votes are signed (trust.sign): count them against up to f lying voters (`tally`)."""
     prev: int = GENESIS
     """Digest of the last committed step."""
     through: int = -1
@@ -305,7 +382,7 @@ class Agreement:
             ballots: dict[int, list[Vote]] = {}
             for v in votes_of(s):
                 ballots.setdefault(v.ballot, []).append(v)
-            tallies = {b: tally(vs, self.roster, self.prev, b) for b, vs in sorted(ballots.items())}
+            tallies = {b: tally(vs, self.roster, self.prev, b, self.byzantine) for b, vs in sorted(ballots.items())}
             won = next((t.committed for t in tallies.values() if t.committed is not None), None)
             if won is not None:
                 commits.append((s, self._commit(s, won)))
@@ -333,7 +410,7 @@ class Agreement:
         for key in [k for k in self._seen if k[0] < s]:
             del self._seen[key]
         nxt = mine.ballot
-        while (t := tallies.get(nxt)) is not None and t.closed and len(t.possible) <= 1:
+        while (t := tallies.get(nxt)) is not None and t.leavable:
             if now - self._seen[(s, nxt)][1] < self.quiet:
                 break
             nxt += 1

@@ -4,8 +4,9 @@ Owns: `Voter` — an `agreement.Agreement` driven by the client's flood: what a 
 (roles/churn.py) calls at the end of every local step (and of every hop it waits), and what the
 schedule explorer (tests/explorer.py) drives through every fault schedule, so both run the same
 decisions — its vote schedule (step s is voted at local step s + vote_lag), the evidence it
-proposes against (two copies of one message id, a differing audited state hash, a scalar that
-did not recompute: `liars`, filled by roles/audit.py), and taking a
+proposes against (two copies of one message id, two signed votes in one ballot, a differing
+audited state hash, a scalar that did not recompute: `liars`, filled by roles/audit.py), whether
+its votes count against liars (a signed flood), and taking a
 committed step's messages from the flood; `joins_in`, the newcomers a step's JOIN notes name.
 
 Assumes: pure Python (the core); the flood holds the step's messages and notes (VOTE, JOIN,
@@ -48,6 +49,7 @@ class Voter:
         self.on_error = on_error  # told once per origin named (two copies, an audit)
         self.logged = 0  # steps before this came from a log or a catch-up: never voted on
         agreement.quiet = (protocol.delay - protocol.vote_lag) * protocol.hops  # a vote's spread
+        agreement.byzantine = flood.signing is not None  # signed votes: count against f liars
         self._named: set[int] = set()
         self.differs: set[int] = set()  # committed steps whose held copies hash to another digest
         self.liars: dict[int, str] = {}
@@ -82,14 +84,14 @@ class Voter:
 
     def propose(self, s: int) -> Value | None:
         """What this client holds for step s, less the origins it has evidence against: two
-        copies of one message id, a scalar that did not recompute (`liars`), or an audited state
-        hash that differs from the majority's (the audit of the step whose notes have had a
-        vote's spread to reach every voter)."""
+        copies of one message id, two votes signed in one ballot, a scalar that did not recompute
+        (`liars`), or an audited state hash that differs from the majority's (the audit of the step
+        whose notes have had a vote's spread to reach every voter)."""
         p = self.protocol
         excluded = set(self.flood.conflicts)
         for o in sorted(excluded - self._named):
             self._named.add(o)
-            self.on_error(f"node {o} sent two different messages under one id ({self.flood.conflicts[o]})")
+            self.on_error(f"node {o} signed or sent two different items under one id ({self.flood.conflicts[o]})")
         for o, why in sorted(self.liars.items()):
             if o not in self._named:
                 self._named.add(o)

@@ -21,7 +21,10 @@ two copies of one id floods both as COPY notes (membership.copy_note), so every 
 to hold the same evidence however the copies were spread. A frame carries one copy per id, a
 note can carry the other. Bounded: a node keeps and forwards at most two copies of an id
 (`MAX_COPIES`), whatever an origin sends. `copies(step, origins)` hands every held copy to a
-client that must pick the one a majority committed.
+client that must pick the one a majority committed. Signed votes are evidence the same way: two
+different votes an origin signed in one ballot have two ids (membership.Note.id), so both flood
+and every client comes to hold the proof; the origin is named in `conflicts`, and at most
+MAX_COPIES votes of one ballot are kept.
 
 Churn (docs/churn-design.md, Notes on the wire): notes (membership.Note: joins, audits) flood exactly like messages
 but are kept for `note_horizon` steps after their step is applied (a later decision reads them);
@@ -41,14 +44,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from seedflood.core.flood.membership import COPY, Note, copied, copy_note
+from seedflood.core.flood.membership import COPY, VOTE, Note, copied, copy_note
 from seedflood.core.flood.message import Message
 from seedflood.core.flood.signing import Signing
 
 MessageId = tuple[int, int, int]  # (origin, step, k)
 NoteId = tuple  # (kind, origin, step[, ballot or k[, the copy]]): membership.Note.id
 Item = Message | Note
-MAX_COPIES = 2  # distinct copies of one message id a node keeps and forwards (evidence needs two)
+MAX_COPIES = 2  # distinct copies of one message id (or signed votes of one ballot) a node keeps and forwards
 
 
 def _two_copies(a: Message, b: Message) -> str:
@@ -197,6 +200,8 @@ class Flood:
                 self._known[m.id].add(source)
                 self._pending[source].pop(m.id, None)
             return False
+        if isinstance(m, Note) and m.kind == VOTE and m.sig and not self._second_vote(m, step.values()):
+            return False
         step[m.id] = m
         if isinstance(m, Message) and m.id in self._copies:
             self._witness(m)  # a COPY note of this id came first
@@ -224,6 +229,20 @@ class Flood:
                 a, b = copies
                 self.conflicts.setdefault(m.origin, f"two copies of {m.id}: {_two_copies(a, b)}")
                 self.originate_notes([copy_note(a), copy_note(b)])  # new ids only; repeats are no-ops
+        return True
+
+    def _second_vote(self, vote: Note, held: Iterable[Note]) -> bool:
+        """A signed vote with a new body (flood.signing vouched for it): False if its origin's
+        ballot (same incarnation: a vote body's first 4 bytes) already has MAX_COPIES votes
+        here; the second one names the origin in `conflicts` and floods with the first, the
+        proof of a double vote every client comes to hold."""
+        same = [
+            n for n in held if (n.kind, n.origin, n.value, n.body[:4]) == (VOTE, vote.origin, vote.value, vote.body[:4])
+        ]
+        if len(same) >= MAX_COPIES:
+            return False
+        if same:
+            self.conflicts.setdefault(vote.origin, f"two signed votes in ballot {vote.value} of step {vote.step}")
         return True
 
     def copies(self, step: int, origins: Iterable[int]) -> list[list[Message]]:

@@ -98,8 +98,10 @@ class Note:
     def id(self) -> tuple[str, int, int] | tuple[str, int, int, int] | tuple[str, int, int, int, bytes]:
         """De-duplication key; never equal to a message id (those are int triples). A vote's
         key holds its ballot: one vote per origin, step and ballot; a copy's holds the copy, so
-        both copies of one message id flood."""
-        if self.kind in (COPY, RECOMPUTE):
+        both copies of one message id flood (and a RECOMPUTE's holds its body: notes against two
+        scalars both flood). A signed vote's key holds its body too: two votes its origin signed in
+        one ballot both flood, the proof of a double vote."""
+        if self.kind in (COPY, RECOMPUTE) or (self.kind == VOTE and self.sig):
             return (_KINDS[self.kind], self.origin, self.step, self.value, self.body)
         if self.kind == VOTE:
             return (_KINDS[self.kind], self.origin, self.step, self.value)

@@ -8,7 +8,17 @@ from __future__ import annotations
 
 import pytest
 
-from seedflood.core.churn.agreement import GENESIS, Agreement, Value, Vote, quorum, step_digest, tally
+from seedflood.core.churn.agreement import (
+    GENESIS,
+    Agreement,
+    Value,
+    Vote,
+    byzantine_quorum,
+    faults,
+    quorum,
+    step_digest,
+    tally,
+)
 from seedflood.core.flood.membership import VOTE, Change, ExcludedError, MembershipError, Roster
 from seedflood.core.flood.message import FrameError, Message
 
@@ -214,3 +224,60 @@ def test_a_client_stuck_on_a_step_says_whether_it_was_committed_or_only_short_of
     line = str(voter.stuck(0, 7))
     assert "step 0 was committed but 2 of its messages did not reach this client within 7 extra hops" in line
     assert "\n" not in line
+
+
+# -- signed votes: f < n/3 lying voters ------------------------------------------------------------
+def test_byzantine_quorums_share_an_honest_voter_and_the_honest_alone_reach_them_after_ballot_0():
+    for n in range(1, 40):
+        f = faults(n)
+        assert n >= 3 * f + 1 and n < 3 * (f + 1) + 1  # the largest f the roster tolerates
+        for b in (0, 1, 5):
+            q = byzantine_quorum(n, b)
+            assert 2 * q - n >= f + 1  # two quorums of a ballot share more than f voters
+            assert q >= quorum(n, b)  # never below the crash quorum: f = 0 is the crash rule
+        assert byzantine_quorum(n, 1) <= n - f  # the honest can commit a later ballot by themselves
+    assert [byzantine_quorum(n, 1) for n in (4, 5, 6, 7)] == [3, 4, 4, 5]
+
+
+def test_a_double_voter_counts_for_each_value_it_signed_and_is_named():
+    roster = Roster(4)  # f = 1, q = 3
+    x, y = value(0, {0, 1, 2, 3}), value(0, {0, 1, 2})
+    held = [*votes(0, 1, {0: x, 1: x, 2: y}), Vote(0, 1, 3, 0, x), Vote(0, 1, 3, 0, y)]
+    t = tally(held, roster, GENESIS, 1, byzantine=True)
+    # its x vote is signed: a client that held only that one counted 3 for x and committed it,
+    # so every client holding the same signed votes commits x too (a commit is a proof)
+    assert t.committed == x and t.doubled == {3} and t.heard == {0, 1, 2, 3}
+    assert tally(held, roster, GENESIS, 1).doubled == frozenset()  # unsigned: not a proof, first vote wins
+
+
+def test_with_signed_votes_a_value_is_possible_while_its_honest_voters_could_have_made_a_quorum():
+    """x committed by 0, 1 and liar 3 (q = 3 of 4); 3 showed client 2 another value y. Counted as
+    honest (the crash rule) x looks lost to 2 (2 + 0 unheard < 3): it would vote a fresh value.
+    With f = 1 a value is possible at q − f = 2: x is, and client 2 is forced to it."""
+    roster = Roster(4)
+    x, y, w = value(0, {0, 1, 2, 3}), value(0, {0, 1, 2}), value(0, {0, 1, 3})
+    seen = votes(0, 1, {0: x, 1: x, 2: w, 3: y})
+    assert tally(seen, roster, GENESIS, 1).possible == ()
+    t = tally(seen, roster, GENESIS, 1, byzantine=True)
+    assert t.closed and t.possible == (x,) and t.leavable
+    for byzantine, want in ((False, w), (True, x)):
+        ag = Agreement(2, 4, 1, byzantine=byzantine)
+        ag.mine[0] = Vote(0, 1, 2, 0, w)
+        _, out = ag.review(lambda s: seen if s == 0 else [], lambda s: w, now=1)
+        assert [Vote.of(n, 4).value for n in out] == [want]
+    # a view that cannot tell: x and y each have 2 votes, one of them may be the liar's
+    t = tally(votes(0, 1, {0: x, 1: x, 2: y, 3: y}), roster, GENESIS, 1, byzantine=True)
+    assert t.possible == (x, y) and not t.leavable
+
+
+def test_a_value_only_liars_voted_is_never_forced():
+    roster = Roster(7)  # f = 2, q = 5, possible at 3
+    z, x, w = value(0, set(range(7))), value(0, {0, 1, 2, 3, 4, 5}), value(0, {0, 1, 2, 3, 4})
+    seen = votes(0, 1, {5: z, 6: z, 0: x, 1: w})  # liars 5 and 6 vote z; 3 unheard
+    t = tally(seen, roster, GENESIS, 1, byzantine=True)
+    assert not t.closed
+    a, b = value(0, {0, 1, 2, 3}), value(0, {0, 1, 2, 3, 5})
+    seen = votes(0, 1, {5: z, 6: z, 0: x, 1: w, 2: a, 3: b})  # 1 unheard: z 2 + 1 = 3 possible, alone
+    t = tally(seen, roster, GENESIS, 1, byzantine=True)
+    assert t.closed and t.possible == (z,) and t.support == (2,)
+    assert not t.leavable  # 2 votes, both possibly liars': wait rather than be forced to it

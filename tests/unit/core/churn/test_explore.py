@@ -184,3 +184,72 @@ def test_every_single_equivocation_is_safe_and_the_honest_majority_excludes_the_
         f"{lies} schedules where a lie reached a client of a graph still connected without the liar: {excluded} excluded it"
     )
     check(report)
+
+
+# -- lying voters (signed votes, f < n/3) -----------------------------------------------------------
+def test_every_lying_voter_on_four_nodes_is_safe_the_honest_finish_and_a_double_voter_is_excluded():
+    """n = 4, f = 1, signed: every node as a liar (mute, a bogus value, a two-faced bridge, two
+    values to each proper subset of its neighbours) from every round. One history everywhere;
+    where the honest three stay connected without the liar they all finish; a double vote cast
+    on step 0 is excluded through a committed step (both signed votes flood as its proof; with
+    full flooding, where the proof reaches the proposals of the 3-step run's later steps)."""
+    report = ex.Report()
+    doubles = 0
+    for name, g, p in cases(["ring4", "complete4", "star4"]):
+        for faults in ex.lying_voters(g, rounds_of(p)):
+            w = ex.World(g, p, faults, signed=True)
+            out = w.run()
+            report.add(name, faults, out)
+            liar = faults[0].node
+            full = name.endswith("/full")  # one hop a step: 3 steps end before the proof reaches a proposal
+            if full and w.doubled.get(liar) == 0 and nx.is_connected(g.subgraph(set(g.nodes) - {liar})):
+                doubles += 1
+                assert "without this client" in out.why[liar], (name, str(faults[0]), out.states[liar], out.why[liar])
+    print(f"{doubles} schedules with a double vote on step 0 and the honest connected: each excluded its voter")
+    assert doubles > 0
+    check(report)
+
+
+def test_lying_voters_on_five_to_seven_nodes_are_safe_alone_and_beside_another_fault():
+    """A seeded sample on rings, complete graphs and a line of 5-7 (f = 1, f = 2 on 7): one liar
+    alone (the honest finish where they stay connected), two liars on 7, and a liar beside a
+    crash, stall, cut or partition (safety only: a liar and a crash together can leave fewer
+    than a quorum of honest voters, docs/churn-design.md, Liveness)."""
+    rnd = random.Random(20261201)
+    alone, beside = ex.Report(), ex.Report()
+    graphs = {"line5": nx.path_graph(5), "ring6": nx.cycle_graph(6), "complete6": nx.complete_graph(6)}
+    graphs |= {"ring7": nx.cycle_graph(7), "complete7": nx.complete_graph(7), "complete5": nx.complete_graph(5)}
+    for name, g in graphs.items():
+        p = ex.protocol_for(g, steps=3)
+        liars = list(ex.lying_voters(g, rounds_of(p)))
+        singles = list(ex.single_faults(g, rounds_of(p), restarts=False))
+        for faults in rnd.sample(liars, 40):
+            alone.add(name, faults, ex.World(g, p, faults, signed=True).run())
+        for _ in range(30):
+            a, b = rnd.choice(liars), rnd.choice(singles if g.number_of_nodes() < 7 else liars)
+            if b[0].node != a[0].node:
+                beside.add(name, a + b, ex.World(g, p, a + b, signed=True).run())
+    check(alone)
+    print(beside.summary())
+    assert beside.schedules > 100 and not beside.unsafe, [
+        (n, [str(f) for f in fs], w) for n, fs, w in beside.unsafe[:3]
+    ]
+
+
+def test_the_explorer_finds_a_fork_when_signed_votes_are_counted_by_the_plain_majority(monkeypatch):
+    """The checker can fail: a two-faced bridge in the middle of a line of 5 tells each side it
+    voted that side's value; counted by the crash rule (f = 0: a later ballot commits on 3 of
+    5), each side commits its own step. With f = 1 (quorum 4) the same schedules are safe."""
+    g = nx.path_graph(5)
+    p = ex.protocol_for(g, steps=3)
+    schedules = [[ex.Fault(r, "split", 2)] for r in range(rounds_of(p))]
+    safe = ex.Report()
+    for faults in schedules:
+        safe.add("line5", faults, ex.World(g, p, faults, signed=True).run())
+    assert safe.schedules and not safe.unsafe
+    monkeypatch.setattr(agreement, "faults", lambda members: 0)
+    forked = ex.Report()
+    for faults in schedules:
+        forked.add("line5", faults, ex.World(g, p, faults, signed=True).run())
+    print(forked.summary())
+    assert forked.unsafe

@@ -142,3 +142,20 @@ def test_a_signed_flood_seals_what_it_originates_and_two_signed_copies_convict_t
     c.receive(1, notes)
     assert c.stats.forged == 0 and 2 in c.conflicts
     assert sorted(copied(n).scalar for n in notes) == [0.5, 0.75] and all(copied(n).sig for n in notes)
+
+
+def test_two_votes_signed_in_one_ballot_both_flood_name_their_origin_and_a_third_is_dropped():
+    """A signed vote's id holds its body, so a second vote its origin signed in the same ballot
+    (same incarnation: the body's first 4 bytes) is held and forwarded beside the first — the
+    proof travels — and names the origin; a third is dropped. Another ballot or another
+    incarnation is no double vote, and an unsigned vote keeps the old one-per-ballot id."""
+    inc0, inc1 = (0).to_bytes(4, "little"), (1).to_bytes(4, "little")
+    one, two, three = (signing(2).seal(Note(4, VOTE, 2, 1, inc0 + body)) for body in (b"x", b"y", b"z"))
+    f = Flood(0, [1, 3], range(8), signing=signing(0), tolerate_conflicts=True)
+    assert f.receive(1, [one]) == [one] and not f.conflicts
+    assert f.receive(1, [signing(2).seal(Note(4, VOTE, 2, 2, inc0 + b"y"))])  # ballot 2: its own
+    assert f.receive(1, [signing(2).seal(Note(4, VOTE, 2, 1, inc1 + b"y"))]) and not f.conflicts  # a new incarnation
+    assert f.receive(1, [two]) == [two] and f.conflicts[2] == "two signed votes in ballot 1 of step 4"
+    assert f.receive(1, [three]) == [] and len(f.notes(4, VOTE)) == 4
+    assert {n.body for n in f.outbox()[3]} >= {inc0 + b"x", inc0 + b"y"}  # both go on to node 3
+    assert Note(4, VOTE, 2, 1, b"x").id == ("vote", 2, 4, 1) and one.id == ("vote", 2, 4, 1, inc0 + b"x")

@@ -90,6 +90,12 @@ class MemoryTransport:
         """The neighbour that claimed this revived node (waits up to `timeout_s` for one)."""
         return self.wires.sponsor_of(self.node, timeout_s)
 
+    def drop(self, peer: int, reason: str) -> None:
+        if peer in self.peers:
+            self.lost[peer] = reason
+            self.wires.close_edge(self.node, peer, f"node {self.node} dropped node {peer}: {reason}")
+            self.peers = tuple(p for p in self.peers if p != peer)
+
     def take_lost(self) -> dict[int, str]:
         """Peers dropped since the last call (tolerant mode), with the reason."""
         lost, self.lost = self.lost, {}

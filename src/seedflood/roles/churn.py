@@ -66,6 +66,7 @@ class Churn:
         self.state_hash = state_hash
         self.feed = evaluator
         self._fed = 0  # the transport's evaluator edge (count) that got its catch-up blob
+        self.bad_frames: dict[int, int] = {}  # peer -> frames of it that did not decode (it was dropped)
         self.history: list[tuple[int, list[Message]]] = []
         """Every decided step from 0, what a sponsor hands a rejoining neighbour."""
         self.joined_at = 0  # first step this client originates (a rejoined client: its JOIN step)
@@ -183,6 +184,17 @@ class Churn:
         for peer, why in sorted(self.transport.take_lost().items()):
             log.warning("node %d: lost peer %d at step %d: %s", h.node, peer, t, why)
             h.flood.drop_peer(peer)
+
+    def on_bad_frame(self, peer: int, t: int, error: FrameError) -> None:
+        """Nothing of the frame is taken; the edge to its sender closes, as if the sender had
+        failed, so a peer that sends garbage, bogus ids or oversize frames is cut off by its
+        neighbours and left out by a committed step like a silent client, and no honest client
+        stops for it."""
+        h = self.host
+        self.bad_frames[peer] = self.bad_frames.get(peer, 0) + 1
+        log.warning("node %d: dropped peer %d at step %d: bad frame: %s", h.node, peer, t, error)
+        self.transport.drop(peer, f"bad frame at step {t}: {error}")
+        h.flood.drop_peer(peer)
 
     def follow(self, feed: EvaluatorFeed) -> None:
         """As the attach node, between steps: answer the evaluator if it greets us (a start, a

@@ -244,7 +244,8 @@ class Client:
             try:
                 msgs, notes = membership.decode_hop(incoming[peer], limits)
             except FrameError as e:
-                raise FrameError(f"node {self.node}: bad frame from node {peer} at step {t}: {e}") from None
+                self.mode.on_bad_frame(peer, t, e)
+                continue
             new = self.flood.receive(peer, [*msgs, *notes])
             if self.audit is not None and new:
                 self.audit.received(new, t)

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from seedflood.core.flood.flooding import Flood
 from seedflood.core.flood.membership import Change
-from seedflood.core.flood.message import Message
+from seedflood.core.flood.message import FrameError, Message
 from seedflood.core.flood.protocol import Protocol as RunProtocol
 from seedflood.core.flood.transport import Transport
 from seedflood.core.zo.replay import Applier
@@ -104,3 +104,7 @@ class Mode(Protocol):
 
     def on_notes(self, new: Sequence[object]) -> None:
         """The items of a frame that carried notes, as the flood took them (new ones only)."""
+
+    def on_bad_frame(self, peer: int, t: int, error: FrameError) -> None:
+        """A frame from `peer` did not decode (a bad CRC, layout, id, step or scalar): strict
+        raises it (the run stops with that line); churn drops the peer like a failed one."""

@@ -28,6 +28,7 @@ from typing import ClassVar
 
 from seedflood.core.flood.flooding import FloodError
 from seedflood.core.flood.membership import Change
+from seedflood.core.flood.message import FrameError
 from seedflood.core.flood.schedule import StepSchedule
 from seedflood.core.flood.transport import TransportError
 from seedflood.roles.strategy import Host, Records
@@ -148,6 +149,9 @@ class Strict:
 
     def on_notes(self, new: Sequence[object]) -> None:
         pass  # notes (JOIN, AUDIT) are churn's
+
+    def on_bad_frame(self, peer: int, t: int, error: FrameError) -> None:
+        raise FrameError(f"node {self.host.node}: bad frame from node {peer} at step {t}: {error}")
 
 
 class Hops:

@@ -22,7 +22,7 @@ from test_churn import TORUS, cfg_for, check_survivors, protocol_of  # the churn
 
 from seedflood.comm import identity
 from seedflood.core.flood.membership import decode_hop, encode_hop
-from seedflood.core.flood.message import Message
+from seedflood.core.flood.message import FrameError, Message
 from seedflood.roles.inprocess import simulate
 
 torch.set_num_threads(1)
@@ -194,3 +194,38 @@ def test_a_client_that_signs_two_votes_in_one_ballot_is_excluded_and_the_others_
     assert all(5 not in {m.origin for m in msgs} for s, msgs in r.records if s >= change.step)
     assert all(s.forged == 0 for s in r.flood.values())  # every lie was a valid signature
     check_survivors(cfg, r, tmp_path)
+
+
+@pytest.mark.parametrize("what", ["garbage", "bogus-ids", "oversize"])
+def test_a_peer_that_sends_frames_no_correct_peer_sends_is_cut_off_and_left_out(what, tmp_path):
+    """From its tenth hop on, node 5 sends its torus neighbours frames that do not decode:
+    random bytes, well-formed messages under ids no run holds (a step a million ahead, outside
+    every receiver's window), or a 1 MiB frame. Each neighbour takes nothing of such a frame and
+    closes the edge as if 5 had failed (strict would stop with the line naming 5); cut off, 5 is
+    left out by a committed step like a silent client and the seven others finish on one history."""
+    cfg = cfg_for(steps=12)
+    p = protocol_of(cfg)
+    bogus = encode_hop([Message.make(5, 10**6 + k, p.seed(5, 10**6 + k), 0.5) for k in range(64)], [])
+
+    def bad(src: int, dst: int, hop: int, frame: bytes) -> bytes:
+        if src != 5 or hop < 10:
+            return frame
+        return {"garbage": os.urandom(len(frame) or 64), "bogus-ids": bogus, "oversize": os.urandom(1 << 20)}[what]
+
+    r = simulate(cfg, mutate=bad)
+    assert list(r.exits) == [5], r.exits
+    assert sorted(r.hashes) == [0, 1, 2, 3, 4, 6, 7]
+    (change,) = r.changes.values()
+    assert change.leave == (5,)
+    assert all(5 not in {m.origin for m in msgs} for s, msgs in r.records if s >= change.step)
+    check_survivors(cfg, r, tmp_path)
+
+
+def test_in_a_strict_run_a_frame_that_does_not_decode_stops_its_receiver_naming_the_sender():
+    cfg = cfg_for("churn.settle=0", steps=6)
+
+    def bad(src: int, dst: int, hop: int, frame: bytes) -> bytes:
+        return os.urandom(64) if (src, hop) == (5, 3) else frame
+
+    with pytest.raises(FrameError, match="bad frame from node 5 at step"):
+        simulate(cfg, mutate=bad)

@@ -128,6 +128,12 @@ class ChurnTransport(Transport, Protocol):
         """Peers dropped since the last call (peer -> why); clears them. {} when none were."""
         ...
 
+    def drop(self, peer: int, reason: str) -> None:
+        """Close the edge to a connected peer now, as if it had failed (it sent what no correct
+        peer sends): `take_lost` reports it and the peer's end of the edge fails. No-op when the
+        peer is not connected."""
+        ...
+
 
 class EvaluatorFeed(Protocol):
     """What a churn client needs to feed the evaluator while it is the roster's attach node

@@ -11,6 +11,7 @@ import contextlib
 import json
 import re
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -381,3 +382,35 @@ def test_a_client_restarted_later_than_the_step_window_rejoins_with_audits_on(tm
     (leave, join) = sorted(reader.changes.items())
     assert leave[1].leave == (3,) and join[1].join == ((3, 2),), reader.changes
     assert join[0] - leave[0] > 2 * window, reader.changes
+
+
+def test_an_audited_run_excludes_a_launched_liar_and_the_others_finish_on_one_history(run_world, tmp_path):
+    """trust.audit=1 over gloo (docs/trust.md, Verification by recomputation): node 2's process
+    sends 10 × its honest scalars (tests/liar.py). Its neighbours recompute them at step 0, flood
+    the evidence, and a committed step excludes it before any of its scalars is applied; the
+    three honest clients and the evaluator end on one hash, and the log replays to it."""
+    out = tmp_path / "run"
+    sets = (*runs.churn(out, 20, "run.hash_steps=true"), "trust.audit=1")
+    argv = [
+        sys.executable,
+        str(Path(__file__).parents[1] / "liar.py"),
+        str(VICTIM),
+        "scale",
+        "10",
+        *runs.train(*sets)[3:],
+    ]
+    procs = run_world(argv, nprocs=WORLD, watch=[out / "log.bin"])
+    s = json.loads((out / "summary.json").read_text())
+    for i, p in enumerate(procs):
+        if i != VICTIM + 1:
+            assert p.returncode == 0, p.describe()
+    assert procs[VICTIM + 1].returncode != 0, procs[VICTIM + 1].describe()  # cut off, it stops
+    assert s["left"] == [VICTIM], s.get("membership_changes")
+    survivors = [h for n, h in enumerate(s["client_hashes"]) if n != VICTIM]
+    assert survivors == [s["param_hash"]] * 3 and s["consensus"]
+    reader = LogReader(out / "log.bin")
+    _, records = reader.read()
+    ((step, change),) = reader.changes.items()
+    assert change.leave == (VICTIM,) and change.audit == (VICTIM,), reader.changes
+    assert all(VICTIM not in {m.origin for m in msgs} for _, msgs in records[step:])
+    assert runs.replay(out) == {"steps": 20, "param_hash": s["param_hash"]}

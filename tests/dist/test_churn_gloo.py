@@ -30,6 +30,7 @@ from seedflood.rundir.logfile import LogReader
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(1800)]
 VICTIM = 2  # topology node (rank 3); the evaluator attaches to node 0
 WORLD = 5
+ADVERSARY = Path(__file__).parents[1] / "adversary.py"  # a world whose node NODE misbehaves
 
 
 def churn_run(run_world, out: Path, signum: int, victim: int = VICTIM) -> tuple[list, dict]:
@@ -386,14 +387,14 @@ def test_a_client_restarted_later_than_the_step_window_rejoins_with_audits_on(tm
 
 def test_an_audited_run_excludes_a_launched_liar_and_the_others_finish_on_one_history(run_world, tmp_path):
     """trust.audit=1 over gloo (docs/trust.md, Verification by recomputation): node 2's process
-    sends 10 × its honest scalars (tests/liar.py). Its neighbours recompute them at step 0, flood
+    sends 10 × its honest scalars (tests/adversary.py). Its neighbours recompute them at step 0, flood
     the evidence, and a committed step excludes it before any of its scalars is applied; the
     three honest clients and the evaluator end on one hash, and the log replays to it."""
     out = tmp_path / "run"
     sets = (*runs.churn(out, 20, "run.hash_steps=true"), "trust.audit=1")
     argv = [
         sys.executable,
-        str(Path(__file__).parents[1] / "liar.py"),
+        str(ADVERSARY),
         str(VICTIM),
         "scale",
         "10",
@@ -413,4 +414,24 @@ def test_an_audited_run_excludes_a_launched_liar_and_the_others_finish_on_one_hi
     ((step, change),) = reader.changes.items()
     assert change.leave == (VICTIM,) and change.audit == (VICTIM,), reader.changes
     assert all(VICTIM not in {m.origin for m in msgs} for _, msgs in records[step:])
+    assert runs.replay(out) == {"steps": 20, "param_hash": s["param_hash"]}
+
+
+def test_a_launched_peer_sending_garbage_frames_is_cut_off_and_the_others_finish(run_world, tmp_path):
+    """Node 2's process sends 64 random bytes in place of every frame from step 5 on
+    (tests/adversary.py): each neighbour takes nothing of them and closes its edge, node 2 is
+    left out by a committed step like a silent client, and the three others and the evaluator end
+    on one hash that the log replays to (docs/trust.md)."""
+    out = tmp_path / "run"
+    sets = runs.churn(out, 20, "run.hash_steps=true")
+    argv = [sys.executable, str(ADVERSARY), str(VICTIM), "garbage", "5", *runs.train(*sets)[3:]]
+    procs = run_world(argv, nprocs=WORLD, watch=[out / "log.bin"])
+    s = json.loads((out / "summary.json").read_text())
+    for i, p in enumerate(procs):
+        if i != VICTIM + 1:
+            assert p.returncode == 0, p.describe()
+    assert "bad frame" in procs[VICTIM].stderr + procs[VICTIM + 2].stderr, procs[VICTIM].describe()
+    assert s["left"] == [VICTIM], s.get("membership_changes")
+    survivors = [h for n, h in enumerate(s["client_hashes"]) if n != VICTIM]
+    assert survivors == [s["param_hash"]] * 3 and s["consensus"]
     assert runs.replay(out) == {"steps": 20, "param_hash": s["param_hash"]}

@@ -3,7 +3,11 @@ which client NODE does not follow the protocol.
 
 KIND is a `roles.lying.Lie` kind (scale, random, eps: it sends that lie's scalars in place of
 its honest ones, with ARG; a well-formed, signed if the run signs, wrong scalar: docs/trust.md)
-or `garbage` (from step ARG on, every frame it sends is 64 random bytes).
+or, from step ARG on, a rewrite of every frame it sends:
+- `garbage`: 64 random bytes;
+- `equivocate`: its own messages reach its lowest neighbour with twice their scalar (two
+  different messages under one id; unsigned runs: the copy is unsigned);
+- `forge`: its own messages carry 64 random bytes as their signature (a signed run).
 
 Launched adversaries for the trust tests, patched in from outside the product: every process of
 a world runs this script and only the client of node NODE misbehaves; the rest is the real
@@ -12,11 +16,13 @@ a world runs this script and only the client of node NODE misbehaves; the rest i
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from seedflood.cli import console
+from seedflood.core.flood import membership
 from seedflood.core.flood.message import Message
 from seedflood.roles.client import Client
 from seedflood.roles.lying import Lie
@@ -34,7 +40,11 @@ def lie(node: int, lie: Lie) -> None:
     Client.estimate = estimate  # type: ignore[method-assign]
 
 
-def garbage(node: int, from_step: int) -> None:
+Rewrite = Callable[[Client, int, int, bytes], bytes]  # (client, peer, step, frame) -> frame
+
+
+def rewrite_frames(node: int, from_step: int, rewrite: Rewrite) -> None:
+    """Node `node`'s frames from step `from_step` on pass through `rewrite` before they leave."""
     honest = Client.hop
 
     def hop(self: Client, t: int) -> None:
@@ -42,7 +52,7 @@ def garbage(node: int, from_step: int) -> None:
             self._honest_exchange = exchange = self.transport.exchange  # type: ignore[attr-defined]
 
             def bad(frames: Mapping[int, bytes], step: int) -> dict[int, bytes]:
-                return exchange({p: os.urandom(64) for p in frames}, step)
+                return exchange({p: rewrite(self, p, step, f) for p, f in frames.items()}, step)
 
             self.transport.exchange = bad  # type: ignore[method-assign]
         honest(self, t)
@@ -50,10 +60,35 @@ def garbage(node: int, from_step: int) -> None:
     Client.hop = hop  # type: ignore[method-assign]
 
 
+def _own(change: Callable[[Message], Message]) -> Rewrite:
+    """A rewrite of the sender's own messages in a frame (the notes and the others' messages kept)."""
+
+    def rewrite(client: Client, peer: int, step: int, frame: bytes) -> bytes:
+        signed = client.flood.signing is not None
+        msgs, notes = membership.decode_hop(frame, client.protocol.wire_limits(step))
+        msgs = [change(m) if m.origin == client.node else m for m in msgs]
+        return membership.encode_hop(msgs, notes, signed)
+
+    return rewrite
+
+
+def _equivocate(client: Client, peer: int, step: int, frame: bytes) -> bytes:
+    if peer != min(client.flood.peers):
+        return frame
+    return _own(lambda m: Message.make(m.origin, m.step, m.seed, 2 * m.scalar, m.k))(client, peer, step, frame)
+
+
+REWRITES: dict[str, Rewrite] = {
+    "garbage": lambda client, peer, step, frame: os.urandom(64),
+    "equivocate": _equivocate,
+    "forge": _own(lambda m: dataclasses.replace(m, sig=os.urandom(64))),
+}
+
+
 if __name__ == "__main__":
     node, kind, arg, *rest = sys.argv[1:]
-    if kind == "garbage":
-        garbage(int(node), int(arg))
+    if kind in REWRITES:
+        rewrite_frames(int(node), int(arg), REWRITES[kind])
     else:
         lie(int(node), Lie(kind, float(arg)))
     sys.argv = ["seedflood", *rest]

@@ -23,6 +23,7 @@ import pytest
 import procs as harness
 import runs
 from procs import Procs, World
+from seedflood.comm import identity
 from seedflood.core.flood.membership import Change
 from seedflood.rundir.logfile import LogReader
 
@@ -385,53 +386,50 @@ def test_a_client_restarted_later_than_the_step_window_rejoins_with_audits_on(tm
     assert join[0] - leave[0] > 2 * window, reader.changes
 
 
-def test_an_audited_run_excludes_a_launched_liar_and_the_others_finish_on_one_history(run_world, tmp_path):
-    """trust.audit=1 over gloo (docs/trust.md, Verification by recomputation): node 2's process
-    sends 10 × its honest scalars (tests/adversary.py). Its neighbours recompute them at step 0, flood
-    the evidence, and a committed step excludes it before any of its scalars is applied; the
-    three honest clients and the evaluator end on one hash, and the log replays to it."""
+@pytest.mark.parametrize(
+    "kind, arg, sets, said",
+    [
+        ("scale", "10", ("trust.audit=1",), "recompute"),
+        ("garbage", "5", (), "bad frame"),
+        ("equivocate", "3", (), "two different"),
+        ("forge", "3", ("trust.sign=true",), None),
+    ],
+    ids=["liar", "garbage", "equivocate", "forge"],
+)
+def test_a_launched_adversary_is_left_out_and_the_others_finish_on_one_history(
+    run_world, tmp_path, kind, arg, sets, said
+):
+    """Node 2's process does not follow the protocol (tests/adversary.py; docs/trust.md): it
+    sends 10 × its honest scalars in an audited run (its neighbours recompute them and flood the
+    evidence), 64 random bytes in place of its frames from step 5 (each neighbour closes its edge),
+    its own messages with another scalar to one neighbour from step 3 (the two copies flood as
+    evidence), or its own messages with forged signatures in a signed run (dropped and counted).
+    Each time a committed step leaves it out and the three others and the evaluator end on one
+    hash that the log replays to."""
     out = tmp_path / "run"
-    sets = (*runs.churn(out, 20, "run.hash_steps=true"), "trust.audit=1")
-    argv = [
-        sys.executable,
-        str(ADVERSARY),
-        str(VICTIM),
-        "scale",
-        "10",
-        *runs.train(*sets)[3:],
-    ]
-    procs = run_world(argv, nprocs=WORLD, watch=[out / "log.bin"])
+    extra = list(sets)
+    if "trust.sign=true" in sets:
+        identity.write_keys(tmp_path / "keys", 4)
+        extra.append(f"trust.keys={tmp_path / 'keys'}")
+    argv = [sys.executable, str(ADVERSARY), str(VICTIM), kind, arg]
+    procs = run_world([*argv, *runs.train(*runs.churn(out, 20, *extra))[3:]], nprocs=WORLD, watch=[out / "log.bin"])
     s = json.loads((out / "summary.json").read_text())
     for i, p in enumerate(procs):
         if i != VICTIM + 1:
             assert p.returncode == 0, p.describe()
-    assert procs[VICTIM + 1].returncode != 0, procs[VICTIM + 1].describe()  # cut off, it stops
+    assert procs[VICTIM + 1].returncode != 0, procs[VICTIM + 1].describe()  # cut off or left out, it stops
     assert s["left"] == [VICTIM], s.get("membership_changes")
     survivors = [h for n, h in enumerate(s["client_hashes"]) if n != VICTIM]
     assert survivors == [s["param_hash"]] * 3 and s["consensus"]
+    neighbours = procs[VICTIM].stderr + procs[VICTIM + 2].stderr  # nodes 1 and 3 of the ring
+    if said is not None:
+        assert said in neighbours, neighbours[-3000:]
+    else:
+        assert sum(f["forged"] for n, f in enumerate(s["flood"]) if n != VICTIM and f) > 0, s["flood"]
     reader = LogReader(out / "log.bin")
     _, records = reader.read()
     ((step, change),) = reader.changes.items()
-    assert change.leave == (VICTIM,) and change.audit == (VICTIM,), reader.changes
+    assert change.leave == (VICTIM,), reader.changes
+    assert change.audit == ((VICTIM,) if kind in ("scale", "equivocate") else ()), reader.changes  # on evidence
     assert all(VICTIM not in {m.origin for m in msgs} for _, msgs in records[step:])
-    assert runs.replay(out) == {"steps": 20, "param_hash": s["param_hash"]}
-
-
-def test_a_launched_peer_sending_garbage_frames_is_cut_off_and_the_others_finish(run_world, tmp_path):
-    """Node 2's process sends 64 random bytes in place of every frame from step 5 on
-    (tests/adversary.py): each neighbour takes nothing of them and closes its edge, node 2 is
-    left out by a committed step like a silent client, and the three others and the evaluator end
-    on one hash that the log replays to (docs/trust.md)."""
-    out = tmp_path / "run"
-    sets = runs.churn(out, 20, "run.hash_steps=true")
-    argv = [sys.executable, str(ADVERSARY), str(VICTIM), "garbage", "5", *runs.train(*sets)[3:]]
-    procs = run_world(argv, nprocs=WORLD, watch=[out / "log.bin"])
-    s = json.loads((out / "summary.json").read_text())
-    for i, p in enumerate(procs):
-        if i != VICTIM + 1:
-            assert p.returncode == 0, p.describe()
-    assert "bad frame" in procs[VICTIM].stderr + procs[VICTIM + 2].stderr, procs[VICTIM].describe()
-    assert s["left"] == [VICTIM], s.get("membership_changes")
-    survivors = [h for n, h in enumerate(s["client_hashes"]) if n != VICTIM]
-    assert survivors == [s["param_hash"]] * 3 and s["consensus"]
     assert runs.replay(out) == {"steps": 20, "param_hash": s["param_hash"]}

@@ -17,6 +17,7 @@ Assumes: POSIX (sessions, process groups); names are plain file names.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -252,8 +253,11 @@ class Procs:
     # -- acting and looking ---------------------------------------------------------------------
 
     def signal(self, name: str, sig: int) -> float:
-        """Send `sig` to the process (not its group); returns the wall time it was sent."""
-        os.kill(self.procs[name].pid, sig)
+        """Send `sig` to the process (not its group); returns the wall time it was sent. A
+        process already gone (it exited, or was killed and reaped, before the harness polled its
+        status) is left alone: there is nothing to signal, and its exit status tells the test."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.procs[name].pid, sig)
         return time.time()
 
     def kill(self, name: str) -> int:

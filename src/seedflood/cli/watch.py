@@ -3,7 +3,8 @@
 Owns the command: reading a run directory's status records (rundir/status.py), merging them
 (rundir/liveview.py) and printing the view — a plain-text table redrawn in place with ANSI
 escapes on a terminal (successive tables elsewhere), or one JSON object (`--json`). It ends
-by itself once every record is final (finished, stopped or failed), or with Ctrl-C.
+by itself once the evaluator's record is final (finished or failed) and every other record is
+final or stale, or with Ctrl-C.
 
 Exit status: 0 when every record could be read; 1 when one could not (each is one line under
 the table, or in the JSON's "problems"); 2 (one line, from the CLI's dispatch) for a path that
@@ -90,9 +91,11 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def over(view: View) -> bool:
-    """Every process has written its final record (the evaluator's among them)."""
+    """The evaluator has written its final record, and every other process its own or nothing
+    for longer than the stale bound (a killed process never writes a final record)."""
     rows = view.rows
-    return bool(rows) and any(r.name == EVALUATOR for r in rows) and all(r.status.state != RUNNING for r in rows)
+    ended = [r for r in rows if r.name == EVALUATOR and r.status.state != RUNNING]
+    return bool(ended) and all(r.status.state != RUNNING or r.stale for r in rows)
 
 
 def render(run: RunDir, view: View) -> str:
@@ -100,7 +103,8 @@ def render(run: RunDir, view: View) -> str:
     if view.agree is None:
         agreement = "agreement: nothing to compare yet"
     elif view.agree:
-        agreement = f"agreement: all agree (step {view.step}, digest {view.digest})"
+        at = "" if view.step is None else f" (step {view.step}, digest {view.digest})"
+        agreement = f"agreement: all agree{at}"
     else:
         agreement = f"agreement: DISAGREE: {', '.join(view.odd)} differ from the majority"
     lines = [f"{run.root}  {time.strftime('%H:%M:%S')}  {agreement}"]

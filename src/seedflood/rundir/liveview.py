@@ -11,7 +11,7 @@ holder where two digests tie, disagrees (`Row.agrees` False, listed in `View.odd
 chain differs at every step after the first that differs, so one shared step settles it.
 Compared: the records that are not stale and did not fail or stop (those may lag or hold a
 history the others left), the evaluator's included; `View.step` is the newest step all of them
-hold, and `View.digest` its digest.
+that committed any hold, and `View.digest` its digest.
 
 May import: rundir's status. Nothing else.
 
@@ -50,11 +50,11 @@ class Row:
     def to_dict(self) -> dict[str, object]:
         s = self.status
         return {
+            **{k: v for k, v in asdict(s).items() if k not in ("digests", "extra")},
             "name": self.name,
-            "state": self.shown_state,
+            "state": self.shown_state,  # the record's own, or "stale"
             "age_s": round(self.age_s, 1),
             "agrees": self.agrees,
-            **{k: v for k, v in asdict(s).items() if k not in ("digests", "extra")},
             "digest": s.digest,
         }
 
@@ -67,7 +67,7 @@ class View:
     rows: list[Row]
     problems: list[str]
     agree: bool | None  # None: fewer than two records to compare
-    step: int | None  # the newest step every compared record holds
+    step: int | None  # the newest step every compared record with digests holds
     digest: str | None  # its digest (the majority's, where they disagree; None: a tie)
     odd: list[str]  # names of the records that disagree with the majority
 
@@ -105,8 +105,9 @@ def merge(statuses: Sequence[Status], problems: Sequence[str], now: float, stale
             continue
         judged[s.name] = s.digests[best] == _majority(by_step[best].values())
     odd = sorted(n for n, ok in judged.items() if ok is False)
-    common = set.intersection(*(set(s.digests) for s in compared)) if compared else set()
-    step = max(common) if common and len(compared) > 1 else None
+    holding = [set(s.digests) for s in compared if s.digests]  # one that committed nothing yet holds no step
+    common = set.intersection(*holding) if holding else set()
+    step = max(common) if common and len(holding) > 1 else None
     digest = None if step is None else _majority(by_step[step].values())
     rows = [
         Row(

@@ -126,3 +126,11 @@ def test_without_once_it_redraws_until_every_record_is_final(tmp_path: Path, cap
     tables = capsys.readouterr().out.split("\n\n")
     assert len(tables) >= 2 and "running" in tables[0] and "running" not in tables[-1]
     assert time.monotonic() - started < 5
+
+
+def test_the_redraws_end_once_the_evaluator_is_done_and_the_rest_final_or_stale(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = run_dir(tmp_path, rec(0), rec(1, state=RUNNING, updated=time.time() - 60), rec(None))
+    assert main(["watch", str(out), "--interval", "0.05"]) == 0  # node-1 was killed: it never finishes
+    assert "stale" in capsys.readouterr().out

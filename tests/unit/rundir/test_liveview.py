@@ -99,3 +99,8 @@ def test_two_processes_that_differ_are_both_flagged_no_majority() -> None:
     other = {s: "e" * 16 for s in range(10)}
     view = merge([rec(0, window(0, 5)), rec(1, window(0, 5, other))], [], NOW)
     assert view.agree is False and view.odd == ["node-0", "node-1"] and view.digest is None
+
+
+def test_a_process_that_committed_nothing_yet_does_not_hide_the_shared_step() -> None:
+    view = merge([rec(0, window(0, 5)), rec(1, window(2, 7)), rec(2, {})], [], NOW)
+    assert (view.agree, view.step, view.digest) == (True, 5, CHAIN[5]) and view.rows[2].agrees is None

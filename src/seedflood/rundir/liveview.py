@@ -50,7 +50,7 @@ class Row:
     def to_dict(self) -> dict[str, object]:
         s = self.status
         return {
-            **{k: v for k, v in asdict(s).items() if k not in ("digests", "extra")},
+            **{k: v for k, v in asdict(s).items() if k != "digests"},
             "name": self.name,
             "state": self.shown_state,  # the record's own, or "stale"
             "age_s": round(self.age_s, 1),

@@ -13,7 +13,7 @@ which a strict client and the evaluator compute alike over the steps they apply)
 can compare two processes at a step both hold even when their records were written at
 different steps.
 
-May import: seedflood.core (nothing of it today); rundir's atomic and layout.
+May import: rundir's atomic and layout (stdlib otherwise: `seedflood watch` loads no torch).
 
 Assumes: each file has one writer (the process it names); records are small (hundreds of
 bytes) and written about once a second, so a rewrite is cheap.
@@ -22,9 +22,8 @@ bytes) and written about once a second, so a rewrite is cheap.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
 
 from seedflood.rundir.atomic import atomic_write_text
 from seedflood.rundir.layout import RunDir
@@ -67,7 +66,7 @@ class Status:
     applied: int  # last step applied to the model
     committed: int  # last step committed (churn: agreed; strict and evaluator: applied or logged)
     digests: dict[int, str]  # step -> chain digest (16 hex digits), the newest DIGEST_WINDOW
-    members: list[int] | None  # the roster it sees (churn; the evaluator's roster); None: static
+    members: list[int] | None  # the roster it sees (a churn client's; the evaluator's); None: a strict client
     peers: list[int]  # neighbours whose edge is up now (the evaluator: [])
     neighbours: list[int]  # its topology neighbours (the evaluator: [])
     sent: int  # bytes handed to the transport so far (as summary.json counts them)
@@ -80,7 +79,6 @@ class Status:
     started: float = 0.0  # time.time() when the process began writing records
     state_hash: str | None = None  # finished: the final state's hash (replay.state_hash), as reported
     version: int = VERSION
-    extra: dict[str, Any] = field(default_factory=dict)  # room for a later field without a new version
 
     @property
     def name(self) -> str:
@@ -110,7 +108,7 @@ class Status:
         if d.get("version") != VERSION:
             raise StatusError(f"{where}: status record version {d.get('version')!r}, this reader knows {VERSION}")
         names = {f.name for f in fields(cls)}
-        if missing := sorted(names - set(d) - {"extra", "started", "reason", "state"}):
+        if missing := sorted(names - set(d) - {"started", "reason", "state", "state_hash"}):
             raise StatusError(f"{where}: status record lacks {', '.join(missing)}")
         try:
             d["digests"] = {int(s): str(h) for s, h in d["digests"].items()}

@@ -2,7 +2,8 @@
 group per edge (links.py), `churn.settle: 1`. A client SIGKILLed or SIGSTOPped mid-run leaves the
 others training to the end without a restart: they exit 0, every survivor holds the same bits
 after every step and the evaluator's final hash, the log records the leave, and `seedflood
-replay` of the log reproduces the hash.
+replay` of the log reproduces the hash, and `seedflood watch` shows the survivors finished on
+the log's commit chain with the victim stale.
 """
 
 from __future__ import annotations

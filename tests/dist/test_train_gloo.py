@@ -6,7 +6,9 @@
 - a crashed run resumes from its log and ends with the uninterrupted run's bits, also with
   delayed flooding;
 - the end of a run never waits on a lagging evaluator; a killed peer is one line per survivor;
-- a resume whose settings differ is refused before anything is written.
+- a resume whose settings differ is refused before anything is written;
+- `seedflood watch` over the finished ring run shows every process finished at the last step on
+  the log's commit chain, and over the killed-peer run the survivors failed with their one line.
 """
 
 from __future__ import annotations
@@ -185,6 +187,14 @@ def test_a_killed_peer_is_reported_in_one_line_by_each_survivor(run_world, tmp_p
         lines = [ln for ln in p.stderr.splitlines() if ln.startswith("seedflood: error:")]
         assert len(lines) == 1 and "peer node 2 (rank 3)" in lines[0], p.stderr[-2000:]
         assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    # their status records end `failed` with that line; the killed one never wrote a final record
+    watched = harness.run([sys.executable, "-m", "seedflood", "watch", str(out), "--json"])
+    assert watched.returncode == 0, watched.stderr
+    rows = {r["name"]: r for r in json.loads(watched.stdout)["rows"]}
+    for node, p in ((1, procs[2]), (3, procs[4])):
+        line = next(ln for ln in p.stderr.splitlines() if ln.startswith("seedflood: error:"))
+        assert (rows[f"node-{node}"]["state"], rows[f"node-{node}"]["reason"]) == ("failed", line[18:])
+    assert rows["node-2"]["state"] in ("running", "stale") and rows["node-2"]["reason"] is None
 
 
 def test_a_stopped_peer_is_reported_in_one_line_after_the_timeout(run_world, tmp_path):

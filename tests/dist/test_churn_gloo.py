@@ -192,6 +192,14 @@ def test_a_killed_client_restarts_and_rejoins_by_replay(tmp_path):
     (leave, join) = sorted(reader.changes.items())
     assert leave[1].leave == (VICTIM,) and join[1].join == ((VICTIM, 2),), reader.changes
     assert "rejoined by replaying" in text
+    # the restarted process's record replaced its first life's: incarnation 2, finished on the chain
+    watched = harness.run([sys.executable, "-m", "seedflood", "watch", str(out), "--json"])
+    assert watched.returncode == 0, watched.stderr
+    view = json.loads(watched.stdout)
+    rows = {r["name"]: r for r in view["rows"]}
+    assert view["agree"] is True and view["step"] == STEPS - 1
+    assert [(r["state"], r["step"], r["members"]) for r in rows.values()] == [("finished", STEPS, [0, 1, 2, 3])] * 5
+    assert rows[f"node-{VICTIM}"]["incarnation"] == 2 and rows[f"node-{VICTIM}"]["agrees"] is True
 
 
 @dataclass

@@ -2,7 +2,8 @@
 group per edge (links.py), `churn.settle: 1`. A client SIGKILLed or SIGSTOPped mid-run leaves the
 others training to the end without a restart: they exit 0, every survivor holds the same bits
 after every step and the evaluator's final hash, the log records the leave, and `seedflood
-replay` of the log reproduces the hash.
+replay` of the log reproduces the hash, and `seedflood watch` shows the survivors finished on
+the log's commit chain with the victim stale.
 """
 
 from __future__ import annotations
@@ -80,6 +81,33 @@ def check_survivors(procs: list, s: dict, out: Path, victim: int) -> None:
     ((step, change),) = reader.changes.items()
     assert change.leave == (victim,) and f"step {step}: leave {victim}" in s["membership_changes"][0]
     assert runs.replay(out) == {"steps": 40, "param_hash": s["param_hash"]}
+    check_watch(out, victim, records, reader.changes, s["param_hash"])
+
+
+def check_watch(out: Path, victim: int, records: list, changes: dict[int, Change], param_hash: str) -> None:
+    """`seedflood watch --json` over the run: the survivors and the evaluator finished at the last
+    step with the final hash, the roster without the victim, and the digest the log's steps and
+    changes chain to (the churn clients' committed chain); the victim, which never wrote a final
+    record, shows stale, at a step of that same chain."""
+    from seedflood.core.churn.agreement import GENESIS, step_digest
+
+    watched = harness.run([sys.executable, "-m", "seedflood", "watch", str(out), "--json", "--stale", "0.001"])
+    assert watched.returncode == 0, watched.stderr
+    view = json.loads(watched.stdout)
+    rows = {r["name"]: r for r in view["rows"]}
+    chain, prev = {}, GENESIS
+    for step, msgs in records:
+        change = changes.get(step)
+        prev = chain[step] = step_digest(prev, step, msgs, change.join if change else ())
+    survivors = [n for n in range(4) if n != victim]
+    assert view["agree"] is True and (view["step"], view["digest"]) == (39, f"{chain[39]:016x}")
+    for r in [rows["evaluator"], *(rows[f"node-{n}"] for n in survivors)]:
+        assert (r["state"], r["step"], r["committed"], r["digest"]) == ("finished", 40, 39, view["digest"]), r
+        assert r["state_hash"] == param_hash and r["members"] == survivors and r["incarnation"] == 1
+    lost = rows[f"node-{victim}"]
+    assert lost["state"] == "stale" and lost["agrees"] is None and lost["committed"] < 39
+    # its last record may predate its first commit (records come once a second; it died at step ~3)
+    assert lost["digest"] == (f"{chain[lost['committed']]:016x}" if lost["committed"] >= 0 else None)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSTOP], ids=["kill", "stop"])
@@ -166,6 +194,14 @@ def test_a_killed_client_restarts_and_rejoins_by_replay(tmp_path):
     (leave, join) = sorted(reader.changes.items())
     assert leave[1].leave == (VICTIM,) and join[1].join == ((VICTIM, 2),), reader.changes
     assert "rejoined by replaying" in text
+    # the restarted process's record replaced its first life's: incarnation 2, finished on the chain
+    watched = harness.run([sys.executable, "-m", "seedflood", "watch", str(out), "--json"])
+    assert watched.returncode == 0, watched.stderr
+    view = json.loads(watched.stdout)
+    rows = {r["name"]: r for r in view["rows"]}
+    assert view["agree"] is True and view["step"] == STEPS - 1
+    assert [(r["state"], r["step"], r["members"]) for r in rows.values()] == [("finished", STEPS, [0, 1, 2, 3])] * 5
+    assert rows[f"node-{VICTIM}"]["incarnation"] == 2 and rows[f"node-{VICTIM}"]["agrees"] is True
 
 
 @dataclass

@@ -8,6 +8,8 @@
 - the end of a run never waits on a lagging evaluator; a killed peer is one line per survivor;
 - a resume whose settings differ is refused before anything is written;
 - signed (trust.sign) and audited (trust.audit) processes end on the plain run's bits.
+- `seedflood watch` over the finished ring run shows every process finished at the last step on
+  the log's commit chain, and over the killed-peer run the survivors failed with their one line.
 """
 
 from __future__ import annotations
@@ -75,6 +77,34 @@ def test_processes_match_the_in_memory_reference(run_world, procs_ok, tmp_path, 
         assert scored.returncode == 0, scored.stderr
         got = json.loads(scored.stdout.strip().splitlines()[-1])
         assert got["steps"] == 6 and got["accuracy"] == s["final"]["accuracy"] and got["auc"] == s["final"]["auc"]
+        check_watch(tmp_path / kind, reference_hash)
+
+
+def check_watch(out: Path, reference_hash: str) -> None:
+    """`seedflood watch` over the finished run's status records: every client and the evaluator
+    finished at the last step with the reference state, one chain digest (the one the log's steps
+    hash to), and traffic on every edge."""
+    from seedflood.roles.livestatus import Chain
+    from seedflood.rundir.logfile import LogReader
+
+    watched = harness.run([sys.executable, "-m", "seedflood", "watch", str(out), "--json"])
+    assert watched.returncode == 0, watched.stderr
+    view = json.loads(watched.stdout)
+    rows = {r["name"]: r for r in view["rows"]}
+    assert sorted(rows) == ["evaluator", "node-0", "node-1", "node-2", "node-3"] and view["problems"] == []
+    for r in rows.values():
+        assert (r["state"], r["step"], r["committed"], r["state_hash"]) == ("finished", 6, 5, reference_hash), r
+    chain = Chain()
+    for step, msgs in LogReader(out / "log.bin").read()[1]:
+        chain.extend(step, msgs)
+    assert view["agree"] is True and (view["step"], view["digest"]) == (5, chain.recent()[5])
+    assert {r["digest"] for r in rows.values()} == {view["digest"]}
+    for r in (rows[f"node-{n}"] for n in range(4)):
+        assert r["peers"] == r["neighbours"] and len(r["peers"]) == 2  # a ring: both edges up
+        assert r["sent"] > 0 and r["received"] > 0 and r["steps_per_s"] > 0
+    once = harness.run([sys.executable, "-m", "seedflood", "watch", str(out), "--once"])
+    assert once.returncode == 0, once.stderr
+    assert f"all agree (step 5, digest {view['digest']})" in once.stdout.splitlines()[0]
 
 
 def test_signed_processes_have_the_unsigned_bits_and_count_no_forgery(run_world, procs_ok, tmp_path, reference_hash):
@@ -172,6 +202,14 @@ def test_a_killed_peer_is_reported_in_one_line_by_each_survivor(run_world, tmp_p
         lines = [ln for ln in p.stderr.splitlines() if ln.startswith("seedflood: error:")]
         assert len(lines) == 1 and "peer node 2 (rank 3)" in lines[0], p.stderr[-2000:]
         assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    # their status records end `failed` with that line; the killed one never wrote a final record
+    watched = harness.run([sys.executable, "-m", "seedflood", "watch", str(out), "--json"])
+    assert watched.returncode == 0, watched.stderr
+    rows = {r["name"]: r for r in json.loads(watched.stdout)["rows"]}
+    for node, p in ((1, procs[2]), (3, procs[4])):
+        line = next(ln for ln in p.stderr.splitlines() if ln.startswith("seedflood: error:"))
+        assert (rows[f"node-{node}"]["state"], rows[f"node-{node}"]["reason"]) == ("failed", line[18:])
+    assert rows["node-2"]["state"] in ("running", "stale") and rows["node-2"]["reason"] is None
 
 
 def test_a_stopped_peer_is_reported_in_one_line_after_the_timeout(run_world, tmp_path):

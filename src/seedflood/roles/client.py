@@ -102,6 +102,7 @@ class Client:
         # the hop clock: the index of the next exchange, shared by every client of a connected
         # run (a newcomer starts at its sponsor's); the agreement's clock and `Churn.link`'s schedule
         self.hops_run = 0
+        self.received_bytes = 0  # bytes of hop frames received (payloads): the live status record's
         self.hop_timeout_s = hop_timeout_s
         self.meet_timeout_s = hop_timeout_s if meet_timeout_s is None else meet_timeout_s
         self.mode: Mode = strategy.mode(self)
@@ -236,6 +237,7 @@ class Client:
             msgs = [m for m in items if isinstance(m, Message)]
             frames[p] = membership.encode_hop(msgs, [n for n in items if isinstance(n, Note)], signed)
         incoming = self.transport.exchange(frames, t)
+        self.received_bytes += sum(len(f) for f in incoming.values())
         self.mode.after_exchange(t)
         limits = self.protocol.wire_limits(t)
         for peer in sorted(incoming):

@@ -35,6 +35,7 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,8 @@ from typing import Any
 from seedflood.core.config import runconfig as config_mod
 from seedflood.core.config.runconfig import CheckpointConfig, Config, EvalConfig
 from seedflood.core.flood import message, stepstream
-from seedflood.core.flood.membership import Roster
+from seedflood.core.flood.membership import Change, Roster
+from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.transport import Inbox, TransportError
 from seedflood.core.zo.replay import Applier, state_hash
@@ -170,6 +172,8 @@ class Evaluator:
         """Also show each scoring's progress over its examples (PhaseProgress)."""
         if inbox is not None:
             inbox.on_frame = lambda: self.progress.advance_to(start_step + inbox.received)
+        self.listeners: list[Callable[[int, list[Message], Change | None], None]] = []
+        """Called with (step, messages, change) for each step taken, after it is logged."""
         self.last: dict[str, Any] = {}
         self.zero_shot: dict[str, Any] = {}
         self.t0 = time.monotonic()
@@ -213,6 +217,8 @@ class Evaluator:
             self.applier.apply(step, msgs)
         self.log_bytes += self.log.append(step, msgs, change)
         self.next_step += 1
+        for listener in self.listeners:
+            listener(step, msgs, change)
         done = self.next_step
         self.progress.show(log=human_bytes(self.log_bytes))
         every, save_every = self.settings.eval.every, self.settings.checkpoint.every

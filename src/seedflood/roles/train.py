@@ -31,21 +31,23 @@ from seedflood.core.config.runconfig import Config
 from seedflood.core.flood.membership import Change, MembershipError, Roster
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.stepstream import decode_step, encode_step
-from seedflood.core.flood.transport import ByteCounter
+from seedflood.core.flood.transport import ByteCounter, Inbox
 from seedflood.core.topology.resolve import topology_of
 from seedflood.core.zo.replay import state_hash
 from seedflood.ml import machine
 from seedflood.ml.workload import Workload
 from seedflood.roles.churnwiring import ChurnWiring
 from seedflood.roles.client import Client
-from seedflood.roles.evaluator import Evaluator, restore_run
+from seedflood.roles.evaluator import Evaluator, Restored, restore_run
 from seedflood.roles.identities import signing_of
+from seedflood.roles.livestatus import SentCounter, client_status, evaluator_status
 from seedflood.roles.strictwiring import StrictWiring
 from seedflood.roles.wiring import G, Process, T, Wiring, client_key
 from seedflood.rundir.layout import CheckpointError, RunDir
 from seedflood.rundir.logfile import Records
 from seedflood.rundir.metrics import human_bytes, setup_logging
 from seedflood.rundir.resume import logged_changes, resume_records
+from seedflood.rundir.status import FINISHED, STOPPED
 from seedflood.rundir.summary import ClientReports, RunSummary, seedflood_summary
 
 log = logging.getLogger(__name__)
@@ -81,7 +83,7 @@ def _serve(p: Process, wiring: Wiring[G, T], world: runtime.World, started: floa
         records, changes = _resume(p, wiring, group)
         wiring.started(group)
         if world.is_evaluator:
-            return _evaluate(p, wiring, group, records, started)
+            return _evaluate(p, wiring, group, records, changes, started)
         _client(p, wiring, world.client_node, group, records, changes)
         return None
 
@@ -120,7 +122,7 @@ def _client(
 ) -> None:
     cfg, w = p.cfg, p.workload
     signing = signing_of(cfg, p.trajectory, node)  # its key is checked before it connects
-    counter = ByteCounter()
+    counter = SentCounter()
     transport = wiring.transport(node, group, counter, changes)
     step_hashes: list[str] = []
     with transport:
@@ -142,26 +144,31 @@ def _client(
         if records:
             log.info("resumed at step %d by replaying %d logged steps", len(records), len(records))
         own = wiring.own_record(client)
-        try:
-            client.run()
-        except MembershipError as e:  # tell the evaluator this client is done streaming for good
-            stopped = {"node": node, "stopped": str(e)}
-            own.stopped(stopped)
-            _post(group, client_key(node), stopped)
-            raise
-        finally:
-            own.close()
-    report = {
-        "node": node,
-        "hash": state_hash(w.model, w.direction),
-        "step_hashes": step_hashes,
-        "bytes": counter.rows(),
-        # with trust.audit: the client's recomputation counters beside its flood's
-        "flood": vars(client.flood.stats) | ({"audit": client.audit.stats.report()} if client.audit else {}),
-        "threads": machine.threads(),
-        "memory": machine.memory(),  # at the end of training: the weights' pages are as written as they get
-    }
-    own.finished(report)
+        status = client_status(RunDir.of(cfg), client, counter, records, changes, p.top.neighbors(node))
+        with status:  # an error leaving it is the record's final state: failed, with its first line
+            try:
+                client.run()
+            except MembershipError as e:  # tell the evaluator this client is done streaming for good
+                stopped = {"node": node, "stopped": str(e)}
+                own.stopped(stopped)
+                status.end(STOPPED, str(e))
+                _post(group, client_key(node), stopped)
+                raise
+            finally:
+                own.close()
+            final_hash = state_hash(w.model, w.direction)
+            report = {
+                "node": node,
+                "hash": final_hash,
+                "step_hashes": step_hashes,
+                "bytes": counter.rows(),
+                # with trust.audit: the client's recomputation counters beside its flood's
+                "flood": vars(client.flood.stats) | ({"audit": client.audit.stats.report()} if client.audit else {}),
+                "threads": machine.threads(),
+                "memory": machine.memory(),  # at the end of training: the weights' pages are as written as they get
+            }
+            own.finished(report)
+            status.end(FINISHED, state_hash=final_hash)
     _post(group, client_key(node), report)
 
 
@@ -174,8 +181,10 @@ def _post(group: runtime.Group, key: str, report: dict[str, Any]) -> None:
         log.warning("could not leave the final report (the store is unreachable: %s)", str(e).splitlines()[0])
 
 
-def _evaluate(p: Process, wiring: Wiring[G, T], group: G, records: Records, started: float) -> RunSummary:
-    cfg, top, protocol, w = p.cfg, p.top, p.protocol, p.workload
+def _evaluate(
+    p: Process, wiring: Wiring[G, T], group: G, records: Records, changes: dict[int, Change], started: float
+) -> RunSummary:
+    protocol, w = p.protocol, p.workload
     settings = wiring.settings()
     run_dir = settings.run
     wall = time.time() - (time.monotonic() - started) - 1.0  # this process's start (an mtime may lag a little)
@@ -183,6 +192,26 @@ def _evaluate(p: Process, wiring: Wiring[G, T], group: G, records: Records, star
     start = restored.steps  # the first step the stream must bring
     inbox = wiring.inbox(group, start, wall)
     evaluator = Evaluator(settings, protocol, w, inbox, p.header, start_step=start, progress=True)
+    status = evaluator_status(run_dir, evaluator, records, changes)
+    with status:  # the final record (finished) once summary.json is written; an error: failed
+        summary, final_hash = _finish(p, wiring, group, evaluator, inbox, restored, started)
+        status.end(FINISHED, state_hash=final_hash)
+    return summary
+
+
+def _finish(
+    p: Process,
+    wiring: Wiring[G, T],
+    group: G,
+    evaluator: Evaluator,
+    inbox: Inbox,
+    restored: Restored,
+    started: float,
+) -> tuple[RunSummary, str]:
+    """Follow the stream to its end, collect the clients' final reports, write summary.json;
+    returns the summary and the evaluator's final state hash."""
+    cfg, top, protocol = p.cfg, p.top, p.protocol
+    run_dir, start = evaluator.run_dir, restored.steps
     try:
         final = evaluator.run()
     finally:
@@ -222,4 +251,4 @@ def _evaluate(p: Process, wiring: Wiring[G, T], group: G, records: Records, star
     if consensus is False:
         log.error("clients disagree with the evaluator: %s vs %s", said.client_hashes, final["param_hash"])
     log.info("mean bytes per edge per step: %s", human_bytes(counter.mean_bytes_per_edge_per_step()))
-    return summary
+    return summary, str(final["param_hash"])

@@ -13,12 +13,16 @@ The layout of a run directory:
   checkpoints/LATEST                name of the newest complete checkpoint (atomic pointer)
   summary.json                      final figures and hashes (summary.py)
   clients/node-N/                   a churn client's own log (eval.client_logs; clientlog.py)
+  status/node-N.json, evaluator.json   each process's live status record, rewritten about once a
+                                    second while it runs, then its final state (status.py;
+                                    read by `seedflood watch`)
 
 Owns `RunDir`: those paths as one frozen value, built once (`RunDir.of(cfg)` for a run,
 `RunDir.at(path)` for a directory a command reads) and handed to whoever reads or writes there.
 May import: seedflood.core (the config, for its type only). Nothing else of rundir.
 
-Assumes: one writer per run directory (the evaluator); readers may run at any time. Every file
+Assumes: one writer per run directory (the evaluator; each process writes only its own status
+record); readers may run at any time. Every file
 or directory readers may see is written by atomic.py (temp-then-rename, fsynced). The log is the
 source of truth: a run is a pure function of base weights + settings + log.
 """
@@ -38,6 +42,7 @@ SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tb"  # `tensorboard --logdir <run dir or a parent>` finds the event files there
+STATUS = "status"  # one live record per process (status.py)
 
 
 class CheckpointError(ValueError):
@@ -70,6 +75,18 @@ class RunDir:
             raise CheckpointError(f"{run.root} is not a run directory (no {LOG})")
         return run
 
+    @classmethod
+    def watched(cls, path: str | Path) -> RunDir:
+        """A run directory `seedflood watch` reads, live or done: one with status records, a log or
+        a config (clients write their records before the evaluator's log exists); CheckpointError
+        (one line) for anything else."""
+        run = cls(Path(path))
+        if not run.root.is_dir():
+            raise CheckpointError(f"{run.root} is not a run directory (no such directory)")
+        if not (run.status.is_dir() or run.log.is_file() or run.config.is_file()):
+            raise CheckpointError(f"{run.root} is not a run directory (no {STATUS}/, {LOG} or {CONFIG})")
+        return run
+
     @property
     def log(self) -> Path:
         return self.root / LOG
@@ -93,6 +110,11 @@ class RunDir:
     @property
     def tensorboard(self) -> Path:
         return self.root / TENSORBOARD
+
+    @property
+    def status(self) -> Path:
+        """Where each process keeps its live status record (status.py)."""
+        return self.root / STATUS
 
     def client(self, node: int) -> Path | None:
         """Node `node`'s own log directory (None: client logs are off)."""

@@ -157,18 +157,19 @@ def _client(
             finally:
                 own.close()
             final_hash = state_hash(w.model, w.direction)
-            report = {
-                "node": node,
-                "hash": final_hash,
-                "step_hashes": step_hashes,
-                "bytes": counter.rows(),
-                # with trust.audit: the client's recomputation counters beside its flood's
-                "flood": vars(client.flood.stats) | ({"audit": client.audit.stats.report()} if client.audit else {}),
-                "threads": machine.threads(),
-                "memory": machine.memory(),  # at the end of training: the weights' pages are as written as they get
-            }
-            own.finished(report)
             status.end(FINISHED, state_hash=final_hash)
+    # After the transport closed: its end-of-stream marker to the evaluator is counted too.
+    report = {
+        "node": node,
+        "hash": final_hash,
+        "step_hashes": step_hashes,
+        "bytes": counter.rows(),
+        # with trust.audit: the client's recomputation counters beside its flood's
+        "flood": vars(client.flood.stats) | ({"audit": client.audit.stats.report()} if client.audit else {}),
+        "threads": machine.threads(),
+        "memory": machine.memory(),  # at the end of training: the weights' pages are as written as they get
+    }
+    own.finished(report)
     _post(group, client_key(node), report)
 
 

@@ -66,7 +66,6 @@ class Churn:
         self.state_hash = state_hash
         self.feed = evaluator
         self._fed = 0  # the transport's evaluator edge (count) that got its catch-up blob
-        self.bad_frames: dict[int, int] = {}  # peer -> frames of it that did not decode (it was dropped)
         self.history: list[tuple[int, list[Message]]] = []
         """Every decided step from 0, what a sponsor hands a rejoining neighbour."""
         self.joined_at = 0  # first step this client originates (a rejoined client: its JOIN step)
@@ -191,7 +190,6 @@ class Churn:
         neighbours and left out by a committed step like a silent client, and no honest client
         stops for it."""
         h = self.host
-        self.bad_frames[peer] = self.bad_frames.get(peer, 0) + 1
         log.warning("node %d: dropped peer %d at step %d: bad frame: %s", h.node, peer, t, error)
         self.transport.drop(peer, f"bad frame at step {t}: {error}")
         h.flood.drop_peer(peer)

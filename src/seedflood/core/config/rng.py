@@ -16,9 +16,12 @@ Assumes: keys are non-negative Python ints below 2**64.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported where a basis or generator is drawn: a preflight never loads it
+    import torch
 
 MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: SplitMix64's increment
@@ -112,6 +115,8 @@ def generator(*keys: int) -> np.random.Generator:
 
 def torch_generator(*keys: int) -> torch.Generator:
     """A CPU torch Generator seeded from explicit keys (fixed algorithm: Mersenne Twister)."""
+    import torch
+
     g = torch.Generator(device="cpu")
     g.manual_seed(combine(*keys) & ((1 << 63) - 1))
     return g
@@ -125,6 +130,8 @@ def orthonormal_basis(run_seed: int, epoch: int, matrix: int, rows: int, rank: i
     """
     if rank > rows:
         raise ValueError(f"subspace rank {rank} exceeds matrix dimension {rows}")
+    import torch
+
     g = torch_generator(TAG_BASIS, run_seed, epoch, matrix, rows)
     a = torch.randn(rows, rank, generator=g, dtype=torch.float64)
     q, r = torch.linalg.qr(a, mode="reduced")

@@ -12,7 +12,7 @@ import logging
 import re
 
 import pytest
-from test_churn import RING8_1HOP, cfg_for, check_one_history, check_survivors, left
+from test_churn import RING8_1HOP, cfg_for, check_one_history, check_survivors, joined, left
 
 from seedflood.roles.inprocess import Event, simulate
 
@@ -79,4 +79,16 @@ def test_an_even_split_whose_cut_heals_trains_on_as_one(tmp_path):
     assert r.exits == {} and sorted(r.hashes) == list(range(8)), r.exits
     assert left(r) == {}
     check_one_history(r)
+    check_survivors(cfg, r, tmp_path)
+
+
+def test_a_restarted_client_cut_off_from_two_neighbours_is_sponsored_by_the_one_it_can_reach(tmp_path):
+    """Node 5 of the 2×4 torus (neighbours 1, 4, 6) dies, its links to 1 and 4 are cut, and it
+    restarts: a sponsor across a cut would win the claim, fail to reach it and end its life; only
+    node 6 may sponsor it, and it joins and counts again."""
+    cfg = cfg_for(steps=20)
+    events = [Event(3, 5, "kill"), Event(4, 1, "cut", 5), Event(4, 4, "cut", 5), Event(8, 5, "restart")]
+    r = simulate(cfg, events=events)
+    assert r.exits == {} and sorted(r.hashes) == list(range(8)), r.exits
+    assert left(r) == {5: 3} and 5 in joined(r)
     check_survivors(cfg, r, tmp_path)

@@ -2,7 +2,7 @@
 
 Owns `InMemoryNetwork`: it builds the wires (memorywires.Wires: one directed FIFO queue per edge,
 plus the evaluator's `Inbox`), hands out one endpoint per node (memoryendpoint.MemoryTransport),
-and injects faults (kill, cut, crash mid-send, stall, revive, a frame `Mutator`), which the wires
+and injects faults (kill, cut, heal, crash mid-send, stall, revive, a frame `Mutator`), which the wires
 and endpoints then obey. Used by tests, the in-memory simulation and the benchmarks; it mirrors
 GlooTransport's semantics and byte counting exactly (HEADER + frame, once, at the sender, at the
 step the caller passes; the end marker at `last_step`), so figures from either backend agree.
@@ -85,6 +85,11 @@ class InMemoryNetwork:
         self.faults.cut.add((src, dst))
         self.wires.close_edge(src, dst, f"link {src} -> {dst} was cut")
 
+    def heal(self, a: int, b: int) -> None:
+        """A cut link a - b works again (both ways); its ends reconnect it by their heal
+        negotiation (`MemoryTransport.heal`), as any dropped edge between live members."""
+        self.faults.cut -= {(a, b), (b, a)}
+
     def crash_in(self, node: int, exchanges: int, reach: int) -> None:
         """Crash `node` inside its exchange `exchanges` from now (0 = the next): its frame of that
         exchange reaches only its first `reach` peers (in id order), then it dies."""
@@ -109,6 +114,7 @@ class InMemoryNetwork:
                 raise ValueError(f"node {node} is alive")
             self.wires.renew(node)
             del self.dead[node]
+            self.wires.closed.discard(node)
             self._endpoints.pop(node, None)
             self.faults.incarnations[node] = self.faults.incarnations.get(node, 0) + 1
 

@@ -2,7 +2,8 @@
 
 Owns `MemoryTransport`, a `transport.ChurnTransport`: exchanges (strict: a failed peer raises;
 tolerant: it is dropped and recorded in `lost`), pushes to the evaluator's inbox, edge meetings
-(`connect`), a rejoin's claim, sponsor and catch-up, and its byte counting (HEADER + frame,
+(`connect`), healing a down edge to a live member (`heal`, `restore`: the wires negotiate the
+hop index, never blocking a hop), a rejoin's claim, sponsor and catch-up, and its byte counting (HEADER + frame,
 once, at the sender, at the step the caller passes; the end marker at `last_step`), which
 mirrors GlooTransport's exactly.
 The wires (memorywires.Wires) own the queues and the fault state; this module drives them.
@@ -50,11 +51,13 @@ class MemoryTransport:
             raise TransportError(f"node {self.node}: transport is closed")
 
     def revived(self) -> list[int]:
-        """Neighbours restarted (a new incarnation) since the last call, not yet connected."""
+        """Neighbours restarted (a new incarnation) since the last call, not yet connected, over
+        a link that is not cut (one across a cut is reported once the link heals: a sponsor the
+        newcomer cannot reach would win the claim and end its life)."""
         out = []
         for p in self.wires.neighbors[self.node]:
             inc = self.faults.incarnations.get(p, 0)
-            if inc > self._revived_seen[p] and p not in self.faults.dead:
+            if inc > self._revived_seen[p] and p not in self.faults.dead and not self.wires.is_cut(self.node, p):
                 self._revived_seen[p] = inc
                 out.append(p)
         return out
@@ -74,6 +77,24 @@ class MemoryTransport:
         added = self.wires.meet(self.node, todo, timeout) if todo else []
         self.peers = tuple(sorted((*self.peers, *added)))
         return added
+
+    # -- healing (docs/churn-design.md, Healed edges) -------------------------------------------
+    def healable(self, peer: int, incarnation: int | None) -> bool:
+        """`peer` still runs as `incarnation` (None: its first life) and may heal an edge."""
+        return self.wires.healable(self.node, peer, incarnation)
+
+    def heal(self, want: Mapping[int, int | None], hop: int) -> dict[int, int]:
+        """Right before exchange `hop`: ask to heal the down edges to `want` (peer -> incarnation
+        it must run as); returns peer -> the exchange index both ends agreed to connect at."""
+        self._check()
+        return self.wires.heal(self.node, {p: i for p, i in want.items() if p not in self.peers}, hop)
+
+    def restore(self, peer: int) -> None:
+        """Connect a healed edge (right before the agreed exchange): it exchanges from now."""
+        if peer not in self.peers:
+            self.peers = tuple(sorted((*self.peers, peer)))
+            self.lost.pop(peer, None)
+            self.wires.healed(self.node, peer)
 
     def claim(self, node: int) -> int | None:
         """Become revived `node`'s sponsor (only one neighbour wins); its incarnation, or None."""
@@ -160,6 +181,7 @@ class MemoryTransport:
         if self._closed:
             return
         self._closed = True
+        self.wires.closed.add(self.node)
         reason = f"node {self.node} {'aborted' if abort else 'closed'}"
         inbox = self.wires.inbox
         is_attach = self.node == self.wires.attach and inbox is not None

@@ -12,7 +12,11 @@ closed gloo pair. A tolerant receive (churn, docs/churn-design.md, Failure detec
 the sender is alive and beating: the wires play the per-edge heartbeat, so a peer that is merely
 late because it waits on a stalled node of its own is waited for (up to LATE_FACTOR × timeout_s),
 never dropped in a cascade. Edges (re)connect by a meeting, as links.EdgeTransport's do: both
-ends call `meet` for each other within the timeout, else neither has the edge.
+ends call `meet` for each other within the timeout, else neither has the edge. An edge between
+two live members that went down heals by a negotiation that never blocks a hop (`heal`): both
+ends ask before each of their exchanges, one proposes a hop index ahead of both clocks, the other
+accepts it before it gets there, and both connect right before that exchange (docs/churn-design.md,
+Healed edges).
 
 Assumes: all endpoints live in one process. Imports no torch.
 """
@@ -30,6 +34,9 @@ from seedflood.core.flood.transport import LATE_FACTOR, Inbox, TransportError
 __all__ = ["Faults", "Mutator", "Wires"]
 
 _SLICE_S = 0.02  # tolerant receive polls the queue in slices this long to watch the heartbeat
+HEAL_AHEAD = 2
+"""A heal's hop index is this many exchanges past both ends' clocks as last asked: each end asks
+before every exchange, so the other end hears of it before its clock gets there."""
 
 Mutator = Callable[[int, int, int, bytes], "bytes | None"]
 """(src, dst, hop, frame) -> frame as delivered (None: lost); hop counts the sender's exchanges
@@ -78,6 +85,16 @@ class Faults:
         return peers
 
 
+@dataclasses.dataclass
+class _Heal:
+    """One down edge's heal as its two ends negotiate it (`Wires.heal`)."""
+
+    asked: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)  # end -> (incarnation, hop)
+    at: int | None = None  # the proposed hop index: both ends connect right before that exchange
+    by: int | None = None  # the end that proposed it
+    accepted: bool = False  # the other end took it (fresh queues both ways were made then)
+
+
 class Wires:
     """One directed FIFO queue per edge of a symmetric graph, plus the evaluator's inbox."""
 
@@ -108,6 +125,8 @@ class Wires:
         self._sponsor: dict[int, int] = {}  # revived node -> the neighbour that claimed it
         self._blobs: dict[int, queue.SimpleQueue[bytes]] = {n: queue.SimpleQueue() for n in self.neighbors}
         self._offers: dict[tuple[int, int], bool] = {}  # (node, peer) -> met: a connect waiting for peer's
+        self._heals: dict[tuple[int, int], _Heal] = {}  # (low, high) node of a down edge -> its heal
+        self.closed: set[int] = set()  # nodes whose endpoint closed (finished or stopped): never heal
         self._lock = threading.Lock()
         self._met = threading.Condition(self._lock)  # a meeting happened, or a sponsor claimed
 
@@ -208,10 +227,72 @@ class Wires:
             return sorted(met)
 
     def claim(self, sponsor: int, node: int) -> bool:
-        """`sponsor` becomes the one neighbour that catches revived `node` up (first caller wins)."""
+        """`sponsor` becomes the one neighbour that catches revived `node` up (first caller wins;
+        never across a cut link: a sponsor the newcomer cannot reach would end its life)."""
         with self._met:
             self._met.notify_all()
+            if self.is_cut(sponsor, node):
+                return False
             return self._sponsor.setdefault(node, sponsor) == sponsor
+
+    def is_cut(self, a: int, b: int) -> bool:
+        return (a, b) in self.faults.cut or (b, a) in self.faults.cut
+
+    # -- healing a down edge -----------------------------------------------------------------------
+    def healable(self, node: int, peer: int, incarnation: int | None) -> bool:
+        """`peer` runs as `incarnation` (None: its first life) and may still heal an edge (alive,
+        not closed). A cut is not known to the ends of a real link, so it does not count here."""
+        inc = self.faults.incarnations.get(peer, 0)
+        return peer not in self.faults.dead and peer not in self.closed and inc == (incarnation or 0)
+
+    def heal(self, node: int, want: Mapping[int, int | None], hop: int) -> dict[int, int]:
+        """`node`, right before its exchange number `hop`, asks to heal its down edges to `want`
+        (peer -> the incarnation it must run as, None: its first). Returns peer -> the hop index
+        at which both ends connect, for every heal both ends have agreed (the acceptor learns it
+        when it accepts, the proposer on its next ask, which comes at the latest right before
+        that exchange). Never waits. One proposes an index `HEAL_AHEAD` past both clocks; the
+        other accepts it only while its clock is below it, and fresh queues are made then, before
+        either end has sent on them; a proposer that reaches its index unaccepted withdraws it.
+        So both ends connect at one exchange index or neither does, whatever the timing."""
+        out: dict[int, int] = {}
+        mine = self.faults.incarnations.get(node, 0)
+        with self._lock:
+            for peer, incarnation in sorted(want.items()):
+                key = (min(node, peer), max(node, peer))
+                if self.is_cut(node, peer) or node in self.faults.dead or not self.healable(node, peer, incarnation):
+                    self._heals.pop(key, None)
+                    continue
+                h = self._heals.setdefault(key, _Heal())
+                lives = ((node, mine), (peer, self.faults.incarnations.get(peer, 0)))
+                if any(h.asked.get(x, (i, 0))[0] != i for x, i in lives) or (h.at is not None and hop > h.at):
+                    h = self._heals[key] = _Heal()  # another life asked, or that heal's moment passed
+                theirs = h.asked.get(peer)
+                h.asked[node] = (mine, hop)
+                if h.at is not None:
+                    if h.accepted:
+                        out[peer] = h.at
+                        continue
+                    if h.by != node and hop < h.at:  # the peer proposed: take it
+                        h.accepted = True
+                        self.queues[(node, peer)] = queue.SimpleQueue()
+                        self.queues[(peer, node)] = queue.SimpleQueue()
+                        out[peer] = h.at
+                        continue
+                    if hop < h.at:
+                        continue  # this end's proposal, not taken yet
+                    h.at = h.by = None  # not taken in time (or too late to take): withdrawn
+                if theirs is not None:  # both ask: propose an index ahead of both clocks
+                    h.at, h.by = max(hop, theirs[1]) + HEAL_AHEAD, node
+        return out
+
+    def healed(self, node: int, peer: int) -> None:
+        """`node` connected its end of a healed edge; the heal is done once both have."""
+        key = (min(node, peer), max(node, peer))
+        with self._lock:
+            if (h := self._heals.get(key)) is not None and h.accepted:
+                h.asked.pop(node, None)
+                if peer not in h.asked:
+                    del self._heals[key]
 
     def sponsor_of(self, node: int, timeout_s: float) -> int:
         """The neighbour that claimed revived `node`, waiting up to `timeout_s` for one (as a

@@ -3,14 +3,16 @@
 Owns: a churn client's schedule and membership work — the committed chain it votes on
 (`agreement.Agreement` via its `Voter`), every decided step from 0 (`history`), sponsoring a
 restarted neighbour (`boundary`, `catch_up`), rejoining from a sponsor (`rejoin`), connecting
-rejoined edges on the shared hop clock (`link`), streaming decided steps to the evaluator as the
+rejoined edges on the shared hop clock (`link`), healing down edges to live members (`heal`, over
+a `transport.Healing` transport), streaming decided steps to the evaluator as the
 attach node (`follow`), and audits.
 
 The transport drops a failed peer instead of raising (`take_lost`), the flood stops sending to it,
 and no step is applied until a strict majority of its roster committed its content: at the end of
 local step t the client votes on step t − vote_lag (what it holds), reviews the votes it holds
 (commits, next ballots), and applies step t − delay once committed and held; until then it keeps
-hopping without originating (bounded by `protocol.patience_hops`, then it stops with one line).
+hopping without originating (bounded by `protocol.patience_hops`, then it stops with one line;
+while an edge to a live member is down and may heal, up to `transport.HEAL_FACTOR` timeouts more).
 Every `audit_every` steps the client floods an AUDIT note of its state hash; a client whose hash
 differs from the majority's is left out of the proposals of the others and excluded once that
 commits. A client that cannot reach an agreeing majority, or is excluded, raises
@@ -25,6 +27,7 @@ feeds the evaluator, the `transport.EvaluatorFeed` to do it with).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from seedflood.core.churn.agreement import Agreement
@@ -33,10 +36,19 @@ from seedflood.core.flood import membership, stepstream
 from seedflood.core.flood.flooding import FloodError
 from seedflood.core.flood.membership import AUDIT, JOIN, Change, Note, Roster
 from seedflood.core.flood.message import FrameError, Message
-from seedflood.core.flood.transport import EVALUATOR, ChurnTransport, EvaluatorFeed, TransportError
+from seedflood.core.flood.transport import (
+    EVALUATOR,
+    HEAL_FACTOR,
+    ChurnTransport,
+    EvaluatorFeed,
+    Healing,
+    TransportError,
+)
 from seedflood.roles.strategy import Host, Records
 
 log = logging.getLogger(__name__)
+
+IDLE_S = 0.01  # a client waiting past its patience for an edge to heal hops at most this often (s)
 
 
 class Churn:
@@ -71,6 +83,9 @@ class Churn:
         self.joined_at = 0  # first step this client originates (a rejoined client: its JOIN step)
         self._deferred: set[int] = set()  # restarted neighbours still members under their old incarnation
         self._links: dict[int, list[Note]] = {}  # hop index -> JOIN notes whose edges connect then
+        self.healer = transport if isinstance(transport, Healing) else None
+        """The transport, where its down edges heal (in memory; gloo edges do not yet)."""
+        self._heal_at: dict[int, int] = {}  # peer -> the exchange index its healed edge connects at
 
     @property
     def roster(self) -> Roster:
@@ -148,6 +163,52 @@ class Churn:
 
     def before_hop(self) -> None:
         self.link()
+        self.heal()
+
+    def _healable(self) -> dict[int, int | None]:
+        """The down edges this client asks to heal: to every topology neighbour that is a member
+        of its committed roster, as the incarnation the roster admitted (None: its first life),
+        while this client is an admitted member itself (a newcomer's edges are `link`'s)."""
+        h, a, roster = self.host, self.agreement, self.roster
+        if h.node not in roster.members or roster.incarnations.get(h.node, a.incarnation) != a.incarnation:
+            return {}
+        return {
+            q: roster.incarnations.get(q)
+            for q in self._neighbours()
+            if q in roster.members and q not in h.flood.peers and q not in self._heal_at
+        }
+
+    def heal(self) -> None:
+        """Right before exchange number `hops_run`: ask the transport to heal the down edges to
+        live members (never waiting), and connect those whose agreed exchange index is this one.
+        Both ends connect right before the same exchange index (the transport's negotiation), so
+        the edge's frames stay paired, and both then owe each other everything they hold
+        (`Flood.add_peer`). A client with no edge at all has no exchanges to keep paired: its
+        clock jumps to the agreed index (a stalled client wakes behind the others' clocks)."""
+        healer, h = self.healer, self.host
+        if healer is None:
+            return
+        if want := self._healable():
+            self._heal_at.update(healer.heal(want, h.hops_run))
+        if not self._heal_at:
+            return
+        first = min(self._heal_at.values())
+        if not healer.peers and h.hops_run < first:
+            h.hops_run = first
+        for q in sorted(q for q, at in self._heal_at.items() if at <= h.hops_run):
+            at = self._heal_at.pop(q)
+            if at < h.hops_run or q in h.flood.peers:
+                continue  # never expected: the negotiation hands every index out ahead of the clock
+            healer.restore(q)
+            h.flood.add_peer(q)
+            log.warning("node %d: edge to node %d healed at hop %d", h.node, q, at)
+
+    def _awaits_heal(self) -> bool:
+        """An edge to a live member is down and may still heal (or a heal is agreed)."""
+        healer = self.healer
+        if healer is None:
+            return False
+        return bool(self._heal_at) or any(healer.healable(q, i) for q, i in self._healable().items())
 
     def link(self) -> None:
         """Right before exchange number `hops_run`: connect the edges of rejoining neighbours
@@ -310,9 +371,19 @@ class Churn:
         client is the attach node, and audit the state if this step is audited."""
         h = self.host
         waited = 0
+        heal_by: float | None = None  # past its patience: when it stops waiting for a down edge to heal
         while (msgs := self.voter.take(s)) is None:
             if waited >= h.protocol.patience_hops:
-                raise self.voter.stuck(s, waited)
+                if self.healer is None:  # nothing that went down comes back by itself
+                    raise self.voter.stuck(s, waited)
+                # an edge may heal anywhere in this client's part (a stalled member wakes, a cut
+                # link comes back) and bring a majority: wait for it, paced, before stopping
+                now = time.monotonic()
+                if heal_by is None:
+                    heal_by = now + HEAL_FACTOR * (h.meet_timeout_s or 0.0)
+                if now > heal_by:
+                    raise self.voter.stuck(s, waited)
+                time.sleep(IDLE_S)
             h.hop(t)
             self.agree(t)
             waited += 1

@@ -10,7 +10,9 @@ Faults (`events`, churn runs): each node's own thread carries out its events at 
 step they name — `kill` (crash before this step: the network fails every edge of the node at once), `crash` (dies
 in hop `hop` of this step after its frame reached only its first `arg` peers), `stall`
 (SIGSTOP for `arg` seconds: the node's next exchange blocks, its neighbours drop it once it has
-been silent for the transport timeout), `cut` (the link to node `arg` fails both ways),
+been silent for the transport timeout), `cut` (the link to node `arg` fails both ways), `heal`
+(a cut link to node `arg` works again; its ends reconnect it, as any down edge between live
+members),
 `corrupt` (add `arg` to one weight: a client whose state silently differs, for the audit),
 `restart` (a killed node comes back once the others reach `step`: a new incarnation with the
 base weights, caught up by its sponsor's log; its per-step hashes before that are None; a life
@@ -87,14 +89,14 @@ class Event:
 
     step: int
     node: int
-    action: str  # kill | crash | stall | cut | corrupt | restart
+    action: str  # kill | crash | stall | cut | heal | corrupt | restart
     arg: float = (
-        0.0  # crash: peers its last frame reaches; stall: seconds; cut: the other end; corrupt: added to a weight
+        0.0  # crash: peers its last frame reaches; stall: seconds; cut, heal: the other end; corrupt: added to a weight
     )
     hop: int = 0  # crash: in which hop of the step (0-based)
 
     def __post_init__(self) -> None:
-        if self.action not in ("kill", "crash", "stall", "cut", "corrupt", "restart"):
+        if self.action not in ("kill", "crash", "stall", "cut", "heal", "corrupt", "restart"):
             raise ValueError(f"unknown fault action {self.action!r}")
 
 
@@ -165,6 +167,8 @@ def simulate(
         if e.action == "stall":
             network.stall(e.node)
             threading.Timer(e.arg, network.unstall, args=(e.node,)).start()
+        elif e.action == "heal":
+            network.heal(e.node, int(e.arg))
         else:
             network.cut(e.node, int(e.arg))
             network.cut(int(e.arg), e.node)

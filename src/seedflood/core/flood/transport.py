@@ -14,6 +14,8 @@ Owns what every backend shares, and nothing backend-specific:
   edges (re)connect by meetings (`connect`); a restarted neighbour is claimed (`revived`,
   `claim`) and caught up by a blob (`send_blob`, `recv_blob`); a restarted process waits for
   its sponsor (`sponsor`).
+- `Healing`: a `ChurnTransport` whose down edges between live members come back (the in-memory
+  one; gloo edges do not heal yet): a negotiation of the exchange index both ends reconnect at.
 - `EvaluatorFeed`: what a churn attach node needs to feed an evaluator that follows it (answer
   its greeting, open each new edge with the steps it lacks, push).
 - `Inbox`: the evaluator's side of the push channel (an ordered queue that ends with the
@@ -53,6 +55,10 @@ MAX_FRAME_BYTES = 1 << 30
 LATE_FACTOR = 10
 """Churn: a peer that still heartbeats is waited for up to this many timeouts per hop (it may be
 waiting on a silent node of its own; dropping it would cascade). memorywires.py and links.py share it."""
+HEAL_FACTOR = 2
+"""Churn, over a `Healing` transport: a client that has waited `protocol.patience_hops` for a
+commit while an edge to a live member is down waits up to this many more timeouts for it to
+heal (a stalled neighbour wakes, a cut link comes back) before it stops as a minority."""
 MAX_PENDING = 1024
 """Unfinished push messages to the evaluator before `push` waits for the oldest (back-pressure)."""
 
@@ -132,6 +138,29 @@ class ChurnTransport(Transport, Protocol):
         """Close the edge to a connected peer now, as if it had failed (it sent what no correct
         peer sends): `take_lost` reports it and the peer's end of the edge fails. No-op when the
         peer is not connected."""
+        ...
+
+
+@runtime_checkable
+class Healing(Protocol):
+    """What a churn client calls to heal its down edges (docs/churn-design.md, Healed edges):
+    before each exchange it asks for the edges to the live members it lacks; both ends connect
+    right before one exchange index they agreed on ahead of both clocks, or neither does."""
+
+    peers: tuple[int, ...]
+
+    def healable(self, peer: int, incarnation: int | None) -> bool:
+        """`peer` runs as `incarnation` (None: its first life) and could still heal an edge."""
+        ...
+
+    def heal(self, want: Mapping[int, int | None], hop: int) -> dict[int, int]:
+        """Right before exchange `hop`, never waiting: ask to heal the down edges to `want`
+        (peer -> the incarnation it must run as); returns peer -> the exchange index both ends
+        agreed to connect at (the same one at both ends), for each heal agreed so far."""
+        ...
+
+    def restore(self, peer: int) -> None:
+        """Connect a healed edge right before the agreed exchange."""
         ...
 
 

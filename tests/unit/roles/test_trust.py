@@ -7,12 +7,15 @@
   flight) has what it forged dropped and counted by its neighbours, never applied: under churn
   the forger's messages never count, so it is left out by a committed step and every honest
   client trains on to one history (checked against a replay of the decided steps and the log).
-- A process without node i's key cannot start as node i.
+- A process without node i's key cannot start as node i, nor rejoin as node i: the sponsor's
+  challenge (roles/rejoinproof.py) refuses its answer, no JOIN is flooded, and the run goes on
+  without it; a genuine restart of a signed run passes the challenge and rejoins.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from pathlib import Path
 
@@ -23,7 +26,7 @@ from test_churn import TORUS, cfg_for, check_survivors, protocol_of  # the churn
 from seedflood.comm import identity
 from seedflood.core.flood.membership import decode_hop, encode_hop
 from seedflood.core.flood.message import FrameError, Message
-from seedflood.roles.inprocess import simulate
+from seedflood.roles.inprocess import Event, simulate
 
 torch.set_num_threads(1)
 
@@ -229,3 +232,53 @@ def test_in_a_strict_run_a_frame_that_does_not_decode_stops_its_receiver_naming_
 
     with pytest.raises(FrameError, match="bad frame from node 5 at step"):
         simulate(cfg, mutate=bad)
+
+
+def impostor_key(tmp_path: Path, node: int):
+    """A signing function with a key that is not `node`'s (a roster of another run's keys)."""
+    other = tmp_path / "impostor"
+    identity.write_keys(other, 8)
+    return identity.load_identity(other, node, identity.load_roster(other)).sign
+
+
+@pytest.mark.parametrize("impostor", [False, True], ids=["genuine", "impostor"])
+def test_only_a_process_with_the_nodes_key_rejoins_as_that_node(keys, tmp_path, impostor, caplog):
+    """Signed churn on the torus: node 5 is killed before step 3 and a process restarts as node
+    5 once the others reach step 7. The genuine one answers its sponsor's challenge with node 5's
+    key and rejoins by replay (a committed JOIN, all eight finish on one history). An impostor (a
+    process with another key, node 5's id) answers with the wrong key: its sponsor refuses it in
+    one line, floods no JOIN and closes the edge, the impostor stops, and the seven others finish
+    on one history without it (no join in the log)."""
+    caplog.set_level(logging.WARNING, logger="seedflood")
+    cfg = cfg_for(*signed(keys), steps=16)
+    events = [Event(3, 5, "kill"), Event(7, 5, "restart")]
+    r = simulate(cfg, events=events, impostors={5: impostor_key(tmp_path, 5)} if impostor else None)
+    joins = [c.join for c in r.changes.values() if c.join]
+    ((leave, change),) = [(s, c) for s, c in r.changes.items() if c.leave]
+    assert change.leave == (5,) and leave == 3, r.changes  # killed before step 3: left out from step 3
+    if impostor:
+        assert list(r.exits) == [5] and joins == [], (r.exits, r.changes)
+        # every life its supervisor starts is refused (the last may find nobody left to ask)
+        assert "no neighbour sponsored the rejoin" in r.exits[5], r.exits
+        refusals = [m for m in caplog.messages if "refused node 5's rejoin" in m]
+        assert refusals and all(m.endswith("not signed with node 5's key") for m in refusals), refusals
+        assert sorted(r.hashes) == [0, 1, 2, 3, 4, 6, 7]
+        assert all(5 not in {m.origin for m in msgs} for s, msgs in r.records if s >= leave)
+    else:
+        assert r.exits == {} and joins == [((5, 1),)], (r.exits, r.changes)
+        assert sorted(r.hashes) == list(range(8))
+    assert all(s.forged == 0 for s in r.flood.values())  # refused before it sent anything
+    check_survivors(cfg, r, tmp_path)
+
+
+def test_a_process_signing_as_another_node_from_the_start_is_left_out(keys, tmp_path):
+    """Node 5's process holds another key from its first step (it signs as node 5 with a key the
+    roster does not name): everything it originates is dropped and counted as forged by its
+    neighbours, it is left out by a committed step like a silent client, the others train on."""
+    cfg = cfg_for(*signed(keys), steps=12)
+    r = simulate(cfg, impostors={5: impostor_key(tmp_path, 5)})
+    assert list(r.exits) == [5] and "without this client" in r.exits[5], r.exits
+    ((step, change),) = r.changes.items()
+    assert change.leave == (5,) and step == 0  # none of its messages ever counted
+    assert sum(r.flood[n].forged for n in (1, 4, 6)) > 0
+    check_survivors(cfg, r, tmp_path)

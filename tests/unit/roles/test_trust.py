@@ -154,6 +154,33 @@ def test_a_peer_that_replays_an_old_frame_in_place_of_its_own_changes_nothing(ke
         assert r.exits == {} and r.hashes == honest.hashes and r.records == honest.records, r.exits
 
 
+@pytest.mark.parametrize("sign", [False, True], ids=["unsigned", "signed"])
+def test_a_peer_that_keeps_sending_an_old_frame_is_left_out_from_the_first_step_it_withholds(keys, sign, tmp_path):
+    """From step 3 on, node 5 sends each torus neighbour, in place of every frame it owes, the
+    last frame it sent it before: everything in it was seen (dropped as such), and node 5's own
+    messages and votes from step 3 on never come. It is left out exactly from step 3 (the bound
+    in docs/trust.md: the first step it withholds), like a silent client, and the seven others
+    finish on one history."""
+    cfg = cfg_for(*(signed(keys) if sign else ()), steps=10)
+    first = 3 * protocol_of(cfg).hops  # the first hop of step 3
+    last: dict[int, bytes] = {}
+
+    def old(src: int, dst: int, hop: int, frame: bytes) -> bytes:
+        if src != 5:
+            return frame
+        if hop < first:
+            last[dst] = frame
+            return frame
+        return last[dst]
+
+    r = simulate(cfg, mutate=old)
+    assert list(r.exits) == [5] and "without this client" in r.exits[5], r.exits
+    ((step, change),) = r.changes.items()
+    assert change.leave == (5,) and step == 3, r.changes
+    assert all(s.forged == 0 for s in r.flood.values())  # old, not forged: its signatures are its own
+    check_survivors(cfg, r, tmp_path)
+
+
 def test_a_client_that_signs_two_votes_in_one_ballot_is_excluded_and_the_others_keep_one_history(keys, tmp_path):
     """Signed churn on the 2×4 torus: node 5 sends neighbour 1 another vote (a value less one
     origin, signed with its own key) in every ballot, and the others its real one. Both signed

@@ -86,7 +86,7 @@ def test_a_client_that_forges_its_own_signatures_is_dropped_counted_and_left_out
     assert list(r.exits) == [5] and "without this client" in r.exits[5], r.exits
     assert sorted(r.hashes) == [0, 1, 2, 3, 4, 6, 7]
     (change,) = r.changes.values()
-    assert change.leave == (5,)
+    assert change.leave == (5,) and change.step == 0  # the bound: the first step it forges (all of them)
     assert all(5 not in {m.origin for m in msgs} for s, msgs in r.records if s >= change.step)
     assert sum(r.flood[n].forged for n in (1, 4, 6)) > 0  # 5's neighbours on the 2×4 torus counted them
     check_survivors(cfg, r, tmp_path)
@@ -181,6 +181,58 @@ def test_a_peer_that_keeps_sending_an_old_frame_is_left_out_from_the_first_step_
     check_survivors(cfg, r, tmp_path)
 
 
+def test_in_a_strict_run_a_peer_stuck_on_an_old_frame_stops_the_run_naming_what_it_withholds():
+    """Strict: node 5 sends from step 3 on the last frame it sent each neighbour before; what it
+    carries was seen, and its own message of step 3 never comes: the run stops naming it."""
+    from seedflood.core.flood.flooding import FloodError
+
+    cfg = cfg_for("churn.settle=0", steps=6)
+    first, last = 3 * protocol_of(cfg).hops, {}
+
+    def old(src: int, dst: int, hop: int, frame: bytes) -> bytes:
+        if src == 5 and hop < first:
+            last[dst] = frame
+        return last[dst] if src == 5 and hop >= first else frame
+
+    with pytest.raises(FloodError, match=r"step 3 incomplete after its hops \(missing \[\(5, 3, 0\)\]\)"):
+        simulate(cfg, mutate=old)
+
+
+def times_ten(cfg, relay: int):
+    """A frame rewriter: `relay` forwards the others' messages with 10 × their scalar (unsigned)."""
+    limits = protocol_of(cfg).limits(0, 2**32 - 1)
+
+    def mutate(src: int, dst: int, hop: int, frame: bytes) -> bytes:
+        if src != relay or not frame:
+            return frame
+        msgs, notes = decode_hop(frame, limits)
+        return encode_hop(
+            [dataclasses.replace(m, scalar=10 * m.scalar) if m.origin != relay else m for m in msgs], notes
+        )
+
+    return mutate
+
+
+def test_unsigned_a_relay_that_changes_what_it_forwards_makes_honest_origins_look_like_equivocators():
+    """What an unsigned run does not cover (docs/trust.md: it assumes honest relays). Node 2 of
+    the torus forwards every other origin's message with 10 × its scalar. Strict: a receiver
+    that gets both copies stops, naming the conflict. Churn: the two copies are evidence against
+    their honest origins, who are excluded; nothing forks (what every client applied is a prefix
+    of one history), but the run is lost. Signed, the altered copies are dropped instead
+    (test_a_relay_that_changes_what_it_forwards_changes_nothing)."""
+    from seedflood.core.flood.flooding import FloodError
+
+    strict = cfg_for("churn.settle=0", steps=4)
+    with pytest.raises(FloodError, match="conflicting copies of message"):
+        simulate(strict, mutate=times_ten(strict, 2))
+    cfg = cfg_for(steps=6)
+    r = simulate(cfg, mutate=times_ten(cfg, 2))
+    excluded = [n for n, why in r.exits.items() if "without this client" in why]
+    assert set(excluded) - {2}, r.exits  # honest origins convicted on the relay's copies
+    applied = sorted((r.step_hashes[n] for n in range(8)), key=len)
+    assert all(h == applied[-1][: len(h)] for h in applied)  # one history, however short
+
+
 def test_a_client_that_signs_two_votes_in_one_ballot_is_excluded_and_the_others_keep_one_history(keys, tmp_path):
     """Signed churn on the 2×4 torus: node 5 sends neighbour 1 another vote (a value less one
     origin, signed with its own key) in every ballot, and the others its real one. Both signed
@@ -221,6 +273,7 @@ def test_a_client_that_signs_two_votes_in_one_ballot_is_excluded_and_the_others_
     assert sorted(r.hashes) == [0, 1, 2, 3, 4, 6, 7] and len(set(r.hashes.values())) == 1
     (change,) = r.changes.values()
     assert change.leave == (5,) and change.audit == (5,)  # left out on evidence, not silence
+    assert change.step <= min(lies) + 1, (change.step, min(lies))  # the bound docs/trust.md states
     assert all(5 not in {m.origin for m in msgs} for s, msgs in r.records if s >= change.step)
     assert all(s.forged == 0 for s in r.flood.values())  # every lie was a valid signature
     check_survivors(cfg, r, tmp_path)
@@ -246,7 +299,9 @@ def test_a_peer_that_sends_frames_no_correct_peer_sends_is_cut_off_and_left_out(
     assert list(r.exits) == [5], r.exits
     assert sorted(r.hashes) == [0, 1, 2, 3, 4, 6, 7]
     (change,) = r.changes.values()
-    assert change.leave == (5,)
+    # the bound: its first bad frame is in step 10 // hops (3 here), after that step's first hop,
+    # so what it sent before may still complete that step: left out from it or the next
+    assert change.leave == (5,) and change.step <= 10 // p.hops + 1, change
     assert all(5 not in {m.origin for m in msgs} for s, msgs in r.records if s >= change.step)
     check_survivors(cfg, r, tmp_path)
 

@@ -123,7 +123,8 @@ def simulate(
     `mutate(src, dst, hop, frame) -> frame` may corrupt traffic for fault-injection tests.
     `protocol`: run under this protocol instead of the config's (e.g. a reference with another
     delay, `dataclasses.replace(p, delay=d, overlap=False)`); the topology must fit it.
-    `events`: faults to inject (churn runs only: the transport then tolerates failures).
+    `events`: faults to inject (churn runs only, the transport then tolerates failures; `corrupt`,
+    which fails nothing, in strict runs too).
     `impostors`: node -> a signing function not its own (module docstring; trust.sign runs).
     `supervise`: a node without `restart` events that the churn rules stop (cut off from the
     majority, excluded) is restarted while others still run, as the churn launchers restart a
@@ -134,8 +135,8 @@ def simulate(
     top = top or topo.build(cfg.topology)
     topo.check_nodes(top, cfg.topology.nodes)
     protocol = protocol or Protocol.of(cfg, top.diameter)
-    if events and not protocol.churn:
-        raise ValueError("fault events need a churn run (churn.settle >= 1)")
+    if any(e.action != "corrupt" for e in events) and not protocol.churn:
+        raise ValueError("fault events other than corrupt need a churn run (churn.settle >= 1)")
     network = InMemoryNetwork(
         {i: top.neighbors(i) for i in top.nodes},
         timeout_s=cfg.transport.timeout_s,

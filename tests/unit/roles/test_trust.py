@@ -198,6 +198,17 @@ def test_in_a_strict_run_a_peer_stuck_on_an_old_frame_stops_the_run_naming_what_
         simulate(cfg, mutate=old)
 
 
+def test_in_a_strict_run_a_client_whose_weights_differ_is_seen_by_its_final_hash():
+    """Strict has no audit: node 3's weight is changed before step 2; its messages stay well
+    formed (estimated on its own weights), every client applies the same ones, the run ends,
+    and only the final hashes tell: node 3's differs from the seven others' (the launched
+    evaluator compares every client's hash with its own: summary.json's consensus)."""
+    cfg = cfg_for("churn.settle=0", steps=4)
+    r = simulate(cfg, events=[Event(2, 3, "corrupt", 1e-3)])
+    others = {h for n, h in r.hashes.items() if n != 3}
+    assert r.exits == {} and len(r.hashes) == 8 and len(others) == 1 and r.hashes[3] not in others
+
+
 def times_ten(cfg, relay: int):
     """A frame rewriter: `relay` forwards the others' messages with 10 × their scalar (unsigned)."""
     limits = protocol_of(cfg).limits(0, 2**32 - 1)

@@ -488,12 +488,15 @@ def test_a_launched_adversary_is_left_out_and_the_others_finish_on_one_history(
     assert runs.replay(out) == {"steps": 20, "param_hash": s["param_hash"]}
 
 
-def test_a_process_without_the_nodes_key_cannot_rejoin_as_that_node(tmp_path):
-    """A signed run: node 2 is SIGKILLed after 5 steps and a process without its key starts as
-    node 2 (tests/adversary.py impersonate; same RANK: a new incarnation in the run's store). The
-    neighbour that claims it challenges it (roles/rejoinproof.py), refuses its answer in one line
-    and floods no JOIN; the impostor stops, and the three others and the evaluator finish on one
-    hash that the log replays to, with node 2's leave and no join."""
+@pytest.mark.parametrize("impostor", [False, True], ids=["genuine", "impostor"])
+def test_only_a_process_with_the_nodes_key_rejoins_a_signed_run(tmp_path, impostor):
+    """A signed run: node 2 is SIGKILLed after 5 steps and started again (same RANK: a new
+    incarnation in the run's store), through tests/adversary.py impersonate. The genuine process
+    answers the challenge of the neighbour that claims it (roles/rejoinproof.py) with node 2's key
+    and rejoins by replay: all four and the evaluator end on one hash, the log records the leave
+    and the join. A process without node 2's key (the flag set before the restart) is refused in
+    one line and no JOIN floods; it stops, and the three others and the evaluator finish on one
+    hash, the log with node 2's leave and no join. Either log replays to the final hash."""
     out = tmp_path / "run"
     keys, flag = tmp_path / "keys", tmp_path / "impostor"
     identity.write_keys(keys, 4)
@@ -503,17 +506,27 @@ def test_a_process_without_the_nodes_key_cannot_rejoin_as_that_node(tmp_path):
     group.watch(out / "log.bin")
     with group.start_all() as run:
         runs.wait_for_steps(run, out, 5)
-        flag.touch()  # the next process of node 2 holds another key
+        if impostor:
+            flag.touch()  # the next process of node 2 holds another key
         run.restart(str(VICTIM + 1))
         said = finish(run)
+    reader = LogReader(out / "log.bin")
+    _, records = reader.read()
+    changes = sorted(reader.changes.items())
+    if not impostor:
+        assert run.codes() == [0] * WORLD, said
+        assert "refused" not in said and "rejoined by replaying" in said, said[-3000:]
+        s = check_run(out, STEPS, said)
+        (leave, join) = changes
+        assert leave[1].leave == (VICTIM,) and join[1].join == ((VICTIM, 2),), changes
+        assert sum(f["forged"] for f in s["flood"]) == 0
+        return
     codes = run.codes()
     assert codes[: VICTIM + 1] + codes[VICTIM + 2 :] == [0] * (WORLD - 1) and codes[VICTIM + 1] != 0, said
     assert f"refused node {VICTIM}'s rejoin" in said and f"not signed with node {VICTIM}'s key" in said, said[-3000:]
     s = json.loads((out / "summary.json").read_text())
     assert s["left"] == [VICTIM] and s["consensus"], s.get("membership_changes")
     assert [h for n, h in enumerate(s["client_hashes"]) if n != VICTIM] == [s["param_hash"]] * 3
-    reader = LogReader(out / "log.bin")
-    _, records = reader.read()
-    ((_, change),) = reader.changes.items()  # the leave; no join
-    assert change.leave == (VICTIM,) and change.join == (), reader.changes
+    ((_, change),) = changes  # the leave; no join
+    assert change.leave == (VICTIM,) and change.join == (), changes
     assert runs.replay(out) == {"steps": STEPS, "param_hash": s["param_hash"]}

@@ -19,9 +19,9 @@ any run): node i sends `lies[i]`'s scalars in place of its honest ones (roles/ly
 Impostors (`impostors`, signed runs): node i's process signs with `impostors[i]`, a key that is
 not node i's (a process without node i's key acting as node i): its restarted lives if it has
 `restart` events (the genuine first life is killed, an impostor takes its slot and must pass the
-rejoin challenge), else its only life. A node
-that stops by the churn rules (minority, excluded) or is killed is reported in `exits`, not raised;
-with `supervise`, one stopped by the rules is restarted as its launcher would restart it.
+rejoin challenge), else its only life. A node that stops by the churn rules (minority, excluded)
+or is killed is reported in `exits`, not raised; with `supervise`, one stopped by the rules is
+restarted as its launcher would restart it.
 
 Assumes: torch ops are deterministic for a fixed thread count; callers that compare against
 other processes pin `run.threads` (the tests use 1).

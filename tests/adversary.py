@@ -7,7 +7,13 @@ or, from step ARG on, a rewrite of every frame it sends:
 - `garbage`: 64 random bytes;
 - `equivocate`: its own messages reach its lowest neighbour with twice their scalar (two
   different messages under one id; unsigned runs: the copy is unsigned);
-- `forge`: its own messages carry 64 random bytes as their signature (a signed run).
+- `forge`: its own messages carry 64 random bytes as their signature (a signed run);
+- `replay`: each neighbour gets again the last frame it got before step ARG, in place of every
+  frame it is owed (an old frame: what it carries was seen, what it withholds never comes);
+or `impersonate` (a signed run), where ARG is a file: if it exists when the process starts, node
+NODE's process holds a fresh key, not node NODE's, and signs everything (its messages, votes and
+its answer to a sponsor's rejoin challenge) with it — a process without that node's key acting as
+that node, from its start or, created before a restart, from its rejoin.
 
 Launched adversaries for the trust tests, patched in from outside the product: every process of
 a world runs this script and only the client of node NODE misbehaves; the rest is the real
@@ -20,10 +26,13 @@ import dataclasses
 import os
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
 
 from seedflood.cli import console
 from seedflood.core.flood import membership
 from seedflood.core.flood.message import Message
+from seedflood.core.flood.signing import Signing
 from seedflood.roles.client import Client
 from seedflood.roles.lying import Lie
 
@@ -78,6 +87,37 @@ def _equivocate(client: Client, peer: int, step: int, frame: bytes) -> bytes:
     return _own(lambda m: Message.make(m.origin, m.step, m.seed, 2 * m.scalar, m.k))(client, peer, step, frame)
 
 
+def replay_from(from_step: int) -> Rewrite:
+    """From step `from_step` on, each peer gets again the last frame it got before (rewrites from step 0)."""
+    last: dict[int, bytes] = {}  # peer -> the last frame sent to it before from_step
+
+    def rewrite(client: Client, peer: int, step: int, frame: bytes) -> bytes:
+        if step < from_step:
+            last[peer] = frame
+            return frame
+        return last.get(peer, frame)
+
+    return rewrite
+
+
+def impersonate(node: int, flag: Path) -> None:
+    """If `flag` exists now, node `node`'s process signs with a fresh Ed25519 key, not its own."""
+    if not flag.exists():
+        return
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from seedflood.roles import train
+
+    honest = train.signing_of
+    key = Ed25519PrivateKey.generate()
+
+    def signing_of(cfg: Any, trajectory: Any, n: int) -> Signing | None:
+        own = honest(cfg, trajectory, n)
+        return own if own is None or n != node else dataclasses.replace(own, sign=key.sign)
+
+    train.signing_of = signing_of
+
+
 REWRITES: dict[str, Rewrite] = {
     "garbage": lambda client, peer, step, frame: os.urandom(64),
     "equivocate": _equivocate,
@@ -89,6 +129,10 @@ if __name__ == "__main__":
     node, kind, arg, *rest = sys.argv[1:]
     if kind in REWRITES:
         rewrite_frames(int(node), int(arg), REWRITES[kind])
+    elif kind == "replay":
+        rewrite_frames(int(node), 0, replay_from(int(arg)))
+    elif kind == "impersonate":
+        impersonate(int(node), Path(arg))
     else:
         lie(int(node), Lie(kind, float(arg)))
     sys.argv = ["seedflood", *rest]

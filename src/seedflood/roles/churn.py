@@ -44,6 +44,7 @@ from seedflood.core.flood.transport import (
     Healing,
     TransportError,
 )
+from seedflood.roles import rejoinproof
 from seedflood.roles.strategy import Host, Records
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,10 @@ class Churn:
             inc = transport.claim(p)
             if inc is None or not transport.connect([p], timeout):
                 continue  # another neighbour sponsors it, or it is gone again
+            if why := rejoinproof.challenge(transport, h.flood.signing, p, inc, timeout):  # signed runs
+                log.warning("node %d: refused node %d's rejoin (incarnation %d): %s", h.node, p, inc, why)
+                transport.drop(p, f"rejoin refused: {why}")
+                continue
             # JOIN at e = t + delay + 1: the note gets the hops a message of step t gets before it
             # is applied, so it normally reaches every voter before they propose step e (one that
             # lacks it proposes e without the newcomer, and the ballots settle which commits).

@@ -7,7 +7,7 @@ in-process simulation), and `sponsored_catch_up`: a restarted process's half of 
 handshake, the one both the launched client and the simulation use (docs/churn-design.md,
 Rejoin across processes).
 
-May import: seedflood.core; roles' host and churn.
+May import: seedflood.core; roles' host, churn and rejoinproof.
 
 Assumes: the transport handed over is the one the client hops on (`Churn` connects and drops
 its edges there).
@@ -20,7 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
+from seedflood.core.flood.signing import Signing
 from seedflood.core.flood.transport import ChurnTransport, EvaluatorFeed, TransportError
+from seedflood.roles import rejoinproof
 from seedflood.roles.churn import Churn
 from seedflood.roles.strategy import Host
 
@@ -56,11 +58,13 @@ class ChurnStrategy:
         )
 
 
-def sponsored_catch_up(transport: ChurnTransport, wait_s: float) -> bytes:
+def sponsored_catch_up(transport: ChurnTransport, wait_s: float, signing: Signing | None = None) -> bytes:
     """A restarted process's half of the sponsor handshake (docs/churn-design.md, Rejoin across
     processes): wait up to `wait_s` s for the neighbour that claims this incarnation (its
-    `Churn.boundary`), meet it, and take the catch-up it sends, for `Churn.rejoin` to replay.
-    TransportError when no neighbour claims it, the meeting fails, or no catch-up comes."""
+    `Churn.boundary`), meet it, in a signed run answer its challenge with this node's key
+    (`rejoinproof`), and take the catch-up it sends, for `Churn.rejoin` to replay.
+    TransportError when no neighbour claims it, the meeting fails, the sponsor refuses the
+    answer, or no catch-up comes."""
     log.warning(
         "node %d: restarted as incarnation %d: waiting for a neighbour to sponsor the rejoin",
         transport.node,
@@ -69,4 +73,7 @@ def sponsored_catch_up(transport: ChurnTransport, wait_s: float) -> bytes:
     sponsor = transport.sponsor(wait_s)
     if not transport.connect([sponsor], wait_s):
         raise TransportError(f"node {transport.node}: could not connect to its sponsor node {sponsor}")
-    return transport.recv_blob(sponsor, wait_s)
+    rejoinproof.answer(transport, signing, sponsor, wait_s)
+    blob = transport.recv_blob(sponsor, wait_s)
+    rejoinproof.refused(blob, sponsor)
+    return blob

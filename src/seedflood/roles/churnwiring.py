@@ -124,7 +124,8 @@ class ChurnWiring:
         the others' start-up bound, is caught up by the neighbour that claims it; any other
         resumes from the logged steps."""
         if transport.rejoining:
-            client.churn.rejoin(sponsored_catch_up(transport, LATE_FACTOR * self.p.cfg.transport.timeout_s))
+            wait_s = LATE_FACTOR * self.p.cfg.transport.timeout_s
+            client.churn.rejoin(sponsored_catch_up(transport, wait_s, client.flood.signing))
         else:
             client.resume(records, changes)  # O(messages) for subcge, no checkpoint needed
 

@@ -17,9 +17,13 @@ members),
 `restart` (a killed node comes back once the others reach `step`: a new incarnation with the
 base weights, caught up by its sponsor's log; its per-step hashes before that are None; a life
 that ends before the run does is restarted again, up to RESTART_TRIES times). Liars (`lies`,
-any run): node i sends `lies[i]`'s scalars in place of its honest ones (roles/lying.py). A node
-that stops by the churn rules (minority, excluded) or is killed is reported in `exits`, not raised;
-with `supervise`, one stopped by the rules is restarted as its launcher would restart it.
+any run): node i sends `lies[i]`'s scalars in place of its honest ones (roles/lying.py).
+Impostors (`impostors`, signed runs): node i's process signs with `impostors[i]`, a key that is
+not node i's (a process without node i's key acting as node i): its restarted lives if it has
+`restart` events (the genuine first life is killed, an impostor takes its slot and must pass the
+rejoin challenge), else its only life. A node that stops by the churn rules (minority, excluded)
+or is killed is reported in `exits`, not raised; with `supervise`, one stopped by the rules is
+restarted as its launcher would restart it.
 
 Assumes: torch ops are deterministic for a fixed thread count; callers that compare against
 other processes pin `run.threads` (the tests use 1).
@@ -42,6 +46,7 @@ from seedflood.core.flood.flooding import FloodStats
 from seedflood.core.flood.membership import Change, MembershipError
 from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
+from seedflood.core.flood.signing import Sign, Signing
 from seedflood.core.flood.transport import LATE_FACTOR, ByteCounter, TransportError
 from seedflood.core.topology import resolve as topo
 from seedflood.core.topology.graph import Topology
@@ -111,6 +116,7 @@ def simulate(
     events: Sequence[Event] = (),
     supervise: bool = False,
     lies: Mapping[int, Lie] | None = None,
+    impostors: Mapping[int, Sign] | None = None,
 ) -> SimResult:
     """Run every client of `cfg`; raises the first client error (others cascade).
 
@@ -119,7 +125,9 @@ def simulate(
     `mutate(src, dst, hop, frame) -> frame` may corrupt traffic for fault-injection tests.
     `protocol`: run under this protocol instead of the config's (e.g. a reference with another
     delay, `dataclasses.replace(p, delay=d, overlap=False)`); the topology must fit it.
-    `events`: faults to inject (churn runs only: the transport then tolerates failures).
+    `events`: faults to inject (churn runs only, the transport then tolerates failures; `corrupt`,
+    which fails nothing, in strict runs too).
+    `impostors`: node -> a signing function not its own (module docstring; trust.sign runs).
     `supervise`: a node without `restart` events that the churn rules stop (cut off from the
     majority, excluded) is restarted while others still run, as the churn launchers restart a
     client that exits with that error (status 1: launch/churn.sh's torchrun agents, MAX_RESTARTS;
@@ -129,8 +137,8 @@ def simulate(
     top = top or topo.build(cfg.topology)
     topo.check_nodes(top, cfg.topology.nodes)
     protocol = protocol or Protocol.of(cfg, top.diameter)
-    if events and not protocol.churn:
-        raise ValueError("fault events need a churn run (churn.settle >= 1)")
+    if any(e.action != "corrupt" for e in events) and not protocol.churn:
+        raise ValueError("fault events other than corrupt need a churn run (churn.settle >= 1)")
     network = InMemoryNetwork(
         {i: top.neighbors(i) for i in top.nodes},
         timeout_s=cfg.transport.timeout_s,
@@ -140,6 +148,14 @@ def simulate(
     workloads = {i: Workload.build(cfg) for i in top.nodes}
     trajectory = proto.trajectory(cfg, protocol, workloads[top.nodes[0]].train_digest()) if cfg.trust.sign else {}
     signings = {i: signing_of(cfg, trajectory, i) for i in top.nodes}  # None each, unless trust.sign
+    restarted = {e.node for e in events if e.action == "restart"}
+
+    def signing(node: int, rejoin: bool) -> Signing | None:
+        own = signings[node]
+        if own is None or node not in (impostors or {}) or (node in restarted and not rejoin):
+            return own
+        return Signing(node, own.tag, (impostors or {})[node], own.verify)  # another key, node's id
+
     step_hashes: dict[int, list[str]] = {i: [] for i in top.nodes}
     logs: dict[int, list[tuple[int, Sequence[Message]]]] = {i: list(resume) for i in top.nodes}
     rosters: dict[int, dict[int, Change]] = {}
@@ -235,14 +251,16 @@ def simulate(
                     transport,
                     cfg.transport.timeout_s,
                     strategy,
-                    signings[node],
+                    signing(node, rejoin),
                     loss_of=w.loss,
                 )
                 if isinstance(client, LyingClient):
                     client.lie = lies[node]
                 if rejoin:  # as a launched client: wait for the sponsor's claim, meet it, take its log
                     try:
-                        blob = sponsored_catch_up(transport, LATE_FACTOR * cfg.transport.timeout_s)
+                        blob = sponsored_catch_up(
+                            transport, LATE_FACTOR * cfg.transport.timeout_s, client.flood.signing
+                        )
                     except TransportError as e:  # nobody stepping any more to sponsor it
                         exits[node] = f"no neighbour sponsored the rejoin: {e}"
                         network.kill(node)

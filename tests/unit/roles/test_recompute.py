@@ -14,7 +14,8 @@ strict. Every case checks what the clients end on, not only who was named:
   private signatures is excluded the same way;
 - a RECOMPUTE note against an honest origin does not re-check: every client that re-checks
   drops it and counts it against its sender, and the run has the honest bits;
-- in a strict run the auditor stops the run with one line naming the origin and the step.
+- in a strict run the auditor stops the run with one line naming the origin and the step;
+- a RECOMPUTE note about a step older than the snapshots kept is dropped as stale.
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ def test_at_a_partial_rate_evidence_is_re_checked_before_it_counts(tmp_path):
     cfg = ring("trust.audit=0.3")
     r = simulate(cfg, lies={LIAR: Lie("scale", 10.0)})
     excluded(cfg, r, tmp_path)
+    (step,) = r.changes  # the bound: the first lie an honest auditor drew (every step lies here)
+    assert step == min(r.audits[n].found[LIAR][0] for n in (0, 1, 3)), (step, r.audits)
     assert sum(r.audits[n].rechecked for n in (0, 1, 3)) > 0
     assert all(LIAR in r.audits[n].found for n in (0, 1, 3)) and not any(a.false for a in r.audits.values())
 
@@ -118,3 +121,28 @@ def test_in_a_strict_run_a_lie_stops_the_run_with_one_line_naming_the_origin_and
     line = str(e.value)
     assert line.startswith(f"node {LIAR}'s scalar of step 0 (k 0) is ") and "\n" not in line
     assert line.endswith("a strict run has no exclusion, so it stops")
+
+
+def test_evidence_about_a_step_older_than_the_snapshots_kept_is_dropped_as_stale():
+    """docs/trust.md: a client keeps the state of the last 2 × (delay + 1) steps for re-checks.
+    Node 1 adds to every frame from hop 14 (step 7 of the ring's 2 hops a step) a RECOMPUTE note
+    against node 2's scalar of step 0, which no client can re-check any more: each drops it as
+    stale, counts nothing against its sender or node 2, and the run has the honest bits."""
+    cfg = ring("trust.audit=0.01", steps=10)
+    p = protocol_of(cfg)
+    assert 7 - 2 * (p.delay + 1) > 0  # step 0's snapshot is gone by step 7
+    honest = simulate(cfg)
+    limits = p.limits(0, 2**32 - 1)
+    old = recompute_note(auditor=1, accused=2, step=0, k=0, scalar=0.123)
+
+    def accuse(src: int, dst: int, hop: int, frame: bytes) -> bytes:
+        if src != 1 or hop < 7 * p.hops or not frame:
+            return frame
+        msgs, notes = decode_hop(frame, limits)
+        return encode_hop(msgs, [*notes, old])
+
+    r = simulate(cfg, mutate=accuse)
+    assert r.exits == {} and r.changes == {} and r.step_hashes == honest.step_hashes
+    for n in (0, 3):
+        assert r.audits[n].stale >= 1 and r.audits[n].rechecked == 0, r.audits[n]
+        assert not r.audits[n].false and r.audits[n].found == {}

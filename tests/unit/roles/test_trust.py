@@ -7,12 +7,15 @@
   flight) has what it forged dropped and counted by its neighbours, never applied: under churn
   the forger's messages never count, so it is left out by a committed step and every honest
   client trains on to one history (checked against a replay of the decided steps and the log).
-- A process without node i's key cannot start as node i.
+- A process without node i's key cannot start as node i, nor rejoin as node i: the sponsor's
+  challenge (roles/rejoinproof.py) refuses its answer, no JOIN is flooded, and the run goes on
+  without it; a genuine restart of a signed run passes the challenge and rejoins.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from pathlib import Path
 
@@ -23,7 +26,7 @@ from test_churn import TORUS, cfg_for, check_survivors, protocol_of  # the churn
 from seedflood.comm import identity
 from seedflood.core.flood.membership import decode_hop, encode_hop
 from seedflood.core.flood.message import FrameError, Message
-from seedflood.roles.inprocess import simulate
+from seedflood.roles.inprocess import Event, simulate
 
 torch.set_num_threads(1)
 
@@ -83,7 +86,7 @@ def test_a_client_that_forges_its_own_signatures_is_dropped_counted_and_left_out
     assert list(r.exits) == [5] and "without this client" in r.exits[5], r.exits
     assert sorted(r.hashes) == [0, 1, 2, 3, 4, 6, 7]
     (change,) = r.changes.values()
-    assert change.leave == (5,)
+    assert change.leave == (5,) and change.step == 0  # the bound: the first step it forges (all of them)
     assert all(5 not in {m.origin for m in msgs} for s, msgs in r.records if s >= change.step)
     assert sum(r.flood[n].forged for n in (1, 4, 6)) > 0  # 5's neighbours on the 2×4 torus counted them
     check_survivors(cfg, r, tmp_path)
@@ -151,6 +154,96 @@ def test_a_peer_that_replays_an_old_frame_in_place_of_its_own_changes_nothing(ke
         assert r.exits == {} and r.hashes == honest.hashes and r.records == honest.records, r.exits
 
 
+@pytest.mark.parametrize("sign", [False, True], ids=["unsigned", "signed"])
+def test_a_peer_that_keeps_sending_an_old_frame_is_left_out_from_the_first_step_it_withholds(keys, sign, tmp_path):
+    """From step 3 on, node 5 sends each torus neighbour, in place of every frame it owes, the
+    last frame it sent it before: everything in it was seen (dropped as such), and node 5's own
+    messages and votes from step 3 on never come. It is left out exactly from step 3 (the bound
+    in docs/trust.md: the first step it withholds), like a silent client, and the seven others
+    finish on one history."""
+    cfg = cfg_for(*(signed(keys) if sign else ()), steps=10)
+    first = 3 * protocol_of(cfg).hops  # the first hop of step 3
+    last: dict[int, bytes] = {}
+
+    def old(src: int, dst: int, hop: int, frame: bytes) -> bytes:
+        if src != 5:
+            return frame
+        if hop < first:
+            last[dst] = frame
+            return frame
+        return last[dst]
+
+    r = simulate(cfg, mutate=old)
+    assert list(r.exits) == [5] and "without this client" in r.exits[5], r.exits
+    ((step, change),) = r.changes.items()
+    assert change.leave == (5,) and step == 3, r.changes
+    assert all(s.forged == 0 for s in r.flood.values())  # old, not forged: its signatures are its own
+    check_survivors(cfg, r, tmp_path)
+
+
+def test_in_a_strict_run_a_peer_stuck_on_an_old_frame_stops_the_run_naming_what_it_withholds():
+    """Strict: node 5 sends from step 3 on the last frame it sent each neighbour before; what it
+    carries was seen, and its own message of step 3 never comes: the run stops naming it."""
+    from seedflood.core.flood.flooding import FloodError
+
+    cfg = cfg_for("churn.settle=0", steps=6)
+    first, last = 3 * protocol_of(cfg).hops, {}
+
+    def old(src: int, dst: int, hop: int, frame: bytes) -> bytes:
+        if src == 5 and hop < first:
+            last[dst] = frame
+        return last[dst] if src == 5 and hop >= first else frame
+
+    with pytest.raises(FloodError, match=r"step 3 incomplete after its hops \(missing \[\(5, 3, 0\)\]\)"):
+        simulate(cfg, mutate=old)
+
+
+def test_in_a_strict_run_a_client_whose_weights_differ_is_seen_by_its_final_hash():
+    """Strict has no audit: node 3's weight is changed before step 2; its messages stay well
+    formed (estimated on its own weights), every client applies the same ones, the run ends,
+    and only the final hashes tell: node 3's differs from the seven others' (the launched
+    evaluator compares every client's hash with its own: summary.json's consensus)."""
+    cfg = cfg_for("churn.settle=0", steps=4)
+    r = simulate(cfg, events=[Event(2, 3, "corrupt", 1e-3)])
+    others = {h for n, h in r.hashes.items() if n != 3}
+    assert r.exits == {} and len(r.hashes) == 8 and len(others) == 1 and r.hashes[3] not in others
+
+
+def times_ten(cfg, relay: int):
+    """A frame rewriter: `relay` forwards the others' messages with 10 × their scalar (unsigned)."""
+    limits = protocol_of(cfg).limits(0, 2**32 - 1)
+
+    def mutate(src: int, dst: int, hop: int, frame: bytes) -> bytes:
+        if src != relay or not frame:
+            return frame
+        msgs, notes = decode_hop(frame, limits)
+        return encode_hop(
+            [dataclasses.replace(m, scalar=10 * m.scalar) if m.origin != relay else m for m in msgs], notes
+        )
+
+    return mutate
+
+
+def test_unsigned_a_relay_that_changes_what_it_forwards_makes_honest_origins_look_like_equivocators():
+    """What an unsigned run does not cover (docs/trust.md: it assumes honest relays). Node 2 of
+    the torus forwards every other origin's message with 10 × its scalar. Strict: a receiver
+    that gets both copies stops, naming the conflict. Churn: the two copies are evidence against
+    their honest origins, who are excluded; nothing forks (what every client applied is a prefix
+    of one history), but the run is lost. Signed, the altered copies are dropped instead
+    (test_a_relay_that_changes_what_it_forwards_changes_nothing)."""
+    from seedflood.core.flood.flooding import FloodError
+
+    strict = cfg_for("churn.settle=0", steps=4)
+    with pytest.raises(FloodError, match="conflicting copies of message"):
+        simulate(strict, mutate=times_ten(strict, 2))
+    cfg = cfg_for(steps=6)
+    r = simulate(cfg, mutate=times_ten(cfg, 2))
+    excluded = [n for n, why in r.exits.items() if "without this client" in why]
+    assert set(excluded) - {2}, r.exits  # honest origins convicted on the relay's copies
+    applied = sorted((r.step_hashes[n] for n in range(8)), key=len)
+    assert all(h == applied[-1][: len(h)] for h in applied)  # one history, however short
+
+
 def test_a_client_that_signs_two_votes_in_one_ballot_is_excluded_and_the_others_keep_one_history(keys, tmp_path):
     """Signed churn on the 2×4 torus: node 5 sends neighbour 1 another vote (a value less one
     origin, signed with its own key) in every ballot, and the others its real one. Both signed
@@ -191,6 +284,7 @@ def test_a_client_that_signs_two_votes_in_one_ballot_is_excluded_and_the_others_
     assert sorted(r.hashes) == [0, 1, 2, 3, 4, 6, 7] and len(set(r.hashes.values())) == 1
     (change,) = r.changes.values()
     assert change.leave == (5,) and change.audit == (5,)  # left out on evidence, not silence
+    assert change.step <= min(lies) + 1, (change.step, min(lies))  # the bound docs/trust.md states
     assert all(5 not in {m.origin for m in msgs} for s, msgs in r.records if s >= change.step)
     assert all(s.forged == 0 for s in r.flood.values())  # every lie was a valid signature
     check_survivors(cfg, r, tmp_path)
@@ -216,7 +310,9 @@ def test_a_peer_that_sends_frames_no_correct_peer_sends_is_cut_off_and_left_out(
     assert list(r.exits) == [5], r.exits
     assert sorted(r.hashes) == [0, 1, 2, 3, 4, 6, 7]
     (change,) = r.changes.values()
-    assert change.leave == (5,)
+    # the bound: its first bad frame is in step 10 // hops (3 here), after that step's first hop,
+    # so what it sent before may still complete that step: left out from it or the next
+    assert change.leave == (5,) and change.step <= 10 // p.hops + 1, change
     assert all(5 not in {m.origin for m in msgs} for s, msgs in r.records if s >= change.step)
     check_survivors(cfg, r, tmp_path)
 
@@ -229,3 +325,53 @@ def test_in_a_strict_run_a_frame_that_does_not_decode_stops_its_receiver_naming_
 
     with pytest.raises(FrameError, match="bad frame from node 5 at step"):
         simulate(cfg, mutate=bad)
+
+
+def impostor_key(tmp_path: Path, node: int):
+    """A signing function with a key that is not `node`'s (a roster of another run's keys)."""
+    other = tmp_path / "impostor"
+    identity.write_keys(other, 8)
+    return identity.load_identity(other, node, identity.load_roster(other)).sign
+
+
+@pytest.mark.parametrize("impostor", [False, True], ids=["genuine", "impostor"])
+def test_only_a_process_with_the_nodes_key_rejoins_as_that_node(keys, tmp_path, impostor, caplog):
+    """Signed churn on the torus: node 5 is killed before step 3 and a process restarts as node
+    5 once the others reach step 7. The genuine one answers its sponsor's challenge with node 5's
+    key and rejoins by replay (a committed JOIN, all eight finish on one history). An impostor (a
+    process with another key, node 5's id) answers with the wrong key: its sponsor refuses it in
+    one line, floods no JOIN and closes the edge, the impostor stops, and the seven others finish
+    on one history without it (no join in the log)."""
+    caplog.set_level(logging.WARNING, logger="seedflood")
+    cfg = cfg_for(*signed(keys), steps=16)
+    events = [Event(3, 5, "kill"), Event(7, 5, "restart")]
+    r = simulate(cfg, events=events, impostors={5: impostor_key(tmp_path, 5)} if impostor else None)
+    joins = [c.join for c in r.changes.values() if c.join]
+    ((leave, change),) = [(s, c) for s, c in r.changes.items() if c.leave]
+    assert change.leave == (5,) and leave == 3, r.changes  # killed before step 3: left out from step 3
+    if impostor:
+        assert list(r.exits) == [5] and joins == [], (r.exits, r.changes)
+        # every life its supervisor starts is refused (the last may find nobody left to ask)
+        assert "no neighbour sponsored the rejoin" in r.exits[5], r.exits
+        refusals = [m for m in caplog.messages if "refused node 5's rejoin" in m]
+        assert refusals and all(m.endswith("not signed with node 5's key") for m in refusals), refusals
+        assert sorted(r.hashes) == [0, 1, 2, 3, 4, 6, 7]
+        assert all(5 not in {m.origin for m in msgs} for s, msgs in r.records if s >= leave)
+    else:
+        assert r.exits == {} and joins == [((5, 1),)], (r.exits, r.changes)
+        assert sorted(r.hashes) == list(range(8))
+    assert all(s.forged == 0 for s in r.flood.values())  # refused before it sent anything
+    check_survivors(cfg, r, tmp_path)
+
+
+def test_a_process_signing_as_another_node_from_the_start_is_left_out(keys, tmp_path):
+    """Node 5's process holds another key from its first step (it signs as node 5 with a key the
+    roster does not name): everything it originates is dropped and counted as forged by its
+    neighbours, it is left out by a committed step like a silent client, the others train on."""
+    cfg = cfg_for(*signed(keys), steps=12)
+    r = simulate(cfg, impostors={5: impostor_key(tmp_path, 5)})
+    assert list(r.exits) == [5] and "without this client" in r.exits[5], r.exits
+    ((step, change),) = r.changes.items()
+    assert change.leave == (5,) and step == 0  # none of its messages ever counted
+    assert sum(r.flood[n].forged for n in (1, 4, 6)) > 0
+    check_survivors(cfg, r, tmp_path)

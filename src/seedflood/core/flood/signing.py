@@ -9,8 +9,12 @@ Owns (docs/trust.md, Identities):
   note by any member (its sponsor admits the origin); a COPY note by any member that saw the two
   copies — what it proves rests on the copy's own signature by its origin, which it carries and
   which is checked too, so a relay cannot make an honest origin look like an equivocator;
-- `Signing`: one node's seal for what it originates (`seal`) and the check on what it receives
-  (`authentic`), around two injected functions — the core does no cryptography.
+- the bytes a restarted process signs to prove, before a sponsor hands it anything, that it holds
+  its node's key: `rejoin_payload` (the node, its incarnation, the sponsor and the sponsor's fresh
+  nonce), so a proof is worth nothing for another incarnation, sponsor or handshake;
+- `Signing`: one node's seal for what it originates (`seal`), the check on what it receives
+  (`authentic`) and the rejoin proof (`prove_rejoin`, `proves_rejoin`), around two injected
+  functions — the core does no cryptography.
 
 Assumes: pure Python (the core). `sign(payload) -> 64 bytes` is this node's private key;
 `verify(node, payload, sig) -> bool` holds the roster's public keys and returns False (never
@@ -28,6 +32,8 @@ from seedflood.core.flood.message import Message
 
 _MESSAGE = struct.Struct("<IIIf")  # origin, step, k, scalar (f32: the wire's bits)
 _NOTE = struct.Struct("<BIIQi")  # kind, origin, step, value, signer
+_REJOIN = struct.Struct("<III")  # node, incarnation, sponsor
+NONCE_SIZE = 16
 
 Item = Message | Note
 Sign = Callable[[bytes], bytes]
@@ -43,6 +49,11 @@ def note_payload(tag: bytes, n: Note, signer: int) -> bytes:
     """The bytes `signer` signs for note `n` (its body included: a vote's content, a copy's seed,
     scalar and origin signature)."""
     return b"n" + tag + _NOTE.pack(n.kind, n.origin, n.step, n.value, signer) + n.body
+
+
+def rejoin_payload(tag: bytes, node: int, incarnation: int, sponsor: int, nonce: bytes) -> bytes:
+    """The bytes a restarted `node` signs for `sponsor`'s challenge `nonce` (NONCE_SIZE bytes)."""
+    return b"r" + tag + _REJOIN.pack(node, incarnation, sponsor) + nonce
 
 
 def may_sign(item: Item, signer: int) -> bool:
@@ -89,3 +100,13 @@ class Signing:
             m = copied(item)
             return len(m.sig) == SIG_SIZE and self.verify(m.origin, message_payload(self.tag, m), m.sig)
         return True
+
+    def prove_rejoin(self, incarnation: int, sponsor: int, nonce: bytes) -> bytes:
+        """This node's answer to `sponsor`'s rejoin challenge: its signature (SIG_SIZE bytes)."""
+        return self.sign(rejoin_payload(self.tag, self.node, incarnation, sponsor, nonce))
+
+    def proves_rejoin(self, node: int, incarnation: int, nonce: bytes, proof: bytes) -> bool:
+        """Whether `proof` is `node`'s signature on this node's challenge `nonce` to its
+        `incarnation` (made with node's key, in this run)."""
+        payload = rejoin_payload(self.tag, node, incarnation, self.node, nonce)
+        return len(nonce) == NONCE_SIZE and len(proof) == SIG_SIZE and self.verify(node, payload, proof)

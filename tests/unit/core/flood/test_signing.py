@@ -159,3 +159,21 @@ def test_two_votes_signed_in_one_ballot_both_flood_name_their_origin_and_a_third
     assert f.receive(1, [three]) == [] and len(f.notes(4, VOTE)) == 4
     assert {n.body for n in f.outbox()[3]} >= {inc0 + b"x", inc0 + b"y"}  # both go on to node 3
     assert Note(4, VOTE, 2, 1, b"x").id == ("vote", 2, 4, 1) and one.id == ("vote", 2, 4, 1, inc0 + b"x")
+
+
+def test_a_rejoin_proof_holds_only_for_its_node_incarnation_sponsor_nonce_and_run():
+    """The rejoin challenge (roles/rejoinproof.py): node 5's answer to sponsor 1's nonce for its
+    incarnation 3 verifies at sponsor 1; the same bytes prove nothing for another node, another
+    incarnation, another sponsor, another nonce or another run, and an answer made with another
+    node's key (a process without node 5's key) proves nothing."""
+    nonce = bytes(range(16))
+    proof = signing(5).prove_rejoin(3, 1, nonce)
+    assert len(proof) == 64 and signing(1).proves_rejoin(5, 3, nonce, proof)
+    assert not signing(1).proves_rejoin(4, 3, nonce, proof)  # another node
+    assert not signing(1).proves_rejoin(5, 4, nonce, proof)  # a later incarnation
+    assert not signing(2).proves_rejoin(5, 3, nonce, proof)  # another sponsor
+    assert not signing(1).proves_rejoin(5, 3, bytes(16), proof)  # another handshake's nonce
+    assert not signing(1, b"another-run-tag!").proves_rejoin(5, 3, nonce, proof)
+    impostor = Signing(5, TAG, _sign_as(6), _verify)  # node 5's id, node 6's key
+    assert not signing(1).proves_rejoin(5, 3, nonce, impostor.prove_rejoin(3, 1, nonce))
+    assert not signing(1).proves_rejoin(5, 3, nonce[:8], proof) and not signing(1).proves_rejoin(5, 3, nonce, b"")

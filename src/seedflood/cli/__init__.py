@@ -49,7 +49,7 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
         "seedflood.ml.sources.ModelError",
         "seedflood.comm.runtime.WorldError",
         "seedflood.rundir.layout.CheckpointError",
-        "seedflood.core.zo.directions.DirectionError",
+        "seedflood.core.zo.precision.DirectionError",
         "seedflood.comm.identity.IdentityError",
         "seedflood.roles.train.RunError",
     )

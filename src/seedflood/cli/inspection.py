@@ -174,7 +174,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     rundir.torntail). Exit 2 naming the first problem."""
     from seedflood.core.flood.protocol import trajectory
     from seedflood.ml import sampling
-    from seedflood.ml.workload import train_digest
     from seedflood.rundir import checkpoints as ckpt
     from seedflood.rundir import resume
     from seedflood.rundir.layout import CheckpointError
@@ -183,7 +182,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     run = _found(args.run_dir)
     cfg, proto = resume.recorded(run)
-    digest = train_digest(sampling.load_splits(cfg.task, cfg.run.seed))
+    digest = sampling.train_digest(sampling.load_splits(cfg.task, cfg.run.seed))
     records, torn = resume.recorded_log(run, proto, trajectory(cfg, proto, digest))
     found = ckpt.checkpoints(run.root)
     bad = [why for c in found if (why := ckpt.verify(c))]

@@ -35,9 +35,8 @@ def _preflight(cfg, full: bool = True) -> int:
     config.check_run(cfg)  # before the imports below load torch: this refusal answers at once
     from seedflood.core.flood import protocol
     from seedflood.core.topology import resolve as topology
-    from seedflood.core.zo import directions
-    from seedflood.ml import model, sampling, tasks
-    from seedflood.ml.workload import train_digest
+    from seedflood.core.zo import precision
+    from seedflood.ml import modelcheck, sampling, tasks
     from seedflood.rundir import resume
     from seedflood.rundir.layout import RunDir
 
@@ -53,11 +52,11 @@ def _preflight(cfg, full: bool = True) -> int:
                 f"(seedflood keys --nodes {top.n} --out DIR)"
             )
     tasks.get(cfg.task)
-    model.check_source(cfg.model)
-    directions.check_precision(cfg.zo, cfg.model.dtype)
+    modelcheck.check_source(cfg.model)
+    precision.check_precision(cfg.zo, cfg.model.dtype)
     if full:
         train = sampling.check(cfg.task, cfg.run.seed, top.n)
-        trajectory = protocol.trajectory(cfg, proto, train_digest(train))
+        trajectory = protocol.trajectory(cfg, proto, sampling.train_digest(train))
         run = RunDir.of(cfg)
         records = resume.resume_records(run, proto, trajectory, None, resume=cfg.checkpoint.resume)
         for note in resume.checkpoint_notes(run, len(records)):

@@ -278,11 +278,11 @@ def calibrate(base: Base, device: str, echo: Callable[[str], None] = print) -> C
 
     from seedflood.core.zo.directions import select_trainable
     from seedflood.experiments import tensorwire
-    from seedflood.ml import model, objective
+    from seedflood.ml import modelcheck, objective
     from seedflood.ml.workload import Workload
 
     cfg = config_mod.load(base.config, [*base.sets, f"model.device={device}", *_topology("ring", 16)])
-    model.check_source(cfg.model)  # a missing download: one line naming it, as world-size says it
+    modelcheck.check_source(cfg.model)  # a missing download: one line naming it, as world-size says it
     t0 = time.monotonic()
     w = Workload.build(cfg)
     setup = time.monotonic() - t0

@@ -2,11 +2,8 @@
 
 Owns:
 - `load(cfg, local_rank)`: the base model from its source (sources.py), frozen, in eval mode, on
-  this process's device (`resolve_device`) in cfg.dtype, with its tokenizer (pad token set, right
-  padding), an identity string and the sha256 of its weights (`weights_hash`);
-- `resolve_device(device, local_rank, device_count)`: "cuda" = this process's GPU
-  (cuda:local_rank mod GPUs; clients share GPUs when there are more clients than GPUs);
-- `check_source(cfg, local_rank)`: the preflight — device, source and tiny config, no weights;
+  this process's device (modelcheck.local_device) in cfg.dtype, with its tokenizer (pad token
+  set, right padding), an identity string and the sha256 of its weights (`weights_hash`);
 - `save`: model + tokenizer as a HF directory, with pending updates folded in;
 - `map_weights(model, directory)`: parameters loaded from a directory (and the SmolLM2 cache)
   point into a private, copy-on-write memory map of its safetensors files, so the pages training
@@ -31,7 +28,7 @@ import torch
 
 from seedflood.core.config.trainsections import ModelConfig
 from seedflood.core.zo.replay import tensors_hash
-from seedflood.ml import sources
+from seedflood.ml import modelcheck, sources
 from seedflood.ml.sources import ModelError
 
 if TYPE_CHECKING:
@@ -43,7 +40,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class Loaded:
     model: PreTrainedModel
-    """Eval mode, requires_grad False everywhere, on resolve_device(cfg.device, ...) in cfg.dtype."""
+    """Eval mode, requires_grad False everywhere, on modelcheck.local_device(cfg.device, ...) in cfg.dtype."""
     tokenizer: PreTrainedTokenizerBase
     """Its tokenizer: pad token set, padding_side = "right"."""
     identity: str
@@ -69,46 +66,10 @@ def save(loaded: Loaded, path: Path, tensors: Mapping[str, torch.Tensor] | None 
         loaded.tokenizer.save_pretrained(path)
 
 
-def resolve_device(device: str, local_rank: int, device_count: int) -> str:
-    """The torch device this process uses for model.device `device` (pure; raises ModelError).
-
-    "cpu" stays "cpu". "cuda" means this process's GPU: cuda:(local_rank mod device_count), so the
-    processes of one node spread over its visible GPUs and share them round-robin when there are
-    more processes than GPUs. "cuda:N" stays cuda:N (every process on GPU N). `local_rank` is the
-    launcher's per-node process index (LOCAL_RANK, SLURM_LOCALID); `device_count` the number of
-    GPUs this process sees (after CUDA_VISIBLE_DEVICES), 0 without CUDA.
-    """
-    if device == "cpu":
-        return device
-    kind, colon, index = device.partition(":")
-    if kind != "cuda" or (colon and not index.isdigit()):
-        raise ModelError(f"model.device must be cpu, cuda or cuda:N, got {device!r}")
-    if local_rank < 0:
-        raise ModelError(f"model.device {device}: local rank {local_rank} is negative")
-    if device_count < 1:
-        raise ModelError(f"model.device is {device} but CUDA is not available")
-    if not colon:
-        return f"cuda:{local_rank % device_count}"
-    if int(index) >= device_count:
-        raise ModelError(f"model.device is {device} but only {device_count} GPU(s) exist")
-    return f"cuda:{int(index)}"
-
-
-def _device(device: str, local_rank: int) -> str:
-    """resolve_device with this machine's visible GPU count."""
-    return resolve_device(device, local_rank, torch.cuda.device_count() if torch.cuda.is_available() else 0)
-
-
-def check_source(cfg: ModelConfig, local_rank: int = 0) -> None:
-    """Preflight: raise ModelError for every problem found without loading weights."""
-    _device(cfg.device, local_rank)
-    sources.source(cfg)
-
-
 def load(cfg: ModelConfig, local_rank: int = 0) -> Loaded:
     """The base model and tokenizer named by cfg (see the module docstring for the sources), on
-    resolve_device(cfg.device, local_rank, visible GPUs)."""
-    device = _device(cfg.device, local_rank)
+    modelcheck.local_device(cfg.device, local_rank) (this process's GPU, or the CPU)."""
+    device = modelcheck.local_device(cfg.device, local_rank)
     src = sources.source(cfg)
     dtype = getattr(torch, cfg.dtype)
     identity = src.identity

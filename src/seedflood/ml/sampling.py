@@ -5,6 +5,7 @@ Owns:
   pool, test from the validation/test pool; one-file tasks (rt) carve all three disjointly;
 - `check(cfg, run_seed, n_clients)`: the preflight — the same load, plus the sizes a run needs
   (a non-empty shard per client, a non-empty test split, dev when asked for); returns the splits;
+- `train_digest(splits)`: the digest of the train split that the run's trajectory records;
 - client shards: `shard` (iid: every N-th example), `dirichlet_shards` (label skew, every client
   non-empty), `client_shards` (the configured one), `label_table` (the start-up log of label
   counts per client); `batch_examples` (a pure function of (run seed, client, step): a
@@ -26,6 +27,7 @@ import numpy as np
 
 from seedflood.core.config import rng
 from seedflood.core.config.trainsections import TaskConfig
+from seedflood.core.flood import protocol
 from seedflood.ml import prompts
 from seedflood.ml.datafiles import Example, TaskError
 from seedflood.ml.tasks import get
@@ -41,6 +43,11 @@ class Splits:
     train: list[Example]
     dev: list[Example]
     test: list[Example]
+
+
+def train_digest(splits: Splits) -> str:
+    """Digest of a train split: its examples' fields and labels, in order."""
+    return protocol.digest((e.fields, e.label) for e in splits.train)
 
 
 def _task_key(name: str) -> int:

@@ -18,7 +18,9 @@ Owns:
   `quiet_transformers` (transformers' progress bars and info logs off while loading).
 
 Assumes: transformers, gguf and huggingface_hub are installed; never touches torch's global RNG
-(the tiny model's init is forked off it and its weights come from a keyed generator).
+(the tiny model's init is forked off it and its weights come from a keyed generator). torch (and
+tinyllama) are imported only by the functions that build a model, so `source` — the launchers'
+preflight, through modelcheck.check_source — answers without loading torch.
 """
 
 from __future__ import annotations
@@ -36,13 +38,13 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from seedflood.core.config import rng
 from seedflood.core.config.trainsections import ModelConfig
-from seedflood.ml import tinyllama
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +145,7 @@ def gguf_dir(gguf: Path) -> Path:
 
 def _convert_gguf(gguf: Path, out: Path) -> None:
     """Dequantise a GGUF (transformers' loader, float32) and save it as a plain HF model dir."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.info("converting %s into %s (once)", gguf, out)
@@ -250,6 +253,8 @@ def _tiny_params(overrides: Mapping[str, int]) -> dict[str, int]:
 def _tiny(overrides: Mapping[str, int]) -> tuple[Any, Any]:
     """A small random Llama (tinyllama.TinyLlama): weights fixed by the seed through a keyed CPU
     generator, drawn in sorted parameter-name order."""
+    import torch
+
     from seedflood.ml.tinyllama import TinyConfig, TinyLlama
 
     params = _tiny_params(overrides)
@@ -312,6 +317,8 @@ def source(cfg: ModelConfig) -> Source:
 def instantiate(src: Source, cfg: ModelConfig, dtype: torch.dtype) -> tuple[Any, Any, Path | None]:
     """(model, tokenizer, directory) of `src` as its loader builds it (tiny: float32, any dtype later);
     directory is where a safetensors copy of the weights lives (None for tiny and hub models)."""
+    from seedflood.ml import tinyllama
+
     if src.kind == "tiny":
         return (*_tiny(cfg.tiny), None)
     if src.kind == "gguf":

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seedflood.core.config.runconfig import Config, TaskConfig
-from seedflood.core.flood import protocol
 from seedflood.core.zo import family
 from seedflood.core.zo.directions import Direction
 from seedflood.ml import encoding, machine, model, objective, sampling, tasks
@@ -30,11 +29,6 @@ log = logging.getLogger(__name__)
 
 ExamplesScored = Callable[[int, int], None]
 """A scoring progress callback: (examples scored so far, examples to score)."""
-
-
-def train_digest(splits: sampling.Splits) -> str:
-    """Digest of a train split: its examples' fields and labels, in order."""
-    return protocol.digest((e.fields, e.label) for e in splits.train)
 
 
 @dataclass
@@ -67,7 +61,7 @@ class Workload:
 
     def train_digest(self) -> str:
         """Digest of the train split (the data every client's batches come from)."""
-        return train_digest(self.splits)
+        return sampling.train_digest(self.splits)
 
     @functools.cached_property
     def shards(self) -> list[list[Example]]:

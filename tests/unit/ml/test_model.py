@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from seedflood.core.config.trainsections import ModelConfig, TaskConfig
-from seedflood.ml import datafiles, encoding, objective, sampling, sources, tasks
+from seedflood.ml import datafiles, encoding, modelcheck, objective, sampling, sources, tasks
 from seedflood.ml import model as M
 
 
@@ -123,7 +123,7 @@ def test_weights_from_a_directory_are_a_private_map_of_the_file(tiny, tmp_path):
     assert M.load(ModelConfig(name=str(tmp_path))).base_hash == tiny.base_hash
 
 
-@pytest.mark.parametrize("check", [M.check_source, M.load], ids=["check_source", "load"])
+@pytest.mark.parametrize("check", [modelcheck.check_source, M.load], ids=["check_source", "load"])
 def test_source_errors(check, tmp_path, monkeypatch):
     with pytest.raises(sources.ModelError, match="model path /nonexistent/x does not exist"):
         check(ModelConfig(name="/nonexistent/x"))
@@ -142,12 +142,12 @@ def test_source_errors(check, tmp_path, monkeypatch):
 
 
 def test_resolve_device_maps_local_ranks_to_gpus():
-    assert M.resolve_device("cpu", 3, 0) == M.resolve_device("cpu", 0, 8) == "cpu"
-    assert [M.resolve_device("cuda", r, 4) for r in range(4)] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+    assert modelcheck.resolve_device("cpu", 3, 0) == modelcheck.resolve_device("cpu", 0, 8) == "cpu"
+    assert [modelcheck.resolve_device("cuda", r, 4) for r in range(4)] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
     # more clients than GPUs: round-robin, each GPU shared by the same number of processes (± 1)
-    assert [M.resolve_device("cuda", r, 3) for r in range(7)] == [f"cuda:{r % 3}" for r in range(7)]
-    assert M.resolve_device("cuda", 5, 1) == "cuda:0"
-    assert [M.resolve_device("cuda:2", r, 4) for r in range(6)] == ["cuda:2"] * 6  # explicit stays
+    assert [modelcheck.resolve_device("cuda", r, 3) for r in range(7)] == [f"cuda:{r % 3}" for r in range(7)]
+    assert modelcheck.resolve_device("cuda", 5, 1) == "cuda:0"
+    assert [modelcheck.resolve_device("cuda:2", r, 4) for r in range(6)] == ["cuda:2"] * 6  # explicit stays
     errors = {
         ("cuda", 0, 0): "model.device is cuda but CUDA is not available",
         ("cuda:0", 2, 0): "model.device is cuda:0 but CUDA is not available",
@@ -158,11 +158,11 @@ def test_resolve_device_maps_local_ranks_to_gpus():
     }
     for args, message in errors.items():
         with pytest.raises(sources.ModelError, match=f"^{message}$"):
-            M.resolve_device(*args)
+            modelcheck.resolve_device(*args)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
-@pytest.mark.parametrize("check", [M.check_source, M.load], ids=["check_source", "load"])
+@pytest.mark.parametrize("check", [modelcheck.check_source, M.load], ids=["check_source", "load"])
 def test_cuda_without_cuda_is_one_error(check):
     for device in ("cuda", "cuda:1"):
         with pytest.raises(sources.ModelError, match=f"^model.device is {device} but CUDA is not available$"):
@@ -191,7 +191,7 @@ def test_tiny_rejects_bad_values():
     }
     for message, tiny in cases.items():
         with pytest.raises(sources.ModelError, match=f"^{message}") as info:
-            M.check_source(ModelConfig(name="tiny", tiny=tiny))
+            modelcheck.check_source(ModelConfig(name="tiny", tiny=tiny))
         assert "\n" not in str(info.value)
     # a valid non-default shape (head dim 8, 2 query heads per key/value head) loads and scores
     odd = M.load(
@@ -213,7 +213,7 @@ def test_unreadable_model_directory(tmp_path):
 
 @pytest.mark.skipif(os.environ.get("HF_HUB_OFFLINE") != "1", reason="needs HF_HUB_OFFLINE=1 (no network)")
 def test_uncached_hub_id_offline():
-    for check in (M.check_source, M.load):
+    for check in (modelcheck.check_source, M.load):
         with pytest.raises(sources.ModelError, match="nor in the Hugging Face cache"):
             check(ModelConfig(name="seedflood-test/no-such-model"))
 

@@ -2,7 +2,7 @@
 
 Owns: which parameters train (`select_trainable`), the `Direction` interface (how the model is
 evaluated at θ + s·z without touching θ, and how updates c·z are accumulated and folded into θ),
-the precision floor on ε (`check_precision`), and the simplest family:
+and the simplest family:
 
 - `Gaussian` (MeZO): z ~ N(0, I) over every trainable parameter, drawn per parameter from a keyed
   CPU generator (bit-identical on any machine; moved to the model's device). Evaluating θ + s·z
@@ -12,13 +12,8 @@ the precision floor on ε (`check_precision`), and the simplest family:
 The low-rank family is seedflood.core.zo.subcge (`SubCGE`); seedflood.core.zo.family builds the one a
 config names.
 
-Precision (`check_precision`, called by `family.build` and the CLI preflight): a SubCGE
-perturbation adds ε·σ·(x·v_b)·u_a to a layer's output, entries about ε/√m of the output's scale;
-in bfloat16 or float16 that is below the output's rounding unless ε is large, so the two-point
-scalar measures rounding noise, not the direction. Keeping the perturbation in fp32 does not help
-(every layer's output is rounded to the model dtype again), so too small an ε is refused, with
-the smallest ε at which reduced-precision scalars tracked fp32 ones on the tiny model and on
-SmolLM2-135M.
+The precision floor on ε (`check_precision`, `MIN_EPS`) and `DirectionError` live in
+seedflood.core.zo.precision, which imports no torch (the CLI preflight checks them).
 
 Assumes: callers evaluate under torch.inference_mode / no_grad; trainable names are fixed for a
 run; updates and forwards run on one thread.
@@ -36,44 +31,11 @@ import torch
 from torch import nn
 
 from seedflood.core.config import rng
-from seedflood.core.config.trainsections import ZOConfig
-
-
-class DirectionError(ValueError):
-    """The model does not fit the chosen direction family (one line, names the parameter)."""
-
+from seedflood.core.zo.precision import DirectionError
 
 StepUpdate = tuple[int, np.ndarray, np.ndarray]
 """One complete step for `Direction.apply_steps`: (step, seeds uint64 (n,), coefs float64 (n,)),
 messages in canonical order (origin, k); coef is c in θ ← θ + c·z(seed)."""
-
-
-# Smallest zo.eps per (direction, model dtype) at which two-point scalars computed in that dtype
-# tracked float32 ones on the same seeds and batch (tiny model and SmolLM2-135M on rt, batch 8,
-# 16 seeds, CPU). Relative error ‖s_dtype − s_fp32‖ / ‖s_fp32‖ at the same ε:
-#   subcge bfloat16: SmolLM2 0.98 at ε=0.3, 0.31 at ε=1 (all signs agree), 0.09 at ε=3;
-#                    tiny 0.13 at 0.1, 0.05 at 0.3, 0.02 at 1
-#   subcge float16:  SmolLM2 (8 seeds) 0.32 at ε=0.1, 0.08 at ε=0.3; tiny 0.01 at 0.1, 0.006 at 0.3
-# Below these the error grows like 1/ε (SmolLM2 bfloat16 at the default ε=1e-3: 280). A large ε
-# also moves the estimate away from the derivative (float32 at ε=1 vs ε=0.01 on SmolLM2: 0.35),
-# so for SmolLM2 bfloat16 ε=1 is the least bad choice, not a faithful one: prefer float32.
-MIN_EPS: dict[tuple[str, str], float] = {
-    ("subcge", "bfloat16"): 1.0,
-    ("subcge", "float16"): 0.3,
-}
-
-
-def check_precision(zo: ZOConfig, dtype: str) -> None:
-    """Raise DirectionError (one line) when zo.eps is too small for `dtype` ("float32",
-    "bfloat16", "float16"; a torch dtype's name) to resolve the direction's perturbation."""
-    dtype = dtype.removeprefix("torch.")
-    need = MIN_EPS.get((zo.direction, dtype))
-    if need is not None and zo.eps < need:
-        raise DirectionError(
-            f"zo.eps={zo.eps:g} is too small for zo.direction={zo.direction} in model.dtype={dtype}: "
-            f"the perturbation is below {dtype} rounding and the scalars would be noise; "
-            f"use zo.eps >= {need:g} or model.dtype=float32"
-        )
 
 
 def select_trainable(model: nn.Module, patterns: Sequence[str]) -> list[str]:

@@ -2,7 +2,7 @@
 
 Owns: `build` (select the trainable matrices, refuse an ε too small for their dtype, construct
 Gaussian or SubCGE). The families themselves live in seedflood.core.zo.directions (the interface and
-Gaussian) and seedflood.core.zo.subcge.
+Gaussian) and seedflood.core.zo.subcge; the ε floor in seedflood.core.zo.precision.
 
 Assumes: the model is loaded, on its device and dtype, and its trainable names fixed for the run.
 """
@@ -14,7 +14,8 @@ import logging
 from torch import nn
 
 from seedflood.core.config.trainsections import SubspaceConfig, ZOConfig
-from seedflood.core.zo.directions import Direction, Gaussian, check_precision, select_trainable
+from seedflood.core.zo.directions import Direction, Gaussian, select_trainable
+from seedflood.core.zo.precision import check_precision
 from seedflood.core.zo.subcge import SubCGE
 
 log = logging.getLogger(__name__)

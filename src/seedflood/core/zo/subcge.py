@@ -36,7 +36,8 @@ from torch import nn
 
 from seedflood.core.config import rng
 from seedflood.core.config.trainsections import SubspaceConfig
-from seedflood.core.zo.directions import Direction, DirectionError, StepUpdate
+from seedflood.core.zo.directions import Direction, StepUpdate
+from seedflood.core.zo.precision import DirectionError
 
 _CHUNK = 4096  # messages per vectorised pass: ~20 MB of uint64 temporaries per 200 matrices
 

@@ -9,8 +9,9 @@ from torch import nn
 from seedflood.core.config import rng
 from seedflood.core.config.trainsections import SubspaceConfig, ZOConfig
 from seedflood.core.zo import estimate as zo
-from seedflood.core.zo.directions import MIN_EPS, DirectionError, Gaussian, check_precision, select_trainable
+from seedflood.core.zo.directions import Gaussian, select_trainable
 from seedflood.core.zo.family import build
+from seedflood.core.zo.precision import MIN_EPS, DirectionError, check_precision
 from seedflood.core.zo.replay import state_hash
 from seedflood.core.zo.subcge import SubCGE
 

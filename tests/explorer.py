@@ -50,9 +50,10 @@ Faults (`Fault.kind`), each at a round:
   (`memorywires.Wires.heal`: one end proposes an index `HEAL_AHEAD` rounds ahead, the other takes
   it on its next ask) hands both ends one round to connect right before; both connect then
   (`Flood.add_peer`: each owes the other everything it holds). In a world with heals a client
-  past its patience waits on, a hop a round, while a heal is agreed or an edge to a live member
-  of its roster is down (`Churn._awaits_heal`: a cut is not known to a link's ends, so a cut
-  link counts), for at most `HEAL_FACTOR` × patience hops more, then stops with the same line.
+  past its patience waits on, a hop a round, `HEAL_FACTOR` × patience hops more before it stops
+  with the same line, as `Churn.apply_committed` does over a healing transport (it waits so
+  whether or not an edge is down then: an edge healed just before still needs hops to bring
+  the votes).
   Where the model simplifies: rounds are the shared hop clock, so a woken node is back on it at
   once (the real one has no edge left and jumps its clock to the agreed index, which lands it on
   the same exchange); the heal wait is counted in hops (the real client waits `HEAL_FACTOR` ×
@@ -66,8 +67,8 @@ history, and so is the evaluator's log (it follows whichever client is the attac
 new edge opening with that client's steps from where the log stands, through the real
 `stepstream.StepSequence`, which refuses two contents for one step); liveness — where the final
 graph has a connected part holding a strict majority of the nodes, all of its clients finish.
-With heals the final graph is the schedule's links once every heal is in (a heal after one end
-closed brings nothing back), and a client the finishing majority committed out while it was away
+With heals the final graph is the schedule's links once every heal is in (a heal whose end
+closed before it could connect brings nothing back), and a client the finishing majority committed out while it was away
 is not expected to finish (docs/churn-design.md, Healed edges: it stops and a restart rejoins it).
 """
 
@@ -77,13 +78,13 @@ import dataclasses
 import hashlib
 import itertools
 import random
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
 
+from seedflood.comm.memorywires import HEAL_AHEAD, Wires
 from seedflood.comm.memorywires import Faults as WireFaults
-from seedflood.comm.memorywires import Wires
 from seedflood.core.churn.agreement import Agreement, Value, Vote, step_digest
 from seedflood.core.churn.voter import Voter
 from seedflood.core.flood.flooding import Flood
@@ -203,8 +204,9 @@ class Node:
     history: list[tuple[int, list[Message]]] = field(default_factory=list)
     signed: bool = False  # every item sealed by its origin (`signing`), what is not authentic dropped
     heal_at: dict[int, int] = field(default_factory=dict)  # peer -> the round its agreed heal connects at
-    awaits_heal: Callable[[Node], bool] | None = None  # a heal may still come (None: edges never heal)
+    heals: bool = False  # its down edges may heal (a world with heals: the in-process transport)
     excluded: bool = False  # stopped because the others committed a step without it
+    heal_by: int = -1  # past its patience where edges heal: the waited count it stops at
 
     def __post_init__(self) -> None:
         p = self.protocol
@@ -255,7 +257,7 @@ class Node:
         except MembershipError as e:
             self.state, self.why, self.excluded = "stopped", str(e), isinstance(e, ExcludedError)
             return
-        self.waited = 0
+        self.waited, self.heal_by = 0, -1
         self.t += 1
         self.hop = 0
         if last == p.steps - 1 and self.t >= p.steps:
@@ -264,14 +266,11 @@ class Node:
                 self.state = "done"
 
     def _may_heal(self) -> bool:
-        """Past its patience: wait on while an edge may heal, at most `HEAL_FACTOR` × patience hops
-        more (`Churn.apply_committed`; the module docstring says how the model counts it)."""
-        p = self.protocol
-        return (
-            self.awaits_heal is not None
-            and self.waited < (1 + HEAL_FACTOR) * p.patience_hops
-            and self.awaits_heal(self)
-        )
+        """Past its patience, where edges heal: wait `HEAL_FACTOR` × patience hops more before
+        stopping (`Churn.apply_committed`'s `heal_by`, counted in hops: the module docstring)."""
+        if self.heal_by < 0 and self.heals:
+            self.heal_by = self.waited + HEAL_FACTOR * self.protocol.patience_hops
+        return self.waited < self.heal_by
 
 
 # -- the world --------------------------------------------------------------------------------------
@@ -285,6 +284,7 @@ class Outcome:
     safe: bool
     live: bool
     problem: str = ""
+    laggards: set[int] = field(default_factory=set)  # the connected majority's clients that did not finish
 
 
 BYZANTINE = ("double", "bogus", "mute", "split")
@@ -323,7 +323,7 @@ class World:
         }
         if self.healing:
             for n in self.nodes.values():
-                n.awaits_heal = self._awaits_heal
+                n.heals = True
 
     # -- faults ----------------------------------------------------------------------------
     def _fail(self, a: int, b: int) -> None:
@@ -357,7 +357,7 @@ class World:
         p = self.p
         inc = old.incarnation + 1
         n = Node(v, p, [], incarnation=inc, signed=self.signed)
-        n.awaits_heal = old.awaits_heal
+        n.heals = old.heals
         self.wires.faults.dead.pop(v, None)
         self.wires.faults.incarnations[v] = inc
         a = n.voter.agreement
@@ -422,10 +422,6 @@ class World:
             for q in sorted(self.g.neighbors(n.i))
             if q in roster.members and q not in n.flood.peers and q not in n.heal_at
         }
-
-    def _awaits_heal(self, n: Node) -> bool:
-        """`Churn._awaits_heal`: a heal is agreed, or an edge to a live member is down."""
-        return bool(n.heal_at) or any(self.wires.healable(n.i, q, i) for q, i in self._down(n).items())
 
     def _heal(self) -> None:
         """Before this round's exchange: every running client asks to heal its down edges (of the
@@ -631,12 +627,13 @@ class World:
         if self.healing:  # a client committed out while it was away stops (a restart rejoins it)
             final.remove_nodes_from(self._committed_out())
         final.add_edges_from(e for e in self._final_links() if all(x in final for x in e))
-        live = True
+        live, lag = True, set()
         for part in nx.connected_components(final):
             if 2 * len(part) > len(self.nodes):
                 laggards = [i for i in sorted(part) if self.nodes[i].state != "done"]
                 if laggards:
                     live = False
+                    lag |= set(laggards)
                     problem = problem or "liveness: " + "; ".join(
                         f"node {i} {self.nodes[i].state} ({self.nodes[i].why or 'no line'})" for i in laggards
                     )
@@ -649,12 +646,13 @@ class World:
             safe,
             live,
             problem,
+            lag,
         )
 
     def _final_links(self) -> Iterable[Edge]:
         """The links no fault took (a client that merely finished still counts as connected; an
         equivocating one counts as gone: the others exclude it), with every heal in, in schedule
-        order (a heal brings back only a link whose ends had not closed by its round)."""
+        order (a heal brings back only a link whose ends had not closed before they could connect)."""
         if not self.healing:
             gone = set(self._cut)
             for f in self.faults:
@@ -673,7 +671,8 @@ class World:
             elif f.kind == "stall":
                 stalled |= links
             elif f.kind == "heal":
-                back = {e for e in links if all(self.closed_at.get(x, f.round + 1) > f.round for x in e)}
+                at = f.round + HEAL_AHEAD  # the first round its ends can connect at
+                back = {e for e in links if all(self.closed_at.get(x, at) >= at for x in e)}
                 if f.edges:
                     cut -= back
                 back -= cut  # a woken node's cut links stay cut
@@ -740,6 +739,19 @@ def single_faults(g: nx.Graph, rounds: int, restarts: bool = True) -> Iterator[l
             for v in nodes:
                 for back in (r + 1, r + rounds // 2 + 1):
                     yield [Fault(r, "crash", v, frozenset()), Fault(back, "restart", v)]
+
+
+def heals(g: nx.Graph, rounds: int, delays: Sequence[int]) -> Iterator[list[Fault]]:
+    """Every schedule of a fault and its heal `d` rounds later, for each d in `delays`: each cut
+    link and each partition (as `single_faults` lists them) and its heal, and each node's stall
+    and its wake-up, in every round 0..rounds-1."""
+    cuts = [f[0].edges for f in single_faults(g, 1, restarts=False) if f[0].kind == "cut"]
+    for r in range(rounds):
+        for d in delays:
+            for v in sorted(g.nodes):
+                yield [Fault(r, "stall", v), Fault(r + d, "heal", v)]
+            for edges in cuts:
+                yield [Fault(r, "cut", edges=edges), Fault(r + d, "heal", edges=edges)]
 
 
 def equivocations(g: nx.Graph, rounds: int) -> Iterator[list[Fault]]:

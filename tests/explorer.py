@@ -40,12 +40,36 @@ Faults (`Fault.kind`), each at a round:
   the shared hop clock), as `Churn.boundary` / `Churn.rejoin` / `Churn.link` do. A newcomer
   whose JOIN step commits without it (the note reached no voter in time) stops after applying
   that step, as `Churn.apply_committed` does (its launcher would restart it).
+- `heal` (in process, `Churn.heal` over `transport.Healing`): the links in `edges` (cut earlier)
+  work again, or stalled `node` wakes and its dropped edges work again. A stall that a later
+  `heal` of its node wakes is a sleep: the node runs no round (sends, hears and counts nothing)
+  until then; a stall without one keeps the meaning above. A link that works again is not
+  connected by the fault: before every round each running client asks to heal its down edges
+  to the neighbours that are members of its committed roster (as the incarnation it admitted),
+  while it is an admitted member itself (`Churn._healable`), and the real negotiation
+  (`memorywires.Wires.heal`: one end proposes an index `HEAL_AHEAD` rounds ahead, the other takes
+  it on its next ask) hands both ends one round to connect right before; both connect then
+  (`Flood.add_peer`: each owes the other everything it holds). In a world with heals a client
+  past its patience waits on, a hop a round, `HEAL_FACTOR` × patience hops more before it stops
+  with the same line, as `Churn.apply_committed` does over a healing transport (it waits so
+  whether or not an edge is down then: an edge healed just before still needs hops to bring
+  the votes).
+  Where the model simplifies: rounds are the shared hop clock, so a woken node is back on it at
+  once (the real one has no edge left and jumps its clock to the agreed index, which lands it on
+  the same exchange); the heal wait is counted in hops (the real client waits `HEAL_FACTOR` ×
+  `meet_timeout_s` seconds, paced); only links a `heal` names heal (every other down link stays
+  down, as over gloo: a stall without a wake-up, a newcomer's link that did not meet); an end
+  that learns of an agreed heal too late connects nothing (the real one restores its end alone
+  and drops it after the late bound).
 
 Checks (`Outcome`): safety — every client's applied (step, digest) list is a prefix of one
 history, and so is the evaluator's log (it follows whichever client is the attach node, each
 new edge opening with that client's steps from where the log stands, through the real
 `stepstream.StepSequence`, which refuses two contents for one step); liveness — where the final
 graph has a connected part holding a strict majority of the nodes, all of its clients finish.
+With heals the final graph is the schedule's links once every heal is in (a heal whose end
+closed before it could connect brings nothing back), and a client the finishing majority committed out while it was away
+is not expected to finish (docs/churn-design.md, Healed edges: it stops and a restart rejoins it).
 """
 
 from __future__ import annotations
@@ -59,14 +83,25 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
+from seedflood.comm.memorywires import HEAL_AHEAD, Wires
+from seedflood.comm.memorywires import Faults as WireFaults
 from seedflood.core.churn.agreement import Agreement, Value, Vote, step_digest
 from seedflood.core.churn.voter import Voter
 from seedflood.core.flood.flooding import Flood
-from seedflood.core.flood.membership import JOIN, VOTE, MembershipError, Note, check_admitted, join_note
+from seedflood.core.flood.membership import (
+    JOIN,
+    VOTE,
+    ExcludedError,
+    MembershipError,
+    Note,
+    check_admitted,
+    join_note,
+)
 from seedflood.core.flood.message import FrameError, Message
 from seedflood.core.flood.protocol import Protocol, schedule
 from seedflood.core.flood.signing import Signing
 from seedflood.core.flood.stepstream import StepSequence
+from seedflood.core.flood.transport import HEAL_FACTOR
 
 Edge = tuple[int, int]
 
@@ -121,7 +156,7 @@ def protocol_for(g: nx.Graph, steps: int, hops: int = 0, settle: int = 1) -> Pro
 @dataclass(frozen=True)
 class Fault:
     round: int
-    kind: str  # crash | stall | cut | restart | equivocate | double | bogus | mute | split
+    kind: str  # crash | stall | cut | heal | restart | equivocate | double | bogus | mute | split
     node: int = -1
     reach: frozenset[int] = frozenset()
     edges: frozenset[Edge] = frozenset()
@@ -129,8 +164,8 @@ class Fault:
     def __str__(self) -> str:
         if self.kind in ("crash", "equivocate", "double"):
             return f"r{self.round}:{self.kind} {self.node}→{sorted(self.reach)}"
-        if self.kind == "cut":
-            return f"r{self.round}:cut {sorted(self.edges)}"
+        if self.kind in ("cut", "heal") and self.edges:
+            return f"r{self.round}:{self.kind} {sorted(self.edges)}"
         return f"r{self.round}:{self.kind} {self.node}"
 
 
@@ -163,11 +198,15 @@ class Node:
     waited: int = 0
     joined_at: int = 0
     linger: int = -1  # hops still to run after the last step was applied (-1: not draining yet)
-    state: str = "run"  # run | done | stopped | dead
+    state: str = "run"  # run | asleep (a stall a heal wakes) | done | stopped | dead
     why: str = ""
     applied: list[tuple[int, int]] = field(default_factory=list)  # (step, digest)
     history: list[tuple[int, list[Message]]] = field(default_factory=list)
     signed: bool = False  # every item sealed by its origin (`signing`), what is not authentic dropped
+    heal_at: dict[int, int] = field(default_factory=dict)  # peer -> the round its agreed heal connects at
+    heals: bool = False  # its down edges may heal (a world with heals: the in-process transport)
+    excluded: bool = False  # stopped because the others committed a step without it
+    heal_by: int = -1  # past its patience where edges heal: the waited count it stops at
 
     def __post_init__(self) -> None:
         p = self.protocol
@@ -207,7 +246,7 @@ class Node:
             while last < due:
                 msgs = self.voter.take(last + 1)
                 if msgs is None:
-                    if self.waited >= p.patience_hops:
+                    if self.waited >= p.patience_hops and not self._may_heal():
                         raise self.voter.stuck(last + 1, self.waited)
                     self.waited += 1
                     return
@@ -216,15 +255,22 @@ class Node:
                 self.history.append((last, msgs))
                 check_admitted(self.i, last, self.joined_at, self.voter.agreement.roster)  # as Churn does
         except MembershipError as e:
-            self.state, self.why = "stopped", str(e)
+            self.state, self.why, self.excluded = "stopped", str(e), isinstance(e, ExcludedError)
             return
-        self.waited = 0
+        self.waited, self.heal_by = 0, -1
         self.t += 1
         self.hop = 0
         if last == p.steps - 1 and self.t >= p.steps:
             self.linger = (p.delay - p.vote_lag) * p.hops
             if self.linger == 0:
                 self.state = "done"
+
+    def _may_heal(self) -> bool:
+        """Past its patience, where edges heal: wait `HEAL_FACTOR` × patience hops more before
+        stopping (`Churn.apply_committed`'s `heal_by`, counted in hops: the module docstring)."""
+        if self.heal_by < 0 and self.heals:
+            self.heal_by = self.waited + HEAL_FACTOR * self.protocol.patience_hops
+        return self.waited < self.heal_by
 
 
 # -- the world --------------------------------------------------------------------------------------
@@ -238,6 +284,7 @@ class Outcome:
     safe: bool
     live: bool
     problem: str = ""
+    laggards: set[int] = field(default_factory=set)  # the connected majority's clients that did not finish
 
 
 BYZANTINE = ("double", "bogus", "mute", "split")
@@ -264,6 +311,19 @@ class World:
         self.error = ""
         self.round = 0  # the round being run: the shared hop clock
         self.lied: set[int] = set()  # equivocating nodes whose frame did carry another copy
+        self.healing = any(f.kind == "heal" for f in self.faults)  # links heal (in process)
+        self.wires = Wires({i: sorted(g.neighbors(i)) for i in g.nodes}, 1.0, WireFaults())  # heal negotiation
+        self.mend: set[Edge] = set()  # links a heal brought back: they heal whenever both ends ask
+        self.closed_at: dict[int, int] = {}  # node -> round its client exited or stopped
+        woken = {(f.node, f.round) for f in self.faults if f.kind == "heal" and not f.edges}
+        self.sleeps = {  # (node, stall round): a stall that a later heal of its node wakes
+            (f.node, f.round)
+            for f in self.faults
+            if f.kind == "stall" and any(v == f.node and r > f.round for v, r in woken)
+        }
+        if self.healing:
+            for n in self.nodes.values():
+                n.heals = True
 
     # -- faults ----------------------------------------------------------------------------
     def _fail(self, a: int, b: int) -> None:
@@ -297,6 +357,9 @@ class World:
         p = self.p
         inc = old.incarnation + 1
         n = Node(v, p, [], incarnation=inc, signed=self.signed)
+        n.heals = old.heals
+        self.wires.faults.dead.pop(v, None)
+        self.wires.faults.incarnations[v] = inc
         a = n.voter.agreement
         for step, msgs in s.history:
             a.extend(step, msgs, s.voter.agreement.roster.changes.get(step))
@@ -346,10 +409,72 @@ class World:
     def _cut_ok(self, a: int, b: int) -> bool:
         return edge(a, b) not in self._cut
 
+    # -- heals ---------------------------------------------------------------------------------
+    def _down(self, n: Node) -> dict[int, int | None]:
+        """`Churn._healable`: n's down edges to the neighbours that are members of its committed
+        roster (-> the incarnation the roster admitted), while n is an admitted member itself."""
+        a = n.voter.agreement
+        roster = a.roster
+        if n.i not in roster.members or roster.incarnations.get(n.i, a.incarnation) != a.incarnation:
+            return {}
+        return {
+            q: roster.incarnations.get(q)
+            for q in sorted(self.g.neighbors(n.i))
+            if q in roster.members and q not in n.flood.peers and q not in n.heal_at
+        }
+
+    def _heal(self) -> None:
+        """Before this round's exchange: every running client asks to heal its down edges (of the
+        links a heal brought back) through the real negotiation, in id order; a pair whose agreed
+        round this is connects, where both ends learned it."""
+        r = self.round
+        running = [n for _, n in sorted(self.nodes.items()) if n.running]
+        for n in running:
+            want = {q: i for q, i in self._down(n).items() if edge(n.i, q) in self.mend}
+            if want:
+                n.heal_at.update(self.wires.heal(n.i, want, r))
+        for n in running:
+            for q in sorted(q for q, at in n.heal_at.items() if at <= r):
+                at = n.heal_at.pop(q)
+                m = self.nodes[q]
+                if at == r and m.running and m.heal_at.get(n.i) == r and q not in n.flood.peers:
+                    m.heal_at.pop(n.i)
+                    self.links.add(edge(n.i, q))
+                    n.flood.add_peer(q)
+                    m.flood.add_peer(n.i)
+                    self.wires.healed(n.i, q)
+                    self.wires.healed(q, n.i)
+                    self.healed.append((r, edge(n.i, q)))
+
+    def _sever(self, edges: Iterable[Edge]) -> None:
+        """Cut links: frames are lost both ways (the wires refuse to heal them), each end drops the other."""
+        for a, b in edges:
+            self._cut.add(edge(a, b))
+            self.mend.discard(edge(a, b))
+            self.wires.faults.cut |= {(a, b), (b, a)}
+            self._fail(a, b)
+
+    def _mend(self, f: Fault) -> None:
+        """A heal fault: its links work again (a woken node's, those not cut), and may heal."""
+        if f.edges:
+            links = {edge(a, b) for a, b in f.edges}
+        else:
+            n = self.nodes[f.node]
+            if n.state == "asleep":
+                n.state = "run"
+            links = {edge(f.node, u) for u in self.g.neighbors(f.node)} - self._cut
+        for a, b in links:
+            self._cut.discard(edge(a, b))
+            self.wires.faults.cut -= {(a, b), (b, a)}
+            self.mend.add(edge(a, b))
+
     # -- running -----------------------------------------------------------------------------
     def run(self, max_rounds: int | None = None) -> Outcome:
         p = self.p
         limit = max_rounds or (p.steps + p.delay + 2) * p.hops + 2 * p.patience_hops + 8 * p.hops * (p.delay + 1)
+        if self.healing:  # the heal waits, after the last fault
+            limit += max(f.round for f in self.faults) + 2 * HEAL_FACTOR * p.patience_hops
+        self.healed: list[tuple[int, Edge]] = []  # (round, link) of each heal that connected
         pending = list(self.faults)
         self._cut: set[Edge] = set()
         self._joining: list[tuple[int, int, int]] = []  # (newcomer, JOIN step, link round)
@@ -359,7 +484,7 @@ class World:
         voting: dict[int, Fault] = {}  # lying voters, from their round on
         for r in range(limit):
             self.round = r
-            if not any(n.running for n in self.nodes.values()):
+            if not any(n.running or (n.state == "asleep" and pending) for n in self.nodes.values()):
                 break
             crashing.clear()
             lying.clear()
@@ -373,16 +498,21 @@ class World:
                     voting[f.node] = f
                 elif f.kind == "stall":
                     self._isolate(f.node)
+                    self.mend -= {edge(f.node, u) for u in self.g.neighbors(f.node)}
+                    if (f.node, f.round) in self.sleeps and self.nodes[f.node].running:
+                        self.nodes[f.node].state = "asleep"
                 elif f.kind == "cut":
-                    for a, b in f.edges:
-                        self._cut.add(edge(a, b))
-                        self._fail(a, b)
+                    self._sever(f.edges)
+                elif f.kind == "heal":
+                    self._mend(f)
                 elif f.kind == "restart":
                     self._restart(f.node)
             retry, self._retry = self._retry, []
             for v in retry:
                 self._restart(v)
             self._connect_joiners()
+            if self.healing:
+                self._heal()
             running = [n for n in self.nodes.values() if n.running]
             for n in running:
                 n.begin_round()
@@ -405,6 +535,7 @@ class World:
                         n.flood.receive(src, out[n.i])
             for v in crashing:
                 self.nodes[v].state = "dead"
+                self.wires.faults.dead[v] = "crashed"
                 self._isolate(v)
             for n in running:
                 if n.running:
@@ -412,6 +543,9 @@ class World:
                     n.end_round()
                     self._push(n, before)
             for n in self.nodes.values():  # a client that exited or stopped closes its edges
+                if n.state in ("done", "stopped") and n.i not in self.wires.closed:
+                    self.wires.closed.add(n.i)
+                    self.closed_at[n.i] = r
                 if n.state in ("done", "stopped") and any(edge(n.i, u) in self.links for u in self.g.neighbors(n.i)):
                     self._isolate(n.i)
         return self._outcome()
@@ -490,13 +624,16 @@ class World:
         final = nx.Graph()
         liars = {f.node for f in self.faults if f.kind in FAULTY}
         final.add_nodes_from(i for i, n in self.nodes.items() if n.state != "dead" and i not in liars)
+        if self.healing:  # a client committed out while it was away stops (a restart rejoins it)
+            final.remove_nodes_from(self._committed_out())
         final.add_edges_from(e for e in self._final_links() if all(x in final for x in e))
-        live = True
+        live, lag = True, set()
         for part in nx.connected_components(final):
             if 2 * len(part) > len(self.nodes):
                 laggards = [i for i in sorted(part) if self.nodes[i].state != "done"]
                 if laggards:
                     live = False
+                    lag |= set(laggards)
                     problem = problem or "liveness: " + "; ".join(
                         f"node {i} {self.nodes[i].state} ({self.nodes[i].why or 'no line'})" for i in laggards
                     )
@@ -509,16 +646,46 @@ class World:
             safe,
             live,
             problem,
+            lag,
         )
 
     def _final_links(self) -> Iterable[Edge]:
         """The links no fault took (a client that merely finished still counts as connected; an
-        equivocating one counts as gone: the others exclude it)."""
-        gone = set(self._cut)
+        equivocating one counts as gone: the others exclude it), with every heal in, in schedule
+        order (a heal brings back only a link whose ends had not closed before they could connect)."""
+        if not self.healing:
+            gone = set(self._cut)
+            for f in self.faults:
+                if f.kind in ("crash", "stall", *FAULTY):
+                    gone |= {edge(f.node, u) for u in self.g.neighbors(f.node)}
+            return [edge(a, b) for a, b in self.g.edges if edge(a, b) not in gone]
+        cut: set[Edge] = set()
+        stalled: set[Edge] = set()
+        dead: set[Edge] = set()  # a crashed or lying node's links: no heal brings them back
         for f in self.faults:
-            if f.kind in ("crash", "stall", *FAULTY):
-                gone |= {edge(f.node, u) for u in self.g.neighbors(f.node)}
-        return [edge(a, b) for a, b in self.g.edges if edge(a, b) not in gone]
+            links = {edge(a, b) for a, b in f.edges} or {edge(f.node, u) for u in self.g.neighbors(f.node)}
+            if f.kind in ("crash", *FAULTY):
+                dead |= links
+            elif f.kind == "cut":
+                cut |= links
+            elif f.kind == "stall":
+                stalled |= links
+            elif f.kind == "heal":
+                at = f.round + HEAL_AHEAD  # the first round its ends can connect at
+                back = {e for e in links if all(self.closed_at.get(x, at) >= at for x in e)}
+                if f.edges:
+                    cut -= back
+                back -= cut  # a woken node's cut links stay cut
+                stalled -= back
+        return [edge(a, b) for a, b in self.g.edges if edge(a, b) not in cut | stalled | dead]
+
+    def _committed_out(self) -> set[int]:
+        """The clients that stopped and the finishing majority's last roster leaves out."""
+        done = [n for n in self.nodes.values() if n.state == "done"]
+        if not done:
+            return set()
+        members = max(done, key=lambda n: len(n.applied)).voter.agreement.roster.members
+        return {i for i, n in self.nodes.items() if n.state == "stopped" and i not in members}
 
     def _who(self, h: list[tuple[int, int]]) -> int:
         return next(i for i, n in self.nodes.items() if n.applied is h)
@@ -572,6 +739,19 @@ def single_faults(g: nx.Graph, rounds: int, restarts: bool = True) -> Iterator[l
             for v in nodes:
                 for back in (r + 1, r + rounds // 2 + 1):
                     yield [Fault(r, "crash", v, frozenset()), Fault(back, "restart", v)]
+
+
+def heals(g: nx.Graph, rounds: int, delays: Sequence[int]) -> Iterator[list[Fault]]:
+    """Every schedule of a fault and its heal `d` rounds later, for each d in `delays`: each cut
+    link and each partition (as `single_faults` lists them) and its heal, and each node's stall
+    and its wake-up, in every round 0..rounds-1."""
+    cuts = [f[0].edges for f in single_faults(g, 1, restarts=False) if f[0].kind == "cut"]
+    for r in range(rounds):
+        for d in delays:
+            for v in sorted(g.nodes):
+                yield [Fault(r, "stall", v), Fault(r + d, "heal", v)]
+            for edges in cuts:
+                yield [Fault(r, "cut", edges=edges), Fault(r + d, "heal", edges=edges)]
 
 
 def equivocations(g: nx.Graph, rounds: int) -> Iterator[list[Fault]]:

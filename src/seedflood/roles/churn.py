@@ -178,13 +178,15 @@ class Churn:
         if self.feed is not None and self.roster.attach == h.node:
             self.follow(self.feed)
 
-    def on_notes(self, new: Sequence[object]) -> None:
+    def on_notes(self, new: Sequence[object], sender: int | None = None) -> None:
         """Remember the JOIN notes among `new` by the hop index their edges connect at, and the
-        LEAVE notes of connected neighbours by the hop index their edges close before."""
+        LEAVE note of `sender` itself by the hop index its edge closes before: only the leaver's
+        own frame closes its edge (it carries the note first, straight from it), so a relay
+        cannot close the edge between two others with a LEAVE note it made up."""
         for n in new:
             if isinstance(n, Note) and n.kind == JOIN and membership.link_hop(n) >= self.host.hops_run:
                 self._links.setdefault(membership.link_hop(n), []).append(n)
-            if isinstance(n, Note) and n.kind == LEAVE and n.origin in self.host.flood.peers:
+            if isinstance(n, Note) and n.kind == LEAVE and n.origin == sender and sender in self.host.flood.peers:
                 self._unlink[n.origin] = n.value
 
     def before_hop(self) -> None:
@@ -380,6 +382,7 @@ class Churn:
         self.history = steps
         h.flood.applied_through = len(steps) - 1
         msgs, notes = membership.decode_hop(d.held, h.protocol.limits(0, 2**32 - 1))
+        notes = [n for n in notes if n.kind != LEAVE]  # one hop: an earlier life's goodbye is not this one's
         h.flood.restore(msgs)
         h.flood.originate_notes(notes)
         h.hops_run = d.hop  # the sponsor's hop clock: this client's first exchange is its hop d.hop

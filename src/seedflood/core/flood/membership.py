@@ -131,7 +131,8 @@ def link_hop(note: Note) -> int:
 def leave_note(step: int, origin: int, unlink_hop: int) -> Note:
     """LEAVE: `origin` leaves gracefully; committed `step` left it out, and it and its neighbours
     close their edges right before exchange `unlink_hop` (the one after the exchange that first
-    carries this note, so every neighbour holds it in time: it travels straight from `origin`)."""
+    carries this note, so every neighbour holds it in time: it travels straight from `origin`,
+    one hop, never relayed: flooding.py)."""
     return Note(step, LEAVE, origin, unlink_hop)
 
 

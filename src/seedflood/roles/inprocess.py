@@ -19,7 +19,8 @@ base weights, caught up by its sponsor's log; its per-step hashes before that ar
 that ends before the run does is restarted again, up to RESTART_TRIES times), `leave` (asked
 to leave gracefully before this step: it originates nothing from it on, and once a committed
 step leaves it out it closes its edges with its neighbours at an agreed hop and stops; its one
-line, "node N left at step S", is in `exits` and it is never restarted). Liars (`lies`,
+line, "node N left at step S", is in `exits`; a later `restart` event starts it again, as
+after a kill). Liars (`lies`,
 any run): node i sends `lies[i]`'s scalars in place of its honest ones (roles/lying.py).
 Impostors (`impostors`, signed runs): node i's process signs with `impostors[i]`, a key that is
 not node i's (a process without node i's key acting as node i): its restarted lives if it has
@@ -78,7 +79,8 @@ class SimResult:
     counter: ByteCounter
     workloads: dict[int, Workload] = field(repr=False)
     exits: dict[int, str] = field(default_factory=dict)
-    """node -> why it stopped early (killed, minority, excluded); absent = finished."""
+    """node -> why it stopped early (killed, minority, excluded, "node N left at step S" after a
+    `leave` event); absent = finished."""
     changes: dict[int, Change] = field(default_factory=dict)
     """The roster changes (step -> Change) of the lowest finished node."""
     flood: dict[int, FloodStats] = field(default_factory=dict)
@@ -294,6 +296,7 @@ def simulate(
                 rosters[node] = dict(client.mode.changes)
         except Left as e:  # left gracefully: its edges are closed, nobody waits on it
             exits[node] = str(e)
+            network.kill(node)  # the process exits (a `restart` event may start it again)
         except MembershipError as e:  # stopped by the churn rules: an outcome, not a failure
             exits[node] = str(e)
             stopped.add(node)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 
 import pytest
-from test_churn import RING8_1HOP, cfg_for, check_survivors, left, protocol_of
+from test_churn import RING8_1HOP, cfg_for, check_survivors, joined, left, protocol_of
 
 from seedflood.comm import identity
-from seedflood.core.flood.membership import LEAVE, decode_hop
+from seedflood.core.flood.membership import LEAVE, decode_hop, encode_hop, leave_note
 from seedflood.roles.inprocess import Event, simulate
 
 
@@ -134,3 +134,37 @@ def test_a_signed_run_signs_the_leave_note_and_its_neighbours_take_it(tmp_path, 
     assert lines.lost(5) == [] and lines.errors() == []
     plain = simulate(cfg_for(), events=[Event(4, 5, "leave")])
     assert r.hashes == plain.hashes and r.records == plain.records
+
+
+def test_a_leave_note_relayed_by_another_closes_no_edge(lines, tmp_path):
+    """Node 0 slips a LEAVE note in node 5's name into its frame to node 4 (an unsigned run: a
+    relay can make one up), naming the next exchange: node 4 takes only the leaver's own frame's
+    note as a leave, so it keeps its edge to node 5, nobody is lost or parted, nothing changes."""
+    cfg = cfg_for()
+    limits = protocol_of(cfg).limits(0, 2**32 - 1)
+
+    def forge(src: int, dst: int, hop: int, frame: bytes) -> bytes:
+        if (src, dst, hop) != (0, 4, 9) or not frame:
+            return frame
+        msgs, notes = decode_hop(frame, limits)
+        return encode_hop(msgs, [*notes, leave_note(2, 5, hop + 1)])
+
+    r = simulate(cfg, events=[], mutate=forge)
+    assert r.exits == {} and r.changes == {} and len(set(r.hashes.values())) == 1
+    assert not [x for x in lines.records if "left gracefully" in x.getMessage() or "parted" in x.getMessage()]
+    assert lines.lost(5) == [] and lines.lost(4) == [] and lines.errors() == []
+    check_survivors(cfg, r, tmp_path)
+
+
+def test_a_client_that_left_is_started_again_and_rejoins_by_replay(lines, tmp_path):
+    """Node 5 leaves before step 4 and is started again once the others reach step 6 (a new
+    incarnation, as SLURM's requeue restarts a task it sent SIGTERM): a neighbour sponsors it, it
+    replays the log, and all eight finish on one history; its earlier life's LEAVE note (which
+    its sponsor holds) closes none of its new edges."""
+    cfg = cfg_for(steps=30)
+    r = simulate(cfg, events=[Event(4, 5, "leave"), Event(6, 5, "restart")])
+    assert r.exits == {} and sorted(r.hashes) == list(range(8)), r.exits
+    assert left(r) == {5: 4} and joined(r)[5] > 6
+    assert [c.join for c in r.changes.values() if c.join] == [((5, 1),)]
+    assert lines.lost(5) == [] and lines.errors() == []
+    check_survivors(cfg, r, tmp_path)

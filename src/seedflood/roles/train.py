@@ -13,10 +13,9 @@ evaluator, so finishing never depends on how long scoring takes.
 
 What a churn run (`churn.settle` > 0) does differently — no process group, a gloo group per edge,
 rejoins, the clients' own logs, an evaluator that follows whichever client is the attach node —
-is churnwiring.py's (docs/churn-design.md, Per-edge transport and the store). A churn client
-that gets SIGTERM leaves gracefully (`churn.Churn.leave`; docs/churn-design.md, Graceful leave):
-it posts a stopped report with its one line, "node N left at step S", and exits 0; a second
-SIGTERM ends it at once. A strict client keeps Python's default SIGTERM (it dies).
+is churnwiring.py's (docs/churn-design.md, Per-edge transport and the store), SIGTERM's graceful
+leave included; a client that has left (`churn.Left`) posts a stopped report with its one line,
+"node N left at step S", and returns, so the process exits 0.
 
 Assumes: every process gets the same config; the run directory is on storage rank 0 can write
 (clients on other hosts need no access to it: they catch up from the broadcast log).
@@ -26,8 +25,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import threading
 import time
 from typing import Any
 
@@ -150,8 +147,6 @@ def _client(
                 client.listeners.append(lambda s, _: step_hashes.append(state_hash(w.model, w.direction)))
             if records:
                 log.info("resumed at step %d by replaying %d logged steps", len(records), len(records))
-            if p.protocol.churn and threading.current_thread() is threading.main_thread():
-                _leave_on_sigterm(client)
             own = wiring.own_record(client)
             status = client_status(RunDir.of(cfg), client, counter, records, changes, p.top.neighbors(node))
             with status:  # an error leaving it is the record's final state: failed, with its first line
@@ -183,18 +178,6 @@ def _client(
     }
     own.finished(report)
     _post(group, client_key(node), report)
-
-
-def _leave_on_sigterm(client: Client) -> None:
-    """SIGTERM asks this churn client to leave gracefully (it stops with `Left` once a committed
-    step leaves it out); a second SIGTERM is the default again: the process dies."""
-
-    def leave(signum: int, _frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        log.warning("SIGTERM: leaving the run gracefully (a second SIGTERM ends it at once)")
-        client.churn.leave()
-
-    signal.signal(signal.SIGTERM, leave)
 
 
 def _post(group: runtime.Group, key: str, report: dict[str, Any]) -> None:

@@ -129,6 +129,32 @@ def test_the_evaluator_follows_the_next_client_when_its_attach_client_fails(run_
     assert "evaluator: following node 1" in procs[0].stderr, procs[0].describe()
 
 
+@pytest.mark.parametrize("victim", [VICTIM, 0], ids=["node", "attach"])
+def test_a_client_sent_sigterm_leaves_gracefully_and_exits_0(run_world, tmp_path, victim):
+    """SIGTERM to a client mid-run: it stops originating, hops on until a committed step leaves
+    it out, closes its edges with its neighbours at the hop its LEAVE note names and exits 0
+    with its one line; nobody loses it as a failed peer, the survivors finish on the
+    evaluator's hash, and the log records its leave at the step its line names. The attach
+    client (node 0) leaving too: the evaluator follows node 1 (its failover, as for a crash)."""
+    out = tmp_path / "TERM"
+    procs, s = churn_run(run_world, out, signal.SIGTERM, victim=victim)
+    assert all(p.returncode == 0 for p in procs), [p.describe() for p in procs if p.returncode]
+    (line,) = re.findall(rf"node {victim} left at step (\d+)", procs[victim + 1].stderr)
+    assert s["left"] == [victim] and s["client_hashes"][victim] is None
+    survivors = [h for n, h in enumerate(s["client_hashes"]) if n != victim]
+    assert survivors == [s["param_hash"]] * 3 and s["consensus"]
+    reader = LogReader(out / "log.bin")
+    _, records = reader.read()
+    assert len(records) == 40
+    ((step, change),) = reader.changes.items()
+    assert change.leave == (victim,) and step == int(line)
+    assert runs.replay(out) == {"steps": 40, "param_hash": s["param_hash"]}
+    for p in procs[1:]:
+        assert f"lost peer node {victim}" not in p.stderr and "Traceback" not in p.stderr, p.describe()
+    if victim == 0:
+        assert "evaluator: following node 1" in procs[0].stderr, procs[0].describe()
+
+
 def launch(
     tmp_path: Path, sets: tuple[str, ...], env: dict[str, str] | None = None, later: tuple[int, ...] = ()
 ) -> World:

@@ -180,6 +180,28 @@ def test_the_end_of_a_run_does_not_wait_for_a_lagging_evaluator(run_world, procs
     assert json.loads((out / "summary.json").read_text())["consensus"]
 
 
+def test_sigterm_ends_a_strict_client_as_before(run_world, tmp_path):
+    """A strict client keeps Python's default SIGTERM (the graceful leave is churn's): it dies of
+    it, and its neighbours name it in one line as for a kill."""
+    out = tmp_path / "term"
+    sets = overrides(out, "run.steps=400", "eval.every=0", "checkpoint.every=0")
+    logged = runs.Steps(out, STEP_RECORD)
+    sent: list[float] = []
+
+    def term_when_logged(group: Procs) -> None:
+        if not sent and logged() >= 2:
+            sent.append(group.signal("3", signal.SIGTERM))
+
+    procs = run_world(runs.train(*sets), nprocs=5, on_poll=term_when_logged, watch=[out / "log.bin"])
+    assert sent, "the signal must land mid-run"
+    assert procs[3].returncode == -signal.SIGTERM, procs[3].describe()
+    assert "left at step" not in procs[3].stderr
+    for p in (procs[2], procs[4]):  # nodes 1 and 3, the ring neighbours of node 2 (rank 3)
+        assert p.returncode == 1, p.describe()
+        lines = [ln for ln in p.stderr.splitlines() if ln.startswith("seedflood: error:")]
+        assert len(lines) == 1 and "peer node 2 (rank 3)" in lines[0], p.stderr[-2000:]
+
+
 def test_a_killed_peer_is_reported_in_one_line_by_each_survivor(run_world, tmp_path):
     """SIGKILL client node 2 once the log holds 2 steps: its neighbours name it in one line."""
     out = tmp_path / "killed"

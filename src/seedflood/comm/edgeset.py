@@ -311,6 +311,18 @@ class EdgeSet:
             log.warning("node %d: lost peer node %d: %s", self.node, peer, reason)
         edge.close()
 
+    def part(self, peer: int) -> None:
+        """Close the edge to a neighbour both ends agreed to close before this exchange (a
+        graceful leave, docs/churn-design.md): released like `drop`, but not lost. No-op when
+        not connected."""
+        edge = self.edges.pop(peer, None) if peer != EVALUATOR else None
+        if edge is None:
+            return
+        self.incarnations.pop(peer, None)
+        self.peers = tuple(p for p in self.peers if p != peer)
+        log.info("node %d: parted from node %d (a graceful leave)", self.node, peer)
+        edge.close()
+
     def take_lost(self) -> dict[int, str]:
         """Peers lost since the last call (peer -> reason); clears them."""
         lost, self.lost = self.lost, {}

@@ -117,6 +117,13 @@ class MemoryTransport:
             self.wires.close_edge(self.node, peer, f"node {self.node} dropped node {peer}: {reason}")
             self.peers = tuple(p for p in self.peers if p != peer)
 
+    def part(self, peer: int) -> None:
+        """Close the edge to `peer` both ends agreed to close before this exchange (a graceful
+        leave): no lost peer; the queue fails only receives nobody makes any more."""
+        if peer in self.peers:
+            self.wires.close_edge(self.node, peer, f"node {self.node} parted from node {peer}")
+            self.peers = tuple(p for p in self.peers if p != peer)
+
     def take_lost(self) -> dict[int, str]:
         """Peers dropped since the last call (tolerant mode), with the reason."""
         lost, self.lost = self.lost, {}

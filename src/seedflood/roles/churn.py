@@ -5,7 +5,9 @@ Owns: a churn client's schedule and membership work — the committed chain it v
 restarted neighbour (`boundary`, `catch_up`), rejoining from a sponsor (`rejoin`), connecting
 rejoined edges on the shared hop clock (`link`), healing down edges to live members (`heal`, over
 a `transport.Healing` transport), streaming decided steps to the evaluator as the
-attach node (`follow`), and audits.
+attach node (`follow`), audits, and a graceful leave (`leave`: this client stops originating,
+hops on until a committed step leaves it out, then floods a LEAVE note and closes its edges
+with its neighbours at the hop the note names, raising `Left`; `unlink`, the neighbours' side).
 
 The transport drops a failed peer instead of raising (`take_lost`), the flood stops sending to it,
 and no step is applied until a strict majority of its roster committed its content: at the end of
@@ -34,7 +36,7 @@ from seedflood.core.churn.agreement import Agreement
 from seedflood.core.churn.voter import Voter
 from seedflood.core.flood import membership, stepstream
 from seedflood.core.flood.flooding import FloodError
-from seedflood.core.flood.membership import AUDIT, JOIN, Change, Note, Roster
+from seedflood.core.flood.membership import AUDIT, JOIN, LEAVE, Change, Note, Roster
 from seedflood.core.flood.message import FrameError, Message
 from seedflood.core.flood.transport import (
     EVALUATOR,
@@ -50,6 +52,17 @@ from seedflood.roles.strategy import Host, Records
 log = logging.getLogger(__name__)
 
 IDLE_S = 0.01  # a client waiting past its patience for an edge to heal hops at most this often (s)
+
+
+class Left(Exception):
+    """This client left the run gracefully: a committed step left it out after it was asked to
+    leave (`Churn.leave`), and its edges are closed. Its message is the one line to print;
+    the process exits 0."""
+
+    def __init__(self, node: int, step: int) -> None:
+        super().__init__(f"node {node} left at step {step}")
+        self.node = node
+        self.step = step
 
 
 class Churn:
@@ -87,6 +100,11 @@ class Churn:
         self.healer = transport if isinstance(transport, Healing) else None
         """The transport, where its down edges heal (in memory; gloo edges do not yet)."""
         self._heal_at: dict[int, int] = {}  # peer -> the exchange index its healed edge connects at
+        self.leaving = False
+        """Asked to leave (`leave`): originates nothing more, sponsors nobody, and stops with
+        `Left` once a committed step leaves it out."""
+        self._unlink: dict[int, int] = {}  # leaving neighbour -> the exchange index its edge closes before
+        self._parted: set[int] = set()  # neighbours that left gracefully: never healed
 
     @property
     def roster(self) -> Roster:
@@ -108,7 +126,7 @@ class Churn:
     def step(self, t: int) -> None:
         h = self.host
         self.boundary(t)
-        if t >= self.joined_at:  # a rejoining client relays and votes, originates from its JOIN step
+        if t >= self.joined_at and not self.leaving:  # a rejoining client originates from its JOIN step
             h.flood.originate(h.estimate(t))
         h.hops(t)
         self.agree(t)
@@ -122,7 +140,7 @@ class Churn:
         h = self.host
         transport = self.transport
         timeout = h.hop_timeout_s
-        fresh = transport.revived() if t >= self.joined_at else []  # members sponsor
+        fresh = transport.revived() if t >= self.joined_at and not self.leaving else []  # members sponsor
         # a restarted neighbour whose old incarnation is still a member waits until a committed
         # step has left it out: the new process must never vote or count as its old self
         revived = sorted(set(fresh) | self._deferred)
@@ -160,15 +178,56 @@ class Churn:
         if self.feed is not None and self.roster.attach == h.node:
             self.follow(self.feed)
 
-    def on_notes(self, new: Sequence[object]) -> None:
-        """Remember the JOIN notes among `new` by the hop index their edges connect at."""
+    def on_notes(self, new: Sequence[object], sender: int | None = None) -> None:
+        """Remember the JOIN notes among `new` by the hop index their edges connect at, and the
+        LEAVE note of `sender` itself by the hop index its edge closes before: only the leaver's
+        own frame closes its edge (it carries the note first, straight from it), so a relay
+        cannot close the edge between two others with a LEAVE note it made up."""
         for n in new:
             if isinstance(n, Note) and n.kind == JOIN and membership.link_hop(n) >= self.host.hops_run:
                 self._links.setdefault(membership.link_hop(n), []).append(n)
+            if isinstance(n, Note) and n.kind == LEAVE and n.origin == sender and sender in self.host.flood.peers:
+                self._unlink[n.origin] = n.value
 
     def before_hop(self) -> None:
+        self.unlink()
         self.link()
         self.heal()
+
+    # -- graceful leave ---------------------------------------------------------------------------
+    def leave(self) -> None:
+        """Asked to leave (an in-process `leave` event, SIGTERM to a launched churn client): from
+        the next step on this client originates nothing, so the voters' proposals leave it out
+        like a silent client, and the step that commits without it is the same at every client.
+        It keeps hopping (relaying, voting) until it commits that step itself (`agree`)."""
+        self.leaving = True
+
+    def unlink(self) -> None:
+        """Right before exchange number `hops_run`: close the edges of neighbours whose LEAVE note
+        names this hop (or an earlier one). The note travels straight from the leaver in the
+        exchange before, so both ends close before the same exchange and nobody waits on an edge
+        whose other end is gone (no timeout, no lost peer)."""
+        h = self.host
+        for q in sorted(q for q, at in self._unlink.items() if at <= h.hops_run):
+            del self._unlink[q]
+            self._parted.add(q)
+            if q in h.flood.peers:
+                self.transport.part(q)
+                h.flood.drop_peer(q)
+                log.info("node %d: node %d left gracefully; edge closed before hop %d", h.node, q, h.hops_run)
+
+    def _goodbye(self, t: int) -> Left:
+        """A committed step has left this leaving client out: flood the LEAVE note, run the one
+        exchange that hands it to every neighbour, close every edge (the neighbours close theirs
+        before the same next exchange: `unlink`) and return the one line it stops with."""
+        h = self.host
+        step = self.agreement.through
+        h.flood.originate_notes([membership.leave_note(step, h.node, h.hops_run + 1)])
+        h.hop(t)
+        for q in sorted(h.flood.peers):
+            self.transport.part(q)
+            h.flood.drop_peer(q)
+        return Left(h.node, step)
 
     def _healable(self) -> dict[int, int | None]:
         """The down edges this client asks to heal: to every topology neighbour that is a member
@@ -180,7 +239,7 @@ class Churn:
         return {
             q: roster.incarnations.get(q)
             for q in self._neighbours()
-            if q in roster.members and q not in h.flood.peers and q not in self._heal_at
+            if q in roster.members and q not in h.flood.peers and q not in self._heal_at and q not in self._parted
         }
 
     def heal(self) -> None:
@@ -323,6 +382,7 @@ class Churn:
         self.history = steps
         h.flood.applied_through = len(steps) - 1
         msgs, notes = membership.decode_hop(d.held, h.protocol.limits(0, 2**32 - 1))
+        notes = [n for n in notes if n.kind != LEAVE]  # one hop: an earlier life's goodbye is not this one's
         h.flood.restore(msgs)
         h.flood.originate_notes(notes)
         h.hops_run = d.hop  # the sponsor's hop clock: this client's first exchange is its hop d.hop
@@ -358,8 +418,15 @@ class Churn:
             t += 1
 
     def agree(self, t: int) -> None:
-        """End of local step t (or of a hop waited at t): vote, commit, move votes on."""
-        for _, change in self.voter.after(t, self.host.hops_run):
+        """End of local step t (or of a hop waited at t): vote, commit, move votes on. A leaving
+        client that a committed step left out says goodbye and raises `Left`."""
+        try:
+            commits = self.voter.after(t, self.host.hops_run)
+        except membership.ExcludedError:
+            if not self.leaving or self.host.node in self.roster.members:
+                raise
+            raise self._goodbye(t) from None
+        for _, change in commits:
             if change:
                 log.warning("node %d: membership %s", self.host.node, change.describe())
 

@@ -11,6 +11,8 @@ Owns `ChurnWiring` (a `wiring.Wiring`), docs/churn-design.md, Per-edge transport
   eval.client_logs), so no agreed step depends on the evaluator's timing: rank 0 completes its
   log from the longest client log on its disk before it resumes, and reads there the final
   reports the store does not hold;
+- SIGTERM to a client: a graceful leave (`Churn.leave`, docs/churn-design.md, Graceful leave; a
+  second SIGTERM is Python's default again: it dies); a strict client keeps the default;
 - the evaluator's `attach.AttachInbox` (it follows whichever client is the attach node now) and
   the final reports of the clients that are members at the end (a client that stopped posted
   why, so an evaluator left without an attach node knows when nobody is left to stream).
@@ -26,6 +28,8 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -128,6 +132,8 @@ class ChurnWiring:
             client.churn.rejoin(sponsored_catch_up(transport, wait_s, client.flood.signing))
         else:
             client.resume(records, changes)  # O(messages) for subcge, no checkpoint needed
+        if threading.current_thread() is threading.main_thread():  # where Python runs signal handlers
+            _leave_on_sigterm(client)
 
     def own_record(self, client: Client) -> OwnRecord:
         """This client's own copy of every agreed step (eval.client_logs), so no step depends on
@@ -232,3 +238,15 @@ class _ClientCopy:
 
     def finished(self, report: dict[str, Any]) -> None:
         self.copy.report(report)
+
+
+def _leave_on_sigterm(client: Client) -> None:
+    """SIGTERM asks this churn client to leave gracefully: it stops with `churn.Left` once a
+    committed step leaves it out; a second SIGTERM is the default again (the process dies)."""
+
+    def leave(signum: int, _frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        log.warning("SIGTERM: leaving the run gracefully (a second SIGTERM ends it at once)")
+        client.churn.leave()
+
+    signal.signal(signal.SIGTERM, leave)

@@ -252,4 +252,4 @@ class Client:
             if self.audit is not None and new:
                 self.audit.received(new, t)
             if notes:
-                self.mode.on_notes(new)
+                self.mode.on_notes(new, peer)

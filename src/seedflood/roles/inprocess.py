@@ -16,7 +16,11 @@ members),
 `corrupt` (add `arg` to one weight: a client whose state silently differs, for the audit),
 `restart` (a killed node comes back once the others reach `step`: a new incarnation with the
 base weights, caught up by its sponsor's log; its per-step hashes before that are None; a life
-that ends before the run does is restarted again, up to RESTART_TRIES times). Liars (`lies`,
+that ends before the run does is restarted again, up to RESTART_TRIES times), `leave` (asked
+to leave gracefully before this step: it originates nothing from it on, and once a committed
+step leaves it out it closes its edges with its neighbours at an agreed hop and stops; its one
+line, "node N left at step S", is in `exits`; a later `restart` event starts it again, as
+after a kill). Liars (`lies`,
 any run): node i sends `lies[i]`'s scalars in place of its honest ones (roles/lying.py).
 Impostors (`impostors`, signed runs): node i's process signs with `impostors[i]`, a key that is
 not node i's (a process without node i's key acting as node i): its restarted lives if it has
@@ -53,6 +57,7 @@ from seedflood.core.topology.graph import Topology
 from seedflood.core.zo.replay import state_hash
 from seedflood.ml.workload import Workload
 from seedflood.roles.audit import AuditStats
+from seedflood.roles.churn import Left
 from seedflood.roles.churnstart import ChurnStrategy, sponsored_catch_up
 from seedflood.roles.client import Client
 from seedflood.roles.identities import signing_of
@@ -74,7 +79,8 @@ class SimResult:
     counter: ByteCounter
     workloads: dict[int, Workload] = field(repr=False)
     exits: dict[int, str] = field(default_factory=dict)
-    """node -> why it stopped early (killed, minority, excluded); absent = finished."""
+    """node -> why it stopped early (killed, minority, excluded, "node N left at step S" after a
+    `leave` event); absent = finished."""
     changes: dict[int, Change] = field(default_factory=dict)
     """The roster changes (step -> Change) of the lowest finished node."""
     flood: dict[int, FloodStats] = field(default_factory=dict)
@@ -94,14 +100,14 @@ class Event:
 
     step: int
     node: int
-    action: str  # kill | crash | stall | cut | heal | corrupt | restart
+    action: str  # kill | crash | stall | cut | heal | corrupt | restart | leave
     arg: float = (
         0.0  # crash: peers its last frame reaches; stall: seconds; cut, heal: the other end; corrupt: added to a weight
     )
     hop: int = 0  # crash: in which hop of the step (0-based)
 
     def __post_init__(self) -> None:
-        if self.action not in ("kill", "crash", "stall", "cut", "heal", "corrupt", "restart"):
+        if self.action not in ("kill", "crash", "stall", "cut", "heal", "corrupt", "restart", "leave"):
             raise ValueError(f"unknown fault action {self.action!r}")
 
 
@@ -281,11 +287,16 @@ def simulate(
                     if event.step < client.next_step:  # a restarted node: carried out by its first life
                         continue
                     client.run(event.step)
-                    if fault(event):
+                    if event.action == "leave":
+                        client.churn.leave()
+                    elif fault(event):
                         return
                 client.run(stop)
                 hashes[node] = state_hash(w.model, w.direction)
                 rosters[node] = dict(client.mode.changes)
+        except Left as e:  # left gracefully: its edges are closed, nobody waits on it
+            exits[node] = str(e)
+            network.kill(node)  # the process exits (a `restart` event may start it again)
         except MembershipError as e:  # stopped by the churn rules: an outcome, not a failure
             exits[node] = str(e)
             stopped.add(node)

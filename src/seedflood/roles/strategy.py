@@ -102,8 +102,9 @@ class Mode(Protocol):
     def after_exchange(self, t: int) -> None:
         """Right after an exchange, before its frames are received."""
 
-    def on_notes(self, new: Sequence[object]) -> None:
-        """The items of a frame that carried notes, as the flood took them (new ones only)."""
+    def on_notes(self, new: Sequence[object], sender: int | None = None) -> None:
+        """The items of a frame that carried notes, as the flood took them (new ones only);
+        `sender`: the neighbour whose frame it was (None: not from a frame, e.g. a catch-up)."""
 
     def on_bad_frame(self, peer: int, t: int, error: FrameError) -> None:
         """A frame from `peer` did not decode (a bad CRC, layout, id, step or scalar): strict

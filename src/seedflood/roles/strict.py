@@ -147,7 +147,7 @@ class Strict:
     def after_exchange(self, t: int) -> None:
         pass
 
-    def on_notes(self, new: Sequence[object]) -> None:
+    def on_notes(self, new: Sequence[object], sender: int | None = None) -> None:
         pass  # notes (JOIN, AUDIT) are churn's
 
     def on_bad_frame(self, peer: int, t: int, error: FrameError) -> None:

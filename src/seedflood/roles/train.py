@@ -13,7 +13,9 @@ evaluator, so finishing never depends on how long scoring takes.
 
 What a churn run (`churn.settle` > 0) does differently — no process group, a gloo group per edge,
 rejoins, the clients' own logs, an evaluator that follows whichever client is the attach node —
-is churnwiring.py's (docs/churn-design.md, Per-edge transport and the store).
+is churnwiring.py's (docs/churn-design.md, Per-edge transport and the store), SIGTERM's graceful
+leave included; a client that has left (`churn.Left`) posts a stopped report with its one line,
+"node N left at step S", and returns, so the process exits 0.
 
 Assumes: every process gets the same config; the run directory is on storage rank 0 can write
 (clients on other hosts need no access to it: they catch up from the broadcast log).
@@ -36,6 +38,7 @@ from seedflood.core.topology.resolve import topology_of
 from seedflood.core.zo.replay import state_hash
 from seedflood.ml import machine
 from seedflood.ml.workload import Workload
+from seedflood.roles.churn import Left
 from seedflood.roles.churnwiring import ChurnWiring
 from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Evaluator, Restored, restore_run
@@ -125,39 +128,43 @@ def _client(
     counter = SentCounter()
     transport = wiring.transport(node, group, counter, changes)
     step_hashes: list[str] = []
-    with transport:
-        client = Client.in_topology(
-            p.top,
-            node,
-            p.protocol,
-            w.direction,
-            lambda step: w.loss(node, step),
-            transport,
-            cfg.transport.timeout_s,
-            wiring.strategy(node, transport),
-            signing,
-            loss_of=w.loss,  # audits (trust.audit > 0) recompute the peers' scalars with it
-        )
-        wiring.start(client, transport, records, changes)
-        if cfg.run.hash_steps:
-            client.listeners.append(lambda s, _: step_hashes.append(state_hash(w.model, w.direction)))
-        if records:
-            log.info("resumed at step %d by replaying %d logged steps", len(records), len(records))
-        own = wiring.own_record(client)
-        status = client_status(RunDir.of(cfg), client, counter, records, changes, p.top.neighbors(node))
-        with status:  # an error leaving it is the record's final state: failed, with its first line
-            try:
-                client.run()
-            except MembershipError as e:  # tell the evaluator this client is done streaming for good
-                stopped = {"node": node, "stopped": str(e)}
-                own.stopped(stopped)
-                status.end(STOPPED, str(e))
-                _post(group, client_key(node), stopped)
-                raise
-            finally:
-                own.close()
-            final_hash = state_hash(w.model, w.direction)
-            status.end(FINISHED, state_hash=final_hash)
+    try:
+        with transport:
+            client = Client.in_topology(
+                p.top,
+                node,
+                p.protocol,
+                w.direction,
+                lambda step: w.loss(node, step),
+                transport,
+                cfg.transport.timeout_s,
+                wiring.strategy(node, transport),
+                signing,
+                loss_of=w.loss,  # audits (trust.audit > 0) recompute the peers' scalars with it
+            )
+            wiring.start(client, transport, records, changes)
+            if cfg.run.hash_steps:
+                client.listeners.append(lambda s, _: step_hashes.append(state_hash(w.model, w.direction)))
+            if records:
+                log.info("resumed at step %d by replaying %d logged steps", len(records), len(records))
+            own = wiring.own_record(client)
+            status = client_status(RunDir.of(cfg), client, counter, records, changes, p.top.neighbors(node))
+            with status:  # an error leaving it is the record's final state: failed, with its first line
+                try:
+                    client.run()
+                except (MembershipError, Left) as e:  # tell the evaluator this client is done streaming for good
+                    stopped = {"node": node, "stopped": str(e)}
+                    own.stopped(stopped)
+                    status.end(STOPPED, str(e))
+                    _post(group, client_key(node), stopped)
+                    raise
+                finally:
+                    own.close()
+                final_hash = state_hash(w.model, w.direction)
+                status.end(FINISHED, state_hash=final_hash)
+    except Left as e:  # left gracefully (SIGTERM): its stopped report is posted, it exits 0
+        log.warning("%s", e)
+        return
     # After the transport closed: its end-of-stream marker to the evaluator is counted too.
     report = {
         "node": node,

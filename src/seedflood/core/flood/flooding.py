@@ -27,7 +27,10 @@ and every client comes to hold the proof; the origin is named in `conflicts`, an
 MAX_COPIES votes of one ballot are kept.
 
 Churn (docs/churn-design.md, Notes on the wire): notes (membership.Note: joins, audits) flood exactly like messages
-but are kept for `note_horizon` steps after their step is applied (a later decision reads them);
+but are kept for `note_horizon` steps after their step is applied (a later decision reads them),
+except a LEAVE note, which travels one hop: its origin sends it to its neighbours, nobody relays
+it or owes it to a newcomer (only the leaver's neighbours act on it, and only on the leaver's own
+frame, so neither a relay nor a later incarnation of the leaver can close another edge with it);
 neighbours come and go (`drop_peer`, and `add_peer`, which owes the newcomer everything held);
 and `take_step(step, origins)` hands out a decided step's messages from the given origins only,
 without the completeness check (the caller decided the step by the churn rule).
@@ -44,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from seedflood.core.flood.membership import COPY, VOTE, Note, copied, copy_note
+from seedflood.core.flood.membership import COPY, LEAVE, VOTE, Note, copied, copy_note
 from seedflood.core.flood.message import Message
 from seedflood.core.flood.signing import Signing
 
@@ -208,6 +211,8 @@ class Flood:
         known = {source} if source is not None else set()
         self._known[m.id] = known
         targets = self.peers if self.routes is None or isinstance(m, Note) else self.routes.get(m.origin, ())
+        if isinstance(m, Note) and m.kind == LEAVE and source is not None:
+            targets = ()  # one hop: never relayed
         for p in targets:
             if p not in known:
                 self._pending[p][m.id] = m
@@ -335,6 +340,8 @@ class Flood:
         owed: dict[MessageId | NoteId, Item] = {}
         for table in (*self._store.values(), *self._notes.values()):
             for i, item in table.items():
+                if isinstance(item, Note) and item.kind == LEAVE and item.origin != self.node:
+                    continue  # one hop (module docstring)
                 owed[i] = item
                 self._known.get(i, set()).discard(peer)
         self._pending[peer] = owed

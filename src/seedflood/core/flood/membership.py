@@ -12,7 +12,10 @@ Owns (docs/churn-design.md, Membership is data; Notes on the wire):
   agreement.Vote in its body), `COPY` (another copy of a message under an id already held:
   evidence that its origin equivocated, `copy_note`, `copied`) and `RECOMPUTE` (an auditor's
   recomputation of another origin's scalar that differs from what that origin sent: evidence
-  that it lied, `recompute_note`, `recomputed`; docs/trust.md, Verification by recomputation).
+  that it lied, `recompute_note`, `recomputed`; docs/trust.md, Verification by recomputation)
+  and `LEAVE` (a client that leaves gracefully, once a committed step left it out, names the
+  hop index before which it and its neighbours close their edges: `leave_note`;
+  docs/churn-design.md, Graceful leave).
 - `audit_verdict`: which origins' audited hashes differ from the majority's.
 - the hop payload (`encode_hop` / `decode_hop`): a message frame, plus notes when there are any.
   Without notes it is exactly the plain message frame, so a strict run's traffic is unchanged byte
@@ -41,7 +44,8 @@ AUDIT = 2
 VOTE = 4
 COPY = 8
 RECOMPUTE = 16
-_KINDS = {JOIN: "join", AUDIT: "audit", VOTE: "vote", COPY: "copy", RECOMPUTE: "recompute"}
+LEAVE = 32
+_KINDS = {JOIN: "join", AUDIT: "audit", VOTE: "vote", COPY: "copy", RECOMPUTE: "recompute", LEAVE: "leave"}
 
 
 class MembershipError(RuntimeError):
@@ -82,7 +86,9 @@ class Note:
     COPY: a copy of `origin`'s message (`step`, k = `value`) that differs from another copy
     under the same id; `body` is its seed (u64) and f32 scalar.
     RECOMPUTE: auditor `origin` recomputed the scalar of origin `value`'s message (`step`, k)
-    and got another one than that origin sent; `body` is k (u32) and the recomputed f32."""
+    and got another one than that origin sent; `body` is k (u32) and the recomputed f32.
+    LEAVE: `origin` left gracefully, committed step `step` left it out; it and its neighbours
+    close their edges right before exchange `value` (a hop index); no body."""
 
     step: int
     kind: int
@@ -120,6 +126,14 @@ def join_note(step: int, origin: int, incarnation: int, link_hop: int) -> Note:
 def link_hop(note: Note) -> int:
     """The hop index a JOIN note's edges connect at."""
     return _LINK.unpack(note.body)[0]
+
+
+def leave_note(step: int, origin: int, unlink_hop: int) -> Note:
+    """LEAVE: `origin` leaves gracefully; committed `step` left it out, and it and its neighbours
+    close their edges right before exchange `unlink_hop` (the one after the exchange that first
+    carries this note, so every neighbour holds it in time: it travels straight from `origin`,
+    one hop, never relayed: flooding.py)."""
+    return Note(step, LEAVE, origin, unlink_hop)
 
 
 _COPY = struct.Struct("<Qf")  # a COPY note's body: the copy's seed and scalar, then its signature if signed
@@ -183,6 +197,8 @@ def check_note(n: Note, limits: Limits) -> bool:
         raise FrameError(f"note step {n.step} beyond window {limits.min_step}..{limits.max_step}")
     if (n.kind == VOTE and not n.body) or (n.kind == AUDIT and n.body):
         raise FrameError(f"note {n.id}: a vote has a body, an audit none")
+    if n.kind == LEAVE and n.body:
+        raise FrameError(f"note {n.id}: a leave has no body, got {len(n.body)} bytes")
     if n.kind == JOIN and len(n.body) != _LINK.size:
         raise FrameError(f"note {n.id}: a join's body is its {_LINK.size}-byte link hop, got {len(n.body)} bytes")
     if n.kind == RECOMPUTE:

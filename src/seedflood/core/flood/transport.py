@@ -140,6 +140,12 @@ class ChurnTransport(Transport, Protocol):
         peer is not connected."""
         ...
 
+    def part(self, peer: int) -> None:
+        """Close the edge to a connected peer that leaves gracefully (or to every peer, on the
+        leaver's side), right before the exchange both ends agreed on (a LEAVE note's hop): not
+        a failure, so `take_lost` does not report it. No-op when the peer is not connected."""
+        ...
+
 
 @runtime_checkable
 class Healing(Protocol):

@@ -262,3 +262,20 @@ def test_copies_of_one_id_are_bounded_and_a_committed_copy_is_chosen_before_the_
     f.choose([copies[1]])
     assert f.take_step(0, [0, 1]) == [Message.make(0, 0, 9, 1.0), copies[1]]
     assert f.copies(0, [1]) == []  # forgotten with the step
+
+
+def test_a_leave_note_travels_one_hop_from_its_origin_and_is_owed_to_nobody():
+    from seedflood.core.flood.membership import leave_note
+
+    leaver = Flood(1, [0, 2], range(4), 1)
+    note = leave_note(3, 1, 40)
+    leaver.originate_notes([note])
+    assert leaver.outbox() == {0: [note], 2: [note]}  # its own goes straight to every neighbour
+    relay = Flood(2, [1, 3], range(4), 1)
+    assert relay.receive(1, [note]) == [note]  # taken (its neighbour acts on it) ...
+    assert relay.notes(3, note.kind) == [note] and relay.outbox() == {1: [], 3: []}  # ... never relayed
+    relay.add_peer(0)
+    assert relay.outbox()[0] == []  # nor owed to a neighbour that connects later
+    leaver.drop_peer(0)
+    leaver.add_peer(0)
+    assert leaver.outbox()[0] == [note]  # its origin owes it to a reconnected neighbour

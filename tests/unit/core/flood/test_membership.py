@@ -9,6 +9,7 @@ from seedflood.core.flood.flooding import Flood
 from seedflood.core.flood.membership import (
     AUDIT,
     JOIN,
+    LEAVE,
     VOTE,
     Change,
     ExcludedError,
@@ -19,6 +20,7 @@ from seedflood.core.flood.membership import (
     decode_hop,
     encode_hop,
     join_note,
+    leave_note,
     link_hop,
     next_attach,
 )
@@ -85,6 +87,15 @@ def test_notes_beyond_the_window_or_of_unknown_origin_are_refused_and_stale_ones
     window = Limits(n_origins=8, min_step=105, max_step=233, max_k=1, seed_of=seed_of)
     fresh = Note(110, AUDIT, 2, 5)
     assert decode_hop(encode_hop([], [Note(104, AUDIT, 3, 1), fresh]), window) == ([], [fresh])
+
+
+def test_a_leave_note_names_its_unlink_hop_travels_and_carries_no_body():
+    note = leave_note(4, 5, 2**40)
+    assert (note.step, note.kind, note.origin, note.value, note.body) == (4, LEAVE, 5, 2**40, b"")
+    assert note.id == ("leave", 5, 4)  # one per origin and step, apart from a join's or an audit's
+    assert decode_hop(encode_hop([msg(1, 4)], [note]), LIMITS) == ([msg(1, 4)], [note])
+    with pytest.raises(FrameError, match="a leave has no body, got 1 bytes"):
+        decode_hop(encode_hop([], [Note(4, LEAVE, 5, 9, b"x")]), LIMITS)
 
 
 def test_step_payload_carries_its_change_and_binds_it_to_the_step():

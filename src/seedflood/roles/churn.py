@@ -14,7 +14,9 @@ and no step is applied until a strict majority of its roster committed its conte
 local step t the client votes on step t − vote_lag (what it holds), reviews the votes it holds
 (commits, next ballots), and applies step t − delay once committed and held; until then it keeps
 hopping without originating (bounded by `protocol.patience_hops`, then it stops with one line;
-while an edge to a live member is down and may heal, up to `transport.HEAL_FACTOR` timeouts more).
+over a healing transport up to `transport.HEAL_FACTOR` timeouts more, whatever its own edges: an
+edge anywhere in its part may heal and bring a majority, which the schedule explorer showed a
+wait tied to its own down edges stops too early for).
 Every `audit_every` steps the client floods an AUDIT note of its state hash; a client whose hash
 differs from the majority's is left out of the proposals of the others and excluded once that
 commits. A client that cannot reach an agreeing majority, or is excluded, raises
@@ -266,13 +268,6 @@ class Churn:
             healer.restore(q)
             h.flood.add_peer(q)
             log.warning("node %d: edge to node %d healed at hop %d", h.node, q, at)
-
-    def _awaits_heal(self) -> bool:
-        """An edge to a live member is down and may still heal (or a heal is agreed)."""
-        healer = self.healer
-        if healer is None:
-            return False
-        return bool(self._heal_at) or any(healer.healable(q, i) for q, i in self._healable().items())
 
     def link(self) -> None:
         """Right before exchange number `hops_run`: connect the edges of rejoining neighbours

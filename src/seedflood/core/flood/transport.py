@@ -57,8 +57,8 @@ LATE_FACTOR = 10
 waiting on a silent node of its own; dropping it would cascade). memorywires.py and links.py share it."""
 HEAL_FACTOR = 2
 """Churn, over a `Healing` transport: a client that has waited `protocol.patience_hops` for a
-commit while an edge to a live member is down waits up to this many more timeouts for it to
-heal (a stalled neighbour wakes, a cut link comes back) before it stops as a minority."""
+commit waits up to this many more timeouts (paced) before it stops as a minority: an edge
+anywhere in its part may heal meanwhile (a stalled member wakes, a cut link comes back)."""
 MAX_PENDING = 1024
 """Unfinished push messages to the evaluator before `push` waits for the oldest (back-pressure)."""
 

@@ -261,11 +261,19 @@ class Churn:
         first = min(self._heal_at.values())
         if not healer.peers and h.hops_run < first:
             h.hops_run = first
+        roster, a = self.roster, self.agreement
+        admitted = h.node in roster.members and roster.incarnations.get(h.node, a.incarnation) == a.incarnation
         for q in sorted(q for q, at in self._heal_at.items() if at <= h.hops_run):
             at = self._heal_at.pop(q)
             if at < h.hops_run or q in h.flood.peers:
                 continue  # never expected: the negotiation hands every index out ahead of the clock
             healer.restore(q)
+            if not admitted or q not in roster.members:
+                # committed out since the heal was agreed: close the edge at once, so the other
+                # end's receive fails now (it stops and its restart rejoins) instead of waiting
+                # out the late bound on a silent edge
+                self.transport.drop(q, "committed out since the heal was agreed")
+                continue
             h.flood.add_peer(q)
             log.warning("node %d: edge to node %d healed at hop %d", h.node, q, at)
 

@@ -32,11 +32,14 @@ class Lines(logging.Handler):
 def lines():
     watch = Lines()
     logger = logging.getLogger("seedflood.roles.churn")
+    level = logger.level  # its own: a bench run earlier in this worker may set "seedflood" to ERROR
+    logger.setLevel(logging.WARNING)
     logger.addHandler(watch)
     try:
         yield watch.lines
     finally:
         logger.removeHandler(watch)
+        logger.setLevel(level)
 
 
 def test_a_stalled_bridge_after_a_cut_wakes_heals_its_edges_and_all_eight_train_on(tmp_path, lines):

@@ -77,7 +77,7 @@ def _rebuild(run: RunDir, steps: int | None, exclude: list[int] | None = None, s
     from seedflood.rundir.layout import CheckpointError
 
     cfg, proto = resume.recorded(run)
-    n_origins = proto.n_origins
+    n_origins = proto.ids  # the founders, and the new ids churn.max_nodes lets join
     if bad := [o for o in exclude or () if not 0 <= o < n_origins]:
         raise CheckpointError(f"--exclude {bad[0]}: the run has {n_origins} clients (origins 0..{n_origins - 1})")
     w = Workload.build(cfg)

@@ -2,7 +2,8 @@
 
 Owns `InMemoryNetwork`: it builds the wires (memorywires.Wires: one directed FIFO queue per edge,
 plus the evaluator's `Inbox`), hands out one endpoint per node (memoryendpoint.MemoryTransport),
-and injects faults (kill, cut, heal, crash mid-send, stall, revive, a frame `Mutator`), which the wires
+and injects faults (kill, cut, heal, crash mid-send, stall, revive, a frame `Mutator`) and
+brand-new ids (`add`), which the wires
 and endpoints then obey. Used by tests, the in-memory simulation and the benchmarks; it mirrors
 GlooTransport's semantics and byte counting exactly (HEADER + frame, once, at the sender, at the
 step the caller passes; the end marker at `last_step`), so figures from either backend agree.
@@ -117,6 +118,11 @@ class InMemoryNetwork:
             self.wires.closed.discard(node)
             self._endpoints.pop(node, None)
             self.faults.incarnations[node] = self.faults.incarnations.get(node, 0) + 1
+
+    def add(self, node: int) -> None:
+        """Start a brand-new id (open membership): no edges; it waits for a member to sponsor it
+        (`MemoryTransport.newcomers`), and the join rule gives it its edges (`grow`)."""
+        self.wires.add(node)
 
     def held_by(self, node: int) -> list[int]:
         """Live nodes whose endpoint still exchanges with `node` (a dead node's old edges: a

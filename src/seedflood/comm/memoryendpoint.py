@@ -3,7 +3,8 @@
 Owns `MemoryTransport`, a `transport.ChurnTransport`: exchanges (strict: a failed peer raises;
 tolerant: it is dropped and recorded in `lost`), pushes to the evaluator's inbox, edge meetings
 (`connect`), healing a down edge to a live member (`heal`, `restore`: the wires negotiate the
-hop index, never blocking a hop), a rejoin's claim, sponsor and catch-up, and its byte counting (HEADER + frame,
+hop index, never blocking a hop), a rejoin's claim, sponsor and catch-up, a brand-new id's
+sponsoring and edges (`newcomers`, `grow`: a `transport.Growing`), and its byte counting (HEADER + frame,
 once, at the sender, at the step the caller passes; the end marker at `last_step`), which
 mirrors GlooTransport's exactly.
 The wires (memorywires.Wires) own the queues and the fault state; this module drives them.
@@ -55,7 +56,7 @@ class MemoryTransport:
         a link that is not cut (one across a cut is reported once the link heals: a sponsor the
         newcomer cannot reach would win the claim and end its life)."""
         out = []
-        for p in self.wires.neighbors[self.node]:
+        for p in self.neighbours:
             inc = self.faults.incarnations.get(p, 0)
             if inc > self._revived_seen[p] and p not in self.faults.dead and not self.wires.is_cut(self.node, p):
                 self._revived_seen[p] = inc
@@ -67,7 +68,7 @@ class MemoryTransport:
         (default: the network's timeout), as links.EdgeTransport's meetings; returns those
         connected now, exchanging from the next hop. A stalled node meets nobody until resumed."""
         self._check()
-        if bad := [p for p in peers if p not in self.wires.neighbors[self.node]]:
+        if bad := [p for p in peers if p not in self.neighbours]:
             raise ValueError(f"node {self.node}: {bad} are not topology neighbours")
         if (resumed := self.faults.resumed.get(self.node)) is not None:
             resumed.wait()
@@ -77,6 +78,22 @@ class MemoryTransport:
         added = self.wires.meet(self.node, todo, timeout) if todo else []
         self.peers = tuple(sorted((*self.peers, *added)))
         return added
+
+    # -- open membership (docs/churn-design.md, A new id joins) -----------------------------------
+    def newcomers(self) -> list[int]:
+        """Brand-new ids waiting for a sponsor that this node can reach (`Wires.add`)."""
+        w = self.wires
+        return sorted(n for n in w.knocking if n not in self.faults.dead and not w.is_cut(self.node, n))
+
+    def grow(self, peers: Sequence[int]) -> None:
+        """Make `peers` neighbours of this node: the edges the join rule gives a new id (both
+        ends call it; `connect` or a heal brings an edge up)."""
+        for p in peers:
+            if p == self.node or p in self.neighbours:
+                continue
+            self.wires.link(self.node, p)
+            self.neighbours = tuple(sorted((*self.neighbours, p)))
+            self._revived_seen[p] = self.faults.incarnations.get(p, 0)
 
     # -- healing (docs/churn-design.md, Healed edges) -------------------------------------------
     def healable(self, peer: int, incarnation: int | None) -> bool:
@@ -108,8 +125,11 @@ class MemoryTransport:
         return self.wires.recv_blob(self.node, timeout_s)
 
     def sponsor(self, timeout_s: float) -> int:
-        """The neighbour that claimed this revived node (waits up to `timeout_s` for one)."""
-        return self.wires.sponsor_of(self.node, timeout_s)
+        """The neighbour that claimed this revived node (waits up to `timeout_s` for one); a
+        brand-new id takes its sponsor as its first neighbour."""
+        sponsor = self.wires.sponsor_of(self.node, timeout_s)
+        self.grow([sponsor])
+        return sponsor
 
     def drop(self, peer: int, reason: str) -> None:
         if peer in self.peers:

@@ -1,7 +1,8 @@
 """The wires of the in-process network: per-edge queues, meetings, sponsor claims and catch-up payloads.
 
 Owns `Wires` (one directed FIFO queue per edge and the evaluator's `Inbox`; how frames are sent,
-received, refused and poisoned; edge meetings; sponsor claims; catch-up payloads) and `Faults`
+received, refused and poisoned; edge meetings; sponsor claims; catch-up payloads; brand-new ids
+and the edges added for them: `add`, `link`) and `Faults`
 (the state fault injection leaves behind: dead, cut, stalled and dying nodes, incarnations, the
 frame mutator), which the wires read to behave as a faulty network does. Injecting a fault is
 memory.InMemoryNetwork's job; an endpoint (memoryendpoint.MemoryTransport) drives the wires.
@@ -127,6 +128,7 @@ class Wires:
         self._offers: dict[tuple[int, int], bool] = {}  # (node, peer) -> met: a connect waiting for peer's
         self._heals: dict[tuple[int, int], _Heal] = {}  # (low, high) node of a down edge -> its heal
         self.closed: set[int] = set()  # nodes whose endpoint closed (finished or stopped): never heal
+        self.knocking: set[int] = set()  # brand-new ids waiting for a sponsor (`add`)
         self._lock = threading.Lock()
         self._met = threading.Condition(self._lock)  # a meeting happened, or a sponsor claimed
 
@@ -197,6 +199,27 @@ class Wires:
                     self.queues[(p, node)] = queue.SimpleQueue()
             self._sponsor.pop(node, None)
 
+    # -- open membership: brand-new ids ------------------------------------------------------------
+    def add(self, node: int) -> None:
+        """A brand-new id: no edges yet, waiting for a sponsor (`knocking`) that `claim`s it."""
+        with self._met:
+            if node in self.neighbors:
+                raise ValueError(f"node {node} is already in the network")
+            self.neighbors[node] = ()
+            self._blobs[node] = queue.SimpleQueue()
+            self.knocking.add(node)
+            self._met.notify_all()
+
+    def link(self, a: int, b: int) -> None:
+        """Add the edge a - b to the graph (idempotent): fresh queues, not connected by anyone
+        yet (its ends `meet` or heal it); a kill or restart of either end covers it from now."""
+        with self._lock:
+            if b in self.neighbors[a]:
+                return
+            for x, y in ((a, b), (b, a)):
+                self.neighbors[x] = tuple(sorted((*self.neighbors[x], y)))
+                self.queues[(x, y)] = queue.SimpleQueue()
+
     # -- meetings, claims, catch-up ----------------------------------------------------------------
     def meet(self, node: int, peers: Sequence[int], timeout_s: float) -> list[int]:
         """Connect `node` with each of `peers` that calls `meet` for `node` within `timeout_s`
@@ -233,7 +256,10 @@ class Wires:
             self._met.notify_all()
             if self.is_cut(sponsor, node):
                 return False
-            return self._sponsor.setdefault(node, sponsor) == sponsor
+            if self._sponsor.setdefault(node, sponsor) != sponsor:
+                return False
+            self.knocking.discard(node)
+            return True
 
     def is_cut(self, a: int, b: int) -> bool:
         return (a, b) in self.faults.cut or (b, a) in self.faults.cut

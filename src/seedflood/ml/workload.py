@@ -41,6 +41,7 @@ class Workload:
     spec: tasks.TaskSpec
     splits: sampling.Splits
     direction: Direction
+    max_nodes: int = 0  # churn.max_nodes: ids topology.nodes..max_nodes-1 may join (they share shards)
     _batch_cache: dict[tuple[int, int], Any] = field(default_factory=dict, repr=False)
     _tokens: dict[int, dict[int, encoding.Tokens]] = field(default_factory=dict, repr=False)
 
@@ -53,7 +54,17 @@ class Workload:
         splits = sampling.load_splits(cfg.task, cfg.run.seed)
         loaded = model.load(cfg.model, local_rank=local_rank)
         direction = family.build(loaded.model, cfg.zo, cfg.subspace, cfg.run.seed)
-        return cls(cfg.task, cfg.run.seed, cfg.topology.nodes, cfg.eval.batch_size, loaded, spec, splits, direction)
+        return cls(
+            cfg.task,
+            cfg.run.seed,
+            cfg.topology.nodes,
+            cfg.eval.batch_size,
+            loaded,
+            spec,
+            splits,
+            direction,
+            cfg.churn.max_nodes,
+        )
 
     @property
     def model(self) -> Any:
@@ -69,10 +80,13 @@ class Workload:
         return sampling.client_shards(self.task, self.splits.train, self.seed, self.nodes)
 
     def shard(self, client: int) -> list[Example]:
-        n = self.nodes
-        if not 0 <= client < n:
-            raise TaskError(f"client {client} is not in 0..{n - 1}")
-        return self.shards[client]
+        """Client `client`'s shard: one of the N founders' shards (topology.nodes); a brand-new id
+        j >= N (open membership, churn.max_nodes) shares founder j mod N's shard, and draws its own
+        batches from it (`batch`: keyed by its id), so no founder's data or bits change."""
+        ids = max(self.nodes, self.max_nodes)
+        if not 0 <= client < ids:
+            raise TaskError(f"client {client} is not in 0..{ids - 1}")
+        return self.shards[client % self.nodes]
 
     def label_table(self) -> str:
         """Label counts per client (sampling.label_table), for the start-up log."""

@@ -38,6 +38,7 @@ from seedflood.core.churn.agreement import Agreement
 from seedflood.core.churn.voter import Voter
 from seedflood.core.flood import membership, stepstream
 from seedflood.core.flood.flooding import FloodError
+from seedflood.core.flood.growth import Growth
 from seedflood.core.flood.membership import AUDIT, JOIN, LEAVE, Change, Note, Roster
 from seedflood.core.flood.message import FrameError, Message
 from seedflood.core.flood.transport import (
@@ -45,6 +46,7 @@ from seedflood.core.flood.transport import (
     HEAL_FACTOR,
     ChurnTransport,
     EvaluatorFeed,
+    Growing,
     Healing,
     TransportError,
 )
@@ -79,6 +81,7 @@ class Churn:
         attach: int,
         evaluator: EvaluatorFeed | None,
         incarnation: int,
+        growth: Growth | None = None,
     ) -> None:
         """See `churnstart.ChurnStrategy`; `transport` is the one `host` hops on."""
         p = host.protocol
@@ -86,9 +89,7 @@ class Churn:
             raise ValueError(f"node {host.node}: the protocol audits every {p.audit_every} steps: pass state_hash")
         self.host = host
         self.transport = transport
-        self.agreement = Agreement(
-            host.node, p.n_origins, p.perturbations, incarnation, Roster(p.n_origins, attach=attach)
-        )
+        self.agreement = Agreement(host.node, p.ids, p.perturbations, incarnation, p.roster(attach=attach))
         """The committed chain and roster, and this client's votes."""
         self.voter = Voter(p, host.flood, self.agreement, lambda line: log.error("node %d: %s", host.node, line))
         self.state_hash = state_hash
@@ -107,6 +108,10 @@ class Churn:
         `Left` once a committed step leaves it out."""
         self._unlink: dict[int, int] = {}  # leaving neighbour -> the exchange index its edge closes before
         self._parted: set[int] = set()  # neighbours that left gracefully: never healed
+        self.growth = growth
+        """The join rule of a run open to new ids (churn.max_nodes), None otherwise."""
+        self.grower = transport if growth is not None and isinstance(transport, Growing) else None
+        """The transport, where brand-new ids may join (in memory; launched joins are not built)."""
 
     @property
     def roster(self) -> Roster:
@@ -141,44 +146,66 @@ class Churn:
         connect later, at the hop its JOIN note names: `link`)."""
         h = self.host
         transport = self.transport
-        timeout = h.hop_timeout_s
         fresh = transport.revived() if t >= self.joined_at and not self.leaving else []  # members sponsor
         # a restarted neighbour whose old incarnation is still a member waits until a committed
         # step has left it out: the new process must never vote or count as its old self
         revived = sorted(set(fresh) | self._deferred)
         self._deferred = {p for p in revived if p in self.roster.members}
         for p in (p for p in revived if p not in self._deferred):
-            inc = transport.claim(p)
-            if inc is None or not transport.connect([p], timeout):
-                continue  # another neighbour sponsors it, or it is gone again
-            if why := rejoinproof.challenge(transport, h.flood.signing, p, inc, timeout):  # signed runs
-                log.warning("node %d: refused node %d's rejoin (incarnation %d): %s", h.node, p, inc, why)
-                transport.drop(p, f"rejoin refused: {why}")
-                continue
-            # JOIN at e = t + delay + 1: the note gets the hops a message of step t gets before it
-            # is applied, so it normally reaches every voter before they propose step e (one that
-            # lacks it proposes e without the newcomer, and the ballots settle which commits).
-            # Its other edges connect at the hop index where step e's first hop falls if nobody
-            # waits: a hop index, not a step, because a client waiting for a commit hops on at
-            # its step (its neighbours' steps move on), and because the newcomer and this sponsor
-            # may both wait before e for votes that only those edges can bring (F5)
-            e = t + h.protocol.delay + 1
-            link = h.hops_run + h.protocol.hops * (h.protocol.delay + 1)
-            note = membership.join_note(e, p, inc, link)
-            h.flood.originate_notes([note])
-            self.on_notes([note])
-            transport.send_blob(p, self.catch_up(t, e, inc))
-            h.flood.add_peer(p)
-            log.warning(
-                "node %d: sponsoring node %d (incarnation %d): joins at step %d, its edges connect at hop %d",
-                h.node,
-                p,
-                inc,
-                e,
-                link,
-            )
+            if (inc := transport.claim(p)) is not None:  # None: another neighbour sponsors it
+                self._sponsor(t, p, inc)
+        for j in self._knocking(t):
+            self.grower.grow([j])  # type: ignore[union-attr]  # _knocking is empty without one
+            if (inc := transport.claim(j)) is not None:
+                self._sponsor(t, j, inc)
         if self.feed is not None and self.roster.attach == h.node:
             self.follow(self.feed)
+
+    def _knocking(self, t: int) -> list[int]:
+        """Brand-new ids this member would link to if a sponsor admitted them at the JOIN step
+        of step t (t + delay + 1): the join rule over the graph committed through t − 1 − delay,
+        which this client has applied (`growth.Growth`); only those it links to sponsor."""
+        h, g = self.host, self.growth
+        if self.grower is None or g is None or t < self.joined_at or self.leaving or h.node not in self.roster.members:
+            return []
+        e = t + h.protocol.delay + 1
+        if self.agreement.through < e - g.lag:
+            return []  # never expected: step t − 1 − delay is applied before step t
+        return [j for j in self.grower.newcomers() if h.node in g.edges(j, e, self.roster.changes)]
+
+    def _sponsor(self, t: int, p: int, inc: int) -> None:
+        """Before step t: catch up neighbour `p` (incarnation `inc`), which this client claimed:
+        meet it, challenge it in a signed run, flood its JOIN note and send it the log."""
+        h, transport = self.host, self.transport
+        timeout = h.hop_timeout_s
+        if not transport.connect([p], timeout):
+            return  # it is gone again
+        if why := rejoinproof.challenge(transport, h.flood.signing, p, inc, timeout):  # signed runs
+            log.warning("node %d: refused node %d's rejoin (incarnation %d): %s", h.node, p, inc, why)
+            transport.drop(p, f"rejoin refused: {why}")
+            return
+        # JOIN at e = t + delay + 1: the note gets the hops a message of step t gets before it
+        # is applied, so it normally reaches every voter before they propose step e (one that
+        # lacks it proposes e without the newcomer, and the ballots settle which commits).
+        # Its other edges connect at the hop index where step e's first hop falls if nobody
+        # waits: a hop index, not a step, because a client waiting for a commit hops on at
+        # its step (its neighbours' steps move on), and because the newcomer and this sponsor
+        # may both wait before e for votes that only those edges can bring (F5)
+        e = t + h.protocol.delay + 1
+        link = h.hops_run + h.protocol.hops * (h.protocol.delay + 1)
+        note = membership.join_note(e, p, inc, link)
+        h.flood.originate_notes([note])
+        self.on_notes([note])
+        transport.send_blob(p, self.catch_up(t, e, inc))
+        h.flood.add_peer(p)
+        log.warning(
+            "node %d: sponsoring node %d (incarnation %d): joins at step %d, its edges connect at hop %d",
+            h.node,
+            p,
+            inc,
+            e,
+            link,
+        )
 
     def on_notes(self, new: Sequence[object], sender: int | None = None) -> None:
         """Remember the JOIN notes among `new` by the hop index their edges connect at, and the
@@ -186,10 +213,26 @@ class Churn:
         own frame closes its edge (it carries the note first, straight from it), so a relay
         cannot close the edge between two others with a LEAVE note it made up."""
         for n in new:
+            if isinstance(n, Note) and n.kind == JOIN:
+                self._grow(n.origin, n.step)
             if isinstance(n, Note) and n.kind == JOIN and membership.link_hop(n) >= self.host.hops_run:
                 self._links.setdefault(membership.link_hop(n), []).append(n)
             if isinstance(n, Note) and n.kind == LEAVE and n.origin == sender and sender in self.host.flood.peers:
                 self._unlink[n.origin] = n.value
+
+    def _grow(self, node: int, step: int) -> None:
+        """A brand-new id `node` joins at `step` (its JOIN note, or the committed step that
+        admitted it): add the edges the join rule gives it at this end, the newcomer's own or
+        this member's one to it (`growth.Growth.edges`). A client that has not committed step −
+        lag yet cannot tell; it adds the edge when it commits `step`, and the edge heals then."""
+        g, me = self.growth, self.host.node
+        if self.grower is None or g is None or not g.new(node) or self.agreement.through < step - g.lag:
+            return
+        edges = g.edges(node, step, self.roster.changes)
+        if node == me:
+            self.grower.grow(edges)
+        elif me in edges:
+            self.grower.grow([node])
 
     def before_hop(self) -> None:
         self.unlink()
@@ -432,6 +475,8 @@ class Churn:
         for _, change in commits:
             if change:
                 log.warning("node %d: membership %s", self.host.node, change.describe())
+            for j, _ in change.join:
+                self._grow(j, change.step)
 
     def apply_through(self, upto: int, t: int | None = None) -> None:
         """Apply every step <= upto, each once committed; the client hops on (as local step t)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
+from seedflood.core.flood.growth import Growth
 from seedflood.core.flood.signing import Signing
 from seedflood.core.flood.transport import ChurnTransport, EvaluatorFeed, TransportError
 from seedflood.roles import rejoinproof
@@ -37,13 +38,15 @@ class ChurnStrategy:
     evaluator whenever it is the roster's attach node (`Churn.follow`; a launched client's
     EdgeTransport), None where no evaluator follows the clients (the in-process simulation).
     `incarnation`: this process's life of its node (its votes carry it; a rejoin checks it; 0
-    takes whichever a catch-up admits)."""
+    takes whichever a catch-up admits). `growth`: the join rule of a run open to brand-new ids
+    (churn.max_nodes, over a `transport.Growing` transport), None where none may join."""
 
     transport: ChurnTransport
     state_hash: Callable[[], str] | None = None
     attach: int = 0
     evaluator: EvaluatorFeed | None = None
     incarnation: int = 0
+    growth: Growth | None = None
     routed: ClassVar[bool] = False  # flood every neighbour: shortest-path routes break when a relay dies
     tolerates_conflicts: ClassVar[bool] = True  # conflicting copies are held until a commit settles them
 
@@ -55,6 +58,7 @@ class ChurnStrategy:
             attach=self.attach,
             evaluator=self.evaluator,
             incarnation=self.incarnation,
+            growth=self.growth,
         )
 
 
@@ -65,11 +69,14 @@ def sponsored_catch_up(transport: ChurnTransport, wait_s: float, signing: Signin
     (`rejoinproof`), and take the catch-up it sends, for `Churn.rejoin` to replay.
     TransportError when no neighbour claims it, the meeting fails, the sponsor refuses the
     answer, or no catch-up comes."""
-    log.warning(
-        "node %d: restarted as incarnation %d: waiting for a neighbour to sponsor the rejoin",
-        transport.node,
-        transport.incarnation,
-    )
+    if transport.incarnation:
+        log.warning(
+            "node %d: restarted as incarnation %d: waiting for a neighbour to sponsor the rejoin",
+            transport.node,
+            transport.incarnation,
+        )
+    else:  # a brand-new id (docs/churn-design.md, A new id joins)
+        log.warning("node %d: a new node id: waiting for a member to sponsor its join", transport.node)
     sponsor = transport.sponsor(wait_s)
     if not transport.connect([sponsor], wait_s):
         raise TransportError(f"node {transport.node}: could not connect to its sponsor node {sponsor}")

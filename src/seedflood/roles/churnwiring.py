@@ -40,7 +40,7 @@ from seedflood.comm.attach import AttachInbox
 from seedflood.comm.bounded import StoreGone
 from seedflood.comm.links import EdgeTransport
 from seedflood.comm.rendezvous import STARTED_KEY, await_start
-from seedflood.core.flood.membership import Change, Roster
+from seedflood.core.flood.membership import Change
 from seedflood.core.flood.transport import EVALUATOR, LATE_FACTOR, ByteCounter, Inbox
 from seedflood.core.zo.replay import state_hash
 from seedflood.roles.churnstart import ChurnStrategy, sponsored_catch_up
@@ -81,7 +81,7 @@ class ChurnWiring:
         on the attach node after the logged changes); a restarted or late client connects nothing
         here: the neighbour that sponsors it does (`start`)."""
         cfg, top = self.p.cfg, self.p.top
-        roster = Roster(self.p.protocol.n_origins, attach=cfg.eval.attach)
+        roster = self.p.protocol.roster(attach=cfg.eval.attach)
         for s in sorted(changes):
             roster.apply(changes[s])
         t = EdgeTransport(node, top.neighbors(node), group.store, counter=counter, timeout_s=cfg.transport.timeout_s)

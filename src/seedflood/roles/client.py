@@ -147,7 +147,7 @@ class Client:
         loss_of: Callable[[int, int], float] | None = None,
     ) -> Client:
         """Node `node` of `top` as every runtime builds it: the neighbours its transport is
-        connected to (a restarted churn node: none yet), shortest-path routes, and a hop thread
+        connected to (a restarted churn node or a brand-new id: none yet), shortest-path routes, and a hop thread
         given `timeout_s` (the transport's) per exchange of a step, plus one; a rejoining
         neighbour's edges wait `timeout_s` for their other end."""
         return cls(
@@ -157,7 +157,7 @@ class Client:
             direction,
             loss_at,
             transport,
-            routes=top.routes(node),
+            routes=top.routes(node) if node in top.nodes else None,  # a brand-new id: churn floods
             hop_timeout_s=timeout_s * (protocol.hops + 1),
             meet_timeout_s=timeout_s,
             strategy=strategy,

@@ -43,7 +43,7 @@ from typing import Any
 from seedflood.core.config import runconfig as config_mod
 from seedflood.core.config.runconfig import CheckpointConfig, Config, EvalConfig
 from seedflood.core.flood import message, stepstream
-from seedflood.core.flood.membership import Change, Roster
+from seedflood.core.flood.membership import Change
 from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.transport import Inbox, TransportError
@@ -157,7 +157,7 @@ class Evaluator:
         self.next_step = start_step
         self.log = LogWriter(self.run_dir.log, header, check=protocol.check_step)
         self.log.truncate_to(start_step)
-        self.roster = Roster(protocol.n_origins, attach=settings.eval.attach)
+        self.roster = protocol.roster(attach=settings.eval.attach)
         """Members of the next step; a churn run's steps carry their changes (logged with them)."""
         for s in sorted(self.log.changes):
             self.roster.apply(self.log.changes[s])

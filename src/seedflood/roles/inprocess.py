@@ -20,7 +20,11 @@ that ends before the run does is restarted again, up to RESTART_TRIES times), `l
 to leave gracefully before this step: it originates nothing from it on, and once a committed
 step leaves it out it closes its edges with its neighbours at an agreed hop and stops; its one
 line, "node N left at step S", is in `exits`; a later `restart` event starts it again, as
-after a kill). Liars (`lies`,
+after a kill), `join` (a brand-new id, >= the topology's size and < churn.max_nodes, starts once
+the others reach `step`: it waits for a member that the join rule links it to to sponsor it,
+replays that member's log and counts from the step its JOIN note names; docs/churn-design.md,
+A new id joins; refused in one line for an id that is a member already, joins twice, lies
+beyond churn.max_nodes, or has no key in a signed run's keys). Liars (`lies`,
 any run): node i sends `lies[i]`'s scalars in place of its honest ones (roles/lying.py).
 Impostors (`impostors`, signed runs): node i's process signs with `impostors[i]`, a key that is
 not node i's (a process without node i's key acting as node i): its restarted lives if it has
@@ -47,6 +51,7 @@ from seedflood.comm.memory import InMemoryNetwork, Mutator
 from seedflood.core.config.runconfig import Config
 from seedflood.core.flood import protocol as proto
 from seedflood.core.flood.flooding import FloodStats
+from seedflood.core.flood.growth import Growth
 from seedflood.core.flood.membership import Change, MembershipError
 from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
@@ -100,14 +105,14 @@ class Event:
 
     step: int
     node: int
-    action: str  # kill | crash | stall | cut | heal | corrupt | restart | leave
+    action: str  # kill | crash | stall | cut | heal | corrupt | restart | leave | join
     arg: float = (
         0.0  # crash: peers its last frame reaches; stall: seconds; cut, heal: the other end; corrupt: added to a weight
     )
     hop: int = 0  # crash: in which hop of the step (0-based)
 
     def __post_init__(self) -> None:
-        if self.action not in ("kill", "crash", "stall", "cut", "heal", "corrupt", "restart", "leave"):
+        if self.action not in ("kill", "crash", "stall", "cut", "heal", "corrupt", "restart", "leave", "join"):
             raise ValueError(f"unknown fault action {self.action!r}")
 
 
@@ -151,9 +156,17 @@ def simulate(
         mutate=mutate,
         tolerate=protocol.churn,
     )
-    workloads = {i: Workload.build(cfg) for i in top.nodes}
+    joiners = _joiners(top, protocol, events)  # brand-new id -> its join event
+    nodes = [*top.nodes, *sorted(joiners)]
+    workloads = {i: Workload.build(cfg) for i in nodes}
     trajectory = proto.trajectory(cfg, protocol, workloads[top.nodes[0]].train_digest()) if cfg.trust.sign else {}
     signings = {i: signing_of(cfg, trajectory, i) for i in top.nodes}  # None each, unless trust.sign
+    for j in joiners:
+        try:
+            signings[j] = signing_of(cfg, trajectory, j)
+        except ValueError as e:  # identity.IdentityError: its key is missing or not the roster's
+            raise ValueError(f"join of node {j}: trust.sign is on and {e}") from None
+    growth = Growth.of({i: top.neighbors(i) for i in top.nodes}, protocol.delay) if joiners else None
     restarted = {e.node for e in events if e.action == "restart"}
 
     def signing(node: int, rejoin: bool) -> Signing | None:
@@ -162,8 +175,8 @@ def simulate(
             return own
         return Signing(node, own.tag, (impostors or {})[node], own.verify)  # another key, node's id
 
-    step_hashes: dict[int, list[str]] = {i: [] for i in top.nodes}
-    logs: dict[int, list[tuple[int, Sequence[Message]]]] = {i: list(resume) for i in top.nodes}
+    step_hashes: dict[int, list[str]] = {i: [] for i in nodes}
+    logs: dict[int, list[tuple[int, Sequence[Message]]]] = {i: list(resume) for i in nodes}
     rosters: dict[int, dict[int, Change]] = {}
     hashes: dict[int, str] = {}
     exits: dict[int, str] = {}
@@ -171,7 +184,7 @@ def simulate(
     audit: dict[int, AuditStats] = {}
     lies = dict(lies or {})
     errors: list[BaseException] = []
-    todo = {i: sorted((e for e in events if e.node == i), key=lambda e: e.step) for i in top.nodes}
+    todo = {i: sorted((e for e in events if e.node == i and e.action != "join"), key=lambda e: e.step) for i in nodes}
 
     def fault(e: Event) -> bool:
         """Carry out e; True if the node is gone."""
@@ -196,17 +209,25 @@ def simulate(
             network.cut(int(e.arg), e.node)
         return False
 
-    progress = {i: -1 for i in top.nodes}  # node -> last step it applied
+    progress = {i: -1 for i in nodes}  # node -> last step it applied
     waiting: set[int] = set()  # nodes whose supervisor waits to restart them (no client running)
     stopped: set[int] = set()  # nodes a life of which the churn rules stopped
 
     def others_running(node: int) -> bool:
-        return any(t.is_alive() for i, t in enumerate(threads) if i != node and i not in waiting)
+        return any(t.is_alive() for i, t in threads.items() if i != node and i not in waiting)
 
     def run(node: int) -> None:
         restarts = [e for e in todo[node] if e.action == "restart"]
         todo[node] = [e for e in todo[node] if e.action != "restart"]
-        once(node)
+        if node in joiners:  # a brand-new id starts once the others reach its step
+            waiting.add(node)
+            while max(progress.values()) < joiners[node].step and others_running(node):
+                time.sleep(0.01)
+            waiting.discard(node)
+            network.add(node)
+            once(node, rejoin=True)
+        else:
+            once(node)
         for e in restarts:
             if node in hashes or node not in network.dead:
                 return
@@ -244,7 +265,7 @@ def simulate(
                 # no evaluator follows in-process clients; incarnation 0: a rejoin takes the one
                 # its catch-up admits
                 strategy: Strategy = (
-                    ChurnStrategy(transport, state_hash=lambda: state_hash(w.model, w.direction))
+                    ChurnStrategy(transport, state_hash=lambda: state_hash(w.model, w.direction), growth=growth)
                     if protocol.churn
                     else STRICT
                 )
@@ -307,10 +328,10 @@ def simulate(
             else:
                 errors.append(e)
 
-    threads = [threading.Thread(target=run, args=(i,), name=f"client-{i}") for i in top.nodes]
-    for t in threads:
+    threads = {i: threading.Thread(target=run, args=(i,), name=f"client-{i}") for i in nodes}
+    for t in threads.values():
         t.start()
-    for t in threads:
+    for t in threads.values():
         t.join()
     if errors:
         # The root cause, not the neighbours' "peer failed" echoes of it.
@@ -320,3 +341,22 @@ def simulate(
     return SimResult(
         hashes, step_hashes, logs[first], network.counter(), workloads, exits, rosters.get(first, {}), flood, audit
     )
+
+
+def _joiners(top: Topology, protocol: Protocol, events: Sequence[Event]) -> dict[int, Event]:
+    """Brand-new id -> its `join` event; ValueError (one line) for a join the run cannot take."""
+    out: dict[int, Event] = {}
+    for e in (e for e in events if e.action == "join"):
+        if e.node in top.nodes:
+            raise ValueError(f"join of node {e.node}: it is a member already (the topology's nodes are 0..{top.n - 1})")
+        if e.node in out:
+            raise ValueError(f"join of node {e.node}: it joins once (at step {out[e.node].step}); restart it instead")
+        if protocol.ids <= top.n:
+            raise ValueError(f"join of node {e.node}: the run takes no new ids (set churn.max_nodes above {top.n})")
+        if not top.n <= e.node < protocol.ids:
+            raise ValueError(
+                f"join of node {e.node}: churn.max_nodes is {protocol.max_nodes}, so new ids are "
+                f"{top.n}..{protocol.ids - 1}"
+            )
+        out[e.node] = e
+    return out

@@ -30,7 +30,7 @@ from typing import Any
 
 from seedflood.comm import runtime
 from seedflood.core.config.runconfig import Config
-from seedflood.core.flood.membership import Change, MembershipError, Roster
+from seedflood.core.flood.membership import Change, MembershipError
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.stepstream import decode_step, encode_step
 from seedflood.core.flood.transport import ByteCounter, Inbox
@@ -109,7 +109,7 @@ def _resume(p: Process, wiring: Wiring[G, T], group: G) -> tuple[Records, dict[i
     if "error" in payload:
         raise RunError(payload["error"])
     records, changes = [], {}
-    roster = Roster(protocol.n_origins)
+    roster = protocol.roster()
     for s, f in payload["records"]:  # rank 0 validated them; a broadcast is a wire like any other
         msgs, change = decode_step(f, s, seed_of=protocol.seed)
         if change:

@@ -54,14 +54,17 @@ class LogFormat:
     version: int
     seed_of: message.SeedOf | None  # None for v1 (its frames carry their seeds)
     nodes: int | None = None  # trajectory "topology.nodes": the roster of membership records
+    max_nodes: int = 0  # trajectory "churn.max_nodes" (open membership): ids 0..max_nodes-1 may join
 
     @classmethod
     def of(cls, version: int, header: dict[str, Any], path: Path) -> LogFormat:
-        nodes = (header.get("trajectory") or {}).get("topology.nodes")
+        traj = header.get("trajectory") or {}
+        nodes, most = traj.get("topology.nodes"), traj.get("churn.max_nodes")
         return cls(
             version,
             _seed_of(header, path) if version == message.VERSION_2 else None,
             nodes if isinstance(nodes, int) else None,
+            most if isinstance(most, int) and not isinstance(most, bool) else 0,
         )
 
 

@@ -94,7 +94,7 @@ def scan_records(f: IO[bytes], path: Path, start: int, fmt: LogFormat, check: Re
             if roster is None:
                 if fmt.nodes is None:
                     raise bad("membership record in a log whose header has no topology.nodes")
-                roster = Roster(fmt.nodes)
+                roster = Roster(max(fmt.nodes, fmt.max_nodes), frozenset(range(fmt.nodes)))
             try:
                 change = Change.from_bytes(step, data)
                 roster.apply(change)

@@ -78,7 +78,7 @@ class Voter:
         out = []
         for note in self.flood.notes(s, VOTE):
             if (v := self._decoded.get(note)) is None:
-                v = self._decoded[note] = Vote.of(note, self.protocol.n_origins)
+                v = self._decoded[note] = Vote.of(note, self.protocol.ids)
             out.append(v)
         return out
 

@@ -66,6 +66,11 @@ class Config:
             "eval.attach",
             f"must name a node in 0..{self.topology.nodes - 1}, got {self.eval.attach}",
         )
+        require(
+            not self.churn.max_nodes or self.churn.max_nodes >= self.topology.nodes,
+            "churn.max_nodes",
+            f"must be 0 or at least topology.nodes ({self.topology.nodes}), got {self.churn.max_nodes}",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -135,6 +135,10 @@ class ChurnConfig:
     audit_every: int = 0
     """Every this many steps each client floods the hash of its state; a client whose hash differs
     from the majority's is named and excluded. 0 = no audits. Needs settle >= 1."""
+    max_nodes: int = 0
+    """Open membership: node ids 0..max_nodes-1 may take part, so brand-new ids topology.nodes ..
+    max_nodes-1 may join a running run (in process only, so far: docs/churn.md). 0 = the
+    topology's nodes and no others. Needs settle >= 1; recorded in the log (replay needs it)."""
 
     def __post_init__(self) -> None:
         require(self.settle >= 0, "churn.settle", f"must be >= 0 (0 = strict, no failures survived), got {self.settle}")
@@ -143,6 +147,12 @@ class ChurnConfig:
             not self.audit_every or self.settle,
             "churn.audit_every",
             "needs churn.settle >= 1 (an excluded client is handled like a crashed one)",
+        )
+        require(0 <= self.max_nodes <= 100_000, "churn.max_nodes", f"must be in 0..100000, got {self.max_nodes}")
+        require(
+            not self.max_nodes or self.settle,
+            "churn.max_nodes",
+            "needs churn.settle >= 1 (a new id is admitted by a committed step)",
         )
 
 

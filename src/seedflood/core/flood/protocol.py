@@ -2,8 +2,9 @@
 
 Owns what a client, the evaluator, replay and resume must agree on, derived once from the config
 and the topology and then handed to each component in place of the whole `Config`:
-- who takes part: `n_origins` clients (topology nodes 0..N-1), `perturbations` messages (k) per
-  origin per step, and the rank map (topology.rank_of: rank 0 is the evaluator, node i is
+- who takes part: `n_origins` clients (topology nodes 0..N-1: the founders), `ids` the node ids
+  that may ever take part (churn.max_nodes: brand-new ids N..ids-1 may join a churn run; `roster`
+  the founders' roster over them), `perturbations` messages (k) per origin per step, and the rank map (topology.rank_of: rank 0 is the evaluator, node i is
   rank i + 1), re-exported here so roles take it from the protocol;
 - what a message may be: its seed is `derive(run_seed, origin, step, k)`, its scalar is finite
   and within `max_scalar`; `limits(lo, hi)` builds the codec's check for a step window and
@@ -35,6 +36,7 @@ from typing import Any
 from seedflood.core.config import rng
 from seedflood.core.config.configerror import ConfigError
 from seedflood.core.config.runconfig import Config
+from seedflood.core.flood.membership import Roster
 from seedflood.core.flood.message import FrameError, Limits, Message
 from seedflood.core.topology.resolve import EVALUATOR_RANK, node_of, rank_of  # the rank map (rank 0: evaluator)
 
@@ -91,6 +93,18 @@ class Protocol:
     audit: float = 0.0
     """trust.audit: the expected fraction of the other origins' scalars a client recomputes per
     step (0 = off). Changes no bit of an honest run, so it is not in the trajectory."""
+    max_nodes: int = 0
+    """churn.max_nodes: node ids 0..max_nodes-1 may take part (0 = the founders 0..N-1 only)."""
+
+    @property
+    def ids(self) -> int:
+        """How many node ids may take part: origins 0..ids-1 pass the codec's checks and fill
+        the vote's member masks. N unless churn.max_nodes opens membership to new ids."""
+        return max(self.n_origins, self.max_nodes)
+
+    def roster(self, attach: int = 0) -> Roster:
+        """The roster before step 0: the N founders, over `ids` possible origins."""
+        return Roster(self.ids, frozenset(range(self.n_origins)), attach=attach)
 
     @property
     def churn(self) -> bool:
@@ -142,6 +156,7 @@ class Protocol:
             audit_every=cfg.churn.audit_every,
             clip=cfg.zo.clip,
             audit=cfg.trust.audit,
+            max_nodes=cfg.churn.max_nodes,
         )
 
     # -- messages ------------------------------------------------------------------------------
@@ -151,7 +166,7 @@ class Protocol:
     def limits(self, lo: int, hi: int) -> Limits:
         """What a receiver accepts for steps lo..hi."""
         return Limits(
-            n_origins=self.n_origins,
+            n_origins=self.ids,
             min_step=max(0, lo),
             max_step=hi,
             max_k=self.perturbations,
@@ -257,6 +272,8 @@ def trajectory(cfg: Config, protocol: Protocol, train_digest: str) -> dict[str, 
         # only when set, so run directories written before the clip existed still resume
         **({"zo.clip": cfg.zo.clip} if cfg.zo.clip else {}),
         "topology.nodes": protocol.n_origins,
+        # only when set (open membership), so earlier run directories still resume
+        **({"churn.max_nodes": cfg.churn.max_nodes} if cfg.churn.max_nodes else {}),
         "flood.delay": protocol.delay,
         "task.name": cfg.task.name,
         "task.batch_size": cfg.task.batch_size,

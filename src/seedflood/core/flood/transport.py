@@ -16,6 +16,8 @@ Owns what every backend shares, and nothing backend-specific:
   its sponsor (`sponsor`).
 - `Healing`: a `ChurnTransport` whose down edges between live members come back (the in-memory
   one; gloo edges do not heal yet): a negotiation of the exchange index both ends reconnect at.
+- `Growing`: a `ChurnTransport` that a brand-new node id may join (the in-memory one; launched
+  joins are not built): the newcomers waiting for a sponsor, and adding an edge to the graph.
 - `EvaluatorFeed`: what a churn attach node needs to feed an evaluator that follows it (answer
   its greeting, open each new edge with the steps it lacks, push).
 - `Inbox`: the evaluator's side of the push channel (an ordered queue that ends with the
@@ -167,6 +169,22 @@ class Healing(Protocol):
 
     def restore(self, peer: int) -> None:
         """Connect a healed edge right before the agreed exchange."""
+        ...
+
+
+@runtime_checkable
+class Growing(Protocol):
+    """What a churn client calls for a brand-new node id (docs/churn-design.md, A new id joins):
+    the ids waiting for a sponsor, and the edges its rule adds to the graph."""
+
+    neighbours: tuple[int, ...]
+
+    def newcomers(self) -> list[int]:
+        """Brand-new ids that wait for a sponsor and that this node can reach (not yet claimed)."""
+        ...
+
+    def grow(self, peers: Sequence[int]) -> None:
+        """Make `peers` neighbours of this node (not connected yet: `connect` or a heal does)."""
         ...
 
 

@@ -341,6 +341,7 @@ def test_every_setting_changed_round_trips(tmp_path):
         "algorithm.lora_targets=[q_proj]",
         "churn.settle=2",
         "churn.audit_every=5",
+        "churn.max_nodes=12",
         "trust.sign=true",
         "trust.keys=/keys",
         "trust.audit=0.5",

@@ -1,0 +1,99 @@
+"""Open membership: the edges of a brand-new node id, a pure function of the committed history.
+
+Owns `Growth` (docs/churn-design.md, A new id joins): the starting topology (its adjacency and
+its N founders, ids 0..N-1) and the rule that gives a new id j >= N its edges. A sponsor admits j
+at step e (its JOIN note names e); j's edges are then the `links` members with the fewest links
+in the graph committed through step b = e - `lag`, founders before new ids, then fewest links,
+then lowest id. `lag` is chosen so that every sponsor has committed b when it sponsors (it has
+applied step t - 1 - delay before step t, and e = t + delay + 1), so the sponsor, the newcomer
+(whose catch-up holds b) and every member that has committed b compute the same edges; once a
+committed step admits j, its edges are part of the graph every later rule reads (`graph`).
+A JOIN committed without j adds no edge. A new id already in the graph (it joined, left, and is
+started again) keeps its edges.
+
+Bound: a new id links to founders while at least `links` of them are members, so while every
+founder is a member and the founders' graph has diameter D, every new id is one hop from it and
+the graph's diameter is at most D + 2 (new id - founder - ... - founder - new id).
+
+Assumes: pure Python (the core); `changes` are committed changes (step -> Change), as
+`membership.Roster.changes` holds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from seedflood.core.flood.membership import Change
+
+Adjacency = dict[int, frozenset[int]]
+
+
+def members_after(founders: int, changes: Mapping[int, Change], step: int) -> frozenset[int]:
+    """The members after committed step `step` (the founders before step 0)."""
+    members = set(range(founders))
+    for s in sorted(s for s in changes if s <= step):
+        members = (members - set(changes[s].leave)) | {o for o, _ in changes[s].join}
+    return frozenset(members)
+
+
+@dataclass(frozen=True)
+class Growth:
+    """The starting topology and the rule that links a new id (module docstring)."""
+
+    base: Mapping[int, Sequence[int]]
+    """The starting topology's adjacency: founder -> its neighbours."""
+    links: int
+    """k: how many members a new id links to (the topology's minimum degree, at least 2)."""
+    lag: int
+    """b = e - lag: the committed step whose graph and roster decide the edges of a join at e."""
+
+    @classmethod
+    def of(cls, base: Mapping[int, Sequence[int]], delay: int) -> Growth:
+        """The rule for a run of this topology and delay (lag = 2·(delay + 1): see the module
+        docstring)."""
+        k = max(2, min((len(ps) for ps in base.values()), default=2))
+        return cls({n: tuple(sorted(ps)) for n, ps in base.items()}, k, 2 * (delay + 1))
+
+    @property
+    def founders(self) -> int:
+        return len(self.base)
+
+    def new(self, node: int) -> bool:
+        """`node` is not one of the starting topology's."""
+        return node >= self.founders
+
+    def attach(self, graph: Adjacency, members: Collection[int], node: int) -> tuple[int, ...]:
+        """The members `node` links to: founders first, then fewest links, then lowest id."""
+        order = sorted((m for m in members if m != node), key=lambda m: (self.new(m), len(graph.get(m, ())), m))
+        return tuple(sorted(order[: self.links]))
+
+    def graph(self, changes: Mapping[int, Change], through: int) -> Adjacency:
+        """The graph after committed step `through`: the starting topology plus the edges of
+        every new id a committed change through `through` admitted, in step order."""
+        added: list[tuple[int, int, tuple[int, ...]]] = []  # (join step, new id, its edges)
+        for e in sorted(s for s in changes if s <= through):
+            for j, _ in changes[e].join:
+                if not self.new(j) or any(j == x for _, x, _ in added):
+                    continue  # a founder or a new id that joined before keeps its edges
+                b = e - self.lag
+                before = self._adjacency([a for a in added if a[0] <= b])
+                added.append((e, j, self.attach(before, members_after(self.founders, changes, b), j)))
+        return self._adjacency(added)
+
+    def edges(self, node: int, step: int, changes: Mapping[int, Change]) -> tuple[int, ...]:
+        """The neighbours new id `node` has once a committed step `step` admits it. Needs every
+        change through step - lag (a client that has committed that far holds them)."""
+        b = step - self.lag
+        graph = self.graph(changes, b)
+        if node in graph:
+            return tuple(sorted(graph[node]))
+        return self.attach(graph, members_after(self.founders, changes, b), node)
+
+    def _adjacency(self, added: Sequence[tuple[int, int, tuple[int, ...]]]) -> Adjacency:
+        adj = {n: set(ps) for n, ps in self.base.items()}
+        for _, j, edges in added:
+            adj.setdefault(j, set()).update(edges)
+            for q in edges:
+                adj.setdefault(q, set()).add(j)
+        return {n: frozenset(ps) for n, ps in adj.items()}

@@ -154,10 +154,11 @@ class Churn:
         for p in (p for p in revived if p not in self._deferred):
             if (inc := transport.claim(p)) is not None:  # None: another neighbour sponsors it
                 self._sponsor(t, p, inc)
-        for j in self._knocking(t):
-            self.grower.grow([j])  # type: ignore[union-attr]  # _knocking is empty without one
-            if (inc := transport.claim(j)) is not None:
-                self._sponsor(t, j, inc)
+        if self.grower is not None:
+            for j in self._knocking(t):
+                self.grower.grow([j])
+                if (inc := transport.claim(j)) is not None:
+                    self._sponsor(t, j, inc)
         if self.feed is not None and self.roster.attach == h.node:
             self.follow(self.feed)
 

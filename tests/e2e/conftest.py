@@ -1,4 +1,4 @@
-"""Fixtures for the e2e tests: the program under launch, a loopback reference run, a SLURM cluster.
+"""Fixtures for the e2e tests: the program under launch, a loopback reference run and its hash, a SLURM cluster.
 
 Every fixture that starts something stops it in its finalizer, also when a test fails or times out.
 """
@@ -37,6 +37,17 @@ def reference_run(entry: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
         watch=[out / "log.bin"],
     )
     return sup.check_run(out)
+
+
+@pytest.fixture(scope="session")
+def reference_hash(entry: str, request: pytest.FixtureRequest) -> str:
+    """The loopback run's final parameter hash, for tests that compare only that: the
+    single-process reference's (sup.simulated_hash: launched runs equal it bit for bit), so these
+    tests start no loopback run of their own. The stand-in entry (SEEDFLOOD_E2E_ENTRY=probe) has
+    bits of its own: there it is `reference_run`'s."""
+    if entry != "seedflood":
+        return str(request.getfixturevalue("reference_run")["param_hash"])
+    return sup.simulated_hash()
 
 
 @pytest.fixture(scope="session")

@@ -115,6 +115,21 @@ def check_run(out_dir: Path, clients: int = 4) -> dict[str, Any]:
     return summary
 
 
+def simulated_hash(*overrides: str) -> str:
+    """The debug config's final parameter hash (with `overrides`) from the single-process
+    reference, one thread: every launched run of it ends on these bits (tests/dist/test_train_gloo.py
+    checks launched runs against it), so a test that only compares hashes pays for no launched run."""
+    import torch
+
+    from seedflood.core.config import runconfig
+    from seedflood.roles.inprocess import simulate
+
+    torch.set_num_threads(1)
+    cfg = runconfig.load(str(DEBUG_CONFIG), [*overrides, "run.out_dir=/nonexistent"])
+    (expected,) = set(simulate(cfg, hash_every_step=False).hashes.values())
+    return str(expected)
+
+
 def procs(tmp: Path) -> harness.Procs:
     """The harness for launcher processes: SIGTERM first (10 s), so a launcher ends its own
     workers, then SIGKILL of every group."""

@@ -129,7 +129,7 @@ def local_commands(
 
 
 @pytest.mark.timeout(1200)  # an outer bound: the wait is bounded by the run's progress
-def test_compose_services_as_processes(reference_run: dict, tmp_path: Path) -> None:
+def test_compose_services_as_processes(reference_hash: str, tmp_path: Path) -> None:
     cmds = local_commands(tmp_path, sup.free_port())
     assert len(cmds) == 5
     out = tmp_path / "runs" / "compose"
@@ -146,4 +146,4 @@ def test_compose_services_as_processes(reference_run: dict, tmp_path: Path) -> N
     logs = "\n".join(f"== {n}\n{sup.tail(tmp_path / f'{n}.log', 20)}" for n, _, _ in cmds)
     assert codes == [0] * len(cmds), f"exit codes {codes}:\n{logs}"
     summary = sup.check_run(out)
-    assert summary["param_hash"] == reference_run["param_hash"]
+    assert summary["param_hash"] == reference_hash

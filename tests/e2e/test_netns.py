@@ -31,7 +31,7 @@ def netns_prefix():
 
 
 @pytest.mark.timeout(1200)  # an outer bound: the wait is bounded by the run's progress
-def test_five_hosts_capped_lossy_links_match_loopback(reference_run: dict, netns_prefix: str, tmp_path: Path) -> None:
+def test_five_hosts_capped_lossy_links_match_loopback(reference_hash: str, netns_prefix: str, tmp_path: Path) -> None:
     out = tmp_path / "run"
     env = sup.launcher_env(NETNS_PREFIX=netns_prefix, RATE="20mbit", LOSS="2", MASTER_PORT=str(sup.free_port()))
     log = tmp_path / "netns.log"
@@ -44,4 +44,4 @@ def test_five_hosts_capped_lossy_links_match_loopback(reference_run: dict, netns
     text = log.read_text()
     assert "5 hosts" in text and "loss 2%" in text and "rate 20mbit" in text, sup.tail(log)
     summary = sup.check_run(out)
-    assert summary["param_hash"] == reference_run["param_hash"]
+    assert summary["param_hash"] == reference_hash

@@ -24,7 +24,7 @@ def _outputs(tmp_path: Path) -> str:
 
 
 @pytest.mark.timeout(1200)  # outer bounds: every wait is bounded by progress (slurm_cluster.wait_job)
-def test_run_sbatch_two_nodes(slurm, reference_run: dict, tmp_path: Path) -> None:
+def test_run_sbatch_two_nodes(slurm, reference_hash: str, tmp_path: Path) -> None:
     out = tmp_path / "run"
     r = slurm.run(
         [
@@ -46,7 +46,7 @@ def test_run_sbatch_two_nodes(slurm, reference_run: dict, tmp_path: Path) -> Non
     text = "".join(p.read_text(errors="replace") for p in tmp_path.glob("slurm-*.out"))
     assert "--nnodes=2" in text and "--nproc-per-node=3" in text and "--nproc-per-node=2" in text, _outputs(tmp_path)
     summary = sup.check_run(out)
-    assert summary["param_hash"] == reference_run["param_hash"]
+    assert summary["param_hash"] == reference_hash
 
 
 @pytest.mark.timeout(1800)

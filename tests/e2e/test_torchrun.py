@@ -12,12 +12,9 @@ import signal
 from pathlib import Path
 
 import pytest
-import torch
 
 import e2e_support as sup
 import procs as harness
-from seedflood.core.config import runconfig as config
-from seedflood.roles.inprocess import simulate
 
 pytestmark = pytest.mark.e2e
 
@@ -88,10 +85,7 @@ def _uninterrupted_hash(steps: int, out: Path) -> str:
     runs equal it, tests/dist/test_train_gloo.py), so no second launched run is paid for; the
     stand-in entry (SEEDFLOOD_E2E_ENTRY=probe) has bits of its own and runs once uninterrupted."""
     if sup.MODULE == "seedflood":
-        torch.set_num_threads(1)
-        cfg = config.load(str(sup.DEBUG_CONFIG), [f"run.steps={steps}", "run.out_dir=/nonexistent"])
-        (expected,) = set(simulate(cfg, hash_every_step=False).hashes.values())
-        return expected
+        return sup.simulated_hash(f"run.steps={steps}")
     sup.run_checked(
         ["launch/torchrun.sh", str(sup.DEBUG_CONFIG), *sup.sets(f"run.out_dir={out}", f"run.steps={steps}")],
         env=sup.launcher_env(),

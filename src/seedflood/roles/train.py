@@ -26,10 +26,12 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from seedflood.comm import runtime
 from seedflood.core.config.runconfig import Config
+from seedflood.core.config.trainsections import RunConfig
 from seedflood.core.flood.membership import Change, MembershipError
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.stepstream import decode_step, encode_step
@@ -120,6 +122,19 @@ def _resume(p: Process, wiring: Wiring[G, T], group: G) -> tuple[Records, dict[i
     return records, changes
 
 
+def _paced(run: RunConfig, node: int, loss: Callable[[int], float]) -> Callable[[int], float]:
+    """`loss`, slowed by run.step_delay_s for the clients run.slow_nodes names (all if empty):
+    a sleep before a step's forwards, as a slower device takes longer for them."""
+    if not run.step_delay_s or (run.slow_nodes and node not in run.slow_nodes):
+        return loss
+
+    def slow(step: int) -> float:
+        time.sleep(run.step_delay_s)
+        return loss(step)
+
+    return slow
+
+
 def _client(
     p: Process, wiring: Wiring[G, T], node: int, group: G, records: Records, changes: dict[int, Change]
 ) -> None:
@@ -135,7 +150,7 @@ def _client(
                 node,
                 p.protocol,
                 w.direction,
-                lambda step: w.loss(node, step),
+                _paced(cfg.run, node, lambda step: w.loss(node, step)),
                 transport,
                 cfg.transport.timeout_s,
                 wiring.strategy(node, transport),

@@ -71,6 +71,12 @@ class Config:
             "churn.max_nodes",
             f"must be 0 or at least topology.nodes ({self.topology.nodes}), got {self.churn.max_nodes}",
         )
+        ids = max(self.topology.nodes, self.churn.max_nodes)
+        require(
+            all(n < ids for n in self.run.slow_nodes),
+            "run.slow_nodes",
+            f"must name nodes in 0..{ids - 1}, got {self.run.slow_nodes}",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

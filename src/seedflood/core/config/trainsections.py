@@ -31,9 +31,17 @@ class RunConfig:
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     hash_steps: bool = False
     """Hash every client's state after every step (a consensus check; costs O(d) per step)."""
+    step_delay_s: float = 0.0
+    """Seconds a launched client sleeps in each step before its forwards: emulates a slower device
+    (a run's bits do not change; only its pace). 0 = none."""
+    slow_nodes: list[int] = field(default_factory=list)
+    """The clients that take run.step_delay_s; empty = every client."""
 
     def __post_init__(self) -> None:
         require(self.seed >= 0, "run.seed", f"must be >= 0, got {self.seed}")
+        delay = self.step_delay_s
+        require(math.isfinite(delay) and delay >= 0, "run.step_delay_s", f"must be a finite number >= 0, got {delay}")
+        require(all(n >= 0 for n in self.slow_nodes), "run.slow_nodes", f"must be node ids >= 0, got {self.slow_nodes}")
         require(self.steps >= 1, "run.steps", f"must be >= 1, got {self.steps}")
         require(self.threads >= 0, "run.threads", f"must be >= 0, got {self.threads}")
         require(bool(self.out_dir), "run.out_dir", "must not be empty")

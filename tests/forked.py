@@ -1,7 +1,7 @@
 """Started Python processes forked from an interpreter that has imported torch once.
 
 Owns: the fork server of one test process (multiprocessing's forkserver, preloaded with torch,
-torch.distributed and the seedflood modules a `seedflood` command imports), `spawn` (start
+torch.distributed, the seedflood modules a `seedflood` command imports and tests/forkwarm.py), `spawn` (start
 `python -m MODULE ...` or `python SCRIPT ...` as a forked child, with its own session, working
 directory, environment and output files, looking to the harness like a subprocess.Popen), and
 `command` (which argument vectors it can start).
@@ -44,10 +44,16 @@ from pathlib import Path
 from unittest import mock
 
 ENABLED = os.environ.get("SEEDFLOOD_TEST_FORK", "1") != "0"
-PRELOAD = ["torch", "torch.distributed", "seedflood.cli", "seedflood.roles.train", "seedflood.ml.tinyllama"]
-SERVER_KEYS = ("OMP_NUM_THREADS", "PYTHONUNBUFFERED", "HF_HUB_OFFLINE")
-"""Variables read while the preloaded modules import (OpenMP reads its thread count at load): the
-server takes them from the first child's environment, which the harness builds (procs.env)."""
+PRELOAD = ["torch", "torch.distributed", "seedflood.cli", "seedflood.roles.train", "seedflood.ml.tinyllama", "forkwarm"]
+"""Imported by the server before its first fork, in order; forkwarm (tests/forkwarm.py) does the
+rest of the start-up every `seedflood` command repeats (its parser's imports, the config's
+pydantic models): ~0.3 s of CPU per child. The server imports by the children's PYTHONPATH
+(SERVER_KEYS: src, then tests/) and skips a module it cannot import: `_server` checks."""
+SERVER_KEYS = ("OMP_NUM_THREADS", "PYTHONUNBUFFERED", "HF_HUB_OFFLINE", "PYTHONPATH")
+"""Variables read while the preloaded modules import (OpenMP reads its thread count at load;
+PYTHONPATH: the server finds this checkout's src and tests/ by it, since multiprocessing's
+forkserver main ignores the sys.path it is handed before Python 3.13): the server takes them
+from the first child's environment, which the harness builds (procs.env)."""
 
 _context: multiprocessing.context.ForkServerContext | None = None
 
@@ -113,8 +119,17 @@ def _server(env: Mapping[str, str]) -> multiprocessing.context.ForkServerContext
         context.set_forkserver_preload(PRELOAD)
         with mock.patch.dict(os.environ, {k: env[k] for k in SERVER_KEYS if k in env}):
             forkserver.ensure_running()
+        probe = context.Process(target=_preloaded)  # the server skips a preload it cannot import
+        probe.start()
+        probe.join()
+        assert probe.exitcode == 0, f"the fork server did not import all of {PRELOAD}: exit {probe.exitcode}"
         _context = context
     return _context
+
+
+def _preloaded() -> None:
+    """Runs in a forked child: exit 0 when the server imported every PRELOAD module, else 3."""
+    os._exit(0 if all(name in sys.modules for name in PRELOAD) else 3)
 
 
 def _child(kind: str, target: str, args: list[str], env: dict[str, str], cwd: str, out: str, err: str | None) -> None:

@@ -27,7 +27,8 @@ from seedflood.rundir.logfile import LogReader
 
 pytestmark = pytest.mark.e2e
 CHURN = "launch/slurm/churn.sh"
-STEPS = 800  # 10-25 steps/s here: a requeued task is back (~10-30 s) well before the end
+STEPS = 400  # with PACE, 5-7 steps/s: a requeued task is back (~10-30 s) well before the end
+PACE = "run.step_delay_s=0.1"  # the requeues need wall time, not steps: a sleep per step costs no CPU
 PROGRESS = re.compile(r"seedflood:\s+\d+%\|")  # the evaluator's progress bar (tqdm)
 CLIENT_RANK = 3  # client node 2, not the attach node (node 0): the launcher's case, nothing more
 
@@ -112,7 +113,7 @@ def test_a_requeued_client_rejoins_then_a_requeued_evaluator_resumes_and_catches
     out = tmp_path / "run"
     # A user's checkpoint.resume=false too: churn.sbatch forces resume, or the restart would refuse the run dir.
     store, array = _submit(
-        slurm, tmp_path, *sup.churn_sets(out, STEPS, "checkpoint.every=100", "checkpoint.resume=false")
+        slurm, tmp_path, *sup.churn_sets(out, STEPS, PACE, "checkpoint.every=100", "checkpoint.resume=false")
     )
     victim_out = tmp_path / f"slurm-seedflood-churn-{array}_{CLIENT_RANK}.out"
 

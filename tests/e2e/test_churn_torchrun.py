@@ -18,7 +18,8 @@ pytestmark = pytest.mark.e2e
 CHURN = sup.REPO / "launch" / "churn.sh"
 DEBUG = sup.REPO / "launch" / "configs" / "debug.yaml"
 VICTIM_RANK = 3  # node 2; the evaluator attaches to node 0
-STEPS = 400  # the tiny model steps fast (~25 steps/s): a worker restarted at step 11 rejoined at 98 in CI: 4x margin
+STEPS = 200  # with PACE: a worker restarted at step 11 rejoined at 98 in CI at ~25 steps/s (3.5 s): 5x margin
+PACE = "run.step_delay_s=0.05"  # the restart needs wall time, not steps: a sleep per step costs no CPU
 
 
 @pytest.mark.timeout(1800)  # an outer bound: the waits are bounded by the run's progress
@@ -29,7 +30,7 @@ def test_a_killed_worker_is_restarted_by_its_own_agent_and_rejoins(entry, tmp_pa
     port = sup.free_port()
     store = f"127.0.0.1:{port}"
     env = sup.launcher_env(STORE_PORT=str(port), MAX_RESTARTS="2")
-    argv = ["bash", str(CHURN), str(DEBUG), *sup.churn_sets(out, STEPS)]
+    argv = ["bash", str(CHURN), str(DEBUG), *sup.churn_sets(out, STEPS, PACE)]
     log = tmp_path / "churn.log"
     with sup.procs(tmp_path / "procs") as procs:
         procs.start("churn.sh", argv, env=env, log=log)

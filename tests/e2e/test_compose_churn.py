@@ -35,7 +35,8 @@ pytestmark = pytest.mark.e2e
 
 CHURN = sup.REPO / "docker" / "compose.churn.yaml"
 SCALE = sup.REPO / "docker" / "scale.py"
-STEPS = 400  # the tiny model steps fast (~25 steps/s): a client restarted at step 10 rejoined at 77 in CI: 5x margin
+STEPS = 200  # with PACE: a client restarted at step 10 rejoined at 77 in CI at ~25 steps/s (2.7 s): 6x margin
+PACE = 0.05  # run.step_delay_s: a restart needs wall time, not steps; a sleep per step costs no CPU
 STORE_PORT = 29400  # the store's port inside the compose network (scale.STORE_PORT)
 VICTIM = "client1"  # node 0: the evaluator's first attach node, so the kill also moves the attach node
 ROLES = ["evaluator", "client1", "client2", "client3", "client4"]
@@ -289,7 +290,7 @@ def churn_run(tmp: Path, victim: str, after_steps: int, **sections: dict) -> tup
     """Start the churn layout, SIGKILL `victim` after about `after_steps` steps, supervise to the end.
     Returns the supervisor (exit codes, restarts), the run directory and a report for messages."""
     config = churn_config(
-        tmp, **{"run": {"steps": STEPS}, "transport": {"timeout_s": 3}, "eval": {"every": 0}, **sections}
+        tmp, **{"run": {"steps": STEPS, "step_delay_s": PACE}, "transport": {"timeout_s": 3}, "eval": {"every": 0}, **sections}
     )
     run = supervised(tmp, config)
     out = tmp / "runs" / "compose-churn"

@@ -70,6 +70,7 @@ ignores votes from any other incarnation than the one it admitted).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from collections import Counter
@@ -90,6 +91,21 @@ _CHAIN = struct.Struct("<QI")  # prev, step
 
 def step_digest(prev: int, step: int, msgs: Sequence[Message], joins: Sequence[tuple[int, int]]) -> int:
     """H(prev, step, the step's messages in canonical order, its joins) as a u64."""
+    if any(m.scalar == 0.0 for m in msgs):  # ±0 compare equal but encode apart: never from the cache
+        return _step_digest(prev, step, msgs, joins)
+    return _cached_digest(prev, step, tuple(msgs), tuple(joins))
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_digest(prev: int, step: int, msgs: tuple[Message, ...], joins: tuple[tuple[int, int], ...]) -> int:
+    """`_step_digest`, remembered: every client digests the same messages of a step (its proposal,
+    then the step it takes), so most calls in one process repeat one. Messages that compare
+    equal encode alike (their fields but `sig`, which no digest reads; a nonzero float equals
+    only itself bit for bit), so a hit is the digest the call would compute."""
+    return _step_digest(prev, step, msgs, joins)
+
+
+def _step_digest(prev: int, step: int, msgs: Sequence[Message], joins: Sequence[tuple[int, int]]) -> int:
     h = hashlib.blake2b(_CHAIN.pack(prev, step), digest_size=8)
     h.update(message.encode(sorted(msgs)))
     for o, inc in sorted(joins):
@@ -133,20 +149,31 @@ class Vote:
     @classmethod
     def of(cls, note: Note, n_origins: int) -> Vote:
         """The vote a VOTE note carries; FrameError if its body is malformed."""
-        width = (n_origins + 7) // 8
-        b = note.body
-        if len(b) < _HEAD.size + 2 * width:
-            raise FrameError(f"vote of node {note.origin} for step {note.step}: {len(b)} body bytes")
-        inc, prev, digest, count = _HEAD.unpack_from(b)
-        members = _unmask(b[_HEAD.size : _HEAD.size + width], n_origins)
-        evidence = _unmask(b[_HEAD.size + width : _HEAD.size + 2 * width], n_origins)
-        rest = b[_HEAD.size + 2 * width :]
-        if len(rest) != count * _JOIN.size:
-            raise FrameError(f"vote of node {note.origin} for step {note.step}: bad joins length")
-        joins = tuple(_JOIN.iter_unpack(rest))
-        if not {o for o, _ in joins} <= members:
-            raise FrameError(f"vote of node {note.origin} for step {note.step}: a join outside its members")
-        return cls(note.step, note.value, note.origin, inc, Value(prev, members, joins, digest, evidence))
+        got = _vote_body(note.body, n_origins)
+        if isinstance(got, str):
+            raise FrameError(f"vote of node {note.origin} for step {note.step}: {got}")
+        inc, value = got
+        return cls(note.step, note.value, note.origin, inc, value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _vote_body(b: bytes, n_origins: int) -> tuple[int, Value] | str:
+    """A VOTE note's body as (incarnation, value), or what is wrong with it. Remembered: every
+    client decodes every vote it holds, and the clients of one process hold the same ones (a
+    Value is immutable, so sharing it changes nothing)."""
+    width = (n_origins + 7) // 8
+    if len(b) < _HEAD.size + 2 * width:
+        return f"{len(b)} body bytes"
+    inc, prev, digest, count = _HEAD.unpack_from(b)
+    members = _unmask(b[_HEAD.size : _HEAD.size + width], n_origins)
+    evidence = _unmask(b[_HEAD.size + width : _HEAD.size + 2 * width], n_origins)
+    rest = b[_HEAD.size + 2 * width :]
+    if len(rest) != count * _JOIN.size:
+        return "bad joins length"
+    joins = tuple(_JOIN.iter_unpack(rest))
+    if not {o for o, _ in joins} <= members:
+        return "a join outside its members"
+    return inc, Value(prev, members, joins, digest, evidence)
 
 
 def _mask(origins: frozenset[int], n_origins: int) -> bytes:
@@ -299,6 +326,13 @@ class Agreement:
     the votes of every voter it can reach to arrive (a vote's spread), so that the voters of a
     connected part leave a ballot on the same view and vote the same value in the next one."""
     _seen: dict[tuple[int, int], tuple[frozenset[int], int]] = field(default_factory=dict)
+    _tallies: dict[tuple[int, int], tuple[list[Vote], int, frozenset[int], dict[int, int], bool, Tally]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """(step, ballot) -> the last `tally` and every input it was computed from (the votes by
+    identity, prev, the roster's members and incarnations, byzantine): a client reviews after
+    every hop, and most hops bring no new vote of the undecided step, so its verdict is reused
+    (a pure function of those inputs: the same decisions, only fewer recounts)."""
 
     def __post_init__(self) -> None:
         if self.roster is None:
@@ -382,7 +416,7 @@ class Agreement:
             ballots: dict[int, list[Vote]] = {}
             for v in votes_of(s):
                 ballots.setdefault(v.ballot, []).append(v)
-            tallies = {b: tally(vs, self.roster, self.prev, b, self.byzantine) for b, vs in sorted(ballots.items())}
+            tallies = {b: self._tally(s, b, vs) for b, vs in sorted(ballots.items())}
             won = next((t.committed for t in tallies.values() if t.committed is not None), None)
             if won is not None:
                 commits.append((s, self._commit(s, won)))
@@ -396,6 +430,28 @@ class Agreement:
             if self.node in self.roster.members and (note := self._advance(s, tallies, propose, now)) is not None:
                 out.append(note)
             return commits, out
+
+    def _tally(self, s: int, ballot: int, votes: list[Vote]) -> Tally:
+        """`tally` of one ballot of step s for the committed roster and chain, reused while none
+        of its inputs changed (`_tallies`)."""
+        r = self.roster
+        held = self._tallies.get((s, ballot))
+        if (
+            held is not None
+            and held[1] == self.prev
+            and held[2] == r.members
+            and held[3] == r.incarnations
+            and held[4] == self.byzantine
+            and len(held[0]) == len(votes)
+            and all(a is b for a, b in zip(held[0], votes))
+        ):
+            return held[5]
+        t = tally(votes, r, self.prev, ballot, self.byzantine)
+        if held is None:
+            for key in [k for k in self._tallies if k[0] < s]:
+                del self._tallies[key]
+        self._tallies[(s, ballot)] = (votes, self.prev, r.members, dict(r.incarnations), self.byzantine, t)
+        return t
 
     def _advance(self, s: int, tallies: Mapping[int, Tally], propose: _Propose, now: int) -> Note | None:
         """This client's next vote for step s, if its view lets it leave its ballot: the first

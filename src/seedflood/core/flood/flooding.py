@@ -112,6 +112,9 @@ class Flood:
         # id -> its distinct copies, for ids that had a second copy or a COPY note
         self._copies: dict[MessageId, list[Message]] = {}
         self._notes: dict[int, dict[NoteId, Note]] = {}  # step -> id -> note
+        # (step, kind) -> `notes(step, kind)` as last sorted, dropped when a note of it comes or goes
+        # (a client reads a step's votes after every hop; most hops add none)
+        self._sorted: dict[tuple[int, int], list[Note]] = {}
         self._known: dict[MessageId | NoteId, set[int]] = {}  # id -> peers that have it
         self._pending: dict[int, dict[MessageId | NoteId, Item]] = {p: {} for p in self.peers}
 
@@ -206,6 +209,8 @@ class Flood:
         if isinstance(m, Note) and m.kind == VOTE and m.sig and not self._second_vote(m, step.values()):
             return False
         step[m.id] = m
+        if isinstance(m, Note):
+            self._sorted.pop((m.step, m.kind), None)
         if isinstance(m, Message) and m.id in self._copies:
             self._witness(m)  # a COPY note of this id came first
         known = {source} if source is not None else set()
@@ -299,6 +304,7 @@ class Flood:
         for s in [s for s in self._notes if s < step - self.note_horizon]:
             for n in self._notes.pop(s).values():
                 self._known.pop(n.id, None)
+                self._sorted.pop((s, n.kind), None)
         return msgs
 
     def held(self, step: int) -> dict[int, int]:
@@ -320,7 +326,10 @@ class Flood:
 
     def notes(self, step: int, kind: int) -> list[Note]:
         """Notes of `kind` about `step` held, canonically ordered."""
-        return sorted(n for n in self._notes.get(step, {}).values() if n.kind == kind)
+        held = self._sorted.get((step, kind))
+        if held is None:
+            held = self._sorted[(step, kind)] = sorted(n for n in self._notes.get(step, {}).values() if n.kind == kind)
+        return list(held)
 
     # -- neighbours ------------------------------------------------------------------------------
     def drop_peer(self, peer: int) -> None:

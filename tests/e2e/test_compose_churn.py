@@ -290,7 +290,13 @@ def churn_run(tmp: Path, victim: str, after_steps: int, **sections: dict) -> tup
     """Start the churn layout, SIGKILL `victim` after about `after_steps` steps, supervise to the end.
     Returns the supervisor (exit codes, restarts), the run directory and a report for messages."""
     config = churn_config(
-        tmp, **{"run": {"steps": STEPS, "step_delay_s": PACE}, "transport": {"timeout_s": 3}, "eval": {"every": 0}, **sections}
+        tmp,
+        **{
+            "run": {"steps": STEPS, "step_delay_s": PACE},
+            "transport": {"timeout_s": 3},
+            "eval": {"every": 0},
+            **sections,
+        },
     )
     run = supervised(tmp, config)
     out = tmp / "runs" / "compose-churn"

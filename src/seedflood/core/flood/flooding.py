@@ -304,7 +304,9 @@ class Flood:
         for s in [s for s in self._notes if s < step - self.note_horizon]:
             for n in self._notes.pop(s).values():
                 self._known.pop(n.id, None)
-                self._sorted.pop((s, n.kind), None)
+        # every sorted list past the horizon, also those of kinds a step never held (read, empty)
+        for key in [k for k in self._sorted if k[0] < step - self.note_horizon]:
+            del self._sorted[key]
         return msgs
 
     def held(self, step: int) -> dict[int, int]:

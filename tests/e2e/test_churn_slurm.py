@@ -45,7 +45,7 @@ def _outputs(tmp_path: Path) -> str:
 def _submit(slurm, tmp_path: Path, *sets: str) -> tuple[str, str]:
     """churn.sh as a user runs it; returns (store job, array job)."""
     env = sup.launcher_env(LOG_DIR=str(tmp_path), STORE_PORT=str(sup.free_port()), STORE_POLL_S="1")
-    r = slurm.run(["bash", CHURN, "--time=5", str(sup.DEBUG_CONFIG), *sets], env=env, cwd=sup.REPO, timeout=180)
+    r = slurm.run(["bash", CHURN, "--time=10", str(sup.DEBUG_CONFIG), *sets], env=env, cwd=sup.REPO, timeout=180)
     ids = dict(line.split("=", 1) for line in r.stdout.split())
     return ids["store"], ids["array"]
 
@@ -152,7 +152,7 @@ def test_preflight_refuses_before_anything_runs(slurm, churn_entry, tmp_path: Pa
     env = sup.launcher_env(LOG_DIR=str(tmp_path))
     before = slurm.run(["squeue", "-h", "-o", "%i"]).stdout.split()
     r = slurm.run(
-        ["bash", CHURN, "--time=5", str(sup.DEBUG_CONFIG), "--set", f"run.out_dir={tmp_path / 'strict'}"],
+        ["bash", CHURN, "--time=10", str(sup.DEBUG_CONFIG), "--set", f"run.out_dir={tmp_path / 'strict'}"],
         env=env,
         cwd=sup.REPO,
         check=False,
@@ -167,7 +167,7 @@ def test_preflight_refuses_before_anything_runs(slurm, churn_entry, tmp_path: Pa
             "sbatch",
             "--parsable",
             "--array=0-2",
-            "--time=5",
+            "--time=10",
             f"--output={tmp_path}/slurm-%x-%A_%a.out",
             "launch/slurm/churn.sbatch",
             str(sup.DEBUG_CONFIG),

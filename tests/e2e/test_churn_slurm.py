@@ -152,7 +152,7 @@ def test_preflight_refuses_before_anything_runs(slurm, churn_entry, tmp_path: Pa
     env = sup.launcher_env(LOG_DIR=str(tmp_path))
     before = slurm.run(["squeue", "-h", "-o", "%i"]).stdout.split()
     r = slurm.run(
-        ["bash", CHURN, "--time=10", str(sup.DEBUG_CONFIG), "--set", f"run.out_dir={tmp_path / 'strict'}"],
+        ["bash", CHURN, "--time=5", str(sup.DEBUG_CONFIG), "--set", f"run.out_dir={tmp_path / 'strict'}"],
         env=env,
         cwd=sup.REPO,
         check=False,
@@ -167,7 +167,7 @@ def test_preflight_refuses_before_anything_runs(slurm, churn_entry, tmp_path: Pa
             "sbatch",
             "--parsable",
             "--array=0-2",
-            "--time=10",
+            "--time=5",
             f"--output={tmp_path}/slurm-%x-%A_%a.out",
             "launch/slurm/churn.sbatch",
             str(sup.DEBUG_CONFIG),

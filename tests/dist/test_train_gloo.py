@@ -180,49 +180,42 @@ def test_the_end_of_a_run_does_not_wait_for_a_lagging_evaluator(run_world, procs
     assert json.loads((out / "summary.json").read_text())["consensus"]
 
 
-def test_sigterm_ends_a_strict_client_as_before(run_world, tmp_path):
-    """A strict client keeps Python's default SIGTERM (the graceful leave is churn's): it dies of
-    it, and its neighbours name it in one line as for a kill."""
-    out = tmp_path / "term"
+def _signal_node_2_mid_run(run_world, out: Path, sig: signal.Signals) -> list:
+    """A strict ring of 4 (+ evaluator, 400 steps): `sig` to client node 2 (rank 3) once the log
+    holds 2 steps. It dies of the signal; its neighbours (nodes 1 and 3) exit 1 naming it in one
+    line. Returns the processes in rank order."""
     sets = overrides(out, "run.steps=400", "eval.every=0", "checkpoint.every=0")
-    logged = runs.Steps(out, STEP_RECORD)
+    logged = runs.Steps(out, STEP_RECORD)  # steps in the log since its header (written at start)
     sent: list[float] = []
 
-    def term_when_logged(group: Procs) -> None:
+    def signal_when_logged(group: Procs) -> None:
+        # Once: its return code shows only after the harness reaps it, and a second kill of a
+        # process already gone would raise ProcessLookupError.
         if not sent and logged() >= 2:
-            sent.append(group.signal("3", signal.SIGTERM))
+            sent.append(group.signal("3", sig))
 
-    procs = run_world(runs.train(*sets), nprocs=5, on_poll=term_when_logged, watch=[out / "log.bin"])
+    procs = run_world(runs.train(*sets), nprocs=5, on_poll=signal_when_logged, watch=[out / "log.bin"])
     assert sent, "the signal must land mid-run"
-    assert procs[3].returncode == -signal.SIGTERM, procs[3].describe()
-    assert "left at step" not in procs[3].stderr
-    for p in (procs[2], procs[4]):  # nodes 1 and 3, the ring neighbours of node 2 (rank 3)
+    assert procs[3].returncode == -sig, procs[3].describe()
+    for p in (procs[2], procs[4]):
         assert p.returncode == 1, p.describe()
         lines = [ln for ln in p.stderr.splitlines() if ln.startswith("seedflood: error:")]
         assert len(lines) == 1 and "peer node 2 (rank 3)" in lines[0], p.stderr[-2000:]
+    return procs
+
+
+def test_sigterm_ends_a_strict_client_as_before(run_world, tmp_path):
+    """A strict client keeps Python's default SIGTERM (the graceful leave is churn's): it dies of
+    it, and its neighbours name it in one line as for a kill."""
+    procs = _signal_node_2_mid_run(run_world, tmp_path / "term", signal.SIGTERM)
+    assert "left at step" not in procs[3].stderr
 
 
 def test_a_killed_peer_is_reported_in_one_line_by_each_survivor(run_world, tmp_path):
     """SIGKILL client node 2 once the log holds 2 steps: its neighbours name it in one line."""
     out = tmp_path / "killed"
-    sets = overrides(out, "run.steps=400", "eval.every=0", "checkpoint.every=0")
-
-    logged = runs.Steps(out, STEP_RECORD)  # steps in the log since its header (written at start)
-    sent: list[float] = []
-
-    def kill_when_logged(group: Procs) -> None:
-        # Once: its return code shows only after the harness reaps it, and a second kill of a
-        # process already gone would raise ProcessLookupError.
-        if not sent and logged() >= 2:
-            sent.append(group.signal("3", signal.SIGKILL))
-
-    procs = run_world(runs.train(*sets), nprocs=5, on_poll=kill_when_logged, watch=[out / "log.bin"])
-    assert sent, "the kill must land mid-run"
-    assert procs[3].returncode == -signal.SIGKILL, procs[3].describe()
-    for p in (procs[2], procs[4]):  # nodes 1 and 3, the ring neighbours of node 2 (rank 3)
-        assert p.returncode == 1, p.describe()
-        lines = [ln for ln in p.stderr.splitlines() if ln.startswith("seedflood: error:")]
-        assert len(lines) == 1 and "peer node 2 (rank 3)" in lines[0], p.stderr[-2000:]
+    procs = _signal_node_2_mid_run(run_world, out, signal.SIGKILL)
+    for p in (procs[2], procs[4]):
         assert "Traceback" not in p.stderr, p.stderr[-2000:]
     # their status records end `failed` with that line; the killed one never wrote a final record
     watched = harness.run([sys.executable, "-m", "seedflood", "watch", str(out), "--json"])

@@ -279,3 +279,16 @@ def test_a_leave_note_travels_one_hop_from_its_origin_and_is_owed_to_nobody():
     leaver.drop_peer(0)
     leaver.add_peer(0)
     assert leaver.outbox()[0] == [note]  # its origin owes it to a reconnected neighbour
+
+
+def test_the_sorted_notes_cache_forgets_every_step_past_the_horizon():
+    """`notes` of kinds a step never held are cached too (empty): they go with the horizon, so a
+    long run's cache stays bounded by it."""
+    from seedflood.core.flood.membership import JOIN
+
+    f = Flood(0, [1], range(2), note_horizon=2)
+    for s in range(20):
+        assert f.notes(s, JOIN) == []
+        f.receive(1, [Message.make(0, s, 9, 1.0), Message.make(1, s, 9, 1.0)])
+        assert len(f.take_step(s, [0, 1])) == 2
+    assert {k[0] for k in f._sorted} <= set(range(17, 20))

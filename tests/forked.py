@@ -55,6 +55,9 @@ PYTHONPATH: the server finds this checkout's src and tests/ by it, since multipr
 forkserver main ignores the sys.path it is handed before Python 3.13): the server takes them
 from the first child's environment, which the harness builds (procs.env)."""
 
+OWN_PATH = (str(Path(__file__).resolve().parents[1] / "src"), str(Path(__file__).resolve().parent))
+"""This checkout's src and tests/, first on the server's PYTHONPATH."""
+
 _context: multiprocessing.context.ForkServerContext | None = None
 
 
@@ -117,7 +120,11 @@ def _server(env: Mapping[str, str]) -> multiprocessing.context.ForkServerContext
 
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
-        with mock.patch.dict(os.environ, {k: env[k] for k in SERVER_KEYS if k in env}):
+        keys = {k: env[k] for k in SERVER_KEYS if k in env}
+        # This checkout's src and tests/ whatever the first child's path (a compose service's
+        # environment, as its image gives it, has neither): forkwarm lives in tests/.
+        keys["PYTHONPATH"] = os.pathsep.join(filter(None, [*OWN_PATH, keys.get("PYTHONPATH")]))
+        with mock.patch.dict(os.environ, keys):
             forkserver.ensure_running()
         probe = context.Process(target=_preloaded)  # the server skips a preload it cannot import
         probe.start()

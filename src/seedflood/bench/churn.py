@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from seedflood.bench.common import quiet_logs
 from seedflood.core.config import rng
 from seedflood.core.config import runconfig as config
 from seedflood.core.config.runconfig import Config
@@ -466,8 +467,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     global DEBUG, GRAPH
     DEBUG, GRAPH = args.config, args.graph
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    logging.getLogger("seedflood").setLevel(logging.ERROR)  # membership warnings: one per client per change
     torch.set_num_threads(1)
+    with quiet_logs(logging.ERROR):  # membership warnings: one per client per change; restored after
+        return _measure(args)
+
+
+def _measure(args: argparse.Namespace) -> int:
+    """The runs and rejoin figures of `main`, printed (and written to --out)."""
     meta = {
         "args": vars(args),
         "torch": torch.__version__,

@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from seedflood.bench.common import quiet_logs
 from seedflood.core.config import runconfig as config
 from seedflood.core.config.runconfig import Config
 from seedflood.core.flood.message import Message
@@ -167,8 +168,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.config.is_file():
         ap.error(f"config {args.config} not found: run from the repository root or pass --config")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    logging.getLogger("seedflood").setLevel(logging.ERROR)
     torch.set_num_threads(1)
+    with quiet_logs(logging.ERROR):  # the liar's warnings, hundreds of them; restored on the way out
+        return _measure(ap, args)
+
+
+def _measure(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """The six runs and the zero-shot row of `main`, printed (and written to --out)."""
     base = [f"run.steps={args.steps}", f"topology.nodes={args.clients}", "run.threads=1", *args.set]
     plain = config.load(args.config, base)
     clipped = config.load(args.config, [*base, f"zo.clip={args.clip}"])

@@ -97,12 +97,12 @@ def fmt_time(seconds: float) -> str:
 
 
 @contextlib.contextmanager
-def quiet_logs() -> Iterator[None]:
-    """Hide the library's info logs while measuring (restored afterwards; the caller's logging
-    configuration is left alone)."""
+def quiet_logs(level: int = logging.WARNING) -> Iterator[None]:
+    """Hide the library's logs below `level` while measuring (restored afterwards; the caller's
+    logging configuration is left alone)."""
     lg = logging.getLogger("seedflood")
     old = lg.level
-    lg.setLevel(logging.WARNING)
+    lg.setLevel(level)
     try:
         yield
     finally:

@@ -131,6 +131,7 @@ class Topology:
         dist = np.full(self.n, -1, dtype=np.int64)
         dist[source] = 0
         frontier = np.array([source], dtype=np.int64)
+        seen = np.zeros(self.n, dtype=bool)  # this level's new nodes, deduplicated by scatter: no sort
         d = 0
         while frontier.size:
             d += 1
@@ -140,9 +141,10 @@ class Topology:
                 break
             offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(total)
             found = indices[offsets]
-            found = np.unique(found[dist[found] < 0])
-            dist[found] = d
-            frontier = found
+            seen[found[dist[found] < 0]] = True
+            frontier = np.flatnonzero(seen)  # sorted, each node once: what np.unique gave, O(n) a level
+            seen[frontier] = False
+            dist[frontier] = d
         return dist
 
     def routes(self, i: int) -> dict[int, tuple[int, ...]]:

@@ -439,9 +439,13 @@ class Churn:
         self.joined_at = d.join_step
         self.transport.connect([d.sponsor], h.hop_timeout_s)
         h.flood.add_peer(d.sponsor)
+        # a new id that never left: its first life, so it joins (every other catch-up rejoins)
+        first = self.growth is not None and self.growth.new(h.node)
+        first = first and not any(h.node in c.leave for c in self.roster.changes.values())
         log.warning(
-            "node %d: rejoined by replaying %d steps from node %d; originates from step %d",
+            "node %d: %s by replaying %d steps from node %d; originates from step %d",
             h.node,
+            "joined" if first else "rejoined",
             len(steps),
             d.sponsor,
             self.joined_at,

@@ -104,7 +104,7 @@ class Churn:
         self.healer = transport if isinstance(transport, Healing) else None
         """The transport, where its down edges heal (in memory; gloo edges do not yet)."""
         self._heal_at: dict[int, int] = {}  # peer -> the exchange index its healed edge connects at
-        self._alone: int | None = None  # the hop clock held while this client has no edge (`heal`)
+        self._alone: int | None = None  # graph repair: the hop clock held while this client has no edge (`heal`)
         self.leaving = False
         """Asked to leave (`leave`): originates nothing more, sponsors nobody, and stops with
         `Left` once a committed step leaves it out."""
@@ -298,17 +298,19 @@ class Churn:
         Both ends connect right before the same exchange index (the transport's negotiation), so
         the edge's frames stay paired, and both then owe each other everything they hold
         (`Flood.add_peer`). A client with no edge at all has no exchanges to keep paired: its
-        clock jumps to the agreed index (a stalled client wakes behind the others' clocks)."""
+        clock jumps to the agreed index (a stalled client wakes behind the others' clocks). With graph
+        repair, a client alone that waits for an edge holds its clock (it would race ahead)."""
         healer, h = self.healer, self.host
         if healer is None:
             return
         want = self._healable()
-        if healer.peers or not (want or self._heal_at):
+        if healer.peers or not (want or self._heal_at) or self.growth is None or not self.growth.repair:
             self._alone = None
         else:
-            # alone and waiting for an edge: an exchange with nobody pairs nothing, so the clock
-            # holds where this client lost its last edge (at or behind every connected clock)
-            # instead of racing ahead of them and having a heal agreed far past their clocks
+            # graph repair: alone and waiting for an edge, an exchange with nobody pairs nothing,
+            # so the clock holds where this client lost its last edge (at or behind every
+            # connected clock) instead of racing ahead of them and having its new edges agreed
+            # at an index the other ends reach only after they have committed it out
             self._alone = h.hops_run if self._alone is None else self._alone
             h.hops_run = self._alone
         if want:

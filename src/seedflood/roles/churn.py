@@ -319,7 +319,7 @@ class Churn:
             return
         first = min(self._heal_at.values())
         if not healer.peers and h.hops_run < first:
-            h.hops_run = first
+            h.hops_run = self._jump(want, first) if self._alone is not None else first
         roster, a = self.roster, self.agreement
         admitted = h.node in roster.members and roster.incarnations.get(h.node, a.incarnation) == a.incarnation
         for q in sorted(q for q, at in self._heal_at.items() if at <= h.hops_run):
@@ -335,6 +335,21 @@ class Churn:
                 continue
             h.flood.add_peer(q)
             log.warning("node %d: edge to node %d healed at hop %d", h.node, q, at)
+
+    def _jump(self, want: Mapping[int, int | None], first: int) -> int:
+        """Graph repair, a client alone about to jump its clock to `first`, the lowest exchange
+        index agreed so far: tell the negotiation that clock first, so that a proposal of its own
+        below it is withdrawn rather than accepted after the jump (its other end would connect
+        at an exchange this end has passed, and wait on it), or turns out accepted already (then
+        that lower index is the one to jump to). Returns the index to jump to."""
+        healer = self.healer
+        assert healer is not None
+        while pending := {q: i for q, i in want.items() if q not in self._heal_at}:
+            self._heal_at.update(healer.heal(pending, first))
+            if (low := min(self._heal_at.values())) == first:
+                break
+            first = low
+        return first
 
     def link(self) -> None:
         """Right before exchange number `hops_run`: connect the edges of rejoining neighbours

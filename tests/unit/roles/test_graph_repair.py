@@ -94,3 +94,17 @@ def test_repair_needs_churn_is_in_process_only_and_is_not_in_the_trajectory():
         cfg_for(*RING6, "churn.repair=true", "churn.settle=0")
     with pytest.raises(ConfigError, match=r"churn.repair: graph repair runs in process only"):
         train.run(on, environ={})
+
+
+def test_the_centre_of_a_star_leaves_and_the_five_left_alone_are_linked_into_a_ring(tmp_path, linked):
+    """Star of 6: the centre leaving leaves every other member alone. Each commits the leave
+    (the centre's goodbye brought it the votes), adds the rule's edges (a ring of 5, diameter 2,
+    the star's), and heals them while alone, each with two heals to agree at once: all five
+    finish on one history. (Before a lone client told the negotiation the clock it jumps to, a
+    proposal of its own could be taken after its jump and both ends waited; 2 runs in 11.)"""
+    cfg = cfg_for("topology.kind=star", "topology.nodes=6", "churn.repair=true", steps=10)
+    r = simulate(cfg, events=[Event(3, 0, "leave")])
+    assert sorted(r.hashes) == [1, 2, 3, 4, 5] and len(set(r.hashes.values())) == 1, r.exits
+    assert left(r) == {0: 3}
+    assert repaired(cfg, r) == {(1, 2), (1, 3), (2, 4), (3, 5), (4, 5)} == set(linked())
+    check_survivors(cfg, r, tmp_path)

@@ -320,6 +320,8 @@ class Churn:
         first = min(self._heal_at.values())
         if not healer.peers and h.hops_run < first:
             h.hops_run = self._jump(want, first) if self._alone is not None else first
+            if self._alone is not None:
+                self._alone = h.hops_run  # held from here if no edge comes up (never moved back)
         roster, a = self.roster, self.agreement
         admitted = h.node in roster.members and roster.incarnations.get(h.node, a.incarnation) == a.incarnation
         for q in sorted(q for q, at in self._heal_at.items() if at <= h.hops_run):

@@ -4,7 +4,8 @@ Owns: a churn client's schedule and membership work — the committed chain it v
 (`agreement.Agreement` via its `Voter`), every decided step from 0 (`history`), sponsoring a
 restarted neighbour (`boundary`, `catch_up`), rejoining from a sponsor (`rejoin`), connecting
 rejoined edges on the shared hop clock (`link`), healing down edges to live members (`heal`, over
-a `transport.Healing` transport), streaming decided steps to the evaluator as the
+a `transport.Healing` transport), the edges graph repair adds after a committed leave (`repair`,
+churn.repair: grown over a `transport.Growing` one, then healed), streaming decided steps to the evaluator as the
 attach node (`follow`), audits, and a graceful leave (`leave`: this client stops originating,
 hops on until a committed step leaves it out, then floods a LEAVE note and closes its edges
 with its neighbours at the hop the note names, raising `Left`; `unlink`, the neighbours' side).
@@ -103,15 +104,18 @@ class Churn:
         self.healer = transport if isinstance(transport, Healing) else None
         """The transport, where its down edges heal (in memory; gloo edges do not yet)."""
         self._heal_at: dict[int, int] = {}  # peer -> the exchange index its healed edge connects at
+        self._alone: int | None = None  # graph repair: the hop clock held while this client has no edge (`heal`)
         self.leaving = False
         """Asked to leave (`leave`): originates nothing more, sponsors nobody, and stops with
         `Left` once a committed step leaves it out."""
         self._unlink: dict[int, int] = {}  # leaving neighbour -> the exchange index its edge closes before
         self._parted: set[int] = set()  # neighbours that left gracefully: never healed
         self.growth = growth
-        """The join rule of a run open to new ids (churn.max_nodes), None otherwise."""
+        """The join rule of a run open to new ids (churn.max_nodes) and graph repair
+        (churn.repair), None where neither is on."""
         self.grower = transport if growth is not None and isinstance(transport, Growing) else None
-        """The transport, where brand-new ids may join (in memory; launched joins are not built)."""
+        """The transport, where brand-new ids may join and repair may add edges (in memory;
+        launched joins and repair are not built)."""
 
     @property
     def roster(self) -> Roster:
@@ -294,17 +298,30 @@ class Churn:
         Both ends connect right before the same exchange index (the transport's negotiation), so
         the edge's frames stay paired, and both then owe each other everything they hold
         (`Flood.add_peer`). A client with no edge at all has no exchanges to keep paired: its
-        clock jumps to the agreed index (a stalled client wakes behind the others' clocks)."""
+        clock jumps to the agreed index (a stalled client wakes behind the others' clocks). With graph
+        repair, a client alone that waits for an edge holds its clock (it would race ahead)."""
         healer, h = self.healer, self.host
         if healer is None:
             return
-        if want := self._healable():
+        want = self._healable()
+        if healer.peers or not (want or self._heal_at) or self.growth is None or not self.growth.repair:
+            self._alone = None
+        else:
+            # graph repair: alone and waiting for an edge, an exchange with nobody pairs nothing,
+            # so the clock holds where this client lost its last edge (at or behind every
+            # connected clock) instead of racing ahead of them and having its new edges agreed
+            # at an index the other ends reach only after they have committed it out
+            self._alone = h.hops_run if self._alone is None else self._alone
+            h.hops_run = self._alone
+        if want:
             self._heal_at.update(healer.heal(want, h.hops_run))
         if not self._heal_at:
             return
         first = min(self._heal_at.values())
         if not healer.peers and h.hops_run < first:
-            h.hops_run = first
+            h.hops_run = self._jump(want, first) if self._alone is not None else first
+            if self._alone is not None:
+                self._alone = h.hops_run  # held from here if no edge comes up (never moved back)
         roster, a = self.roster, self.agreement
         admitted = h.node in roster.members and roster.incarnations.get(h.node, a.incarnation) == a.incarnation
         for q in sorted(q for q, at in self._heal_at.items() if at <= h.hops_run):
@@ -320,6 +337,21 @@ class Churn:
                 continue
             h.flood.add_peer(q)
             log.warning("node %d: edge to node %d healed at hop %d", h.node, q, at)
+
+    def _jump(self, want: Mapping[int, int | None], first: int) -> int:
+        """Graph repair, a client alone about to jump its clock to `first`, the lowest exchange
+        index agreed so far: tell the negotiation that clock first, so that a proposal of its own
+        below it is withdrawn rather than accepted after the jump (its other end would connect
+        at an exchange this end has passed, and wait on it), or turns out accepted already (then
+        that lower index is the one to jump to). Returns the index to jump to."""
+        healer = self.healer
+        assert healer is not None
+        while pending := {q: i for q, i in want.items() if q not in self._heal_at}:
+            self._heal_at.update(healer.heal(pending, first))
+            if (low := min(self._heal_at.values())) == first:
+                break
+            first = low
+        return first
 
     def link(self) -> None:
         """Right before exchange number `hops_run`: connect the edges of rejoining neighbours
@@ -482,6 +514,22 @@ class Churn:
                 log.warning("node %d: membership %s", self.host.node, change.describe())
             for j, _ in change.join:
                 self._grow(j, change.step)
+            if change.leave:
+                self.repair(change.step)
+
+    def repair(self, step: int) -> None:
+        """Committed step `step` left members out: add this member's ends of the edges graph
+        repair gives the graph committed through it (`growth.Growth.repaired`: the same at every
+        client that commits it). Each edge then heals like any down edge between live members:
+        both ends ask before every exchange and connect at the index they agreed (`heal`)."""
+        g, me = self.growth, self.host.node
+        if self.grower is None or g is None or not g.repair or me not in self.roster.members:
+            return
+        for a, b in g.repaired(self.roster.changes, step):
+            if me in (a, b):
+                other = b if me == a else a
+                self.grower.grow([other])
+                log.warning("node %d: graph repair after step %d links node %d", me, step, other)
 
     def apply_through(self, upto: int, t: int | None = None) -> None:
         """Apply every step <= upto, each once committed; the client hops on (as local step t)

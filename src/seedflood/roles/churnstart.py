@@ -39,7 +39,8 @@ class ChurnStrategy:
     EdgeTransport), None where no evaluator follows the clients (the in-process simulation).
     `incarnation`: this process's life of its node (its votes carry it; a rejoin checks it; 0
     takes whichever a catch-up admits). `growth`: the join rule of a run open to brand-new ids
-    (churn.max_nodes, over a `transport.Growing` transport), None where none may join."""
+    (churn.max_nodes) and graph repair (churn.repair), over a `transport.Growing` transport;
+    None where neither is on."""
 
     transport: ChurnTransport
     state_hash: Callable[[], str] | None = None

@@ -24,7 +24,9 @@ after a kill), `join` (a brand-new id, >= the topology's size and < churn.max_no
 the others reach `step`: it waits for a member that the join rule links it to to sponsor it,
 replays that member's log and counts from the step its JOIN note names; docs/churn-design.md,
 A new id joins; refused in one line for an id that is a member already, joins twice, lies
-beyond churn.max_nodes, or has no key in a signed run's keys). Liars (`lies`,
+beyond churn.max_nodes, or has no key in a signed run's keys). With churn.repair, a committed
+step that leaves members out links those left under-linked or apart (docs/churn-design.md,
+Graph repair); the network grows the edges and their ends heal them. Liars (`lies`,
 any run): node i sends `lies[i]`'s scalars in place of its honest ones (roles/lying.py).
 Impostors (`impostors`, signed runs): node i's process signs with `impostors[i]`, a key that is
 not node i's (a process without node i's key acting as node i): its restarted lives if it has
@@ -166,7 +168,10 @@ def simulate(
             signings[j] = signing_of(cfg, trajectory, j)
         except ValueError as e:  # identity.IdentityError: its key is missing or not the roster's
             raise ValueError(f"join of node {j}: trust.sign is on and {e}") from None
-    growth = Growth.of({i: top.neighbors(i) for i in top.nodes}, protocol.delay) if joiners else None
+    # the join rule and graph repair: both grow the graph (churn.max_nodes, churn.repair)
+    base = {i: top.neighbors(i) for i in top.nodes}
+    repair = protocol.churn and cfg.churn.repair
+    growth = Growth.of(base, protocol.delay, repair=repair) if joiners or repair else None
     restarted = {e.node for e in events if e.action == "restart"}
 
     def signing(node: int, rejoin: bool) -> Signing | None:

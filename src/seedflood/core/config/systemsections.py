@@ -139,6 +139,11 @@ class ChurnConfig:
     """Open membership: node ids 0..max_nodes-1 may take part, so brand-new ids topology.nodes ..
     max_nodes-1 may join a running run (in process only, so far: docs/churn.md). 0 = the
     topology's nodes and no others. Needs settle >= 1; recorded in the log (replay needs it)."""
+    repair: bool = False
+    """Graph repair: a committed step that leaves members out also links the members left
+    under-linked, split or too far apart, by a rule over the committed history (in process only,
+    so far: docs/churn.md). Changes the graph, never how a step is applied: not in the
+    trajectory. Every client of a run must set it alike. Needs settle >= 1."""
 
     def __post_init__(self) -> None:
         require(self.settle >= 0, "churn.settle", f"must be >= 0 (0 = strict, no failures survived), got {self.settle}")
@@ -154,6 +159,7 @@ class ChurnConfig:
             "churn.max_nodes",
             "needs churn.settle >= 1 (a new id is admitted by a committed step)",
         )
+        require(not self.repair or self.settle, "churn.repair", "needs churn.settle >= 1 (a committed step repairs)")
 
 
 @dataclass

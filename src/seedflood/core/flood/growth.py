@@ -15,6 +15,13 @@ Bound: a new id links to founders while at least `links` of them are members, so
 founder is a member and the founders' graph has diameter D, every new id is one hop from it and
 the graph's diameter is at most D + 2 (new id - founder - ... - founder - new id).
 
+Graph repair (`repair`, churn.repair; docs/churn-design.md, Graph repair): a committed step that
+leaves members out also adds the edges `repair.repair` gives the graph committed through that
+step (its joins included) and the members after it: every member then has at least
+min(links, members - 1) links, the members' graph is connected and its diameter is at most
+`bound`, the starting topology's D (the diameter the run's delay was computed for). Every client
+that commits the step computes the same edges; they are part of the graph every later rule reads.
+
 Assumes: pure Python (the core); `changes` are committed changes (step -> Change), as
 `membership.Roster.changes` holds them.
 """
@@ -23,10 +30,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
+from seedflood.core.flood import repair as repairs
 from seedflood.core.flood.membership import Change
 
 Adjacency = dict[int, frozenset[int]]
+Added = tuple[int, int | None, tuple[repairs.Edge, ...]]
+"""(committed step, the new id it admitted or None for graph repair, the edges that added)."""
 
 
 def members_after(founders: int, changes: Mapping[int, Change], step: int) -> frozenset[int]:
@@ -47,13 +58,21 @@ class Growth:
     """k: how many members a new id links to (the topology's minimum degree, at least 2)."""
     lag: int
     """b = e - lag: the committed step whose graph and roster decide the edges of a join at e."""
+    repair: bool = False
+    """churn.repair: a committed step that leaves members out adds `repair.repair`'s edges."""
 
     @classmethod
-    def of(cls, base: Mapping[int, Sequence[int]], delay: int) -> Growth:
+    def of(cls, base: Mapping[int, Sequence[int]], delay: int, repair: bool = False) -> Growth:
         """The rule for a run of this topology and delay (lag = 2·(delay + 1): see the module
         docstring)."""
         k = max(2, min((len(ps) for ps in base.values()), default=2))
-        return cls({n: tuple(sorted(ps)) for n, ps in base.items()}, k, 2 * (delay + 1))
+        return cls({n: tuple(sorted(ps)) for n, ps in base.items()}, k, 2 * (delay + 1), repair)
+
+    @cached_property
+    def bound(self) -> int:
+        """D: the starting topology's diameter (at least 1), which graph repair keeps the members'
+        graph within."""
+        return max(1, repairs.diameter(self.base, self.base) or 0)
 
     @property
     def founders(self) -> int:
@@ -70,16 +89,35 @@ class Growth:
 
     def graph(self, changes: Mapping[int, Change], through: int) -> Adjacency:
         """The graph after committed step `through`: the starting topology plus the edges of
-        every new id a committed change through `through` admitted, in step order."""
-        added: list[tuple[int, int, tuple[int, ...]]] = []  # (join step, new id, its edges)
+        every new id a committed change through `through` admitted and, with `repair`, those
+        repair added, in step order."""
+        return self._adjacency(self._added(changes, through))
+
+    def repaired(self, changes: Mapping[int, Change], step: int) -> tuple[repairs.Edge, ...]:
+        """The edges graph repair adds at committed step `step` (none unless `repair` is on and
+        that step's change leaves someone out). Needs every change through `step`."""
+        if not self.repair or step not in changes or not changes[step].leave:
+            return ()
+        return next(e for s, j, e in reversed(self._added(changes, step)) if s == step and j is None)
+
+    def _added(self, changes: Mapping[int, Change], through: int) -> list[Added]:
+        """What each committed step through `through` added, in step order: a join's (step, new
+        id, its edges), then, with `repair`, a leave's (step, None, the edges repair added)."""
+        added: list[Added] = []
+        joined: set[int] = set()
         for e in sorted(s for s in changes if s <= through):
             for j, _ in changes[e].join:
-                if not self.new(j) or any(j == x for _, x, _ in added):
+                if not self.new(j) or j in joined:
                     continue  # a founder or a new id that joined before keeps its edges
+                joined.add(j)
                 b = e - self.lag
                 before = self._adjacency([a for a in added if a[0] <= b])
-                added.append((e, j, self.attach(before, members_after(self.founders, changes, b), j)))
-        return self._adjacency(added)
+                edges = self.attach(before, members_after(self.founders, changes, b), j)
+                added.append((e, j, tuple((j, q) for q in edges)))
+            if self.repair and changes[e].leave:
+                graph, members = self._adjacency(added), members_after(self.founders, changes, e)
+                added.append((e, None, tuple(repairs.repair(graph, members, self.links, self.bound, self.new))))
+        return added
 
     def edges(self, node: int, step: int, changes: Mapping[int, Change]) -> tuple[int, ...]:
         """The neighbours new id `node` has once a committed step `step` admits it. Needs every
@@ -90,10 +128,12 @@ class Growth:
             return tuple(sorted(graph[node]))
         return self.attach(graph, members_after(self.founders, changes, b), node)
 
-    def _adjacency(self, added: Sequence[tuple[int, int, tuple[int, ...]]]) -> Adjacency:
+    def _adjacency(self, added: Sequence[Added]) -> Adjacency:
         adj = {n: set(ps) for n, ps in self.base.items()}
         for _, j, edges in added:
-            adj.setdefault(j, set()).update(edges)
-            for q in edges:
-                adj.setdefault(q, set()).add(j)
+            if j is not None:
+                adj.setdefault(j, set())  # a new id is in the graph once admitted, even alone
+            for a, b in edges:
+                adj.setdefault(a, set()).add(b)
+                adj.setdefault(b, set()).add(a)
         return {n: frozenset(ps) for n, ps in adj.items()}

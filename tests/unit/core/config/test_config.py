@@ -347,6 +347,7 @@ def test_every_setting_changed_round_trips(tmp_path):
         "churn.settle=2",
         "churn.audit_every=5",
         "churn.max_nodes=12",
+        "churn.repair=true",
         "trust.sign=true",
         "trust.keys=/keys",
         "trust.audit=0.5",

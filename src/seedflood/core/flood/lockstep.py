@@ -16,14 +16,14 @@ Owns:
 - `as_topology`: a networkx graph as a `graph.Topology`.
 
 Assumes: the graph is connected (networkx graph with any hashable nodes, relabelled 0..n-1 in
-sorted order, or a graph.Topology). Pure: no torch.
+sorted order, or a graph.Topology). Pure: no torch; networkx only for type checking (a caller
+that passes a networkx graph has imported it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-
-import networkx as nx
+from typing import TYPE_CHECKING, TypeAlias
 
 from seedflood.core.flood import message
 from seedflood.core.flood.flooding import Flood, FloodError
@@ -32,7 +32,10 @@ from seedflood.core.flood.schedule import StepSchedule
 from seedflood.core.flood.transport import EVALUATOR, HEADER, ByteCounter
 from seedflood.core.topology.graph import Topology
 
-Graph = nx.Graph | Topology
+if TYPE_CHECKING:
+    import networkx as nx
+
+Graph: TypeAlias = "nx.Graph | Topology"
 Estimate = Callable[[int], Mapping[int, Sequence[Message]]]
 """step t -> node -> that node's K messages of step t (what each client originates)."""
 Apply = Callable[[int, list[Message]], None]

@@ -6,20 +6,26 @@ refuses more than MAX_GNP_NODES nodes; every builder counts its edges in closed 
 more than graph.MAX_EDGES before it generates anything, so `complete:100000` is one line at once,
 not a MemoryError). `topology.build` picks one by `TopologyConfig.kind`.
 
-Assumes: builders are networkx generators relabelled to 0..n-1 in the order each builder
-documents (grid and torus: row-major); the shipped edge-list files pin that numbering. Random
-builders take an explicit integer seed and are deterministic for a given networkx version; a
-graph that must stay fixed across versions belongs in an edge-list file (topofiles.py).
+Assumes: builders make the graphs of the networkx generators they name, relabelled to 0..n-1 in
+the order each builder documents (grid and torus: row-major); the shipped edge-list files pin that
+numbering. The regular ones (ring, grid, torus, complete, star, tree) list their edges in pure
+Python, so a run on them never imports networkx (about 0.3 s of CPU per launched process); the
+random ones call networkx's generators, imported when one is drawn, take an explicit integer seed
+and are deterministic for a given networkx version; a graph that must stay fixed across versions
+belongs in an edge-list file (topofiles.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
-from seedflood.core.topology.graph import Topology, check_size, fail, is_int, known_diameter
+from seedflood.core.topology.graph import Edge, Topology, check_size, fail, is_int, known_diameter
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 MAX_TRIES = 100
 """Resamples a random builder makes before giving up on drawing a connected graph."""
@@ -38,24 +44,27 @@ def _check_size(name: str, n: int, edges: int = 0) -> None:
     check_size(name, n, edges)
 
 
-def _from_networkx(name: str, n: int, g: nx.Graph) -> Topology:
-    """A generator's graph as a Topology; its nodes must already be the integers 0..n-1."""
-    return Topology(name, n, tuple(g.edges))
+def _ring_edges(n: int) -> Iterable[Edge]:
+    """nx.cycle_graph's edges (i, i + 1 mod n) for n > 2; nx.path_graph's below."""
+    return ((i, (i + 1) % n) for i in range(n if n > 2 else n - 1))
 
 
 def ring(n: int) -> Topology:
     """nx.cycle_graph: node i is joined to i ± 1 mod n. A cycle needs 3 nodes: below that the ring
     is the path (one node; two nodes and one edge), with no self loop or doubled edge."""
     _check_size(f"ring{n}", n, n if n > 2 else n - 1)
-    return _from_networkx(f"ring{n}", n, nx.cycle_graph(n) if n > 2 else nx.path_graph(n))
+    return Topology(f"ring{n}", n, tuple(_ring_edges(n)))
 
 
-def _mesh(rows: int, cols: int, periodic: bool) -> nx.Graph:
-    """nx.grid_2d_graph relabelled row-major: node (r, c) becomes r*cols + c (the sorted order of
-    the (r, c) labels). With periodic, each dimension closes into a cycle, except dimensions of size
-    1 (a self loop) or 2 (the wrap edge already exists): networkx skips those itself."""
-    g = nx.grid_2d_graph(rows, cols, periodic=periodic)
-    return nx.convert_node_labels_to_integers(g, ordering="sorted")
+def _mesh(rows: int, cols: int, periodic: bool) -> tuple[Edge, ...]:
+    """nx.grid_2d_graph's edges relabelled row-major: node (r, c) becomes r*cols + c (the sorted
+    order of the (r, c) labels). With periodic, each dimension closes into a cycle, except
+    dimensions of size 1 (a self loop) or 2 (the wrap edge already exists), as networkx does."""
+    down = [(r * cols + c, (r + 1) * cols + c) for r in range(rows - 1) for c in range(cols)]
+    right = [(r * cols + c, r * cols + c + 1) for r in range(rows) for c in range(cols - 1)]
+    wrap_rows = [(c, (rows - 1) * cols + c) for c in range(cols)] if periodic and rows > 2 else []
+    wrap_cols = [(r * cols, r * cols + cols - 1) for r in range(rows)] if periodic and cols > 2 else []
+    return (*down, *right, *wrap_rows, *wrap_cols)
 
 
 def _mesh_edges(rows: int, cols: int, periodic: bool) -> int:
@@ -82,7 +91,7 @@ def grid(n: int, rows: int = 0) -> Topology:
     """nx.grid_2d_graph, rows×cols, node r*cols + c."""
     rows, cols = _factor("grid", n, rows)
     check_size(f"grid{rows}x{cols}", n, _mesh_edges(rows, cols, periodic=False))
-    top = _from_networkx(f"grid{rows}x{cols}", n, _mesh(rows, cols, periodic=False))
+    top = Topology(f"grid{rows}x{cols}", n, _mesh(rows, cols, periodic=False))
     return known_diameter(top, rows + cols - 2)
 
 
@@ -90,26 +99,26 @@ def torus(n: int, rows: int = 0) -> Topology:
     """nx.grid_2d_graph(periodic=True), rows×cols, node r*cols + c."""
     rows, cols = _factor("torus", n, rows)
     check_size(f"torus{rows}x{cols}", n, _mesh_edges(rows, cols, periodic=True))
-    top = _from_networkx(f"torus{rows}x{cols}", n, _mesh(rows, cols, periodic=True))
+    top = Topology(f"torus{rows}x{cols}", n, _mesh(rows, cols, periodic=True))
     return known_diameter(top, rows // 2 + cols // 2)  # a ring of size s has diameter s // 2
 
 
 def complete(n: int) -> Topology:
     """nx.complete_graph."""
     _check_size(f"complete{n}", n, n * (n - 1) // 2)
-    return _from_networkx(f"complete{n}", n, nx.complete_graph(n))
+    return Topology(f"complete{n}", n, tuple((i, j) for i in range(n) for j in range(i + 1, n)))
 
 
 def star(n: int) -> Topology:
     """nx.star_graph(n - 1): node 0 is the centre, 1..n-1 the leaves."""
     _check_size(f"star{n}", n, n - 1)
-    return _from_networkx(f"star{n}", n, nx.star_graph(n - 1))
+    return Topology(f"star{n}", n, tuple((0, leaf) for leaf in range(1, n)))
 
 
 def tree(n: int) -> Topology:
     """nx.full_rary_tree(2, n): a binary tree in heap order, node i's children are 2i+1 and 2i+2."""
     _check_size(f"tree{n}", n, n - 1)
-    return _from_networkx(f"tree{n}", n, nx.full_rary_tree(2, n))
+    return Topology(f"tree{n}", n, tuple(((child - 1) // 2, child) for child in range(1, n)))
 
 
 def _attempt_seed(seed: int, attempt: int) -> int:
@@ -128,6 +137,8 @@ def _check_seed(name: str, seed: int) -> None:
 def _connected_draw(name: str, n: int, draw: Callable[[int], nx.Graph], seed: int) -> Topology:
     """Redraw with derived seeds until the graph is connected; give up after MAX_TRIES."""
     _check_seed(name, seed)
+    import networkx as nx  # here only: see the module doc
+
     for attempt in range(MAX_TRIES):
         g = draw(_attempt_seed(seed, attempt))
         if nx.is_connected(g):
@@ -144,6 +155,8 @@ def random_regular(n: int, degree: int, seed: int = 0) -> Topology:
     if n > 2 and degree < 2:
         raise fail(name, f"degree {degree} cannot connect {n} nodes; use degree >= 2")
     check_size(name, n, n * degree // 2)
+    import networkx as nx  # here only: see the module doc
+
     return _connected_draw(name, n, lambda s: nx.random_regular_graph(degree, n, seed=s), seed)
 
 
@@ -160,6 +173,8 @@ def erdos_renyi(n: int, p: float, seed: int = 0) -> Topology:
             "draws every node pair); use random_regular or an edge-list file",
         )
     check_size(name, n, round(p * n * (n - 1) / 2), about=True)  # the expected count: p per node pair
+    import networkx as nx  # here only: see the module doc
+
     return _connected_draw(name, n, lambda s: nx.gnp_random_graph(n, p, seed=s), seed)
 
 
@@ -172,6 +187,8 @@ def watts_strogatz(n: int, k: int, p: float, seed: int = 0) -> Topology:
         raise fail(name, f"p must be in [0, 1], got {p}")
     _check_seed(name, seed)
     check_size(name, n, n * k // 2)  # the ring lattice's n·k/2 edges; rewiring moves edges, never adds one
+    import networkx as nx  # here only: see the module doc
+
     try:
         g = nx.connected_watts_strogatz_graph(n, k, p, tries=MAX_TRIES, seed=seed)
     except nx.NetworkXError:

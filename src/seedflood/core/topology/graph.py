@@ -7,8 +7,9 @@ needs to reach everyone; exact, by closed form, double sweep or eccentricity bou
 MAX_BFS_VISITS); `TopologyError` and the helpers the builders and the file reader share (`fail`,
 `is_int`, `known_diameter`, `check_size`: the size bound, checked before anything is built).
 
-Assumes: pure Python + numpy + networkx. Every problem raises `TopologyError` with one line
-naming the topology (or file) and what is wrong.
+Assumes: pure Python + numpy (networkx only inside `to_networkx`: importing it costs a launched
+process about 0.3 s of CPU, and no run needs it). Every problem raises `TopologyError` with one
+line naming the topology (or file) and what is wrong.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import numbers
 from collections.abc import Iterable
 from dataclasses import InitVar, dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 class TopologyError(ValueError):
@@ -45,7 +48,6 @@ class Topology:
     n: int
     edges: tuple[Edge, ...]
     where: InitVar[str | None] = None
-    _graph: nx.Graph = field(init=False, repr=False, compare=False)
     _adj: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self, where: str | None) -> None:
@@ -54,19 +56,18 @@ class Topology:
             raise fail(label, f"needs at least 1 node, got {self.n!r}")
         check_size(label, self.n, len(self.edges))  # before anything below holds n nodes or the edges twice
         edges = _normalise_edges(label, self.n, self.edges)
-        graph = nx.Graph()
-        graph.add_nodes_from(range(self.n))
-        graph.add_edges_from(edges)
-        if not nx.is_connected(graph):
-            reach = nx.node_connected_component(graph, 0)
+        adj: list[list[int]] = [[] for _ in range(self.n)]
+        for i, j in edges:
+            adj[i].append(j)
+            adj[j].append(i)
+        reach = _component(adj, 0)
+        if len(reach) < self.n:
             far = next(v for v in range(self.n) if v not in reach)
-            parts = nx.number_connected_components(graph)
-            raise fail(label, f"not connected ({parts} components; node 0 cannot reach node {far})")
+            raise fail(label, f"not connected ({_count_components(adj)} components; node 0 cannot reach node {far})")
         # Frozen: the normalised edges and derived tables are set once, here.
         object.__setattr__(self, "n", int(self.n))
         object.__setattr__(self, "edges", edges)
-        object.__setattr__(self, "_graph", graph)
-        object.__setattr__(self, "_adj", tuple(tuple(sorted(graph.adj[v])) for v in range(self.n)))
+        object.__setattr__(self, "_adj", tuple(tuple(sorted(a)) for a in adj))
 
     def neighbors(self, i: int) -> tuple[int, ...]:
         """Sorted neighbours of node i."""
@@ -160,8 +161,13 @@ class Topology:
         return {o: tuple(p for p in self.neighbors(i) if theirs[p][o] == mine[o] + 1) for o in self.nodes}
 
     def to_networkx(self) -> nx.Graph:
-        """A fresh copy the caller may mutate."""
-        return self._graph.copy()
+        """A fresh networkx graph of this topology (nodes 0..n-1) the caller may mutate."""
+        import networkx as nx  # here only: see the module doc
+
+        graph = nx.Graph()
+        graph.add_nodes_from(range(self.n))
+        graph.add_edges_from(self.edges)
+        return graph
 
     def _node(self, i: int) -> int:
         if not is_int(i) or not 0 <= i < self.n:
@@ -258,6 +264,28 @@ def _bounded_diameter(top: Topology) -> int:
         diameter = max(diameter, int(lower[live].max()))  # an eccentricity's lower bound bounds it
         live &= (upper > diameter) & (lower < upper)
     return diameter
+
+
+def _component(adj: list[list[int]], source: int) -> set[int]:
+    """The nodes `source` reaches (an iterative depth-first walk over adjacency lists)."""
+    seen, todo = {source}, [source]
+    while todo:
+        for w in adj[todo.pop()]:
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def _count_components(adj: list[list[int]]) -> int:
+    """Connected components of the graph (only for the error message of one that is not)."""
+    seen: set[int] = set()
+    parts = 0
+    for v in range(len(adj)):
+        if v not in seen:
+            seen |= _component(adj, v)
+            parts += 1
+    return parts
 
 
 def is_int(x: Any) -> bool:

@@ -69,7 +69,7 @@ def _row_major(g: nx.Graph, cols: int) -> set[tuple[int, int]]:
     return {tuple(sorted((r * cols + c, s * cols + d))) for (r, c), (s, d) in g.edges}
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 16, 31])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, 9, 12, 16, 31])
 def test_builders_equal_networkx_generators(n: int) -> None:
     # Same graphs and the same numbering as the generators they name (see each builder's docstring).
     def edges(g: nx.Graph) -> set[tuple[int, int]]:
@@ -476,6 +476,25 @@ def test_core_imports_stay_pure() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_regular_topologies_do_not_import_networkx() -> None:
+    # builders.py: the regular builders, connectivity, diameter and routes run without networkx (its
+    # import is ~0.3 s of CPU per launched process); a random draw imports it (the control).
+    code = (
+        "import sys\n"
+        "from seedflood.core.flood import lockstep\n"
+        "from seedflood.core.topology import builders, resolve\n"
+        "for top in (builders.ring(8), builders.grid(12), builders.torus(16), builders.complete(5),\n"
+        "            builders.star(6), builders.tree(7), resolve.build(resolve.parse_spec('torus:2x4'))):\n"
+        "    top.diameter, top.routes(0), lockstep.as_topology(top)\n"
+        "before = 'networkx' in sys.modules\n"
+        "builders.random_regular(8, 3)\n"
+        "print(before, 'networkx' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]
 
 
 def test_duplicate_keys_in_an_edge_list_are_refused(tmp_path: Path) -> None:

@@ -191,7 +191,7 @@ def test_exponent_without_dot_is_a_float(tmp_path):
         (
             "zo.lrr=1",
             "unknown key 'zo.lrr' (allowed in zo: aggregate, clip, direction, eps, lr, perturbations, "
-            "schedule, trainable, warmup_steps)",
+            "schedule, stride, trainable, warmup_steps)",
         ),
         ("zo.eps=-1", "zo.eps: must be > 0, got -1.0"),
         ("zo.lr=.nan", "zo.lr: must be a finite number, got nan"),

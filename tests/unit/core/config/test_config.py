@@ -287,6 +287,7 @@ def test_every_setting_changed_round_trips(tmp_path):
         "zo.perturbations=2",
         "zo.trainable=['a.*']",
         "zo.clip=5",
+        "zo.stride={1: 3}",
         "subspace.rank=4",
         "subspace.refresh=10",
         "subspace.merge_every=5",

@@ -17,6 +17,8 @@ linear warmup lr·(step+1)/warmup for step < warmup, then constant lr, linear lr
 lr·½·(1 + cos πf) with f = min(1, (step − warmup) / max(1, steps − warmup)). With zo.clip > 0
 (docs/trust.md) each scalar of a step is first clamped to ±clip × the median |scalar| of that
 step (the mean of the two middle magnitudes when the step holds an even number of messages).
+With zo.stride {node: m} (docs/churn.md, Unequal speeds) a listed node's messages are in step s
+only when s % m == 0, and mean's N is the number of clients whose messages step s holds.
 
 What it shares with the code under test, on purpose: the model builder (`seedflood.ml.model.load`,
 which defines the base weights), the direction family (`seedflood.core.zo.family.build`: its
@@ -183,7 +185,6 @@ def oracle_hash(cfg: Config | str | Path, log_path: str | Path, upto: int | None
         cfg = sf_config.load(cfg)
     header, records = read_log(log_path)
     n_clients, per_origin = cfg.topology.nodes, cfg.zo.perturbations
-    w = 1.0 if cfg.zo.aggregate == "sum" else 1.0 / n_clients
     threads = torch.get_num_threads()
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
@@ -199,8 +200,10 @@ def oracle_hash(cfg: Config | str | Path, log_path: str | Path, upto: int | None
             if upto is not None and step > upto:
                 break
             ids = sorted((m.origin, m.k) for m in msgs)
-            if ids != [(o, k) for o in range(n_clients) for k in range(per_origin)]:
+            due = [o for o in range(n_clients) if step % cfg.zo.stride.get(o, 1) == 0]
+            if ids != [(o, k) for o in due for k in range(per_origin)]:
                 raise OracleError(f"{log_path}: step {step} is not complete: holds (origin, k) {ids}")
+            w = 1.0 if cfg.zo.aggregate == "sum" else 1.0 / len(due)
             lr = learning_rate(step, cfg.zo.lr, cfg.zo.schedule, cfg.zo.warmup_steps, cfg.run.steps)
             bound = clip_bound(cfg.zo.clip, [m.scalar for m in msgs])
             with torch.no_grad():

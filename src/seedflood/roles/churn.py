@@ -90,7 +90,7 @@ class Churn:
             raise ValueError(f"node {host.node}: the protocol audits every {p.audit_every} steps: pass state_hash")
         self.host = host
         self.transport = transport
-        self.agreement = Agreement(host.node, p.ids, p.perturbations, incarnation, p.roster(attach=attach))
+        self.agreement = Agreement(host.node, p.ids, p.perturbations, incarnation, p.roster(attach=attach), due=p.due)
         """The committed chain and roster, and this client's votes."""
         self.voter = Voter(p, host.flood, self.agreement, lambda line: log.error("node %d: %s", host.node, line))
         self.state_hash = state_hash

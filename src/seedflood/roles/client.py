@@ -11,7 +11,8 @@ handed its collaborators (the run's `Protocol`, a transport, a direction family,
 strategy) and knows nothing about processes or models beyond them.
 
 Step t at every client:
-1. for k in 0..K-1: seed = protocol.seed(node, t, k); scalar = two-point estimate on batch(t);
+1. for k in 0..K-1: seed = protocol.seed(node, t, k); scalar = two-point estimate on batch(t)
+   (none on a step zo.stride says this node does not originate: it still hops and applies);
 2. originate the K messages; run `hops` hops;
 3. apply what the strategy says is due; the last steps are applied by `drain()`, which runs hops
    without originating.
@@ -93,6 +94,7 @@ class Client:
             note_horizon=protocol.step_window,
             tolerate_conflicts=strategy.tolerates_conflicts,
             signing=signing,
+            due=protocol.due,
         )
         self.applier = Applier(direction, protocol)
         self.listeners: list[StepListener] = []
@@ -206,7 +208,11 @@ class Client:
     def estimate(self, t: int) -> list[Message]:
         """The K messages of step t (2K forwards), then, with audits, the peers' scalars of step t
         this client recomputes on the same bits (2 forwards each). Before each forward the
-        strategy may raise a failure of work running meanwhile (`Mode.poll`: overlap's hop thread)."""
+        strategy may raise a failure of work running meanwhile (`Mode.poll`: overlap's hop thread).
+        Nothing on a step this client does not originate (zo.stride): no forward, so none of the
+        time `loss_at` takes (a launched slow client's paced sleep included)."""
+        if not self.protocol.originates(self.node, t):
+            return []
 
         def loss() -> float:
             self.mode.poll()

@@ -26,7 +26,9 @@ replays that member's log and counts from the step its JOIN note names; docs/chu
 A new id joins; refused in one line for an id that is a member already, joins twice, lies
 beyond churn.max_nodes, or has no key in a signed run's keys). With churn.repair, a committed
 step that leaves members out links those left under-linked or apart (docs/churn-design.md,
-Graph repair); the network grows the edges and their ends heal them. Liars (`lies`,
+Graph repair); the network grows the edges and their ends heal them. Pace (`pace`, any run): node i sleeps `pace[i]` seconds before each forward, an emulated
+device speed, as run.step_delay_s paces a launched client (roles/train.py); the bits do not change.
+Liars (`lies`,
 any run): node i sends `lies[i]`'s scalars in place of its honest ones (roles/lying.py).
 Impostors (`impostors`, signed runs): node i's process signs with `impostors[i]`, a key that is
 not node i's (a process without node i's key acting as node i): its restarted lives if it has
@@ -44,7 +46,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -101,6 +103,18 @@ RESTART_TRIES = 5
 is restarted again, as a launcher's restart-on-failure policy would, at most this often."""
 
 
+def _paced(loss: Callable[[int], float], seconds: float) -> Callable[[int], float]:
+    """`loss`, after a sleep of `seconds` (none: `loss` itself)."""
+    if not seconds:
+        return loss
+
+    def slow(step: int) -> float:
+        time.sleep(seconds)
+        return loss(step)
+
+    return slow
+
+
 @dataclass(frozen=True)
 class Event:
     """A fault a node's thread carries out at the start of `step` (see the module docstring)."""
@@ -130,6 +144,7 @@ def simulate(
     supervise: bool = False,
     lies: Mapping[int, Lie] | None = None,
     impostors: Mapping[int, Sign] | None = None,
+    pace: Mapping[int, float] | None = None,
 ) -> SimResult:
     """Run every client of `cfg`; raises the first client error (others cascade).
 
@@ -141,6 +156,7 @@ def simulate(
     `events`: faults to inject (churn runs only, the transport then tolerates failures; `corrupt`,
     which fails nothing, in strict runs too).
     `impostors`: node -> a signing function not its own (module docstring; trust.sign runs).
+    `pace`: node -> seconds it sleeps before each forward (module docstring).
     `supervise`: a node without `restart` events that the churn rules stop (cut off from the
     majority, excluded) is restarted while others still run, as the churn launchers restart a
     client that exits with that error (status 1: launch/churn.sh's torchrun agents, MAX_RESTARTS;
@@ -279,7 +295,7 @@ def simulate(
                     node,
                     protocol,
                     w.direction,
-                    lambda step: w.loss(node, step),
+                    _paced(lambda step: w.loss(node, step), (pace or {}).get(node, 0.0)),
                     transport,
                     cfg.transport.timeout_s,
                     strategy,

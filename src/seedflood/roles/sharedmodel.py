@@ -84,6 +84,7 @@ class SharedModel:
             protocol.delay,
             overlap=protocol.overlap,
             wire=protocol.wire_limits,
+            due=protocol.due,
         )
         self.applier = Applier(workload.direction, protocol)
         self.listeners: list[StepListener] = []
@@ -120,12 +121,13 @@ class SharedModel:
         self.next_step = self.logged = len(records)
 
     def estimate(self, t: int) -> dict[int, list[Message]]:
-        """Every client's K messages of step t, on the shared model (as client.Client.estimate)."""
+        """Every client's K messages of step t, on the shared model (as client.Client.estimate):
+        the clients due at t (zo.stride: a strided one originates only on its steps)."""
         if self.batched is not None:
             return self._estimate_batched(t)
         p, w = self.protocol, self.w
         out = {}
-        for node in self.top.nodes:
+        for node in p.origins(t):
             own = []
             for k in range(p.perturbations):
                 seed = p.seed(node, t, k)
@@ -141,9 +143,10 @@ class SharedModel:
         """`estimate` from batched forwards: the same seeds and messages, scalars within tolerance."""
         p = self.protocol
         assert self.batched is not None
-        scalars = self.batched.estimate(t, list(self.top.nodes), self.w.batch)
+        nodes = p.origins(t)
+        scalars = self.batched.estimate(t, nodes, self.w.batch)
         out = {}
-        for node in self.top.nodes:
+        for node in nodes:
             out[node] = [
                 Message.make(node, t, p.seed(node, t, k), zo.check_scalar(x, p.max_scalar, t), k)
                 for k, x in enumerate(scalars[node])

@@ -311,6 +311,10 @@ class Agreement:
     roster: Roster = field(default=None)  # type: ignore[assignment]
     byzantine: bool = False
     """Votes are signed (trust.sign): count them against up to f lying voters (`tally`)."""
+    due: Callable[[int, int], bool] | None = field(default=None, compare=False, repr=False)
+    """(origin, step) -> origin originates at step (zo.stride, protocol.Protocol.due); None:
+    every origin every step. An origin not due at a step holds none of its messages there and
+    is proposed present (it did not leave): its absence is judged on its next due step."""
     prev: int = GENESIS
     """Digest of the last committed step."""
     through: int = -1
@@ -384,7 +388,7 @@ class Agreement:
         excluded: Collection[int] = (),
     ) -> Value | None:
         """What this client holds for `step`: the eligible origins (voters, plus origins with a
-        JOIN note for it) whose K messages are all here, minus `excluded` (an audit verdict,
+        JOIN note for it) whose K messages are all here (none for an origin not due: `expected`), minus `excluded` (an audit verdict,
         evidence of two copies of one message). None if this client is not a voter of it."""
         basis = self.basis(step)
         if basis is None or self.node not in basis[1]:
@@ -393,10 +397,14 @@ class Agreement:
             return None  # a stale process: the roster admitted another incarnation of this node
         prev, voters = basis
         eligible = set(voters) | set(joins)
-        present = frozenset(o for o in eligible if held.get(o, 0) == self.per_origin and o not in excluded)
+        present = frozenset(o for o in eligible if held.get(o, 0) == self.expected(o, step) and o not in excluded)
         new = tuple(sorted((o, joins[o]) for o in present - voters))
         evidence = frozenset(excluded) & voters
         return Value(prev, present, new, step_digest(prev, step, messages_of(step, present), new), evidence)
+
+    def expected(self, origin: int, step: int) -> int:
+        """The messages `origin` originates at `step`: K, or 0 on a step it skips (zo.stride)."""
+        return self.per_origin if self.due is None or self.due(origin, step) else 0
 
     def vote(self, step: int, ballot: int, value: Value) -> Note:
         v = Vote(step, ballot, self.node, self.incarnation, value)

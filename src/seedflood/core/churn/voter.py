@@ -118,7 +118,7 @@ class Voter:
         if value is None:
             return None
         msgs = self.flood.messages(s, value.members)
-        if len(msgs) != len(value.members) * self.protocol.perturbations:
+        if len(msgs) != self.expected(s, value):
             return None
         if step_digest(value.prev, s, msgs, value.joins) != value.digest:
             chosen = self._committed_copies(s, value)
@@ -129,6 +129,10 @@ class Voter:
         self.differs.discard(s)
         del self.agreement.pending[s]
         return self.flood.take_step(s, value.members)
+
+    def expected(self, s: int, value: Value) -> int:
+        """How many messages committed step s holds: K per member due at s (zo.stride)."""
+        return sum(self.agreement.expected(o, s) for o in value.members)
 
     def _committed_copies(self, s: int, value: Value) -> list[Message] | None:
         """The held copies of step s's messages whose digest is the committed one, or None."""
@@ -150,7 +154,7 @@ class Voter:
                 "it stops rather than apply another history"
             )
         if (value := a.pending.get(s)) is not None:  # committed, but messages never came
-            missing = len(value.members) * self.protocol.perturbations - len(self.flood.messages(s, value.members))
+            missing = self.expected(s, value) - len(self.flood.messages(s, value.members))
             return membership.MinorityError(
                 f"node {a.node}: step {s} was committed but {missing} of its messages did not reach this "
                 f"client within {waited} extra hops (it was stalled or cut off while they were flooded): "

@@ -77,6 +77,12 @@ class Config:
             "run.slow_nodes",
             f"must name nodes in 0..{ids - 1}, got {self.run.slow_nodes}",
         )
+        n = self.topology.nodes
+        require(
+            all(node < n for node in self.zo.stride),
+            "zo.stride",
+            f"must name nodes of the topology, 0..{n - 1}, got {sorted(self.zo.stride)}",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -67,6 +67,12 @@ class ZOConfig:
     """Scalar clip, a backstop against peers that lie (docs/trust.md): each step's scalars are
     clamped to ±clip × median(|scalar|) over that step's messages before they are applied.
     0 = off (the default); otherwise >= 1. Changes the bits of a run (it is in the trajectory)."""
+    stride: dict[int, int] = field(default_factory=dict)
+    """{node: m}: a slow client that originates its K messages only on steps s with s % m == 0
+    (on the others it still hops, forwards and applies every update; docs/churn.md, Unequal
+    speeds). Every client knows the schedule, so each step's expected origins are a pure
+    function of it; with aggregate mean, w = 1/(the clients that originate at that step).
+    {} = every client every step. Changes the bits of a run (in the trajectory when set)."""
 
     def __post_init__(self) -> None:
         require(self.eps > 0, "zo.eps", f"must be > 0, got {self.eps}")
@@ -80,6 +86,9 @@ class ZOConfig:
             f"must be 0 (off) or a finite number >= 1 (below 1 the bound is under the median, so at "
             f"least half of every step's honest scalars would be clipped), got {self.clip}",
         )
+        for node, m in self.stride.items():
+            require(node >= 0, "zo.stride", f"must name node ids >= 0, got {node}")
+            require(m >= 1, "zo.stride", f"node {node}: m must be >= 1 (it originates on steps s % m == 0), got {m}")
 
 
 @dataclass

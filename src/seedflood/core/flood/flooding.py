@@ -9,7 +9,8 @@ Rules (docs/design.md, Vocabulary; Processes and the step loop):
   (the one it came from, any other that also sent it, and any we already sent it to); with
   `routes` (graph.Topology.routes) only to the neighbours one hop further from its origin,
   which reach every node at the same hop with fewer copies;
-- a step is complete when it holds all `per_origin` messages of every member origin;
+- a step is complete when it holds all `per_origin` messages of every member origin due at it
+  (`due(origin, step)`, the protocol's zo.stride schedule; None: every member every step);
 - steps are handed out for application strictly in order, each once; after that every message of
   an applied step is a duplicate by construction (completeness means we saw all of them), so the
   node forgets the step's ids and only remembers `applied_through`.
@@ -44,7 +45,7 @@ Assumes: message ids were validated by the codec (origin < n_origins, k < per_or
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from seedflood.core.flood.membership import COPY, LEAVE, VOTE, Note, copied, copy_note
@@ -89,8 +90,11 @@ class Flood:
         note_horizon: int = 64,
         tolerate_conflicts: bool = False,
         signing: Signing | None = None,
+        due: Callable[[int, int], bool] | None = None,
     ) -> None:
         self.node = node
+        self.due = due
+        """(origin, step) -> origin originates at step (protocol.Protocol.due); None: always."""
         self.signing = signing
         """A signed run: what this node originates is sealed, what it receives must be authentic."""
         self.peers: tuple[int, ...] = tuple(sorted(peers))
@@ -267,18 +271,24 @@ class Flood:
             self._store[m.step][m.id] = m
 
     # -- completeness --------------------------------------------------------------------------
+    def expected(self, step: int) -> list[int]:
+        """The member origins due at `step`, ascending."""
+        due = self.due
+        return sorted(self.members if due is None else (o for o in self.members if due(o, step)))
+
     def is_complete(self, step: int) -> bool:
-        """All messages of `step` from every member origin are here (or it was applied)."""
+        """All messages of `step` from every member origin due at it are here (or it was applied)."""
         if step <= self.applied_through:
             return True
         have = self._store.get(step, {})
-        return len(have) >= len(self.members) * self.per_origin and all(
-            (o, step, k) in have for o in self.members for k in range(self.per_origin)
+        origins = self.members if self.due is None else self.expected(step)
+        return len(have) >= len(origins) * self.per_origin and all(
+            (o, step, k) in have for o in origins for k in range(self.per_origin)
         )
 
     def missing(self, step: int) -> list[MessageId]:
         have = self._store.get(step, {})
-        return [(o, step, k) for o in sorted(self.members) for k in range(self.per_origin) if (o, step, k) not in have]
+        return [(o, step, k) for o in self.expected(step) for k in range(self.per_origin) if (o, step, k) not in have]
 
     def pop_step(self, step: int) -> list[Message]:
         """Hand out the next step's messages in canonical order and forget its ids."""
@@ -286,7 +296,7 @@ class Flood:
             raise FloodError(f"steps are applied in order: expected {self.applied_through + 1}, got {step}")
         if not self.is_complete(step):
             raise FloodError(f"step {step} is not complete at node {self.node}: missing {self.missing(step)[:8]}")
-        return self.take_step(step, self.members)
+        return self.take_step(step, self.expected(step))
 
     def take_step(self, step: int, origins: Iterable[int]) -> list[Message]:
         """Hand out the messages of `step` (the next one) from `origins`, canonically ordered;

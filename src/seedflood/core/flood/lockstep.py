@@ -65,18 +65,20 @@ class Lockstep:
         wire: Callable[[int], Limits] | None = None,
         version: int = message.VERSION,
         counter: ByteCounter | None = None,
+        due: Callable[[int, int], bool] | None = None,
     ) -> None:
         """`hops`, `delay`, `overlap` as in protocol.Protocol (delay includes overlap's extra
         step). `routed`: forward along shortest paths only (graph.Topology.routes), as the
         runtime does; False: to every neighbour not known to have a message. `wire(t)`: the
-        limits a client decodes the frames of step t's hops against (None: no decoding)."""
+        limits a client decodes the frames of step t's hops against (None: no decoding).
+        `due`: which origins originate at which step (protocol.Protocol.due; None: all, always)."""
         self.top = top
         self.hops, self.delay, self.overlap = hops, delay, overlap
         self.wire = wire
         self.version = version
         self.counter = counter if counter is not None else ByteCounter()
         self.floods = [
-            Flood(i, top.neighbors(i), range(top.n), perturbations, top.routes(i) if routed else None)
+            Flood(i, top.neighbors(i), range(top.n), perturbations, top.routes(i) if routed else None, due=due)
             for i in top.nodes
         ]
         self.applied = -1

@@ -107,6 +107,8 @@ class Limits:
     max_k: int = 1
     max_scalar: float = 1e6
     seed_of: SeedOf | None = None
+    due: Callable[[int, int], bool] | None = None
+    """(origin, step) -> whether that origin originates at that step (zo.stride); None = always."""
 
     def check(self, m: Message, check_seed: bool = True) -> None:
         """Raise FrameError unless m is acceptable (`check_seed=False`: its seed was derived)."""
@@ -120,6 +122,8 @@ class Limits:
             raise FrameError(f"scalar {m.scalar!r} is not finite or exceeds {self.max_scalar:g}")
         if check_seed and self.seed_of is not None and self.seed_of(m.origin, m.step, m.k) != m.seed:
             raise FrameError(f"seed of message {m.id} does not match its derivation")
+        if self.due is not None and not self.due(m.origin, m.step):
+            raise FrameError(f"origin {m.origin} does not originate at step {m.step} (zo.stride)")
 
 
 # -- v2 layout -------------------------------------------------------------------------------------

@@ -10,8 +10,12 @@ and the topology and then handed to each component in place of the whole `Config
   and within `max_scalar`; `limits(lo, hi)` builds the codec's check for a step window and
   `check_step` validates one complete step (every origin, every k, nothing else) wherever steps
   come from: the wire, the evaluator's stream, a log on disk or a resume broadcast;
+- who originates when (zo.stride, docs/churn.md, Unequal speeds): a listed node originates only
+  on steps s with s % m == 0 (`originates`, `origins`); the codec refuses its messages of other
+  steps, and completeness, `check_step` and the churn rule expect exactly the due origins;
 - the update rule: lr(step) (warmup, then constant / linear / cosine over `steps`), the
-  aggregation weight w (1 for sum, 1/N for mean) and the optional scalar clip (`coefficients`:
+  aggregation weight w (1 for sum; 1/N for mean, or with zo.stride 1/N_s, N_s the founders due
+  at step s: `weight_at`) and the optional scalar clip (`coefficients`:
   a step's scalars clamped to ±clip × their median magnitude, docs/trust.md);
 - the schedule: `hops` per step and the application `delay` = ⌈diameter / hops⌉ − 1, plus one
   with `overlap` (the hops of step t run while step t+1 is estimated, so step t+1's estimates
@@ -29,8 +33,9 @@ import hashlib
 import json
 import math
 import statistics
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from seedflood.core.config import rng
@@ -95,6 +100,30 @@ class Protocol:
     step (0 = off). Changes no bit of an honest run, so it is not in the trajectory."""
     max_nodes: int = 0
     """churn.max_nodes: node ids 0..max_nodes-1 may take part (0 = the founders 0..N-1 only)."""
+    stride: tuple[tuple[int, int], ...] = ()
+    """zo.stride as sorted (node, m) pairs with m > 1 (m = 1 changes nothing): node originates
+    only on steps s with s % m == 0. () = every origin every step."""
+    mean: bool = False
+    """zo.aggregate is mean (with a stride, w is 1/N_s per step: `weight_at`)."""
+
+    @cached_property
+    def _strides(self) -> dict[int, int]:
+        return dict(self.stride)
+
+    def originates(self, origin: int, step: int) -> bool:
+        """`origin` originates its K messages of `step` (zo.stride)."""
+        return step % self._strides.get(origin, 1) == 0
+
+    @property
+    def due(self) -> Callable[[int, int], bool] | None:
+        """`originates` when a stride is set, else None (every origin every step): what the
+        flood, the codec and the agreement are handed."""
+        return self.originates if self.stride else None
+
+    def origins(self, step: int, members: Iterable[int] | None = None) -> list[int]:
+        """The origins among `members` (default: the founders 0..N-1) due at `step`, ascending."""
+        pool = range(self.n_origins) if members is None else sorted(members)
+        return [o for o in pool if self.originates(o, step)]
 
     @property
     def ids(self) -> int:
@@ -129,6 +158,8 @@ class Protocol:
         settle = cfg.churn.settle
         if settle and overlap:
             raise ConfigError("churn.settle: not supported together with flood.overlap yet; set one of them")
+        if cfg.trust.audit and any(m > 1 for m in cfg.zo.stride.values()):
+            raise ConfigError("zo.stride: not supported together with trust.audit yet; set one of them")
         vote_lag, delay = schedule(diameter, hops, overlap, settle)
         if cfg.flood.step_window <= delay:
             raise ConfigError(
@@ -157,6 +188,8 @@ class Protocol:
             clip=cfg.zo.clip,
             audit=cfg.trust.audit,
             max_nodes=cfg.churn.max_nodes,
+            stride=tuple(sorted((o, m) for o, m in cfg.zo.stride.items() if m > 1)),
+            mean=cfg.zo.aggregate == "mean",
         )
 
     # -- messages ------------------------------------------------------------------------------
@@ -172,6 +205,7 @@ class Protocol:
             max_k=self.perturbations,
             max_scalar=self.max_scalar,
             seed_of=self.seed,
+            due=self.due,
         )
 
     def wire_limits(self, step: int) -> Limits:
@@ -180,20 +214,16 @@ class Protocol:
 
     @property
     def per_step(self) -> int:
-        """Messages in one complete step: N·K."""
+        """Messages in one complete step without a stride: N·K."""
         return self.n_origins * self.perturbations
 
     def check_step(self, step: int, messages: Sequence[Message], members: Collection[int] | None = None) -> None:
         """Raise FrameError unless `messages` are exactly the K valid messages of every origin in
-        `members` (default: all N) for `step`."""
+        `members` (default: all N) due at `step` (`origins`)."""
         limits = self.limits(step, step)
         for m in messages:
             limits.check(m)
-        want = {
-            (o, step, k)
-            for o in (range(self.n_origins) if members is None else members)
-            for k in range(self.perturbations)
-        }
+        want = {(o, step, k) for o in self.origins(step, members) for k in range(self.perturbations)}
         ids = {m.id for m in messages}
         if len(ids) != len(messages) or ids != want:
             raise FrameError(
@@ -214,9 +244,17 @@ class Protocol:
             return self.lr * (1.0 - frac)
         return self.lr * 0.5 * (1.0 + math.cos(math.pi * frac))
 
+    def weight_at(self, step: int) -> float:
+        """w of `step`: `weight`, except that a strided mean run divides by N_s, the founders due
+        at `step` (every message of a strict step comes from them; under churn, as 1/N, it counts
+        the schedule, not who is still a member). Without a stride exactly `weight`."""
+        if not (self.stride and self.mean):
+            return self.weight
+        return 1.0 / max(1, len(self.origins(step)))
+
     def coefficient(self, m: Message) -> float:
         """c in θ ← θ + c·z(seed) for message m: −lr(step)·w·scalar (no clip)."""
-        return -self.lr_at(m.step) * self.weight * m.scalar
+        return -self.lr_at(m.step) * self.weight_at(m.step) * m.scalar
 
     def clip_bound(self, messages: Sequence[Message]) -> float:
         """clip × median(|scalar|) over one step's messages (math.inf when the clip is off or
@@ -235,7 +273,7 @@ class Protocol:
         bound = self.clip_bound(messages)
         if bound == math.inf:
             return [self.coefficient(m) for m in messages]
-        lr_w = -self.lr_at(messages[0].step) * self.weight  # evaluated as coefficient() does
+        lr_w = -self.lr_at(messages[0].step) * self.weight_at(messages[0].step)  # as coefficient() does
         return [lr_w * (m.scalar if abs(m.scalar) <= bound else math.copysign(bound, m.scalar)) for m in messages]
 
 
@@ -270,6 +308,8 @@ def trajectory(cfg: Config, protocol: Protocol, train_digest: str) -> dict[str, 
         "subspace.merge_every": cfg.subspace.merge_every if zo.direction == "subcge" else None,
         "subspace.forward": cfg.subspace.forward if zo.direction == "subcge" else None,
         "flood.max_scalar": cfg.flood.max_scalar,
+        # only when set (some m > 1), so earlier run directories still resume; pairs survive JSON
+        **({"zo.stride": [list(p) for p in protocol.stride]} if protocol.stride else {}),
         # only when set, so run directories written before the clip existed still resume
         **({"zo.clip": cfg.zo.clip} if cfg.zo.clip else {}),
         "topology.nodes": protocol.n_origins,

@@ -191,7 +191,7 @@ def test_exponent_without_dot_is_a_float(tmp_path):
         (
             "zo.lrr=1",
             "unknown key 'zo.lrr' (allowed in zo: aggregate, clip, direction, eps, lr, perturbations, "
-            "schedule, trainable, warmup_steps)",
+            "schedule, stride, trainable, warmup_steps)",
         ),
         ("zo.eps=-1", "zo.eps: must be > 0, got -1.0"),
         ("zo.lr=.nan", "zo.lr: must be a finite number, got nan"),
@@ -287,6 +287,7 @@ def test_every_setting_changed_round_trips(tmp_path):
         "zo.perturbations=2",
         "zo.trainable=['a.*']",
         "zo.clip=5",
+        "zo.stride={1: 3}",
         "subspace.rank=4",
         "subspace.refresh=10",
         "subspace.merge_every=5",

@@ -1,0 +1,167 @@
+"""Unequal speeds benchmark (`python -m seedflood.bench.speeds`): what zo.stride buys when a few clients are slower.
+
+Runs the debug config (launch/configs/debug.yaml: tiny random Llama, synthetic task) on a ring of
+--clients through the in-process runtime (`roles.inprocess.simulate`: one thread per client, the
+real client loop, flood and in-memory transport), strict, in three runs:
+
+1. equal          — every client sleeps --forward-s before each forward (its emulated device);
+2. slow           — the --slow highest node ids sleep --factor × that (a slower device), no stride;
+3. slow + stride  — the same, with zo.stride {slow node: --stride} (they originate only on
+                    steps s % stride == 0, so on the others they run no forward and no sleep).
+
+each once with flood.overlap off and once on (the hops of step t run during step t+1's
+estimates, so a client may be one step ahead of a neighbour). The sleep is the pace of
+`run.step_delay_s` (a launched client's emulated device, roles/train.py), given per node
+(`simulate(pace=...)`); the tiny model's own forwards are short beside it. For each run: steps
+per second of the step loop (wall time less the time to build the clients' workloads, measured
+once beforehand), that rate against the equal run's with the same overlap, and the mean train
+loss (the whole train split) of the final model after the same number of steps. A two-step run
+first warms the process up (not timed). `slow` holds
+the bits of `equal` (a pace never changes a bit), which is checked. Nothing here asserts a
+figure: these are measurements, printed.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python -m seedflood.bench.speeds [--steps 30] [--clients 8] [--slow 2]
+        [--factor 3] [--stride 3] [--forward-s 0.03] [--set section.key=value ...] [--out f.json]
+
+Assumes: run from the repository root (or --config); torch on CPU with one intra-op thread; the
+machine's load adds noise to every rate (rerun to see how much).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seedflood.bench.common import quiet_logs
+from seedflood.core.config import runconfig as config
+from seedflood.core.config.runconfig import Config
+from seedflood.ml import encoding, objective
+from seedflood.ml.workload import Workload
+from seedflood.roles.inprocess import simulate
+
+DEBUG = Path("launch/configs/debug.yaml")  # --config, relative to the working directory
+
+
+def train_loss(w: Workload) -> float:
+    """Mean loss of the current model over the whole train split."""
+    with torch.no_grad(), w.direction.current():
+        batch = encoding.encode(w.splits.train, w.spec, w.loaded.tokenizer, w.task.max_tokens)
+        return float(objective.loss(w.model, batch))
+
+
+def build_seconds(cfg: Config) -> float:
+    """What building every client's workload takes (simulate does it before the first step)."""
+    t0 = time.perf_counter()
+    for _ in range(cfg.topology.nodes):
+        Workload.build(cfg)
+    return time.perf_counter() - t0
+
+
+def one_run(cfg: Config, pace: dict[int, float], setup_s: float) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    r = simulate(cfg, hash_every_step=False, pace=pace)
+    wall = time.perf_counter() - t0
+    hashes = set(r.hashes.values())
+    if len(hashes) != 1:
+        raise RuntimeError(f"clients differ at the end: {sorted(hashes)}")
+    loop = max(1e-9, wall - setup_s)
+    return {
+        "steps": cfg.run.steps,
+        "wall_s": wall,
+        "loop_s": loop,
+        "steps_per_s": cfg.run.steps / loop,
+        "messages": sum(len(m) for _, m in r.records),
+        "train_loss": train_loss(r.workloads[0]),
+        "hash": hashes.pop(),
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--steps", type=int, default=30, help="steps of each run (default 30)")
+    ap.add_argument("--clients", type=int, default=8, help="clients on the debug ring (default 8)")
+    ap.add_argument("--slow", type=int, default=2, help="how many clients are slower (default 2)")
+    ap.add_argument("--factor", type=float, default=3.0, help="how much slower their forwards are (default 3)")
+    ap.add_argument("--stride", type=int, default=3, help="zo.stride m of the slow clients (default 3)")
+    ap.add_argument("--forward-s", type=float, default=0.03, help="an equal client's emulated forward (default 0.03)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override (repeatable)")
+    ap.add_argument("--config", type=Path, default=DEBUG, help=f"the config (default {DEBUG}, from the repo root)")
+    ap.add_argument("--out", help="write every figure as JSON here")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if args.steps < 1 or args.clients < 3 or not 1 <= args.slow < args.clients or args.stride < 1:
+        ap.error("need --steps >= 1, --clients >= 3, 1 <= --slow < --clients and --stride >= 1")
+    if args.factor < 1 or args.forward_s < 0:
+        ap.error("need --factor >= 1 and --forward-s >= 0")
+    if not args.config.is_file():
+        ap.error(f"config {args.config} not found: run from the repository root or pass --config")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    torch.set_num_threads(1)
+    with quiet_logs(logging.ERROR):
+        return _measure(args)
+
+
+def _measure(args: argparse.Namespace) -> int:
+    n, f = args.clients, args.forward_s
+    slow = list(range(n - args.slow, n))
+    base = [f"run.steps={args.steps}", f"topology.nodes={n}", "run.threads=1", *args.set]
+    stride = "zo.stride={" + ", ".join(f"{o}: {args.stride}" for o in slow) + "}"
+    equal = {i: f for i in range(n)}
+    unequal = {i: f * (args.factor if i in slow else 1.0) for i in range(n)}
+    print(
+        f"seedflood.bench.speeds: {args.config} with {' '.join(base)}; {n} clients, nodes {slow} "
+        f"{args.factor:g}x slower (forward {f:g} s vs {f * args.factor:g} s), stride {args.stride}"
+    )
+    simulate(config.load(args.config, [*base, "run.steps=2"]), hash_every_step=False)  # warm-up, not timed
+    setup = build_seconds(config.load(args.config, base))
+    print(f"  building {n} workloads: {setup:.2f} s (subtracted from each run's wall time)", flush=True)
+    figures: list[dict[str, Any]] = []
+    for overlap in (False, True):
+        extra = [f"flood.overlap={str(overlap).lower()}"]
+        runs = [
+            ("equal", config.load(args.config, [*base, *extra]), equal),
+            ("slow", config.load(args.config, [*base, *extra]), unequal),
+            ("slow + stride", config.load(args.config, [*base, *extra, stride]), unequal),
+        ]
+        rows = []
+        for name, cfg, pace in runs:
+            row = {"run": name, "overlap": overlap, **one_run(cfg, pace, setup)}
+            print(f"  {name}, overlap {overlap}: {row['wall_s']:.1f} s", flush=True)
+            rows.append(row)
+        if rows[0]["hash"] != rows[1]["hash"]:
+            raise RuntimeError("a pace changed the bits")
+        for row in rows:
+            row["of_equal_rate"] = row["steps_per_s"] / rows[0]["steps_per_s"]
+        figures += rows
+    print()
+    keys = ["overlap", "steps_per_s", "of_equal_rate", "messages", "train_loss"]
+    widths = [max(len("slow + stride"), 4)] + [max(len(k), 10) for k in keys]
+    print("  ".join(h.ljust(w) for h, w in zip(["run", *keys], widths)))
+    for row in figures:
+        cells = [row["run"], *(f"{row[k]:.4g}" if isinstance(row[k], float) else str(row[k]) for k in keys)]
+        print("  ".join(c.ljust(w) for c, w in zip(cells, widths)))
+    sys.stdout.flush()
+    if args.out:
+        path = Path(args.out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        out = {"args": {k: str(v) for k, v in vars(args).items()}, "setup_s": setup, "runs": figures}
+        path.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -191,19 +191,21 @@ def check_run(out: Path, steps: int, text: str) -> dict:
 
 
 # The tiny model steps fast (about 25 steps/s here with 5 processes on 2 idle cores): enough of the
-# run must be left when a restart is up. Measured in a fresh-clone CI run (2 pytest workers on 2
-# cores) before the harness forked its processes: a client restarted after step 5 rejoined at step
-# 108, the one restarted after step 48 at 127 (a fresh interpreter's ~2 s of imports, model build,
-# sponsor). Forked (tests/forked.py: the restart imports nothing) on this 2-core machine at a load
-# of ~10: restarted after step 5, rejoined at 25 (the signed run's at 31); after step 63, at 66;
-# the late starter at 6. 250 steps leave about twice the old fresh-interpreter figures and 4x the
-# forked ones; every restart below comes by step 65. Restarts are CPU-bound like the steps, so load
-# slows both alike.
-STEPS = 250
+# run must be left when a restart is up. A restart needs wall time, not steps, while every step
+# costs ~0.14 s of CPU (5 processes): the clients of these runs sleep PACE in each step
+# (run.step_delay_s: no CPU, the same bits), so a restart spans fewer steps. Measured paced on this
+# 2-core machine at a load of 20-26: a client restarted after step 6 rejoined at 13 (the signed
+# run's at 15), the late starter at 6, the one restarted after step ~48 at 57; the restarted
+# evaluator followed its attach node one step after it resumed. Unpaced at a load of ~10 they took
+# 15-26 steps (restarted after step 5, rejoined at 21-25; the signed run's at 31). STEPS leaves 5x
+# the paced gaps after every restart below (the last comes by step ~50), 3x the unpaced ones.
+STEPS = 100
+PACE = "run.step_delay_s=0.1"
 
 
 def churn_sets(out: Path, *extra: str) -> tuple[str, ...]:
-    return runs.churn(out, STEPS, *extra)
+    """A paced churn run of STEPS steps (`extra` wins)."""
+    return runs.churn(out, STEPS, PACE, *extra)
 
 
 def test_a_killed_client_restarts_and_rejoins_by_replay(tmp_path):
@@ -291,11 +293,11 @@ def test_the_store_dies_mid_run_and_the_run_ends_without_it(tmp_path, signum, cl
     the default) it reads their reports from there and checks the consensus (docs/churn.md).
     Either way its stderr names the store's failure in one line (it once also carried two
     12-22-frame C++ backtraces, c10d's warnings; runtime.quiet_cpp_warnings)."""
-    steps = 300
+    steps = STEPS
     with own_store(tmp_path) as store:
         out = tmp_path / "store"
         # without client logs the reports exist only in the store; with them, on this disk too
-        sets = churn_sets(out, f"run.steps={steps}", *(() if client_logs else ("eval.client_logs=",)))
+        sets = churn_sets(out, *(() if client_logs else ("eval.client_logs=",)))
         with launch(tmp_path, sets, {"SEEDFLOOD_STORE": store.address}) as run:
             runs.wait_for_steps(run, out, 20)
             store.signal(signum)

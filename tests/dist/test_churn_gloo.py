@@ -334,7 +334,7 @@ def test_an_evaluator_restarted_after_the_clients_finished_completes_the_run_fro
     every step in its log and a summary.json whose consensus holds, and its log, like each
     client's, replays to the final hash. With the store in rank 0 (`evaluator`) the restart comes
     back to a fresh, empty store: the clients' final reports are read from their logs too."""
-    steps = 100  # the kill lands at step ~20; the clients finish the rest without it
+    steps = 60  # the kill lands at step ~15 (20 "steps" of RECORD_BYTES); the clients finish the rest without it
     env = {}
     with contextlib.ExitStack() as stack:
         if store_host == "own-store":

@@ -33,12 +33,15 @@ pytestmark = [pytest.mark.dist, pytest.mark.timeout(1800)]
 VICTIM = 2  # topology node (rank 3); the evaluator attaches to node 0
 WORLD = 5
 ADVERSARY = Path(__file__).parents[1] / "adversary.py"  # a world whose node NODE misbehaves
+# A fault run's steps: the fault lands at step ~3 and its leave commits by step ~6 (the evaluator
+# follows node 1 from step 6-7 when node 0 fails), so the survivors train 14 steps on their own.
+FAULT_STEPS = 20
 
 
 def churn_run(run_world, out: Path, signum: int, victim: int = VICTIM) -> tuple[list, dict]:
     sets = [
         f"run.out_dir={out}",
-        "run.steps=40",
+        f"run.steps={FAULT_STEPS}",
         "run.hash_steps=true",
         "churn.settle=1",
         "transport.timeout_s=3",
@@ -74,13 +77,13 @@ def check_survivors(procs: list, s: dict, out: Path, victim: int) -> None:
     survivors = [h for n, h in enumerate(s["client_hashes"]) if n != victim]
     assert survivors == [s["param_hash"]] * 3 and s["consensus"]
     steps = [hs for n, hs in enumerate(s["client_step_hashes"]) if n != victim]
-    assert all(hs == steps[0] for hs in steps) and len(steps[0]) == 40
+    assert all(hs == steps[0] for hs in steps) and len(steps[0]) == FAULT_STEPS
     reader = LogReader(out / "log.bin")
     _, records = reader.read()
-    assert len(records) == 40
+    assert len(records) == FAULT_STEPS
     ((step, change),) = reader.changes.items()
     assert change.leave == (victim,) and f"step {step}: leave {victim}" in s["membership_changes"][0]
-    assert runs.replay(out) == {"steps": 40, "param_hash": s["param_hash"]}
+    assert runs.replay(out) == {"steps": FAULT_STEPS, "param_hash": s["param_hash"]}
     check_watch(out, victim, records, reader.changes, s["param_hash"])
 
 
@@ -100,12 +103,14 @@ def check_watch(out: Path, victim: int, records: list, changes: dict[int, Change
         change = changes.get(step)
         prev = chain[step] = step_digest(prev, step, msgs, change.join if change else ())
     survivors = [n for n in range(4) if n != victim]
-    assert view["agree"] is True and (view["step"], view["digest"]) == (39, f"{chain[39]:016x}")
+    last = FAULT_STEPS - 1
+    assert view["agree"] is True and (view["step"], view["digest"]) == (last, f"{chain[last]:016x}")
+    finished = ("finished", FAULT_STEPS, last, view["digest"])
     for r in [rows["evaluator"], *(rows[f"node-{n}"] for n in survivors)]:
-        assert (r["state"], r["step"], r["committed"], r["digest"]) == ("finished", 40, 39, view["digest"]), r
+        assert (r["state"], r["step"], r["committed"], r["digest"]) == finished, r
         assert r["state_hash"] == param_hash and r["members"] == survivors and r["incarnation"] == 1
     lost = rows[f"node-{victim}"]
-    assert lost["state"] == "stale" and lost["agrees"] is None and lost["committed"] < 39
+    assert lost["state"] == "stale" and lost["agrees"] is None and lost["committed"] < last
     # its last record may predate its first commit (records come once a second; it died at step ~3)
     assert lost["digest"] == (f"{chain[lost['committed']]:016x}" if lost["committed"] >= 0 else None)
 
@@ -145,10 +150,10 @@ def test_a_client_sent_sigterm_leaves_gracefully_and_exits_0(run_world, tmp_path
     assert survivors == [s["param_hash"]] * 3 and s["consensus"]
     reader = LogReader(out / "log.bin")
     _, records = reader.read()
-    assert len(records) == 40
+    assert len(records) == FAULT_STEPS
     ((step, change),) = reader.changes.items()
     assert change.leave == (victim,) and step == int(line)
-    assert runs.replay(out) == {"steps": 40, "param_hash": s["param_hash"]}
+    assert runs.replay(out) == {"steps": FAULT_STEPS, "param_hash": s["param_hash"]}
     for p in procs[1:]:
         assert f"lost peer node {victim}" not in p.stderr and "Traceback" not in p.stderr, p.describe()
     if victim == 0:

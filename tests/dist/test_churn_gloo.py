@@ -202,8 +202,9 @@ def check_run(out: Path, steps: int, text: str) -> dict:
 # 2-core machine at a load of 20-26: a client restarted after step 6 rejoined at 13 (the signed
 # run's at 15), the late starter at 6, the one restarted after step ~48 at 57; the restarted
 # evaluator followed its attach node one step after it resumed. Unpaced at a load of ~10 they took
-# 15-26 steps (restarted after step 5, rejoined at 21-25; the signed run's at 31). STEPS leaves 5x
-# the paced gaps after every restart below (the last comes by step ~50), 3x the unpaced ones.
+# 15-26 steps (restarted after step 5, rejoined at 21-25; the signed run's at 31). After each
+# rejoin STEPS leaves at least 4x the steps its paced restart took (the last restart comes by step
+# ~50), and 2.6x the largest unpaced gap.
 STEPS = 100
 PACE = "run.step_delay_s=0.1"
 

@@ -33,12 +33,15 @@ pytestmark = [pytest.mark.dist, pytest.mark.timeout(1800)]
 VICTIM = 2  # topology node (rank 3); the evaluator attaches to node 0
 WORLD = 5
 ADVERSARY = Path(__file__).parents[1] / "adversary.py"  # a world whose node NODE misbehaves
+# A fault run's steps: the fault lands at step ~3 and its leave commits by step ~6 (the evaluator
+# follows node 1 from step 6-7 when node 0 fails), so the survivors train 14 steps on their own.
+FAULT_STEPS = 20
 
 
 def churn_run(run_world, out: Path, signum: int, victim: int = VICTIM) -> tuple[list, dict]:
     sets = [
         f"run.out_dir={out}",
-        "run.steps=40",
+        f"run.steps={FAULT_STEPS}",
         "run.hash_steps=true",
         "churn.settle=1",
         "transport.timeout_s=3",
@@ -74,13 +77,13 @@ def check_survivors(procs: list, s: dict, out: Path, victim: int) -> None:
     survivors = [h for n, h in enumerate(s["client_hashes"]) if n != victim]
     assert survivors == [s["param_hash"]] * 3 and s["consensus"]
     steps = [hs for n, hs in enumerate(s["client_step_hashes"]) if n != victim]
-    assert all(hs == steps[0] for hs in steps) and len(steps[0]) == 40
+    assert all(hs == steps[0] for hs in steps) and len(steps[0]) == FAULT_STEPS
     reader = LogReader(out / "log.bin")
     _, records = reader.read()
-    assert len(records) == 40
+    assert len(records) == FAULT_STEPS
     ((step, change),) = reader.changes.items()
     assert change.leave == (victim,) and f"step {step}: leave {victim}" in s["membership_changes"][0]
-    assert runs.replay(out) == {"steps": 40, "param_hash": s["param_hash"]}
+    assert runs.replay(out) == {"steps": FAULT_STEPS, "param_hash": s["param_hash"]}
     check_watch(out, victim, records, reader.changes, s["param_hash"])
 
 
@@ -100,12 +103,14 @@ def check_watch(out: Path, victim: int, records: list, changes: dict[int, Change
         change = changes.get(step)
         prev = chain[step] = step_digest(prev, step, msgs, change.join if change else ())
     survivors = [n for n in range(4) if n != victim]
-    assert view["agree"] is True and (view["step"], view["digest"]) == (39, f"{chain[39]:016x}")
+    last = FAULT_STEPS - 1
+    assert view["agree"] is True and (view["step"], view["digest"]) == (last, f"{chain[last]:016x}")
+    finished = ("finished", FAULT_STEPS, last, view["digest"])
     for r in [rows["evaluator"], *(rows[f"node-{n}"] for n in survivors)]:
-        assert (r["state"], r["step"], r["committed"], r["digest"]) == ("finished", 40, 39, view["digest"]), r
+        assert (r["state"], r["step"], r["committed"], r["digest"]) == finished, r
         assert r["state_hash"] == param_hash and r["members"] == survivors and r["incarnation"] == 1
     lost = rows[f"node-{victim}"]
-    assert lost["state"] == "stale" and lost["agrees"] is None and lost["committed"] < 39
+    assert lost["state"] == "stale" and lost["agrees"] is None and lost["committed"] < last
     # its last record may predate its first commit (records come once a second; it died at step ~3)
     assert lost["digest"] == (f"{chain[lost['committed']]:016x}" if lost["committed"] >= 0 else None)
 
@@ -145,10 +150,10 @@ def test_a_client_sent_sigterm_leaves_gracefully_and_exits_0(run_world, tmp_path
     assert survivors == [s["param_hash"]] * 3 and s["consensus"]
     reader = LogReader(out / "log.bin")
     _, records = reader.read()
-    assert len(records) == 40
+    assert len(records) == FAULT_STEPS
     ((step, change),) = reader.changes.items()
     assert change.leave == (victim,) and step == int(line)
-    assert runs.replay(out) == {"steps": 40, "param_hash": s["param_hash"]}
+    assert runs.replay(out) == {"steps": FAULT_STEPS, "param_hash": s["param_hash"]}
     for p in procs[1:]:
         assert f"lost peer node {victim}" not in p.stderr and "Traceback" not in p.stderr, p.describe()
     if victim == 0:
@@ -191,19 +196,22 @@ def check_run(out: Path, steps: int, text: str) -> dict:
 
 
 # The tiny model steps fast (about 25 steps/s here with 5 processes on 2 idle cores): enough of the
-# run must be left when a restart is up. Measured in a fresh-clone CI run (2 pytest workers on 2
-# cores) before the harness forked its processes: a client restarted after step 5 rejoined at step
-# 108, the one restarted after step 48 at 127 (a fresh interpreter's ~2 s of imports, model build,
-# sponsor). Forked (tests/forked.py: the restart imports nothing) on this 2-core machine at a load
-# of ~10: restarted after step 5, rejoined at 25 (the signed run's at 31); after step 63, at 66;
-# the late starter at 6. 250 steps leave about twice the old fresh-interpreter figures and 4x the
-# forked ones; every restart below comes by step 65. Restarts are CPU-bound like the steps, so load
-# slows both alike.
-STEPS = 250
+# run must be left when a restart is up. A restart needs wall time, not steps, while every step
+# costs ~0.14 s of CPU (5 processes): the clients of these runs sleep PACE in each step
+# (run.step_delay_s: no CPU, the same bits), so a restart spans fewer steps. Measured paced on this
+# 2-core machine at a load of 20-26: a client restarted after step 6 rejoined at 13 (the signed
+# run's at 15), the late starter at 6, the one restarted after step ~48 at 57; the restarted
+# evaluator followed its attach node one step after it resumed. Unpaced at a load of ~10 they took
+# 15-26 steps (restarted after step 5, rejoined at 21-25; the signed run's at 31). After each
+# rejoin STEPS leaves at least 4x the steps its paced restart took (the last restart comes by step
+# ~50), and 2.6x the largest unpaced gap.
+STEPS = 100
+PACE = "run.step_delay_s=0.1"
 
 
 def churn_sets(out: Path, *extra: str) -> tuple[str, ...]:
-    return runs.churn(out, STEPS, *extra)
+    """A paced churn run of STEPS steps (`extra` wins)."""
+    return runs.churn(out, STEPS, PACE, *extra)
 
 
 def test_a_killed_client_restarts_and_rejoins_by_replay(tmp_path):
@@ -291,11 +299,11 @@ def test_the_store_dies_mid_run_and_the_run_ends_without_it(tmp_path, signum, cl
     the default) it reads their reports from there and checks the consensus (docs/churn.md).
     Either way its stderr names the store's failure in one line (it once also carried two
     12-22-frame C++ backtraces, c10d's warnings; runtime.quiet_cpp_warnings)."""
-    steps = 300
+    steps = STEPS
     with own_store(tmp_path) as store:
         out = tmp_path / "store"
         # without client logs the reports exist only in the store; with them, on this disk too
-        sets = churn_sets(out, f"run.steps={steps}", *(() if client_logs else ("eval.client_logs=",)))
+        sets = churn_sets(out, *(() if client_logs else ("eval.client_logs=",)))
         with launch(tmp_path, sets, {"SEEDFLOOD_STORE": store.address}) as run:
             runs.wait_for_steps(run, out, 20)
             store.signal(signum)
@@ -332,7 +340,7 @@ def test_an_evaluator_restarted_after_the_clients_finished_completes_the_run_fro
     every step in its log and a summary.json whose consensus holds, and its log, like each
     client's, replays to the final hash. With the store in rank 0 (`evaluator`) the restart comes
     back to a fresh, empty store: the clients' final reports are read from their logs too."""
-    steps = 100  # the kill lands at step ~20; the clients finish the rest without it
+    steps = 60  # the kill lands at step ~15 (20 "steps" of RECORD_BYTES); the clients finish the rest without it
     env = {}
     with contextlib.ExitStack() as stack:
         if store_host == "own-store":

@@ -74,6 +74,7 @@ is not expected to finish (docs/churn-design.md, Healed edges: it stops and a re
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
 import itertools
@@ -789,6 +790,35 @@ def pairs(g: nx.Graph, rounds: int) -> Iterator[list[Fault]]:
         for b in singles[i:]:
             if b[0].round >= a[0].round and (a[0].kind != "crash" or b[0].node != a[0].node):
                 yield a + b
+
+
+def sample_pairs(g: nx.Graph, rounds: int, rnd: random.Random, k: int) -> list[list[Fault]]:
+    """`rnd.sample(list(pairs(g, rounds)), min(k, their number))`, the same schedules in the same
+    order and `rnd` left in the same state, without making every pair (complete5 has ~10^6):
+    random.sample's picks depend only on the population's length, so the indices are drawn from
+    a range of that length and only the drawn pairs are made."""
+    singles = list(single_faults(g, rounds, restarts=False))
+    assert all(a[0].round <= b[0].round for a, b in zip(singles, singles[1:])), "singles come in round order"
+    # pairs() pairs singles[i] with every singles[j], j >= i (a later round or the same), but a
+    # crash with its own node's faults: per i, (len - i) less those from i on (itself included).
+    counts = [0] * len(singles)
+    from_i: dict[int, int] = {}  # node -> singles[i:] whose fault names that node
+    for i in range(len(singles) - 1, -1, -1):
+        f = singles[i][0]
+        from_i[f.node] = from_i.get(f.node, 0) + 1
+        counts[i] = len(singles) - i - (from_i[f.node] if f.kind == "crash" else 0)
+    starts = [0, *itertools.accumulate(counts)]  # starts[i]: index of singles[i]'s first pair
+    out = []
+    for index in rnd.sample(range(starts[-1]), min(k, starts[-1])):
+        i = bisect.bisect_right(starts, index) - 1
+        a, skip = singles[i], index - starts[i]
+        for b in singles[i:]:
+            if a[0].kind != "crash" or b[0].node != a[0].node:
+                if skip == 0:
+                    out.append(a + b)
+                    break
+                skip -= 1
+    return out
 
 
 def random_schedule(g: nx.Graph, rounds: int, rnd: random.Random, faults: int) -> list[Fault]:

@@ -104,7 +104,7 @@ def test_bytes_equal_for_two_model_sizes(report):
 
 def test_bytes_paper_setting_counts_v1_and_v2_full_and_one_hop(report):
     p = report["figures"]["bytes"]["paper"]
-    assert p["nodes"] == 16 and p["steps"] == 300 and p["target_per_run"] is None  # quick: 300 steps
+    assert p["nodes"] == 16 and p["steps"] == 100 and p["target_per_run"] is None  # quick: 100 steps
     got = {(r["version"], r["hops"]): r for r in p["settings"]}
     assert set(got) == {(1, 8), (1, 1), (2, 8), (2, 1)}
     # Steady state on a ring of 16 with one hop per step: every directed edge carries one frame of

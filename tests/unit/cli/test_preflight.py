@@ -15,17 +15,18 @@ from pathlib import Path
 
 import pytest
 
+from seedflood import cli
+
 ROOT = Path(__file__).resolve().parents[3]
 DEBUG = str(ROOT / "launch" / "configs" / "debug.yaml")
 
 
-def seedflood(*args: str, importtime: bool = True) -> tuple[subprocess.CompletedProcess, set[str], list[str]]:
-    """Run `python [-X importtime] -m seedflood ARGS`; the process, the modules it imported, and
+def seedflood(*args: str) -> tuple[subprocess.CompletedProcess, set[str], list[str]]:
+    """Run `python -X importtime -m seedflood ARGS`; the process, the modules it imported, and
     its stderr lines that are not importtime lines."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    probe = ["-X", "importtime"] if importtime else []
     p = subprocess.run(
-        [sys.executable, *probe, "-m", "seedflood", *args],
+        [sys.executable, "-X", "importtime", "-m", "seedflood", *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -79,19 +80,21 @@ def test_refusals_after_the_config_check_are_one_line_without_torch(sets, words)
     assert not loaded(modules, "torch")
 
 
-def test_a_signed_run_and_an_existing_run_directory_stay_torch_free(tmp_path):
+def test_a_signed_run_and_an_existing_run_directory_stay_torch_free(tmp_path, monkeypatch):
     """trust.sign reads the roster (cryptography, not torch); a run directory to resume is checked
-    (log, checkpoints) without torch, and a corrupt checkpoint is a warning, not a failure."""
+    (log, checkpoints) without torch, and a corrupt checkpoint is a warning, not a failure. The
+    keys and the run directory are made in this process (what is probed is `world-size`, each
+    call a fresh process): `seedflood keys` and `seedflood simulate` as the subprocesses ran them."""
     keys, run = tmp_path / "keys", tmp_path / "run"
-    made, _, _ = seedflood("keys", "--nodes", "4", "--out", str(keys), importtime=False)
-    assert made.returncode == 0, made.stderr
+    monkeypatch.chdir(ROOT)  # where the subprocesses run
+    assert cli.main(["keys", "--nodes", "4", "--out", str(keys)]) == 0
     p, modules, errors = world_size("trust.sign=true", f"trust.keys={keys}")
     assert (p.returncode, p.stdout.strip(), errors) == (0, "5", []), p.stderr[-2000:]
     assert "seedflood.comm.identity" in modules and not loaded(modules, "torch")
 
     sets = (f"run.out_dir={run}", "run.steps=3")
-    ran, _, _ = seedflood("simulate", "--config", DEBUG, *[a for s in sets for a in ("--set", s)], importtime=False)
-    assert ran.returncode == 0 and (run / "log.bin").is_file(), ran.stderr[-2000:]
+    assert cli.main(["simulate", "--config", DEBUG, *[a for s in sets for a in ("--set", s)]]) == 0
+    assert (run / "log.bin").is_file()
     (state,) = run.glob("checkpoints/step_*/state.pt")
     state.write_bytes(state.read_bytes() + b"x")  # its checksum no longer matches
     p, modules, errors = world_size(*sets)

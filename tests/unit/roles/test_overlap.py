@@ -56,13 +56,32 @@ GRAPHS = {
 }
 
 
+def overlap_cfg(graph: str, hops: int) -> config.Config:
+    return cfg_for(*GRAPHS[graph], f"flood.hops_per_step={hops}", "flood.overlap=true")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted():
+    """(graph, hops) -> the overlapped run of `overlap_cfg`, hashed after every step: simulated
+    once for the tests that check different properties of it (its bits against the reference,
+    resumes from its log, the log an early stop leaves)."""
+    done: dict[tuple[str, int], SimResult] = {}
+
+    def get(graph: str, hops: int) -> SimResult:
+        if (graph, hops) not in done:
+            done[graph, hops] = simulate(overlap_cfg(graph, hops), hash_every_step=True)
+        return done[graph, hops]
+
+    return get
+
+
 @pytest.mark.parametrize("hops", [1, 0])
 @pytest.mark.parametrize("graph", sorted(GRAPHS))
-def test_overlap_has_the_bits_of_a_plain_client_with_one_more_step_of_delay(graph, hops):
-    cfg = cfg_for(*GRAPHS[graph], f"flood.hops_per_step={hops}", "flood.overlap=true")
+def test_overlap_has_the_bits_of_a_plain_client_with_one_more_step_of_delay(uninterrupted, graph, hops):
+    cfg = overlap_cfg(graph, hops)
     p, ref_p = protocols(cfg)
     assert p.delay == {1: 2, 0: 1}[hops]  # diameter 2: D = 1 with one hop, 0 with full flooding
-    overlapped = simulate(cfg, hash_every_step=True)
+    overlapped = uninterrupted(graph, hops)
     reference = simulate(cfg, hash_every_step=True, protocol=ref_p)
     assert_same_bits(overlapped, reference, cfg.run.steps)
     # and the extra step of staleness is real: the plain client of delay D ends elsewhere
@@ -71,9 +90,9 @@ def test_overlap_has_the_bits_of_a_plain_client_with_one_more_step_of_delay(grap
 
 
 @pytest.mark.parametrize("hops", [1, 0])
-def test_resume_from_every_prefix_equals_the_uninterrupted_overlapped_run(hops):
-    cfg = cfg_for(*GRAPHS["ring"], f"flood.hops_per_step={hops}", "flood.overlap=true")
-    straight = simulate(cfg, hash_every_step=False)
+def test_resume_from_every_prefix_equals_the_uninterrupted_overlapped_run(uninterrupted, hops):
+    cfg = overlap_cfg("ring", hops)
+    straight = uninterrupted("ring", hops)
     assert [s for s, _ in straight.records] == list(range(cfg.run.steps))
     for n in range(len(straight.records) + 1):
         resumed = simulate(cfg, hash_every_step=False, resume=straight.records[:n])
@@ -81,14 +100,14 @@ def test_resume_from_every_prefix_equals_the_uninterrupted_overlapped_run(hops):
         assert resumed.records == straight.records, n
 
 
-def test_a_run_stopped_early_logs_what_the_reference_logs_and_resumes_from_it():
+def test_a_run_stopped_early_logs_what_the_reference_logs_and_resumes_from_it(uninterrupted):
     """A kill after 3 steps (hops of step 2 joined, never applied), then a relaunch."""
-    cfg = cfg_for(*GRAPHS["ring"], "flood.hops_per_step=1", "flood.overlap=true")
+    cfg = overlap_cfg("ring", 1)
     p, ref_p = protocols(cfg)
     stopped = simulate(cfg, hash_every_step=False, stop=3)
     assert stopped.records == simulate(cfg, hash_every_step=False, stop=3, protocol=ref_p).records
     assert len(stopped.records) == 3 - p.delay
-    straight = simulate(cfg, hash_every_step=False)
+    straight = uninterrupted("ring", 1)
     resumed = simulate(cfg, hash_every_step=False, resume=stopped.records)
     assert resumed.hashes == straight.hashes
 

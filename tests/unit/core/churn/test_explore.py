@@ -70,12 +70,26 @@ def test_two_fault_schedules_are_safe_and_a_connected_majority_finishes():
     report = ex.Report()
     per_case = None if DEEP else 120
     for name, g, p in cases():
-        schedules = list(ex.pairs(g, rounds_of(p)))
-        if per_case is not None:
-            schedules = rnd.sample(schedules, min(per_case, len(schedules)))
+        if per_case is None:
+            schedules = list(ex.pairs(g, rounds_of(p)))
+        else:  # = rnd.sample(list(ex.pairs(...)), ...) without making every pair (the test below)
+            schedules = ex.sample_pairs(g, rounds_of(p), rnd, per_case)
         for faults in schedules:
             report.add(name, faults, ex.World(g, p, faults).run())
     check(report)
+
+
+def test_a_sample_of_pairs_is_the_sample_of_every_pair_made():
+    """`sample_pairs` draws what random.sample draws from the list of every pair (the same
+    schedules in the same order, the generator left in the same state), for samples smaller
+    than the pairs (and, on line3, larger), on graphs and protocols the two-fault test samples."""
+    for name, g, p in cases(["line3", "star4", "ring4", "torus2x2"]):
+        every = list(ex.pairs(g, rounds_of(p)))
+        assert len(every) > 120, name
+        for k in (1, 120, *([len(every) + 1] if name.startswith("line3/") else [])):
+            made, drawn = random.Random(k), random.Random(k)
+            assert ex.sample_pairs(g, rounds_of(p), made, k) == drawn.sample(every, min(k, len(every))), (name, k)
+            assert made.getstate() == drawn.getstate(), (name, k)
 
 
 def test_random_deeper_schedules_on_larger_graphs_are_safe():

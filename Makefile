@@ -41,7 +41,7 @@ $(STAMP): setup.cfg pyproject.toml
 
 # One pytest worker per core (pytest-xdist), a test file per worker at a time (module fixtures
 # such as a reference run are computed once); PYTEST_ARGS="-n 0" runs in one process.
-XDIST := -n auto --dist loadfile --no-loadscopereorder
+XDIST := -n auto --dist loadfile --no-loadscope-reorder
 # Our own sources' bytecode, written once before a run: with PYTHONDONTWRITEBYTECODE set (our
 # machines) every process the suite starts would compile src/ again (~0.3 s of CPU each).
 PYC = $(BIN)/python -m compileall -q src tests >/dev/null

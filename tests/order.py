@@ -3,7 +3,7 @@
 Owns: the order in which test files reach xdist's workers, and the measured table it follows
 (`tests/durations.json`: seconds of wall time per test file, summed over its tests' set-up, call
 and tear-down in one `make test`).
-Assumes: `--dist loadfile --no-loadscopereorder` (xdist hands out whole files in collection
+Assumes: `--dist loadfile --no-loadscope-reorder` (xdist hands out whole files in collection
 order; without the flag it sorts them by test count, which sent the one 270-second SLURM test,
 a file of two tests, out last, alone on a half-idle machine). Order is all it changes: every
 collected test still runs, and a file missing from the table (a new one) counts as the median.

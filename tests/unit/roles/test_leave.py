@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from test_churn import RING8_1HOP, cfg_for, check_survivors, joined, left, protocol_of
+from test_churn import PACED, RING8_1HOP, cfg_for, check_survivors, joined, left, protocol_of
 
 from seedflood.comm import identity
 from seedflood.core.flood.membership import LEAVE, decode_hop, encode_hop, leave_note
@@ -161,7 +161,7 @@ def test_a_client_that_left_is_started_again_and_rejoins_by_replay(lines, tmp_pa
     incarnation, as SLURM's requeue restarts a task it sent SIGTERM): a neighbour sponsors it, it
     replays the log, and all eight finish on one history; its earlier life's LEAVE note (which
     its sponsor holds) closes none of its new edges."""
-    cfg = cfg_for(steps=30)
+    cfg = cfg_for(PACED, steps=30)
     r = simulate(cfg, events=[Event(4, 5, "leave"), Event(6, 5, "restart")])
     assert r.exits == {} and sorted(r.hashes) == list(range(8)), r.exits
     assert left(r) == {5: 4} and joined(r)[5] > 6

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_churn import TORUS, cfg_for, check_survivors, protocol_of  # the churn tests' run helpers
+from test_churn import PACED, TORUS, cfg_for, check_survivors, protocol_of  # the churn tests' run helpers
 
 from seedflood.comm import identity
 from seedflood.core.flood.membership import decode_hop, encode_hop
@@ -343,7 +343,7 @@ def test_only_a_process_with_the_nodes_key_rejoins_as_that_node(keys, tmp_path, 
     one line, floods no JOIN and closes the edge, the impostor stops, and the seven others finish
     on one history without it (no join in the log)."""
     caplog.set_level(logging.WARNING, logger="seedflood")
-    cfg = cfg_for(*signed(keys), steps=16)
+    cfg = cfg_for(*signed(keys), PACED, steps=16)
     events = [Event(3, 5, "kill"), Event(7, 5, "restart")]
     r = simulate(cfg, events=events, impostors={5: impostor_key(tmp_path, 5)} if impostor else None)
     joins = [c.join for c in r.changes.values() if c.join]

@@ -11,6 +11,7 @@ changes are exactly the ones the faults imply.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import random
@@ -137,18 +138,26 @@ CASES = {
 }
 
 
+@functools.cache
+def single_failure(case: str) -> tuple[config.Config, SimResult]:
+    """The run of CASES[case], once per process: the tests that check different things of one
+    case share it (each asserts on the result, none changes it)."""
+    events, _ = CASES[case]
+    cfg = cfg_for(*([PACED] if any(e.action == "stall" for e in events) else []))
+    return cfg, simulate(cfg, events=events)
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_survivors_agree_after_a_single_failure(case, tmp_path):
-    events, leaves = CASES[case]
-    cfg = cfg_for(*([PACED] if any(e.action == "stall" for e in events) else []))
-    r = simulate(cfg, events=events)
+    cfg, r = single_failure(case)
+    leaves = CASES[case][1]
     assert sorted(r.exits) == sorted(leaves), r.exits
     assert left(r) == leaves
     check_survivors(cfg, r, tmp_path)
 
 
 def test_a_stalled_client_stops_with_one_line_when_it_wakes(tmp_path):
-    r = simulate(cfg_for(PACED), events=[Event(3, 5, "stall", 2.5)])
+    _, r = single_failure("stall past the timeout")  # node 5 stalls 2.5 s at step 3
     assert "no reachable majority agrees, this client stops" in r.exits[5] and "\n" not in r.exits[5]
 
 

@@ -4,7 +4,8 @@ Owns: running every client of a config through the real client loop (flooding, c
 over an in-memory transport, one thread per client, each with its own model copy. The result
 holds each client's final hash, its per-step hashes, the complete steps in order (what the
 evaluator would log) and the traffic counters. A run can be stopped after some steps and
-resumed from the steps it logged, exactly as a relaunched run resumes from its log.
+resumed from the steps it logged, exactly as a relaunched run resumes from its log. Clients take
+run.step_delay_s / run.slow_nodes as launched ones do (roles/pace.py): the pace, not the bits.
 
 Faults (`events`, churn runs): each node's own thread carries out its events at the start of the
 step they name — `kill` (crash before this step: the network fails every edge of the node at once), `crash` (dies
@@ -71,6 +72,7 @@ from seedflood.roles.churnstart import ChurnStrategy, sponsored_catch_up
 from seedflood.roles.client import Client
 from seedflood.roles.identities import signing_of
 from seedflood.roles.lying import Lie, LyingClient
+from seedflood.roles.pace import paced
 from seedflood.roles.strategy import Records, Strategy
 from seedflood.roles.strict import STRICT
 
@@ -295,7 +297,8 @@ def simulate(
                     node,
                     protocol,
                     w.direction,
-                    _paced(lambda step: w.loss(node, step), (pace or {}).get(node, 0.0)),
+                    # run.step_delay_s as launched (roles/pace.py), then this call's own `pace`
+                    _paced(paced(cfg.run, node, lambda step: w.loss(node, step)), (pace or {}).get(node, 0.0)),
                     transport,
                     cfg.transport.timeout_s,
                     strategy,

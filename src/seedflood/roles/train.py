@@ -26,13 +26,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
 from typing import Any
 
 from seedflood.comm import runtime
 from seedflood.core.config.configerror import ConfigError
 from seedflood.core.config.runconfig import Config
-from seedflood.core.config.trainsections import RunConfig
 from seedflood.core.flood.membership import Change, MembershipError
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.stepstream import decode_step, encode_step
@@ -47,6 +45,7 @@ from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Evaluator, Restored, restore_run
 from seedflood.roles.identities import signing_of
 from seedflood.roles.livestatus import SentCounter, client_status, evaluator_status
+from seedflood.roles.pace import paced as _paced  # tests/unit/roles/test_pace.py checks it here
 from seedflood.roles.strictwiring import StrictWiring
 from seedflood.roles.wiring import G, Process, T, Wiring, client_key
 from seedflood.rundir.layout import CheckpointError, RunDir
@@ -123,19 +122,6 @@ def _resume(p: Process, wiring: Wiring[G, T], group: G) -> tuple[Records, dict[i
         protocol.check_step(s, msgs, members=roster.members)
         records.append((s, msgs))
     return records, changes
-
-
-def _paced(run: RunConfig, node: int, loss: Callable[[int], float]) -> Callable[[int], float]:
-    """`loss`, slowed by run.step_delay_s for the clients run.slow_nodes names (all if empty):
-    a sleep before a step's forwards, as a slower device takes longer for them."""
-    if not run.step_delay_s or (run.slow_nodes and node not in run.slow_nodes):
-        return loss
-
-    def slow(step: int) -> float:
-        time.sleep(run.step_delay_s)
-        return loss(step)
-
-    return slow
 
 
 def _client(

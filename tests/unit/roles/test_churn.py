@@ -11,6 +11,7 @@ changes are exactly the ones the faults imply.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import random
@@ -33,8 +34,22 @@ DEBUG = Path(__file__).resolve().parents[3] / "launch" / "configs" / "debug.yaml
 TORUS = ("topology.kind=torus", "topology.nodes=8", "topology.rows=2")  # 2×4 torus: diameter 3, degree 3
 
 
+# These tests check agreement, replay equality, exits and log contents, never accuracy: 2
+# examples a batch keep every property and cost about half the CPU of the debug config's 8 (the
+# two forwards per client-step are most of a run's CPU).
+SMALL_BATCH = "task.batch_size=2"
+# Faults timed in wall seconds (a stall outlasting transport.timeout_s, a restart's hand-over, a
+# join's meeting) go on while the others step: at 2 examples a batch a quiet machine steps about
+# twice as fast as at 8, so runs with such faults sleep this long before each of a client's two
+# forwards (0.1 s a step, no CPU; roles/pace.py), keeping a wall second at no more steps than the
+# schedules were sized for.
+PACED = "run.step_delay_s=0.05"
+
+
 def cfg_for(*overrides: str, steps: int = 10) -> config.Config:
-    return config.load(DEBUG, [f"run.steps={steps}", "transport.timeout_s=1", "churn.settle=1", *TORUS, *overrides])
+    return config.load(
+        DEBUG, [f"run.steps={steps}", "transport.timeout_s=1", "churn.settle=1", SMALL_BATCH, *TORUS, *overrides]
+    )
 
 
 def protocol_of(cfg: config.Config) -> Protocol:
@@ -82,7 +97,7 @@ def joined(r: SimResult) -> dict[int, int]:
 
 
 def test_a_killed_client_restarts_rejoins_by_replay_and_counts_again(tmp_path):
-    cfg = cfg_for(steps=16)
+    cfg = cfg_for(PACED, steps=16)
     p = protocol_of(cfg)
     r = simulate(cfg, events=[Event(3, 5, "kill"), Event(7, 5, "restart")])
     assert r.exits == {} and sorted(r.hashes) == list(range(8))
@@ -123,18 +138,26 @@ CASES = {
 }
 
 
+@functools.cache
+def single_failure(case: str) -> tuple[config.Config, SimResult]:
+    """The run of CASES[case], once per process: the tests that check different things of one
+    case share it (each asserts on the result, none changes it)."""
+    events, _ = CASES[case]
+    cfg = cfg_for(*([PACED] if any(e.action == "stall" for e in events) else []))
+    return cfg, simulate(cfg, events=events)
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_survivors_agree_after_a_single_failure(case, tmp_path):
-    events, leaves = CASES[case]
-    cfg = cfg_for()
-    r = simulate(cfg, events=events)
+    cfg, r = single_failure(case)
+    leaves = CASES[case][1]
     assert sorted(r.exits) == sorted(leaves), r.exits
     assert left(r) == leaves
     check_survivors(cfg, r, tmp_path)
 
 
 def test_a_stalled_client_stops_with_one_line_when_it_wakes(tmp_path):
-    r = simulate(cfg_for(), events=[Event(3, 5, "stall", 2.5)])
+    _, r = single_failure("stall past the timeout")  # node 5 stalls 2.5 s at step 3
     assert "no reachable majority agrees, this client stops" in r.exits[5] and "\n" not in r.exits[5]
 
 
@@ -142,7 +165,7 @@ def test_a_stalled_client_its_launcher_restarts_rejoins_and_everyone_finishes(tm
     """The same stall, supervised as launch/churn.sh and compose run a churn run: the client the
     rules stop exits with its one line, is restarted, and rejoins by replay; all eight end on one
     history, and the log says node 5 left at the stall and joined again later."""
-    cfg = cfg_for(steps=80)
+    cfg = cfg_for(PACED, steps=80)
     r = simulate(cfg, events=[Event(3, 5, "stall", 1.5)], supervise=True)
     assert sorted(r.hashes) == list(range(8)) and r.exits == {}, r.exits
     assert left(r)[5] == 3 and joined(r)[5] > 3
@@ -155,7 +178,7 @@ def test_a_rejoin_whose_join_is_committed_without_it_stops_and_the_next_incarnat
     on uncounted it stops with one line; restarted (supervised), its next incarnation joins."""
     from seedflood.core.flood.membership import JOIN, decode_hop, encode_hop
 
-    cfg = cfg_for(steps=40)
+    cfg = cfg_for(PACED, steps=40)
     limits = protocol_of(cfg).limits(0, 2**32 - 1)
     stops: list[str] = []
 
@@ -258,7 +281,7 @@ def test_chaos_seeded_schedule_kills_two_stalls_one_and_restarts_them(tmp_path, 
     ] + [Event(u, v, "restart") for u, v in zip(up, victims)]
     # 80 steps: past its patience a stalled client waits HEAL_FACTOR timeouts for a heal before it
     # stops, so its restart (and the sponsor it needs still stepping) comes later in wall time
-    cfg = cfg_for(steps=80)
+    cfg = cfg_for(PACED, steps=80)
     r = simulate(cfg, events=events)
     assert r.exits == {} and sorted(r.hashes) == list(range(8)), (seed, r.exits)
     assert left(r)[victims[0]] == down[0]
@@ -343,8 +366,8 @@ def test_f4_a_connected_rim_trains_on_when_the_hub_of_a_wheel_dies(tmp_path):
     wheel.write_text("name: wheel11\nnodes: 11\nedges:\n" + "".join(f"- [{a}, {b}]\n" for a, b in edges))
     cfg = config.load(
         DEBUG,
-        ["run.steps=8", "transport.timeout_s=1", "churn.settle=1", "topology.kind=file", f"topology.file={wheel}"]
-        + ["topology.nodes=11"],
+        ["run.steps=8", "transport.timeout_s=1", "churn.settle=1", SMALL_BATCH, "topology.kind=file"]
+        + [f"topology.file={wheel}", "topology.nodes=11"],
     )
     r = simulate(cfg, events=[Event(3, 0, "kill")])
     assert sorted(r.hashes) == list(range(1, 11)) and set(r.exits) == {0}
@@ -387,7 +410,7 @@ def harsh_seeds() -> list[int]:
 @pytest.mark.parametrize("seed", harsh_seeds())
 def test_f5_harsh_chaos_with_a_cut_link_and_repeated_rejoins_keeps_one_history(seed, tmp_path):
     events, steps = harsh_schedule(seed)
-    cfg = cfg_for(steps=steps)
+    cfg = cfg_for(PACED, steps=steps)
     # supervised, as launch/churn.sh and compose run a churn run: an edge that went down stays
     # down until one end restarts (a rejoiner stalled at the hop its edges connect misses them,
     # seed 8), so a later cut can leave a live client alone; the rules stop it (exit status 1)
@@ -431,7 +454,7 @@ def test_f5_a_sponsor_cut_off_from_the_others_right_after_it_sponsors_reaches_th
             super().send(src, dst, hop, frame)
 
     monkeypatch.setattr(inprocess, "InMemoryNetwork", Network)
-    cfg = cfg_for(steps=20)
+    cfg = cfg_for(PACED, steps=20)
     r = simulate(cfg, events=[Event(3, 0, "kill"), Event(6, 0, "restart")])
     assert r.exits == {} and sorted(r.hashes) == list(range(8)), r.exits
     assert left(r) == {0: 3} and 0 in joined(r)

@@ -12,7 +12,7 @@ import logging
 import re
 
 import pytest
-from test_churn import RING8_1HOP, cfg_for, check_one_history, check_survivors, joined, left
+from test_churn import PACED, RING8_1HOP, cfg_for, check_one_history, check_survivors, joined, left
 
 from seedflood.roles.inprocess import Event, simulate
 
@@ -48,7 +48,7 @@ def test_a_stalled_bridge_after_a_cut_wakes_heals_its_edges_and_all_eight_train_
     before step 0 could commit (its ballot-0 votes were still crossing the cut ring). Without
     healing every client stopped ("step 0 was not committed within 36 extra hops"). Node 4 wakes
     still a member; its edges to 3 and 5 heal, and all eight finish on one hash, nobody left."""
-    cfg = cfg_for(*RING8_1HOP, steps=24)
+    cfg = cfg_for(*RING8_1HOP, PACED, steps=24)
     r = simulate(cfg, events=[Event(3, 0, "cut", 1), Event(6, 4, "stall", 1.3)])
     assert r.exits == {} and sorted(r.hashes) == list(range(8)), r.exits
     assert len(set(r.hashes.values())) == 1 and r.changes == {}
@@ -89,7 +89,7 @@ def test_a_restarted_client_cut_off_from_two_neighbours_is_sponsored_by_the_one_
     """Node 5 of the 2×4 torus (neighbours 1, 4, 6) dies, its links to 1 and 4 are cut, and it
     restarts: a sponsor across a cut would win the claim, fail to reach it and end its life; only
     node 6 may sponsor it, and it joins and counts again."""
-    cfg = cfg_for(steps=20)
+    cfg = cfg_for(PACED, steps=20)
     events = [Event(3, 5, "kill"), Event(4, 1, "cut", 5), Event(4, 4, "cut", 5), Event(8, 5, "restart")]
     r = simulate(cfg, events=events)
     assert r.exits == {} and sorted(r.hashes) == list(range(8)), r.exits

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from test_churn import cfg_for, check_survivors, joined, left, protocol_of
+from test_churn import PACED, cfg_for, check_survivors, joined, left, protocol_of
 
 from seedflood.comm import identity
 from seedflood.core import config
@@ -23,7 +23,7 @@ RING5 = ("topology.kind=ring", "topology.nodes=5", "churn.max_nodes=8")
 
 
 def ring5(*overrides: str, steps: int = 16) -> config.Config:
-    return cfg_for(*RING5, *overrides, steps=steps)
+    return cfg_for(*RING5, PACED, *overrides, steps=steps)  # every run here has a join: paced
 
 
 def counted_from(r: SimResult, node: int) -> int:

@@ -8,14 +8,19 @@ decided steps and the log written from them."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import functools
 import logging
+from collections.abc import Iterator
 
 import pytest
-from test_churn import RING8_1HOP, cfg_for, check_survivors, joined, left, protocol_of
+from test_churn import PACED, RING8_1HOP, cfg_for, check_survivors, joined, left, protocol_of
 
 from seedflood.comm import identity
+from seedflood.core.config import runconfig as config
 from seedflood.core.flood.membership import LEAVE, decode_hop, encode_hop, leave_note
-from seedflood.roles.inprocess import Event, simulate
+from seedflood.roles.inprocess import Event, SimResult, simulate
 
 
 class Lines(logging.Handler):
@@ -38,8 +43,9 @@ class Lines(logging.Handler):
         return [r.getMessage() for r in self.records if r.levelno >= logging.ERROR]
 
 
-@pytest.fixture
-def lines():
+@contextlib.contextmanager
+def watching() -> Iterator[Lines]:
+    """Every record of the roles and the in-memory transport, from INFO up, while inside."""
     watch = Lines()
     loggers = [logging.getLogger(n) for n in ("seedflood.roles", "seedflood.comm")]
     levels = [lg.level for lg in loggers]
@@ -54,14 +60,53 @@ def lines():
             lg.setLevel(level)
 
 
+@pytest.fixture
+def lines():
+    with watching() as watch:
+        yield watch
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaveRun:
+    """Node 5 asked to leave before step 4, with the log lines and the frames on its edges."""
+
+    cfg: config.Config
+    r: SimResult
+    lines: Lines
+    seen: list[tuple[int, int, int, int]]  # (src, dst, hop, unlink hop) of frames carrying node 5's LEAVE
+    after: list[tuple[int, int, int]]  # (src, dst, hop) of every frame on node 5's edges
+
+
+@functools.cache
+def leave_run(*topology: str) -> LeaveRun:
+    """One run per topology (the torus without overrides), shared by the tests that check
+    different things of the same leave: each asserts on the result, none changes it."""
+    cfg = cfg_for(*topology)
+    limits = protocol_of(cfg).limits(0, 2**32 - 1)
+    seen: list[tuple[int, int, int, int]] = []
+    after: list[tuple[int, int, int]] = []
+
+    def watch(src: int, dst: int, hop: int, frame: bytes) -> bytes:  # looks, changes nothing
+        if dst >= 0 and 5 in (src, dst):
+            after.append((src, dst, hop))
+            if frame and src == 5:
+                _, notes = decode_hop(frame, limits)
+                seen.extend((src, dst, hop, n.value) for n in notes if n.kind == LEAVE)
+        return frame
+
+    with watching() as lines:
+        r = simulate(cfg, events=[Event(4, 5, "leave")], mutate=watch)
+    return LeaveRun(cfg, r, lines, seen, after)
+
+
 @pytest.mark.parametrize("topology", [("torus",), RING8_1HOP], ids=["torus", "ring"])
-def test_a_client_that_leaves_is_committed_out_and_nobody_drops_it(topology, lines, tmp_path):
+def test_a_client_that_leaves_is_committed_out_and_nobody_drops_it(topology, tmp_path):
     """Node 5 is asked to leave before step 4: step 4 commits without it at every client, the
     survivors finish on one hash equal to a replay of the log (which records the leave at step
     4), node 5 stops with its one line, and no client lost or dropped a peer or logged an error:
     the edges closed by agreement, not by failure."""
-    cfg = cfg_for(*(() if topology == ("torus",) else topology))
-    r = simulate(cfg, events=[Event(4, 5, "leave")])
+    run = leave_run(*(() if topology == ("torus",) else topology))
+    cfg, r, lines = run.cfg, run.r, run.lines
     assert r.exits == {5: "node 5 left at step 4"}, r.exits
     assert sorted(r.hashes) == [0, 1, 2, 3, 4, 6, 7] and len(set(r.hashes.values())) == 1
     assert left(r) == {5: 4} and r.changes[4].leave == (5,) and r.changes[4].audit == ()
@@ -86,20 +131,8 @@ def test_a_crash_on_the_same_footing_is_a_lost_peer(lines, tmp_path):
 def test_the_leave_note_is_the_last_frame_the_leaver_sends(tmp_path):
     """The LEAVE note names the hop after the one that carries it, straight from the leaver to
     each neighbour, and nothing travels on the leaver's edges after it."""
-    cfg = cfg_for()
-    limits = protocol_of(cfg).limits(0, 2**32 - 1)
-    seen: list[tuple[int, int, int, int]] = []  # (src, dst, hop, unlink hop) of frames carrying node 5's LEAVE
-    after: list[tuple[int, int, int]] = []  # frames on node 5's edges
-
-    def watch(src: int, dst: int, hop: int, frame: bytes) -> bytes:
-        if dst >= 0 and 5 in (src, dst):
-            after.append((src, dst, hop))
-            if frame and src == 5:
-                _, notes = decode_hop(frame, limits)
-                seen.extend((src, dst, hop, n.value) for n in notes if n.kind == LEAVE)
-        return frame
-
-    r = simulate(cfg, events=[Event(4, 5, "leave")], mutate=watch)
+    run = leave_run()  # the torus's run of test_a_client_that_leaves_is_committed_out_and_nobody_drops_it
+    cfg, r, seen, after = run.cfg, run.r, run.seen, run.after
     assert r.exits == {5: "node 5 left at step 4"}
     assert sorted(d for _, d, _, _ in seen) == [1, 4, 6]
     ((hop, unlink),) = {(h, u) for _, _, h, u in seen}
@@ -132,7 +165,7 @@ def test_a_signed_run_signs_the_leave_note_and_its_neighbours_take_it(tmp_path, 
     assert r.exits == {5: "node 5 left at step 4"} and left(r) == {5: 4}
     assert all(s.forged == 0 for s in r.flood.values())
     assert lines.lost(5) == [] and lines.errors() == []
-    plain = simulate(cfg_for(), events=[Event(4, 5, "leave")])
+    plain = leave_run().r  # the same leave unsigned (the torus's run above)
     assert r.hashes == plain.hashes and r.records == plain.records
 
 
@@ -161,7 +194,7 @@ def test_a_client_that_left_is_started_again_and_rejoins_by_replay(lines, tmp_pa
     incarnation, as SLURM's requeue restarts a task it sent SIGTERM): a neighbour sponsors it, it
     replays the log, and all eight finish on one history; its earlier life's LEAVE note (which
     its sponsor holds) closes none of its new edges."""
-    cfg = cfg_for(steps=30)
+    cfg = cfg_for(PACED, steps=30)
     r = simulate(cfg, events=[Event(4, 5, "leave"), Event(6, 5, "restart")])
     assert r.exits == {} and sorted(r.hashes) == list(range(8)), r.exits
     assert left(r) == {5: 4} and joined(r)[5] > 6

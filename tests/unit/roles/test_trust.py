@@ -15,18 +15,19 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 from pathlib import Path
 
 import pytest
 import torch
-from test_churn import TORUS, cfg_for, check_survivors, protocol_of  # the churn tests' run helpers
+from test_churn import PACED, TORUS, cfg_for, check_survivors, protocol_of  # the churn tests' run helpers
 
 from seedflood.comm import identity
 from seedflood.core.flood.membership import decode_hop, encode_hop
 from seedflood.core.flood.message import FrameError, Message
-from seedflood.roles.inprocess import Event, simulate
+from seedflood.roles.inprocess import Event, SimResult, simulate
 
 torch.set_num_threads(1)
 
@@ -40,6 +41,13 @@ def keys(tmp_path_factory) -> Path:
 
 def signed(keys: Path) -> tuple[str, str]:
     return ("trust.sign=true", f"trust.keys={keys}")
+
+
+@functools.cache
+def honest(*overrides: str, steps: int) -> SimResult:
+    """The run of cfg_for(*overrides, steps=steps) without a fault, once per process: the tests
+    that compare a faulty run with it share it (each asserts on it, none changes it)."""
+    return simulate(cfg_for(*overrides, steps=steps))
 
 
 def test_a_signed_run_has_the_bits_of_an_unsigned_one_and_pays_64_bytes_a_message(keys):
@@ -96,9 +104,9 @@ def test_a_relay_that_changes_what_it_forwards_changes_nothing(keys, tmp_path):
     """The torus has other paths: every altered copy is dropped and counted, the honest ones
     arrive, and nobody leaves — the run has the bits of an honest one."""
     cfg = cfg_for(*signed(keys), steps=8)
-    honest = simulate(cfg)
+    plain = honest(*signed(keys), steps=8)
     r = simulate(cfg, mutate=forge(cfg, 2, "relay"))
-    assert r.exits == {} and r.hashes == honest.hashes and r.records == honest.records
+    assert r.exits == {} and r.hashes == plain.hashes and r.records == plain.records
     assert sum(s.forged for s in r.flood.values()) > 0
     check_survivors(cfg, r, tmp_path)
 
@@ -129,9 +137,9 @@ def test_in_a_strict_run_a_forgery_is_never_applied_and_a_missing_message_stops_
     # whichever client stops first: origin 2's message of step 0 completed nowhere
     with pytest.raises(FloodError, match=r"step 0 incomplete after its hops \(missing \[\(2, 0, 0\)\]\): .*forge"):
         simulate(cfg, mutate=forge(cfg, 2, "own"))
-    honest = simulate(cfg)
+    plain = honest(*signed(keys), "churn.settle=0", steps=8)
     r = simulate(cfg, mutate=forge(cfg, 2, "relay"))
-    assert r.hashes == honest.hashes and len(set(r.hashes.values())) == 1
+    assert r.hashes == plain.hashes and len(set(r.hashes.values())) == 1
     assert sum(s.forged for s in r.flood.values()) > 0
 
 
@@ -141,7 +149,7 @@ def test_a_peer_that_replays_an_old_frame_in_place_of_its_own_changes_nothing(ke
     torus's other paths, and the run has the honest bits, signed or not."""
     for sets in ((), signed(keys)):
         cfg = cfg_for(*sets, steps=8)
-        honest = simulate(cfg)
+        plain = honest(*sets, steps=8)
         sent: list[bytes] = []
 
         def replay(src: int, dst: int, hop: int, frame: bytes) -> bytes:
@@ -151,7 +159,7 @@ def test_a_peer_that_replays_an_old_frame_in_place_of_its_own_changes_nothing(ke
             return sent[-4] if len(sent) > 3 else frame
 
         r = simulate(cfg, mutate=replay)
-        assert r.exits == {} and r.hashes == honest.hashes and r.records == honest.records, r.exits
+        assert r.exits == {} and r.hashes == plain.hashes and r.records == plain.records, r.exits
 
 
 @pytest.mark.parametrize("sign", [False, True], ids=["unsigned", "signed"])
@@ -343,7 +351,7 @@ def test_only_a_process_with_the_nodes_key_rejoins_as_that_node(keys, tmp_path, 
     one line, floods no JOIN and closes the edge, the impostor stops, and the seven others finish
     on one history without it (no join in the log)."""
     caplog.set_level(logging.WARNING, logger="seedflood")
-    cfg = cfg_for(*signed(keys), steps=16)
+    cfg = cfg_for(*signed(keys), PACED, steps=16)
     events = [Event(3, 5, "kill"), Event(7, 5, "restart")]
     r = simulate(cfg, events=events, impostors={5: impostor_key(tmp_path, 5)} if impostor else None)
     joins = [c.join for c in r.changes.values() if c.join]

@@ -32,8 +32,8 @@ class RunConfig:
     hash_steps: bool = False
     """Hash every client's state after every step (a consensus check; costs O(d) per step)."""
     step_delay_s: float = 0.0
-    """Seconds a launched client sleeps in each step before its forwards: emulates a slower device
-    (a run's bits do not change; only its pace). 0 = none."""
+    """Seconds a client (launched or in process) sleeps in each step before its forwards: emulates a
+    slower device (a run's bits do not change; only its pace). 0 = none."""
     slow_nodes: list[int] = field(default_factory=list)
     """The clients that take run.step_delay_s; empty = every client."""
 

@@ -132,7 +132,9 @@ def test_apply_measures_both_families(report):
             assert e["ratio"] == pytest.approx(_quotient(e["gaussian_s"], e["subcge_s"]), rel=1e-12)
             assert e["ratio_cpu"] == pytest.approx(_quotient(e["gaussian_cpu_s"], e["subcge_cpu_s"]), rel=1e-12)
     assert _wall_ok(a["forward_s"]) and _time_ok(a["forward_cpu_s"]) and a["target_of_forward"] == 0.01
-    assert 0 <= a["gaussian_spent_s"] <= a["gaussian_budget_s"]
+    # The budget rule: a gaussian run starts only while the total it is expected to bring stays
+    # within the budget (what it then takes is wall time: a loaded machine may overrun, as CI did).
+    assert 0 <= a["gaussian_planned_s"] <= a["gaussian_budget_s"] and a["gaussian_spent_s"] > 0
     assert a["per_n"][0]["gaussian_s"] is not None  # the tiny model fits the budget at n = 16
 
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -72,7 +72,7 @@ from seedflood.roles.churnstart import ChurnStrategy, sponsored_catch_up
 from seedflood.roles.client import Client
 from seedflood.roles.identities import signing_of
 from seedflood.roles.lying import Lie, LyingClient
-from seedflood.roles.pace import paced
+from seedflood.roles.pace import delay, slowed
 from seedflood.roles.strategy import Records, Strategy
 from seedflood.roles.strict import STRICT
 
@@ -103,18 +103,6 @@ class SimResult:
 RESTART_TRIES = 5
 """`restart`: a rejoin that fails (its sponsor dies before it is admitted, so it is left alone)
 is restarted again, as a launcher's restart-on-failure policy would, at most this often."""
-
-
-def _paced(loss: Callable[[int], float], seconds: float) -> Callable[[int], float]:
-    """`loss`, after a sleep of `seconds` (none: `loss` itself)."""
-    if not seconds:
-        return loss
-
-    def slow(step: int) -> float:
-        time.sleep(seconds)
-        return loss(step)
-
-    return slow
 
 
 @dataclass(frozen=True)
@@ -297,8 +285,8 @@ def simulate(
                     node,
                     protocol,
                     w.direction,
-                    # run.step_delay_s as launched (roles/pace.py), then this call's own `pace`
-                    _paced(paced(cfg.run, node, lambda step: w.loss(node, step)), (pace or {}).get(node, 0.0)),
+                    # run.step_delay_s as launched (roles/pace.py), plus this call's own `pace`
+                    slowed(lambda step: w.loss(node, step), delay(cfg.run, node) + (pace or {}).get(node, 0.0)),
                     transport,
                     cfg.transport.timeout_s,
                     strategy,

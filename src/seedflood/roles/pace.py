@@ -1,6 +1,6 @@
 """Pacing a client's steps: run.step_delay_s and run.slow_nodes.
 
-Owns: `paced`, the loss a client steps with, slowed by a sleep before its forwards (a slower
+Owns: `paced` (and `delay`, `slowed`), the loss a client steps with, slowed by a sleep before its forwards (a slower
 device takes longer for them). Launched clients (roles/train.py) and the in-process simulation
 (roles/inprocess.py) both take their loss through it, so a config paces both alike.
 
@@ -18,14 +18,25 @@ from collections.abc import Callable
 from seedflood.core.config.trainsections import RunConfig
 
 
-def paced(run: RunConfig, node: int, loss: Callable[[int], float]) -> Callable[[int], float]:
-    """`loss`, slowed by run.step_delay_s for the clients run.slow_nodes names (all if empty):
-    a sleep before a step's forwards, as a slower device takes longer for them."""
-    if not run.step_delay_s or (run.slow_nodes and node not in run.slow_nodes):
+def delay(run: RunConfig, node: int) -> float:
+    """Seconds client `node` sleeps before each forward: run.step_delay_s for the clients
+    run.slow_nodes names (all if empty), else 0."""
+    return run.step_delay_s if not run.slow_nodes or node in run.slow_nodes else 0.0
+
+
+def slowed(loss: Callable[[int], float], seconds: float) -> Callable[[int], float]:
+    """`loss` after a sleep of `seconds` (none: `loss` itself), as a slower device takes longer
+    for its forwards."""
+    if not seconds:
         return loss
 
     def slow(step: int) -> float:
-        time.sleep(run.step_delay_s)
+        time.sleep(seconds)
         return loss(step)
 
     return slow
+
+
+def paced(run: RunConfig, node: int, loss: Callable[[int], float]) -> Callable[[int], float]:
+    """`loss`, slowed by run.step_delay_s for the clients run.slow_nodes names (all if empty)."""
+    return slowed(loss, delay(run, node))

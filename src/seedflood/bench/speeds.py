@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -104,8 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.steps < 1 or args.clients < 3 or not 1 <= args.slow < args.clients or args.stride < 1:
         ap.error("need --steps >= 1, --clients >= 3, 1 <= --slow < --clients and --stride >= 1")
-    if args.factor < 1 or args.forward_s < 0:
-        ap.error("need --factor >= 1 and --forward-s >= 0")
+    if not (math.isfinite(args.factor) and args.factor >= 1 and math.isfinite(args.forward_s) and args.forward_s >= 0):
+        ap.error("need a finite --factor >= 1 and a finite --forward-s >= 0")
     if not args.config.is_file():
         ap.error(f"config {args.config} not found: run from the repository root or pass --config")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

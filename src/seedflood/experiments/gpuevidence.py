@@ -15,13 +15,13 @@ The items, in priority order so that what the clock cuts is the least important:
       evaluator's hash; `seedflood replay` and a sequential `seedflood simulate` of the same config
       on the same device give that hash; then launch/churn.sh: one client SIGKILLed after 10 steps,
       restarted by its agent, rejoined, every client on the evaluator's hash and replay's. The churn
-      run's length is derived from the first run's measured step rate and start-up time (3× the
-      start-up, so a restart has time to rejoin) instead of a guess.
+      run's length is derived from the first run's measured step rate and start-up time and from
+      what is left of (a)'s clock (churn_steps), instead of a guess.
   (b) `seedflood bench --only sim` at 1, 16, 64, 128 clients: batched against sequential and the floor.
   (c) `seedflood reproduce`, tier 1 (ring16): SeedFlood alone with up to 5,000 steps first, then
       choco-lora, dzsgd-lora, dsgd-lora, then dsgd (first order) with up to 500 steps, each call
       planning (and calibrating) in what is left of the clock.
-Each item owns a share of --budget (a 0.40, b 0.22, c the rest; time an item leaves over goes to
+Each item owns a share of --budget (a 0.55, b 0.15, c the rest; time an item leaves over goes to
 the next). A command still running at its item's deadline is killed with its process group: its
 row says "cut at step S" (the last step its run directory holds), never finished.
 
@@ -51,7 +51,9 @@ from typing import Any
 from seedflood.experiments.gpuevidence_report import consensus, normalise, plot, report, reproduce_rows
 from seedflood.experiments.gpuevidence_run import Clock, Evidence, Ran, last_step, logged_steps, run, summary, worker
 
-SHARES = {"a": 0.40, "b": 0.62, "c": 1.0}  # cumulative share of the budget each item may end by
+# Cumulative share of the budget each item may end by. On the H200 (9 min) (a) needed ~130 s before
+# its churn run, which needs two start-ups (~63 s each) and the training between; (b) took 84 s.
+SHARES = {"a": 0.55, "b": 0.70, "c": 1.0}
 LOGS = {"a": "a-runtime", "b": "b-bench", "c": "c-reproduce"}  # each item's log (OUT/<name>.log)
 CHURN_VICTIM = 3  # a client's rank (node 2); the evaluator attaches to node 0
 RING16_PLAN = (("seedflood", 5000), ("choco-lora,dzsgd-lora,dsgd-lora", 5000), ("dsgd", 500))
@@ -90,7 +92,7 @@ GPU = Profile(
         "3",
     ),
     reproduce=(),
-    churn_steps=(200, 5000),
+    churn_steps=(100, 5000),
     max_steps_scale=1.0,
 )
 DRY = Profile(
@@ -178,18 +180,14 @@ def launched(rt: Runtime, fig: dict[str, Any]) -> tuple[str | None, float, float
 
 def churn(rt: Runtime, fig: dict[str, Any], startup: float, rate: float) -> None:
     """launch/churn.sh: one client's worker SIGKILLed after 10 steps, restarted by its own agent;
-    it must rejoin and every client end on the evaluator's hash and replay's. The run lasts 3
-    start-ups + 10 s at the measured rate (a restart has that long to rejoin)."""
+    it must rejoin and every client end on the evaluator's hash and replay's; its length is
+    churn_steps'."""
     from seedflood.comm.runtime import free_port
 
     out = rt.ev.work / "a-churn"
     low, high = rt.prof.churn_steps
-    steps = min(high, max(low, math.ceil(rate * (3 * startup + 10))))
-    fig["churn"] = {
-        "steps": steps,
-        "victim_rank": CHURN_VICTIM,
-        "why_steps": f"3 x start-up {startup:.0f} s + 10 s at {rate:.1f} steps/s, within {low}..{high}",
-    }
+    steps, why = churn_steps(rate, startup, rt.clock.left("a"), low, high)
+    fig["churn"] = {"steps": steps, "victim_rank": CHURN_VICTIM, "why_steps": why}
     port = free_port()
     killed: dict[str, Any] = {}
 
@@ -218,6 +216,23 @@ def churn(rt: Runtime, fig: dict[str, Any], startup: float, rate: float) -> None
     if s is not None:
         fig["churn"]["replay_equal"] = replay(rt.ev, out, rt.clock.left("a"), rt.env)[1] == s["param_hash"]
     rt.ev.save()
+
+
+def churn_steps(rate: float, startup: float, left: float, low: int, high: int) -> tuple[int, str]:
+    """The churn run's steps and why: as many as fit in `left` seconds (one start-up and a 20 s
+    margin for the replay check taken off), never fewer than a restart needs to rejoin (its own
+    start-up + 10 s of steps after the kill at step 10), within [low, high]. rate: steps per
+    second of the launched run; startup: its seconds from launch to the first logged step.
+    On the H200 the first plan (3 start-ups, ignoring the clock) asked for 515 steps with 86 s
+    left, and the run was cut at step 152 before it could finish."""
+    fits = math.floor(rate * (left - startup - 20))
+    rejoin = math.ceil(rate * (startup + 10)) + 10
+    steps = min(high, max(low, rejoin, fits))
+    why = (
+        f"{left:.0f} s left - start-up {startup:.0f} s - 20 s at {rate:.1f} steps/s = {fits}; "
+        f"a rejoin needs {rejoin}; within {low}..{high}"
+    )
+    return steps, why
 
 
 def replay(ev: Evidence, run_dir: Path, timeout_s: float, env: dict[str, str]) -> tuple[Ran, str | None]:

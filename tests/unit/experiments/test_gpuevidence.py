@@ -93,3 +93,15 @@ def test_sim_rows_read_the_bench_figure():
                       "floor_client_steps_per_s": 50.0, "batched_over_floor": 1.25, "batched_over_one_client": 2.5}]}  # fmt: skip
     (row,) = gp.sim_rows(sim)
     assert row["batched"] == 40.0 and row["of_floor"] == 0.8 and row["over_one_client"] == 2.5
+
+
+def test_the_churn_run_fits_what_is_left_of_its_clock_but_never_less_than_a_rejoin_needs():
+    from seedflood.experiments.gpuevidence import churn_steps
+
+    # the H200's figures: 2.6 steps/s, 63 s start-up; 168 s left fits 2.6 * 85 = 221 steps
+    assert churn_steps(2.6, 63.0, 168.0, 100, 5000)[0] == 221
+    # 86 s left (what the first plan had): too little, so the rejoin's minimum, which the clock cuts
+    steps, why = churn_steps(2.6, 63.0, 86.0, 100, 5000)
+    assert steps == 200 and "a rejoin needs 200" in why  # ceil(2.6 * 73) + 10
+    assert churn_steps(100.0, 1.0, 3600.0, 200, 400)[0] == 400  # capped
+    assert churn_steps(0.0, 5.0, 10.0, 200, 400)[0] == 200  # no rate measured: the floor

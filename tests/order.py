@@ -1,4 +1,4 @@
-"""The suite's file order: longest first, so two workers end together (a pytest plugin).
+"""The suite's file order: longest first, so the workers end together (a pytest plugin).
 
 Owns: the order in which test files reach xdist's workers, and the measured table it follows
 (`tests/durations.json`: seconds of wall time per test file, summed over its tests' set-up, call

@@ -20,7 +20,11 @@ scored on the test split (`Workload.scores`: accuracy, loss, AUC) and on the who
 run's wall time. Nothing here asserts a figure: these are measurements, printed.
 
     HF_HUB_OFFLINE=1 .venv/bin/python -m seedflood.bench.clip [--steps 60] [--clients 8] [--clip 5]
-        [--factor 10] [--random-scale 100] [--liar 0] [--set section.key=value ...] [--out f.json]
+        [--factor 10] [--random-scale 100] [--liar 0] [--lies scaled,random] [--set section.key=value ...]
+        [--out f.json]
+
+--lies picks the liar pairs (rows 3-4 `scaled`, 5-6 `random`; `none` = the honest pair alone).
+--out is written again after every run, so a run cut short keeps what it measured.
 
 Assumes: run from the repository root (or --config); torch on CPU with one intra-op thread.
 """
@@ -152,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--random-scale", type=float, default=100.0, help="the random liar's scalars: uniform in ± this (default 100)"
     )
     ap.add_argument("--liar", type=int, default=0, help="the lying origin (default 0)")
+    ap.add_argument(
+        "--lies", default="scaled,random", help="the liar pairs to run: scaled, random, both (default) or none"
+    )
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override (repeatable)")
     ap.add_argument(
         "--config", type=Path, default=DEBUG, help=f"the config (default {DEBUG}, from the repository root)"
@@ -165,6 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.steps < 1 or args.clients < 3 or not 0 <= args.liar < args.clients or args.clip < 1:
         ap.error("need --steps >= 1, --clients >= 3, 0 <= --liar < --clients and --clip >= 1")
+    lies = [x for x in args.lies.split(",") if x and x != "none"]
+    if unknown := sorted(set(lies) - {"scaled", "random"}):
+        ap.error(f"--lies: unknown {', '.join(unknown)} (choose from scaled, random, none)")
     if not args.config.is_file():
         ap.error(f"config {args.config} not found: run from the repository root or pass --config")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -174,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _measure(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    """The six runs and the zero-shot row of `main`, printed (and written to --out)."""
+    """The runs (an honest and a liar pair per --lies) and the zero-shot row of `main`, printed (and written to --out)."""
     base = [f"run.steps={args.steps}", f"topology.nodes={args.clients}", "run.threads=1", *args.set]
     plain = config.load(args.config, base)
     clipped = config.load(args.config, [*base, f"zo.clip={args.clip}"])
@@ -183,23 +193,26 @@ def _measure(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         ap.error(f"--random-scale must stay under flood.max_scalar={limit:g} (a larger scalar is refused on the wire)")
     times, drawn = scaled(args.factor), uniform(args.random_scale, plain.run.seed)
     c = f" + clip {args.clip:g}"
-    runs: list[tuple[str, Config, Lie | None]] = [
-        ("honest", plain, None),
-        (f"honest{c}", clipped, None),
-        (f"x{args.factor:g} liar", plain, times),
-        (f"x{args.factor:g} liar{c}", clipped, times),
-        (f"random ±{args.random_scale:g} liar", plain, drawn),
-        (f"random ±{args.random_scale:g} liar{c}", clipped, drawn),
-    ]
+    pairs: dict[str, tuple[str, Lie | None]] = {
+        "honest": ("honest", None),
+        "scaled": (f"x{args.factor:g} liar", times),
+        "random": (f"random ±{args.random_scale:g} liar", drawn),
+    }
+    runs: list[tuple[str, Config, Lie | None]] = []
+    for k in ["honest", *(k for k in ("scaled", "random") if k in args.lies.split(","))]:
+        name, lie = pairs[k]
+        runs += [(name, plain, lie), (name + c, clipped, lie)]
     print(
         f"seedflood.bench.clip: {args.config} with {' '.join(base)}; {plain.topology.kind} of {args.clients}, "
         f"zo.lr {plain.zo.lr:g}, {plain.zo.aggregate}, K = {plain.zo.perturbations}; liar: origin {args.liar}"
     )
     t0 = time.perf_counter()
     figures: list[tuple[str, dict[str, Any]]] = [("zero-shot (base model)", zero_shot(plain))]
+    write(args, figures)
     for name, cfg, lie in runs:
         figures.append((name, one_run(cfg, args.liar, lie)))
         print(f"  {name}: {figures[-1][1]['wall_s']:.1f} s", flush=True)
+        write(args, figures)
     print()
     table(
         figures,
@@ -215,12 +228,20 @@ def _measure(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     )
     print(f"\n({time.perf_counter() - t0:.0f} s in all)")
     if args.out:
-        path = Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        out = {"args": {k: str(v) for k, v in vars(args).items()}, "runs": [{"run": n, **f} for n, f in figures]}
-        path.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
-        print(f"wrote {path}")
+        print(f"wrote {args.out}")
     return 0
+
+
+def write(args: argparse.Namespace, figures: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    """--out (if given) with the figures so far, replaced whole (a cut run keeps what it measured)."""
+    if not args.out:
+        return
+    path = Path(args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out = {"args": {k: str(v) for k, v in vars(args).items()}, "runs": [{"run": n, **f} for n, f in figures]}
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
 
 
 if __name__ == "__main__":

@@ -78,6 +78,11 @@ Faults (`Fault.kind`), each at a round:
   down, as over gloo: a stall without a wake-up, a newcomer's link that did not meet); an end
   that learns of an agreed heal too late connects nothing (the real one restores its end alone
   and drops it after the late bound).
+  For membership changes: the first rule-linked member at a step start in id order sponsors a
+  new id (the real members race to claim it); a member grows its end of a newcomer's edge at the
+  link round if it holds the note and has committed e − lag then (the real one when the note
+  arrives), else when it commits e; a leaver closes its edges right after its goodbye exchange,
+  before the round its note names, as its neighbours do (nothing is exchanged in between).
 
 Checks (`Outcome`): safety — every client's applied (step, digest) list is a prefix of one
 history, and so is the evaluator's log (it follows whichever client is the attach node, each

@@ -1,15 +1,18 @@
 """The schedule explorer (tests/explorer.py) through membership changes: joins, graceful leaves, graph repair.
 
-CI runs a bounded set: a new id knocking in every round a join can be sponsored in (its JOIN
-step inside the run) on the small graphs, alone, with its sponsor crashing in every round before
-the JOIN step commits, and beside a seeded sample of one other fault (a crash with any partial
-last frame, a stall, a cut, a partition); every node leaving in every round, alone and beside a
-seeded sample of one other fault; every leave that splits or isolates members on lines and stars
-with graph repair on; and random deeper schedules with a join and a leave among 2-4 faults on
-graphs of 6-8. `SEEDFLOOD_EXPLORE=deep` runs every pair instead of a sample, and more random
+CI runs a bounded set on the small graphs (line, star, ring, complete, wheel, chord, 2×2 torus of
+3-5; full flooding, and one hop a step on lines and rings), asking at every step start (a knock or
+a leave is acted on there): a new id knocking at every step start whose JOIN step is in the run,
+alone, with a sample of its sponsor crashing before the JOIN step commits, and beside a seeded
+sample of one other fault (a crash with any partial last frame, a stall, a cut, a partition);
+nodes leaving at every step start, alone and beside a seeded sample of one other fault; every
+leave that splits or isolates members of a line or a star, with graph repair on; and random
+deeper schedules with one or two joins and a leave among 1-3 other faults on graphs of 6-8.
+`SEEDFLOOD_EXPLORE=deep` asks in every round, runs every pair instead of a sample, and more random
 ones. Each test prints how many schedules it explored; every one must be safe (one history, the
-evaluator's log a prefix of it), a connected part holding a strict majority of the roster it
-had to commit with must finish, and a join's checks (`join_problems`) hold.
+evaluator's log a prefix of it), a connected part holding a strict majority of the roster it had
+to commit with must finish (the join-beside-a-fault test excepts the two kinds of stuck join
+schedules the explorer found, kept as strict xfails), and a join's checks (`join_problems`) hold.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ deeper schedules with one or two joins and a leave among 1-3 other faults on gra
 `SEEDFLOOD_EXPLORE=deep` asks in every round, runs every pair instead of a sample, and more random
 ones. Each test prints how many schedules it explored; every one must be safe (one history, the
 evaluator's log a prefix of it), a connected part holding a strict majority of the roster it had
-to commit with must finish (the join-beside-a-fault test excepts the two kinds of stuck join
+to commit with must finish (the join-beside-a-fault test excepts the three kinds of stuck join
 schedules the explorer found, kept as strict xfails), and a join's checks (`join_problems`) hold.
 """
 
@@ -168,16 +168,30 @@ def test_a_join_whose_sponsor_crashes_before_the_join_step_commits_is_safe_and_t
     check(report, problems)
 
 
+def split_ballot(n: ex.Node) -> bool:
+    """Client n stopped at a step whose latest ballot it holds votes of has two possible values
+    (each could still win with the unheard voters: it can never leave that ballot)."""
+    a = n.voter.agreement
+    votes = n.voter.votes(a.through + 1)
+    last = max((v.ballot for v in votes), default=-1)
+    t = agreement.tally([v for v in votes if v.ballot == last], a.roster, a.prev, last)
+    return last > 0 and len(t.possible) > 1
+
+
 def stuck_kind(w: ex.World, out: ex.Outcome) -> str:
-    """Which of the two kinds of stuck join schedules the explorer found this one is (both kept as
-    xfail tests below), or "" for any other:
+    """Which of the three kinds of stuck join schedules the explorer found this one is (each kept
+    as an xfail test below), or "" for any other:
     - "edge": it is live once the edges a join grew that never came up are left out of the final
       graph: a member cut off from the JOIN note does not connect its edge at the link round, and
       the edge heals only once the newcomer is admitted, which needs that member's vote;
     - "spread": a part that does not finish is wider than the vote spread its quiet time was
       planned for ((delay − vote_lag) · hops, from the topology's diameter) and its clients that
       stopped had heard the vote of every member of the part: the sides leave each ballot on
-      their own votes and split it again (docs/churn-design.md, Liveness)."""
+      their own votes and split it again (docs/churn-design.md, Liveness);
+    - "split": a client of a part that does not finish stopped in a later ballot with two
+      possible values, cast while the part was not yet connected (the newcomer's edges came up
+      later): the residual case of docs/churn-design.md, Liveness (2q − n members unheard and the
+      later-ballot votes split two ways)."""
     if w._outcome(w.never_up()).live:
         return "edge"
     final, spread = w.final_graph(), w.p.hops * (w.p.delay - w.p.vote_lag)
@@ -188,6 +202,8 @@ def stuck_kind(w: ex.World, out: ex.Outcome) -> str:
             members = a.roster.members & part
             if all(members <= {v.origin for v in n.voter.votes(n.voter.agreement.through + 1)} for n in behind):
                 return "spread"
+    if any(split_ballot(w.nodes[i]) for i in out.laggards):
+        return "split"
     return ""
 
 
@@ -195,7 +211,7 @@ def test_a_join_beside_one_other_fault_is_safe_and_a_connected_majority_finishes
     """A join at each step start beside one other fault (a crash with any partial last frame, a
     stall, a cut link, a partition) in any round, a seeded sample of 6 per graph and flooding
     (every pair with SEEDFLOOD_EXPLORE=deep): one history and the join checks everywhere; a connected majority
-    finishes but in the two kinds of stuck schedules `stuck_kind` names (counted and printed)."""
+    finishes but in the three kinds of stuck schedules `stuck_kind` names (counted and printed)."""
     rnd = random.Random(20261127)
     report, problems = ex.Report(), []
     kinds: dict[str, int] = {}
@@ -242,6 +258,20 @@ def test_a_join_bridging_a_split_of_a_complete_graph_of_four_lets_the_majority_f
     own value is possible) and votes it again in the next: the ballots split 2-2 until every
     client stops. One history throughout. Expected: the connected majority finishes."""
     expect_live(ex.World(SMALL["complete4"], protocol(SMALL["complete4"]), faults), "spread")
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="a later ballot split while apart never closes")
+def test_a_join_that_reconnects_a_line_after_its_middle_crashed_lets_the_majority_finish():
+    """Found by the explorer (every pair): on a line of 3 new id 3 links to the ends 0 and 2
+    (sponsor 0); the middle node 1 crashes in the next round, its last frame reaching only node 2.
+    Nodes 0 and 2 vote ballot 0 of step 0 apart (0 lacks node 2's message: {0, 1}; 2 holds all
+    three), close it (2 of 3 heard, neither value can reach ⌈9/4⌉) and vote their own values again
+    in ballot 1 before the newcomer's edges connect them at the link round; then each value has
+    one vote and one unheard (dead) voter, enough for a majority of 2: both stay possible, nobody
+    may leave ballot 1, and every client stops. Expected: {0, 2} (two of three) and the newcomer
+    finish."""
+    faults = [ex.Fault(0, "join", 3), ex.Fault(1, "crash", 1, frozenset({2}))]
+    expect_live(ex.World(SMALL["line3"], protocol(SMALL["line3"]), faults), "split")
 
 
 @pytest.mark.xfail(

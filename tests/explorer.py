@@ -40,6 +40,23 @@ Faults (`Fault.kind`), each at a round:
   the shared hop clock), as `Churn.boundary` / `Churn.rejoin` / `Churn.link` do. A newcomer
   whose JOIN step commits without it (the note reached no voter in time) stops after applying
   that step, as `Churn.apply_committed` does (its launcher would restart it).
+- `join` (a protocol with `max_nodes`, in process): brand-new id `node` (beyond the topology)
+  knocks from that round on. The first member (lowest id) at the start of a step t that the
+  real join rule (`growth.Growth`, over the graph and roster committed through e − lag) links
+  it to if admitted at e = t + delay + 1 sponsors it as a restart's sponsor does
+  (`Churn._knocking`, `Churn._sponsor`): the catch-up, its JOIN note (incarnation 0), the
+  newcomer's edges (the rule's) at both ends; at the note's link round the newcomer and every
+  rule-linked member that holds the note and has committed e − lag connect (`Churn._grow`,
+  `Churn.link`); a member that could not grows its end when it commits e, and the edge heals
+  (in process every grown edge does). The committed step e admits it (the value's `joins`).
+- `leave` (`Churn.leave`): the node originates nothing from its next step on, hops, relays and
+  votes until it commits a step that leaves it out, then floods its LEAVE note naming the round
+  after next, runs that one goodbye exchange and closes every edge (state `left`); each
+  neighbour that got the note in the leaver's own frame closes its end before that round and
+  never heals it (`Churn._goodbye`, `Churn.unlink`).
+- graph repair (`World(..., repair=True)`, churn.repair): every client that commits a step
+  that leaves members out grows its ends of the edges `Growth.repaired` gives (the real rule
+  over the committed graph), and they heal like any grown edge (`Churn.repair`).
 - `heal` (in process, `Churn.heal` over `transport.Healing`): the links in `edges` (cut earlier)
   work again, or stalled `node` wakes and its dropped edges work again. A stall that a later
   `heal` of its node wakes is a sleep: the node runs no round (sends, hears and counts nothing)
@@ -61,6 +78,11 @@ Faults (`Fault.kind`), each at a round:
   down, as over gloo: a stall without a wake-up, a newcomer's link that did not meet); an end
   that learns of an agreed heal too late connects nothing (the real one restores its end alone
   and drops it after the late bound).
+  For membership changes: the first rule-linked member at a step start in id order sponsors a
+  new id (the real members race to claim it); a member grows its end of a newcomer's edge at the
+  link round if it holds the note and has committed e − lag then (the real one when the note
+  arrives), else when it commits e; a leaver closes its edges right after its goodbye exchange,
+  before the round its note names, as its neighbours do (nothing is exchanged in between).
 
 Checks (`Outcome`): safety — every client's applied (step, digest) list is a prefix of one
 history, and so is the evaluator's log (it follows whichever client is the attach node, each
@@ -70,6 +92,10 @@ graph has a connected part holding a strict majority of the nodes, all of its cl
 With heals the final graph is the schedule's links once every heal is in (a heal whose end
 closed before it could connect brings nothing back), and a client the finishing majority committed out while it was away
 is not expected to finish (docs/churn-design.md, Healed edges: it stops and a restart rejoins it).
+With membership changes the final graph holds every grown edge, a client that left holds none,
+and a part that did not finish must hold a strict majority of the roster R_s of the first step
+one of its clients could not commit (a join or a leave changes it only through a committed
+step, so the quorum grows and shrinks with it).
 """
 
 from __future__ import annotations
@@ -89,14 +115,17 @@ from seedflood.comm.memorywires import Faults as WireFaults
 from seedflood.core.churn.agreement import Agreement, Value, Vote, step_digest
 from seedflood.core.churn.voter import Voter
 from seedflood.core.flood.flooding import Flood
+from seedflood.core.flood.growth import Growth
 from seedflood.core.flood.membership import (
     JOIN,
+    LEAVE,
     VOTE,
     ExcludedError,
     MembershipError,
     Note,
     check_admitted,
     join_note,
+    leave_note,
 )
 from seedflood.core.flood.message import FrameError, Message
 from seedflood.core.flood.protocol import Protocol, schedule
@@ -130,8 +159,9 @@ def graphs(max_nodes: int = 5) -> dict[str, nx.Graph]:
     return out
 
 
-def protocol_for(g: nx.Graph, steps: int, hops: int = 0, settle: int = 1) -> Protocol:
-    """The churn protocol a run on `g` would use (full flooding unless `hops`), K = 1."""
+def protocol_for(g: nx.Graph, steps: int, hops: int = 0, settle: int = 1, max_nodes: int = 0) -> Protocol:
+    """The churn protocol a run on `g` would use (full flooding unless `hops`), K = 1; with
+    `max_nodes` (churn.max_nodes) new ids N..max_nodes-1 may join."""
     diameter = nx.diameter(g)
     hops = hops or max(1, diameter)
     vote_lag, delay = schedule(diameter, hops, settle=settle)
@@ -151,13 +181,14 @@ def protocol_for(g: nx.Graph, steps: int, hops: int = 0, settle: int = 1) -> Pro
         step_window=64,
         settle=settle,
         vote_lag=vote_lag,
+        max_nodes=max_nodes,
     )
 
 
 @dataclass(frozen=True)
 class Fault:
     round: int
-    kind: str  # crash | stall | cut | heal | restart | equivocate | double | bogus | mute | split
+    kind: str  # crash | stall | cut | heal | restart | join | leave | equivocate | double | bogus | mute | split
     node: int = -1
     reach: frozenset[int] = frozenset()
     edges: frozenset[Edge] = frozenset()
@@ -199,7 +230,7 @@ class Node:
     waited: int = 0
     joined_at: int = 0
     linger: int = -1  # hops still to run after the last step was applied (-1: not draining yet)
-    state: str = "run"  # run | asleep (a stall a heal wakes) | done | stopped | dead
+    state: str = "run"  # run | asleep (a stall a heal wakes) | parting | left | done | stopped | dead
     why: str = ""
     applied: list[tuple[int, int]] = field(default_factory=list)  # (step, digest)
     history: list[tuple[int, list[Message]]] = field(default_factory=list)
@@ -208,14 +239,20 @@ class Node:
     heals: bool = False  # its down edges may heal (a world with heals: the in-process transport)
     excluded: bool = False  # stopped because the others committed a step without it
     heal_by: int = -1  # past its patience where edges heal: the waited count it stops at
+    leaving: bool = False  # asked to leave gracefully (`Churn.leave`): originates nothing more
+    grown: set[int] = field(default_factory=set)  # neighbours beyond the topology's (a join's, a repair's)
+    grew_through: int = -1  # committed steps whose joins and repairs grew its edges
+    unlink: dict[int, int] = field(default_factory=dict)  # leaving neighbour -> round its edge closes before
+    parted: set[int] = field(default_factory=set)  # neighbours that left gracefully: never healed
 
     def __post_init__(self) -> None:
         p = self.protocol
         seal = signing(self.i) if self.signed else None
         self.flood = Flood(
-            self.i, self.peers, range(p.n_origins), 1, None, p.step_window, tolerate_conflicts=True, signing=seal
+            self.i, self.peers, range(p.ids), 1, None, p.step_window, tolerate_conflicts=True, signing=seal
         )
-        self.voter = Voter(p, self.flood, Agreement(self.i, p.n_origins, 1, self.incarnation), lambda _: None)
+        a = Agreement(self.i, p.ids, 1, self.incarnation, roster=p.roster())
+        self.voter = Voter(p, self.flood, a, lambda _: None)
 
     @property
     def running(self) -> bool:
@@ -224,7 +261,7 @@ class Node:
     def begin_round(self) -> None:
         """Originate this client's message if this round is the first hop of a step it makes."""
         p = self.protocol
-        if self.hop == 0 and self.joined_at <= self.t < p.steps:
+        if self.hop == 0 and self.joined_at <= self.t < p.steps and not self.leaving:
             seed = p.seed(self.i, self.t, 0)
             self.flood.originate([Message.make(self.i, self.t, seed, float(self.i + 1), 0)])
 
@@ -256,6 +293,11 @@ class Node:
                 self.history.append((last, msgs))
                 check_admitted(self.i, last, self.joined_at, self.voter.agreement.roster)  # as Churn does
         except MembershipError as e:
+            a = self.voter.agreement
+            if self.leaving and isinstance(e, ExcludedError) and self.i not in a.roster.members:
+                # its leave committed (`Churn.agree`): the goodbye exchange comes next (the world)
+                self.state, self.why = "parting", f"node {self.i} left at step {a.through}"
+                return
             self.state, self.why, self.excluded = "stopped", str(e), isinstance(e, ExcludedError)
             return
         self.waited, self.heal_by = 0, -1
@@ -294,14 +336,29 @@ FAULTY = ("equivocate", *BYZANTINE)
 """Fault kinds whose node the liveness check leaves out (the others finish without it)."""
 
 
+MEMBERSHIP = ("join", "leave")
+"""Fault kinds that change the roster through a committed step (in process: edges heal there)."""
+
+
 class World:
-    def __init__(self, g: nx.Graph, protocol: Protocol, faults: Sequence[Fault] = (), signed: bool = False) -> None:
-        self.g = g
+    def __init__(
+        self, g: nx.Graph, protocol: Protocol, faults: Sequence[Fault] = (), signed: bool = False, repair: bool = False
+    ) -> None:
+        self.base = g  # the starting topology (the founders' edges)
+        self.g = nx.Graph(g)  # every link there ever was: the topology, a join's and a repair's edges
         self.p = protocol
         self.signed = signed
         self.faults = sorted(faults, key=lambda f: f.round)
         if not signed and any(f.kind in BYZANTINE for f in self.faults):
             raise ValueError("a lying voter needs a signed world (its lies are its own signed votes)")
+        joins = [f.node for f in self.faults if f.kind == "join"]
+        if any(not g.number_of_nodes() <= j < protocol.ids for j in joins) or len(set(joins)) < len(joins):
+            raise ValueError(f"joins {joins}: each a new id once, in {g.number_of_nodes()}..{protocol.ids - 1}")
+        base = {i: sorted(g.neighbors(i)) for i in g.nodes}
+        self.growth = Growth.of(base, protocol.delay, repair=repair) if joins or repair else None
+        self.sponsored: dict[int, tuple[int, int, int]] = {}  # new id -> (sponsor, round, JOIN step)
+        self.parted_by: dict[int, set[int]] = {}  # leaver -> the neighbours its LEAVE note reached
+        self.linked: list[tuple[int, Edge]] = []  # (round, link) of each rejoin or join edge that connected
         self.links: set[Edge] = {edge(a, b) for a, b in g.edges}  # working links
         self.nodes = {i: Node(i, protocol, sorted(g.neighbors(i)), signed=signed) for i in g.nodes}
         self.doubled: dict[int, int] = {}  # double voter -> first step whose vote went out two ways
@@ -312,7 +369,9 @@ class World:
         self.error = ""
         self.round = 0  # the round being run: the shared hop clock
         self.lied: set[int] = set()  # equivocating nodes whose frame did carry another copy
-        self.healing = any(f.kind == "heal" for f in self.faults)  # links heal (in process)
+        # links heal (in process): a heal, or a join's or a repair's edges (in process only)
+        self.healing = any(f.kind in ("heal", "join") for f in self.faults) or repair
+        self.membership = repair or any(f.kind in MEMBERSHIP for f in self.faults)
         self.wires = Wires({i: sorted(g.neighbors(i)) for i in g.nodes}, 1.0, WireFaults())  # heal negotiation
         self.mend: set[Edge] = set()  # links a heal brought back: they heal whenever both ends ask
         self.closed_at: dict[int, int] = {}  # node -> round its client exited or stopped
@@ -347,19 +406,27 @@ class World:
             return
         sponsors = [
             self.nodes[u]
-            for u in sorted(self.g.neighbors(v))
-            if self.nodes[u].running and u in self.nodes[u].voter.agreement.roster.members and self.nodes[u].linger < 0
+            for u in sorted(self._adj(v))
+            if self.nodes[u].running
+            and u in self.nodes[u].voter.agreement.roster.members
+            and self.nodes[u].linger < 0
+            and not self.nodes[u].leaving
         ]
         if not sponsors or v in sponsors[0].voter.agreement.roster.members:
             if sponsors:  # its old incarnation still counts: the sponsor waits (Churn.boundary)
                 self._retry.append(v)
             return
-        s = sponsors[0]
-        p = self.p
-        inc = old.incarnation + 1
-        n = Node(v, p, [], incarnation=inc, signed=self.signed)
-        n.heals = old.heals
         self.wires.faults.dead.pop(v, None)
+        n = self._admit(sponsors[0], v, old.incarnation + 1)
+        n.heals, n.grown = old.heals, set(old.grown)
+
+    def _admit(self, s: Node, v: int, inc: int) -> Node:
+        """Sponsor `s` catches up node v (incarnation `inc`), as `Churn._sponsor` / `Churn.catch_up` /
+        `Churn.rejoin` do without the bytes: every decided step, the held messages and notes (an
+        earlier life's LEAVE notes dropped), its JOIN note for e = t + delay + 1 flooded by `s`,
+        whose edges connect (delay + 1) · hops rounds later (`_connect_joiners`)."""
+        p = self.p
+        n = Node(v, p, [], incarnation=inc, signed=self.signed)
         self.wires.faults.incarnations[v] = inc
         a = n.voter.agreement
         for step, msgs in s.history:
@@ -368,24 +435,88 @@ class World:
         n.history = list(s.history)
         n.flood.applied_through = len(s.history) - 1
         n.voter.logged = len(s.history)
+        n.grew_through = a.through
         msgs, notes = s.flood.held_items()
         n.flood.restore(msgs)
         e = s.t + p.delay + 1
         link = self.round + p.hops * (p.delay + 1)
-        n.flood.originate_notes(notes)
+        n.flood.originate_notes([x for x in notes if x.kind != LEAVE])
         s.flood.originate_notes([join_note(e, v, inc, link)])
         n.t, n.hop, n.joined_at = s.t, 0, e
         self.nodes[v] = n
         self.links.add(edge(v, s.i))
+        self.linked.append((self.round, edge(v, s.i)))
         n.flood.add_peer(s.i)
         s.flood.add_peer(v)
         self._joining.append((v, e, link))
+        return n
+
+    def _adj(self, i: int) -> set[int]:
+        """Node i's neighbours as its own transport knows them: the topology's, and the edges a
+        join or a repair grew at its end (`Churn._grow`, `Churn.repair`)."""
+        own = set(self.base.neighbors(i)) if i in self.base else set()
+        return own | (self.nodes[i].grown if i in self.nodes else set())
+
+    def _grow(self, n: Node, q: int) -> None:
+        """n adds its end of the edge n–q (`transport.Growing.grow`): a link of the world now, down
+        until a meeting or a heal connects it."""
+        if q == n.i or q in self._adj(n.i):
+            return
+        n.grown.add(q)
+        self.g.add_edge(n.i, q)
+        self.mend.add(edge(n.i, q))
+
+    def _sponsor_newcomers(self) -> None:
+        """Before this round: each new id knocking is claimed by the first member (lowest id) at the
+        start of a step t that the join rule links it to if admitted at e = t + delay + 1
+        (`Churn._knocking`: it has committed step e − lag), which catches it up (`_admit`); every
+        rule-linked member at a step's start grows its end, the newcomer its own edges."""
+        g, p = self.growth, self.p
+        for j in list(self._knocking):
+            for n in (self.nodes[i] for i in sorted(self.nodes)):
+                a = n.voter.agreement
+                if not (n.running and n.hop == 0 and n.linger < 0 and n.joined_at <= n.t < p.steps) or n.leaving:
+                    continue
+                if n.i not in a.roster.members or a.roster.incarnations.get(n.i, a.incarnation) != a.incarnation:
+                    continue
+                e = n.t + p.delay + 1
+                if g is None or a.through < e - g.lag or n.i not in g.edges(j, e, a.roster.changes):
+                    continue
+                self._grow(n, j)
+                self._knocking.remove(j)  # the first claims it
+                new = self._admit(n, j, 0)
+                new.heals = True
+                self.sponsored[j] = (n.i, self.round, e)
+                for q in g.edges(j, e, new.voter.agreement.roster.changes):
+                    self._grow(new, q)
+                break
+
+    def _grow_committed(self, n: Node) -> None:
+        """After n's round: the edges n's newly committed steps give its end (`Churn.agree`): a
+        new id each admitted (the join rule over the committed graph), and with repair the edges
+        a step that leaves members out adds (`Growth.repaired`). Each heals like a down edge."""
+        g, a = self.growth, n.voter.agreement
+        if g is None:
+            return
+        for s in sorted(x for x in a.roster.changes if n.grew_through < x <= a.through):
+            change = a.roster.changes[s]
+            for j, _ in change.join:
+                if g.new(j):
+                    edges = g.edges(j, s, a.roster.changes)
+                    for q in edges if n.i == j else [j] if n.i in edges else []:
+                        self._grow(n, q)
+            if change.leave and n.i in a.roster.members:
+                for x, y in g.repaired(a.roster.changes, s):
+                    if n.i in (x, y):
+                        self._grow(n, y if x == n.i else x)
+        n.grew_through = a.through
 
     def _connect_joiners(self) -> None:
         """At the round its JOIN note names, a newcomer and each neighbour connect their edge,
         where both ends' rules agree (`Churn.link`: the newcomer connects its member
         neighbours, a member connects the newcomer if it holds the note), whatever steps they
-        are at or wait in."""
+        are at or wait in. A member links a new id only where it grew that edge: it held the note
+        having committed step e − lag (`Churn._grow`), else the edge heals once it commits e."""
         for v, e, link in list(self._joining):
             if self.round < link:
                 continue
@@ -393,22 +524,40 @@ class World:
             n = self.nodes[v]
             if not n.running:
                 continue
-            for u in sorted(self.g.neighbors(v)):
+            for u in sorted(self._adj(v)):
                 m = self.nodes[u]
+                held = any(j.origin == v for j in m.flood.notes(e, JOIN))
+                if held and self.growth is not None and self.growth.new(v) and v not in self._adj(u):
+                    if m.running and m.voter.agreement.through >= e - self.growth.lag:
+                        self._grow(m, v)
                 if (
                     m.running
+                    and v in self._adj(u)
                     and u not in n.flood.peers
                     and u in n.voter.agreement.roster.members
                     and u in m.voter.agreement.roster.members
-                    and any(j.origin == v for j in m.flood.notes(e, JOIN))
+                    and held
                     and self._cut_ok(u, v)
                 ):
                     self.links.add(edge(u, v))
+                    self.linked.append((self.round, edge(u, v)))
                     n.flood.add_peer(u)
                     m.flood.add_peer(v)
 
     def _cut_ok(self, a: int, b: int) -> bool:
         return edge(a, b) not in self._cut
+
+    def _unlink(self) -> None:
+        """Before this round: each client closes its edge to a leaving neighbour whose LEAVE note
+        (in that neighbour's own frame) names this round or an earlier one (`Churn.unlink`)."""
+        for n in self.nodes.values():
+            for q in sorted(q for q, at in n.unlink.items() if at <= self.round):
+                del n.unlink[q]
+                n.parted.add(q)
+                self.mend.discard(edge(n.i, q))
+                if q in n.flood.peers:
+                    self.links.discard(edge(n.i, q))
+                    n.flood.drop_peer(q)
 
     # -- heals ---------------------------------------------------------------------------------
     def _down(self, n: Node) -> dict[int, int | None]:
@@ -420,8 +569,8 @@ class World:
             return {}
         return {
             q: roster.incarnations.get(q)
-            for q in sorted(self.g.neighbors(n.i))
-            if q in roster.members and q not in n.flood.peers and q not in n.heal_at
+            for q in sorted(self._adj(n.i))
+            if q in roster.members and q not in n.flood.peers and q not in n.heal_at and q not in n.parted
         }
 
     def _heal(self) -> None:
@@ -480,12 +629,15 @@ class World:
         self._cut: set[Edge] = set()
         self._joining: list[tuple[int, int, int]] = []  # (newcomer, JOIN step, link round)
         self._retry: list[int] = []  # restarts waiting for the old incarnation to leave
+        self._knocking: list[int] = []  # new ids waiting for a sponsor
         crashing: dict[int, frozenset[int]] = {}
         lying: dict[int, frozenset[int]] = {}
         voting: dict[int, Fault] = {}  # lying voters, from their round on
         for r in range(limit):
             self.round = r
-            if not any(n.running or (n.state == "asleep" and pending) for n in self.nodes.values()):
+            if not any(
+                n.running or n.state == "parting" or (n.state == "asleep" and pending) for n in self.nodes.values()
+            ):
                 break
             crashing.clear()
             lying.clear()
@@ -508,16 +660,23 @@ class World:
                     self._mend(f)
                 elif f.kind == "restart":
                     self._restart(f.node)
+                elif f.kind == "join":
+                    self._knocking.append(f.node)
+                elif f.kind == "leave" and self.nodes[f.node].running:
+                    self.nodes[f.node].leaving = True
             retry, self._retry = self._retry, []
             for v in retry:
                 self._restart(v)
+            self._unlink()
+            self._sponsor_newcomers()
             self._connect_joiners()
             if self.healing:
                 self._heal()
             running = [n for n in self.nodes.values() if n.running]
+            parting = [n for n in self.nodes.values() if n.state == "parting"]  # its goodbye exchange
             for n in running:
                 n.begin_round()
-            sent = {n.i: n.flood.outbox() for n in running}
+            sent = {n.i: n.flood.outbox() for n in running + parting}
             for v, reach in crashing.items():  # the last frame reaches only some neighbours
                 sent[v] = {p_: items for p_, items in sent[v].items() if p_ in reach}
             for v, reach in lying.items():  # another copy of its own messages to some neighbours
@@ -530,10 +689,16 @@ class World:
             for v, f in voting.items():  # its own votes, as the fault says
                 if v in sent and self.nodes[v].running:
                     sent[v] = self._lie(self.nodes[v], f, sent[v])
-            for n in running:
+            for n in running + parting:
                 for src, out in sent.items():
                     if n.i in out and src in n.flood.peers:
-                        n.flood.receive(src, out[n.i])
+                        for item in n.flood.receive(src, out[n.i]):
+                            if isinstance(item, Note) and item.kind == LEAVE and item.origin == src:
+                                n.unlink[src] = item.value  # only the leaver's own frame closes its edge
+                                self.parted_by.setdefault(src, set()).add(n.i)
+            for n in parting:  # the goodbye went out: it closes every edge (not a failure)
+                n.state = "left"
+                self._isolate(n.i)
             for v in crashing:
                 self.nodes[v].state = "dead"
                 self.wires.faults.dead[v] = "crashed"
@@ -543,8 +708,12 @@ class World:
                     before = len(n.applied)
                     n.end_round()
                     self._push(n, before)
-            for n in self.nodes.values():  # a client that exited or stopped closes its edges
-                if n.state in ("done", "stopped") and n.i not in self.wires.closed:
+                    if n.state == "parting":  # `Churn._goodbye`: its LEAVE note, closing before round r + 2
+                        n.flood.originate_notes([leave_note(n.voter.agreement.through, n.i, r + 2)])
+                    elif n.state in ("run", "done"):
+                        self._grow_committed(n)
+            for n in self.nodes.values():  # a client that exited, stopped or left closes its edges
+                if n.state in ("done", "stopped", "left") and n.i not in self.wires.closed:
                     self.wires.closed.add(n.i)
                     self.closed_at[n.i] = r
                 if n.state in ("done", "stopped") and any(edge(n.i, u) in self.links for u in self.g.neighbors(n.i)):
@@ -581,7 +750,7 @@ class World:
         for s in range(self.p.steps):
             for v in n.voter.votes(s):
                 if v.origin == peer:
-                    mine = Vote(v.step, v.ballot, n.i, n.incarnation, v.value).note(self.p.n_origins)
+                    mine = Vote(v.step, v.ballot, n.i, n.incarnation, v.value).note(self.p.ids)
                     if (n.i, peer, mine) not in self._told:
                         self._told.add((n.i, peer, mine))
                         out.append(n.flood.signing.seal(mine))
@@ -589,8 +758,8 @@ class World:
 
     def _signed_vote(self, n: Node, note: Note, other: callable) -> Note:
         """Note's vote with another value (`other(value, step)`), signed anew by its origin."""
-        vote = Vote.of(note, self.p.n_origins)
-        lie = dataclasses.replace(vote, value=other(vote.value, vote.step)).note(self.p.n_origins)
+        vote = Vote.of(note, self.p.ids)
+        lie = dataclasses.replace(vote, value=other(vote.value, vote.step)).note(self.p.ids)
         assert n.flood.signing is not None
         return n.flood.signing.seal(lie)
 
@@ -610,7 +779,25 @@ class World:
         except FrameError as e:
             self.error = str(e)
 
-    def _outcome(self) -> Outcome:
+    def final_graph(self, drop: Iterable[Edge] = ()) -> nx.Graph:
+        """The graph liveness is judged on: the clients still there (not dead, left, lying or, with
+        heals, committed out while away) and the links no fault took, less `drop`."""
+        final = nx.Graph()
+        liars = {f.node for f in self.faults if f.kind in FAULTY}
+        final.add_nodes_from(i for i, n in self.nodes.items() if n.state not in ("dead", "left") and i not in liars)
+        if self.healing:  # a client committed out while it was away stops (a restart rejoins it)
+            final.remove_nodes_from(self._committed_out())
+        gone = {edge(*e) for e in drop}
+        final.add_edges_from(e for e in self._final_links() if all(x in final for x in e) and e not in gone)
+        return final
+
+    def never_up(self) -> set[Edge]:
+        """The edges a join grew that never connected (no link round, no heal brought them up)."""
+        founders = self.base.number_of_nodes()
+        grown = {edge(a, b) for a, b in self.g.edges if max(a, b) >= founders}
+        return grown - {e for _, e in self.linked} - {e for _, e in self.healed}
+
+    def _outcome(self, drop: Iterable[Edge] = ()) -> Outcome:
         hist = {i: n.applied for i, n in self.nodes.items()}
         longest = max(hist.values(), key=len)
         problem = ""
@@ -622,15 +809,10 @@ class World:
         if not problem and self.error:
             problem = f"the evaluator refused a step: {self.error}"
         safe = not problem
-        final = nx.Graph()
-        liars = {f.node for f in self.faults if f.kind in FAULTY}
-        final.add_nodes_from(i for i, n in self.nodes.items() if n.state != "dead" and i not in liars)
-        if self.healing:  # a client committed out while it was away stops (a restart rejoins it)
-            final.remove_nodes_from(self._committed_out())
-        final.add_edges_from(e for e in self._final_links() if all(x in final for x in e))
+        final = self.final_graph(drop)
         live, lag = True, set()
         for part in nx.connected_components(final):
-            if 2 * len(part) > len(self.nodes):
+            if self._majority(part):
                 laggards = [i for i in sorted(part) if self.nodes[i].state != "done"]
                 if laggards:
                     live = False
@@ -663,7 +845,7 @@ class World:
         cut: set[Edge] = set()
         stalled: set[Edge] = set()
         dead: set[Edge] = set()  # a crashed or lying node's links: no heal brings them back
-        for f in self.faults:
+        for f in (f for f in self.faults if f.kind not in MEMBERSHIP):  # a leaver holds no node of `final`
             links = {edge(a, b) for a, b in f.edges} or {edge(f.node, u) for u in self.g.neighbors(f.node)}
             if f.kind in ("crash", *FAULTY):
                 dead |= links
@@ -679,6 +861,18 @@ class World:
                 back -= cut  # a woken node's cut links stay cut
                 stalled -= back
         return [edge(a, b) for a, b in self.g.edges if edge(a, b) not in cut | stalled | dead]
+
+    def _majority(self, part: set[int]) -> bool:
+        """The connected part holds a strict majority: of every client, or with membership
+        changes of the roster its least advanced client that did not finish had to commit the
+        next step with (R_s: a join or a leave changes it only through a committed step)."""
+        if not self.membership:
+            return 2 * len(part) > len(self.nodes)
+        behind = [self.nodes[i].voter.agreement for i in part if self.nodes[i].state != "done"]
+        if not behind:
+            return False  # every client of it finished
+        roster = min(behind, key=lambda a: a.through).roster.members
+        return 2 * len(part & roster) > len(roster)
 
     def _committed_out(self) -> set[int]:
         """The clients that stopped and the finishing majority's last roster leaves out."""
@@ -780,6 +974,21 @@ def lying_voters(g: nx.Graph, rounds: int) -> Iterator[list[Fault]]:
             for k in range(1, len(peers)):
                 for reach in itertools.combinations(peers, k):
                     yield [Fault(r, "double", v, frozenset(reach))]
+
+
+def joins(g: nx.Graph, rounds: int, every: int = 1) -> Iterator[list[Fault]]:
+    """A new id (the first beyond the topology's) knocking in every `every`-th round of
+    0..rounds-1 (a knock is acted on at a step's start: with `every` = hops, every step start)."""
+    for r in range(0, rounds, every):
+        yield [Fault(r, "join", g.number_of_nodes())]
+
+
+def leaves(g: nx.Graph, rounds: int, every: int = 1) -> Iterator[list[Fault]]:
+    """Each node asked to leave gracefully in every `every`-th round of 0..rounds-1 (a leave
+    takes effect at the leaver's next step start: with `every` = hops, every step start)."""
+    for r in range(0, rounds, every):
+        for v in sorted(g.nodes):
+            yield [Fault(r, "leave", v)]
 
 
 def pairs(g: nx.Graph, rounds: int) -> Iterator[list[Fault]]:

@@ -102,7 +102,7 @@ class Churn:
         self._deferred: set[int] = set()  # restarted neighbours still members under their old incarnation
         self._links: dict[int, list[Note]] = {}  # hop index -> JOIN notes whose edges connect then
         self.healer = transport if isinstance(transport, Healing) else None
-        """The transport, where its down edges heal (in memory; gloo edges do not yet)."""
+        """The transport, where its down edges heal (in memory and over gloo: both are `Healing`)."""
         self._heal_at: dict[int, int] = {}  # peer -> the exchange index its healed edge connects at
         self._alone: int | None = None  # graph repair: the hop clock held while this client has no edge (`heal`)
         self.leaving = False

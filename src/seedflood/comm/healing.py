@@ -9,17 +9,21 @@ connect right before one exchange index or neither does.
 
 Store keys, per edge a < b and the incarnations (ia, ib) both ends must run as (a restart is a
 new key space, so an edge never heals into a process as its old incarnation):
-  seedflood/heal/{a}-{b}/{ia}-{ib}/ask     b's hop clock as it last asked (b is asking)
-  seedflood/heal/{a}-{b}/{ia}-{ib}/deal    "{round}:{state}:{at}": state p (a proposed index
-                                           at), a (b accepted it) or w (a withdrew it)
+  seedflood/heal/{a}-{b}/{ia}-{ib}/ask/{node}  node's hop clock as it last asked (it is asking)
+  seedflood/heal/{a}-{b}/{ia}-{ib}/deal        "{round}:{state}:{at}:{by}": state p (node `by`
+                                               proposed index at), a (the other end accepted it)
+                                               or w (`by` withdrew it)
   seedflood/edge/{a}-{b}/{ia}-{ib}/heal-{round}/...   the healed edge's gloo rendezvous
-The rule: a (the lower id) proposes round r + 1 at max(its clock, b's posted clock) + HEAL_AHEAD,
-by compare_set over the deal it saw; b accepts (compare_set p -> a) only while its own clock is
-below the index; a withdraws (within the same compare_set as its next proposal) once its clock or
-b's posted one reached the index untaken, or before its clock jumps past it (`settle`). Each side
-starts building the round's group in a thread as soon as it knows the deal is accepted, and
-installs it right before the agreed exchange (`take`). Store traffic: a few round trips per hop
-per down edge, none while every edge is up.
+The rule, at each ask: post this end's clock; take the other end's proposal (compare_set p -> a)
+only while this clock is below its index; else, once the other end asks, propose round r + 1 at
+max(both clocks) + HEAL_AHEAD by compare_set over the deal seen, which replaces (withdraws) an
+open proposal that can no longer be taken (its index reached by either clock), so a withdrawal
+and an acceptance exclude each other; a proposal is also withdrawn before this end's clock jumps
+past it (`settle`). Whichever end asks more often (one with no edge hops every few ms) proposes
+first, so the other takes it at its next exchange. Each side starts building the round's group in
+a thread as soon as it knows the deal is accepted, and installs it right before the agreed
+exchange (`take`). Store traffic: a few round trips per hop per down edge, none while every edge
+is up.
 
 Assumes: one thread drives it (the builds use store clones of their own); both ends share the
 store, the inline size and the heartbeat timeout; the caller turns a store error into store_gone.
@@ -42,9 +46,9 @@ from seedflood.core.flood.transport import LATE_FACTOR
 
 log = logging.getLogger(__name__)
 
-HEAL_AHEAD = 4
-"""A heal's exchange index is this many past both clocks as last seen: b posts its clock and
-reads the deal at one of its next asks (in memory, where both happen under one lock, 2)."""
+HEAL_AHEAD = 2
+"""A heal's exchange index is this many past both clocks as last seen: the other end reads the
+proposal at its next ask, one exchange after the clock it posted (memorywires.HEAL_AHEAD too)."""
 MAX_BACKOFF = 6
 """After k builds in a row failed with a peer (a link that carries the store's traffic but not
 the edge's, as a cut between two hosts), this end asks again only HEAL_AHEAD × 2^min(k, 6)
@@ -70,16 +74,20 @@ class Deal:
     round: int
     state: str  # "p" proposed, "a" accepted, "w" withdrawn
     at: int  # the exchange index both ends connect right before
+    by: int  # the node that proposed it
 
     def __str__(self) -> str:
-        return f"{self.round}:{self.state}:{self.at}"
+        return f"{self.round}:{self.state}:{self.at}:{self.by}"
 
     @classmethod
     def parse(cls, value: str | bytes | None) -> Deal | None:
         if value is None:
             return None
-        r, state, at = (value.decode() if isinstance(value, bytes) else value).split(":")
-        return cls(int(r), state, int(at))
+        r, state, at, by = (value.decode() if isinstance(value, bytes) else value).split(":")
+        return cls(int(r), state, int(at), int(by))
+
+    def to(self, state: str) -> Deal:
+        return Deal(self.round, state, self.at, self.by)
 
 
 @dataclass
@@ -164,7 +172,7 @@ class Heals:
         self.inline = inline
         self._builds: dict[int, _Build] = {}  # peer -> the agreed heal's build
         self._open: dict[int, _Open] = {}  # peer -> this end's proposal not taken yet
-        self._rounds: dict[str, int] = {}  # heal_key -> the round this end (the lower id) proposed last
+        self._rounds: dict[str, int] = {}  # heal_key -> the round this end proposed last
         self._failed: dict[int, int] = {}  # peer -> healed edges to it not built, in a row
         self._quiet: dict[int, int] = {}  # peer -> the exchange before which this end does not ask (backoff)
 
@@ -184,7 +192,7 @@ class Heals:
         if hop < self._quiet.get(peer, 0) or not self.healable(peer, incarnation):
             return None
         key = heal_key(self.node, self.incarnation, peer, incarnation or 1)
-        deal = self._accept(key, hop) if self.node > peer else self._propose(peer, incarnation, key, hop)
+        deal = self._negotiate(peer, incarnation, key, hop)
         return None if deal is None else self._agreed(peer, incarnation, deal)
 
     def settle(self) -> dict[int, int]:
@@ -200,9 +208,8 @@ class Heals:
             if o.deal.at > jump:
                 continue
             del self._open[peer]
-            withdrawn = Deal(o.deal.round, "w", o.deal.at)
-            got = Deal.parse(self.store.compare_set(f"{o.key}/deal", str(o.deal), str(withdrawn)))
-            if got == Deal(o.deal.round, "a", o.deal.at):
+            got = Deal.parse(self.store.compare_set(f"{o.key}/deal", str(o.deal), str(o.deal.to("w"))))
+            if got == o.deal.to("a"):
                 out[peer] = self._agreed(peer, o.incarnation, got)
         return out
 
@@ -218,34 +225,28 @@ class Heals:
         )
         return deal.at
 
-    def _accept(self, key: str, hop: int) -> Deal | None:
-        """The higher id: post this clock, and take a proposal still ahead of it."""
-        self.store.set(f"{key}/ask", str(hop))
-        deal = Deal.parse(peek(self.store, f"{key}/deal"))
-        if deal is None or deal.state != "p" or hop >= deal.at:
-            return None
-        taken = Deal(deal.round, "a", deal.at)
-        if Deal.parse(self.store.compare_set(f"{key}/deal", str(deal), str(taken))) != taken:
-            return None  # withdrawn meanwhile
-        return taken
-
-    def _propose(self, peer: int, incarnation: int | None, key: str, hop: int) -> Deal | None:
-        """The lower id: the deal once the peer took this end's proposal; else (re)propose ahead
-        of both clocks when none is open or the open one can no longer be taken (withdrawing it
-        in the same compare_set)."""
+    def _negotiate(self, peer: int, incarnation: int | None, key: str, hop: int) -> Deal | None:
+        """Post this clock; take the peer's proposal while it is ahead of it; else learn that the
+        peer took this end's, or (re)propose ahead of both clocks when no proposal is open or the
+        open one can no longer be taken (replacing it in the same compare_set, so a withdrawal and
+        an acceptance exclude each other)."""
+        self.store.set(f"{key}/ask/{self.node}", str(hop))
         seen = peek(self.store, f"{key}/deal")
         deal = Deal.parse(seen)
-        theirs = peek(self.store, f"{key}/ask")
-        mine = deal if deal is not None and deal.round == self._rounds.get(key, 0) else None
-        if mine is not None and mine.state == "a" and hop <= mine.at:
-            return mine
-        open_ = mine is not None and mine.state == "p"
-        if mine is not None and open_ and hop < mine.at and (theirs is None or int(theirs) < mine.at):
-            return None  # open, still takeable
+        theirs = peek(self.store, f"{key}/ask/{peer}")
+        late = theirs is not None and deal is not None and int(theirs) >= deal.at  # the peer can no longer take it
+        if deal is not None and deal.by == self.node and deal.round == self._rounds.get(key):
+            if deal.state == "a" and hop <= deal.at:
+                return deal  # the peer took it
+            if deal.state == "p" and hop < deal.at and not late:
+                return None  # open, still takeable
+        elif deal is not None and deal.state == "p" and hop < deal.at:  # the peer's, still ahead of this clock
+            taken = deal.to("a")
+            return taken if Deal.parse(self.store.compare_set(f"{key}/deal", str(deal), str(taken))) == taken else None
         if theirs is not None:
-            new = Deal((deal.round if deal else 0) + 1, "p", max(hop, int(theirs)) + HEAL_AHEAD)
-        elif mine is not None and open_:  # its index reached and the other end not asking
-            new = Deal(mine.round, "w", mine.at)
+            new = Deal((deal.round if deal else 0) + 1, "p", max(hop, int(theirs)) + HEAL_AHEAD, self.node)
+        elif deal is not None and deal.by == self.node and deal.state == "p":  # its index reached, nobody asking
+            new = deal.to("w")
         else:
             return None
         got = Deal.parse(self.store.compare_set(f"{key}/deal", seen or "", str(new)))
@@ -255,8 +256,9 @@ class Heals:
                 self._rounds[key] = new.round
                 self._open[peer] = _Open(key, incarnation, new)
             return None
-        if got is not None and got.state == "a" and got.round == self._rounds.get(key, 0) and hop <= got.at:
-            return got  # the peer took the open proposal just before it was withdrawn
+        if got is not None and got.by == self.node and got.round == self._rounds.get(key):
+            if got.state == "a" and hop <= got.at:
+                return got  # the peer took the open proposal just before it was replaced
         return None
 
     def take(self, peer: int) -> Edge | str:

@@ -21,7 +21,7 @@ client stops as a minority. (With 0 and 2 left running, the four edges heal some
 apart, and a part of three that healed first may commit the step whose messages from the fourth
 it missed without it: this test failed so 2 runs in 4, one client committed out. Waking all four
 together lands the heals within a few exchanges of each other, well inside the steps a vote
-takes: 9 runs in 9 passed.)
+takes: 16 runs in 16 passed.)
 """
 
 from __future__ import annotations

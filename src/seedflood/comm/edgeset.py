@@ -4,8 +4,10 @@ Owns `EdgeSet`, the base of links.EdgeTransport: its state (the connected edges,
 incarnations, lost peers, the pushes in flight) and every change to the edge set: `connect`
 (concurrent meetings, one thread per peer, rendezvous.link), `poll` (between steps: answer
 neighbours and the evaluator waiting to connect), `revived` / `claim` / `sponsor` (a restarted
-neighbour and the sponsor handshake, docs/churn-design.md, Rejoin across processes), `drop` and
-`take_lost`. What travels over the edges (hops, pushes, blobs, close) is links.py's.
+neighbour and the sponsor handshake, docs/churn-design.md, Rejoin across processes), `healable` /
+`heal` / `restore` (a `transport.Healing`: a down edge between live processes comes back at an
+exchange index both ends agreed on, healing.Heals; docs/churn-design.md, Healed edges), `drop`
+and `take_lost`. What travels over the edges (hops, pushes, blobs, close) is links.py's.
 
 Store calls: the set's own (between steps) go through bounded.BoundedStore, so a store whose host
 stopped answering costs timeout_s once and is then known gone (`store_gone`: edges still work,
@@ -21,7 +23,7 @@ import logging
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 
 import torch
@@ -30,6 +32,7 @@ import torch.distributed as dist
 from seedflood.comm.bounded import BoundedStore, bounded
 from seedflood.comm.edge import Edge, who
 from seedflood.comm.framing import device, reason
+from seedflood.comm.healing import Heals
 from seedflood.comm.rendezvous import (
     MIN_BUILD_S,
     Attempt,
@@ -136,6 +139,7 @@ class EdgeSet:
         for p in self.neighbours:  # what exists now is not a restart (connect refreshes these)
             self._seen[p] = incarnation_of(self.store, p)
         self.in_flight: deque[tuple[dist.Work, torch.Tensor]] = deque()  # pushes in flight
+        self.heals = Heals(node, self.incarnation, self.store, timeout_s, inline_bytes)
         self._store_ok = True
         self.closed = False
 
@@ -255,6 +259,60 @@ class EdgeSet:
                 f"({str(e).splitlines()[0]}); if the whole run was relaunched, give it a fresh store "
                 "(this one remembers the earlier launch)"
             ) from None
+
+    # --- healing a down edge (docs/churn-design.md, Healed edges) ------------------------------
+
+    def healable(self, peer: int, incarnation: int | None) -> bool:
+        """`peer` runs as `incarnation` (None: its first life) in the store, which is up."""
+        if self.closed or not self._store_ok:
+            return False
+        try:
+            return self.heals.healable(peer, incarnation)
+        except Exception as e:
+            self.store_gone(e)
+            return False
+
+    def heal(self, want: Mapping[int, int | None], hop: int) -> dict[int, int]:
+        """Right before exchange `hop`, never waiting on a peer: ask to heal the down edges to
+        `want` (peer -> the incarnation it must run as); returns peer -> the exchange index both
+        ends agreed to connect at, for each heal agreed so far. A few store round trips per
+        down edge (healing.Heals); {} once the store is gone."""
+        self.check_open()
+        out: dict[int, int] = {}
+        for peer, incarnation in sorted(want.items()):
+            if not self._store_ok:
+                break
+            if peer in self.edges or peer not in self.neighbours:
+                continue
+            try:
+                at = self.heals.ask(peer, incarnation, hop)
+            except Exception as e:
+                self.store_gone(e)
+                break
+            if at is not None:
+                out[peer] = at
+        if not self.peers and self._store_ok:  # alone: the client's clock jumps to the lowest agreed index
+            try:
+                out.update(self.heals.settle())
+            except Exception as e:
+                self.store_gone(e)
+        return out
+
+    def restore(self, peer: int) -> None:
+        """Connect a healed edge right before the agreed exchange: it exchanges from now. A
+        build that failed (the other end did not come) records the peer in `lost` instead."""
+        if peer in self.edges:
+            return
+        got = self.heals.take(peer)
+        if isinstance(got, str):
+            self.lost[peer] = f"healed edge not built: {got}"
+            log.warning("node %d: healed edge to node %d not built: %s", self.node, peer, got)
+            return
+        self.edges[peer] = got
+        self.incarnations[peer] = got.incarnation
+        self.peers = tuple(sorted((*self.peers, peer)))
+        self.lost.pop(peer, None)
+        log.info("node %d: healed edge to node %d (incarnation %d) connected", self.node, peer, got.incarnation)
 
     def poll(self, timeout_s: float | None = None, evaluator_only: bool = False) -> list[int]:
         """Between steps: connect the neighbours (and, on the attach node, the evaluator) that

@@ -3,7 +3,7 @@
 Owns `EdgeTransport` (one process's hops, evaluator pushes and catch-up blobs, over the edges
 its base edgeset.EdgeSet connects). The parts: edge.py (one edge, its heartbeat, bounded waits),
 rendezvous.py (store keys, incarnations, how two ends meet), edgeset.py (the edge set and how it
-changes). These, runtime.py, gloo.py, attach.py and bounded.py are the adapters that import
+changes), healing.py (a down edge's heal: the store negotiation and the new pair). These, runtime.py, gloo.py, attach.py and bounded.py are the adapters that import
 torch.distributed.
 
 Why per edge: a torch.distributed group cannot take back a member it lost, so one static world
@@ -11,7 +11,8 @@ Why per edge: a torch.distributed group cannot take back a member it lost, so on
 ProcessGroupGloo (rank 0 = the smaller node id; the evaluator is node -1), built directly on a
 PrefixStore of the shared store, as torchft reconfigures its groups: a dead edge is dropped
 alone, and a restarted process (same node id, new incarnation) builds fresh groups under fresh
-prefixes (rendezvous.py). The store is used only to (re)connect, never on the hop path.
+prefixes (rendezvous.py). The store is used only to (re)connect (a down edge's heal asks it
+before each exchange, healing.py), never inside a hop.
 
 Wire: gloo.py's format and helpers (length header + frame, the tail of a long frame as a second
 message), hops on gloo.TAG_HOP, pushes on gloo.TAG_EVAL, catch-up blobs on TAG_BLOB; counting as
@@ -272,6 +273,7 @@ class EdgeTransport(EdgeSet):
                     log.warning("node %d: evaluator did not take the last pushes: %s", self.node, why)
                     break
         self.in_flight.clear()
+        self.heals.close()
         for edge in self.edges.values():
             edge.close()
         self.edges.clear()

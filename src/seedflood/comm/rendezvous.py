@@ -13,6 +13,8 @@ Store keys (under the store the caller passes):
   seedflood/edge/{a}-{b}/{inc_a}-{inc_b}/{try_a}-{try_b}/...   gloo's rendezvous, a < b
   seedflood/evaluator/{inc}/next        the next step evaluator incarnation inc needs
   seedflood/sponsor/{node}/{inc}        the neighbour that catches incarnation inc of node up
+  seedflood/heal/{a}-{b}/...            a down edge's heal (healing.py: the negotiation; its group
+                                        under seedflood/edge/{a}-{b}/{inc_a}-{inc_b}/heal-{round})
 Meeting (`link`): each side reads the other's incarnation, greets it, and waits (re-reading the
 incarnation every POLL_S, so it follows a peer that restarts meanwhile) until the other greets
 its own incarnation; both then build the group under the prefix named by the two greetings and

@@ -102,9 +102,9 @@ class Churn:
         self._deferred: set[int] = set()  # restarted neighbours still members under their old incarnation
         self._links: dict[int, list[Note]] = {}  # hop index -> JOIN notes whose edges connect then
         self.healer = transport if isinstance(transport, Healing) else None
-        """The transport, where its down edges heal (in memory; gloo edges do not yet)."""
+        """The transport, where its down edges heal (in memory and over gloo: both are `Healing`)."""
         self._heal_at: dict[int, int] = {}  # peer -> the exchange index its healed edge connects at
-        self._alone: int | None = None  # graph repair: the hop clock held while this client has no edge (`heal`)
+        self._alone: int | None = None  # the hop clock held while this client has no edge and waits for one (`heal`)
         self.leaving = False
         """Asked to leave (`leave`): originates nothing more, sponsors nobody, and stops with
         `Left` once a committed step leaves it out."""
@@ -298,19 +298,20 @@ class Churn:
         Both ends connect right before the same exchange index (the transport's negotiation), so
         the edge's frames stay paired, and both then owe each other everything they hold
         (`Flood.add_peer`). A client with no edge at all has no exchanges to keep paired: its
-        clock jumps to the agreed index (a stalled client wakes behind the others' clocks). With graph
-        repair, a client alone that waits for an edge holds its clock (it would race ahead)."""
+        clock jumps to the agreed index (a stalled client wakes behind the others' clocks), and
+        while it waits for an edge it holds its clock (it would race ahead)."""
         healer, h = self.healer, self.host
         if healer is None:
             return
         want = self._healable()
-        if healer.peers or not (want or self._heal_at) or self.growth is None or not self.growth.repair:
+        if healer.peers or not (want or self._heal_at):
             self._alone = None
         else:
-            # graph repair: alone and waiting for an edge, an exchange with nobody pairs nothing,
-            # so the clock holds where this client lost its last edge (at or behind every
-            # connected clock) instead of racing ahead of them and having its new edges agreed
-            # at an index the other ends reach only after they have committed it out
+            # alone and waiting for an edge, an exchange with nobody pairs nothing, so the clock
+            # holds where this client lost its last edge (at or behind every connected clock)
+            # instead of racing ahead of them and having its edges agreed at an index the other
+            # ends reach only after they have committed it out (graph repair: a member left alone;
+            # a client whose neighbours all stalled, committed out so over gloo)
             self._alone = h.hops_run if self._alone is None else self._alone
             h.hops_run = self._alone
         if want:
@@ -339,7 +340,7 @@ class Churn:
             log.warning("node %d: edge to node %d healed at hop %d", h.node, q, at)
 
     def _jump(self, want: Mapping[int, int | None], first: int) -> int:
-        """Graph repair, a client alone about to jump its clock to `first`, the lowest exchange
+        """A client alone (its clock held) about to jump its clock to `first`, the lowest exchange
         index agreed so far: tell the negotiation that clock first, so that a proposal of its own
         below it is withdrawn rather than accepted after the jump (its other end would connect
         at an exchange this end has passed, and wait on it), or turns out accepted already (then

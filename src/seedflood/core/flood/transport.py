@@ -15,7 +15,8 @@ Owns what every backend shares, and nothing backend-specific:
   `claim`) and caught up by a blob (`send_blob`, `recv_blob`); a restarted process waits for
   its sponsor (`sponsor`).
 - `Healing`: a `ChurnTransport` whose down edges between live members come back (the in-memory
-  one; gloo edges do not heal yet): a negotiation of the exchange index both ends reconnect at.
+  one, and the per-edge gloo one over its store): a negotiation of the exchange index both ends
+  reconnect at.
 - `Growing`: a `ChurnTransport` that a brand-new node id may join (the in-memory one; launched
   joins are not built): the newcomers waiting for a sponsor, and adding an edge to the graph.
 - `EvaluatorFeed`: what a churn attach node needs to feed an evaluator that follows it (answer

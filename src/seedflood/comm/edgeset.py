@@ -4,7 +4,8 @@ Owns `EdgeSet`, the base of links.EdgeTransport: its state (the connected edges,
 incarnations, lost peers, the pushes in flight) and every change to the edge set: `connect`
 (concurrent meetings, one thread per peer, rendezvous.link), `poll` (between steps: answer
 neighbours and the evaluator waiting to connect), `revived` / `claim` / `sponsor` (a restarted
-neighbour and the sponsor handshake, docs/churn-design.md, Rejoin across processes), `healable` /
+neighbour and the sponsor handshake, docs/churn-design.md, Rejoin across processes), `grow` /
+`newcomers` (a `transport.Growing`: graph repair's edges; no new id joins here), `healable` /
 `heal` / `restore` (a `transport.Healing`: a down edge between live processes comes back at an
 exchange index both ends agreed on, healing.Heals; docs/churn-design.md, Healed edges), `drop`
 and `take_lost`. What travels over the edges (hops, pushes, blobs, close) is links.py's.
@@ -85,7 +86,8 @@ class _Results:
 class EdgeSet:
     """One node's edges over per-edge gloo groups (links.EdgeTransport adds the traffic).
 
-    `neighbours`: the node's topology neighbours (what `poll` may reconnect); `peers`: those
+    `neighbours`: the node's topology neighbours and those `grow` added (what `poll` may
+    reconnect and `heal` may bring up); `peers`: those
     connected now. Nothing is connected until `connect`. `attach=True` on the evaluator's attach
     node: it also keeps the evaluator edge (node -1, not a peer) for `push`. `incarnation`
     defaults to a new one from `register`. `timeout_s`: the heartbeat's silence bound (both ends
@@ -259,6 +261,27 @@ class EdgeSet:
                 f"({str(e).splitlines()[0]}); if the whole run was relaunched, give it a fresh store "
                 "(this one remembers the earlier launch)"
             ) from None
+
+    # --- growing the graph (a `transport.Growing`: graph repair, docs/churn-design.md) ------------
+
+    def newcomers(self) -> list[int]:
+        """Always []: launched joins of brand-new ids are not built, so nobody waits as a new id
+        for a sponsor here."""
+        return []
+
+    def grow(self, peers: Sequence[int]) -> None:
+        """Make `peers` neighbours of this node, not connected: a heal brings each edge up (as a
+        topology edge that went down). The incarnation each runs as now counts as seen, so
+        `revived` reports only a restart after this (one store read each)."""
+        for p in peers:
+            if p == self.node or p == EVALUATOR or p in self.neighbours:
+                continue
+            self.neighbours = tuple(sorted((*self.neighbours, p)))
+            if self._store_ok:
+                try:
+                    self._seen[p] = max(self._seen.get(p, 0), incarnation_of(self.store, p))
+                except Exception as e:
+                    self.store_gone(e)
 
     # --- healing a down edge (docs/churn-design.md, Healed edges) ------------------------------
 

@@ -6,7 +6,8 @@ Owns `ChurnWiring` (a `wiring.Wiring`), docs/churn-design.md, Per-edge transport
   client is up (`rendezvous.await_start`, within transport.startup_timeout_s) or, for a restart
   or a latecomer, by the neighbour that sponsors its rejoin (`churnstart.sponsored_catch_up`);
 - the churn step strategy (`churnstart.ChurnStrategy`): the client streams every step it
-  decides to the evaluator whenever it is the roster's attach node;
+  decides to the evaluator whenever it is the roster's attach node; with churn.repair its
+  transport grows graph repair's edges, which heal (docs/churn-design.md, Graph repair);
 - each client's own copy of the agreed log and its report (`clientlog.ClientLog`,
   eval.client_logs), so no agreed step depends on the evaluator's timing: rank 0 completes its
   log from the longest client log on its disk before it resumes, and reads there the final
@@ -40,6 +41,7 @@ from seedflood.comm.attach import AttachInbox
 from seedflood.comm.bounded import StoreGone
 from seedflood.comm.links import EdgeTransport
 from seedflood.comm.rendezvous import STARTED_KEY, await_start
+from seedflood.core.flood.growth import Growth
 from seedflood.core.flood.membership import Change
 from seedflood.core.flood.transport import EVALUATOR, LATE_FACTOR, ByteCounter, Inbox
 from seedflood.core.zo.replay import state_hash
@@ -114,13 +116,18 @@ class ChurnWiring:
         return t
 
     def strategy(self, node: int, transport: EdgeTransport) -> Strategy:
-        w = self.p.workload
+        """With churn.repair, graph repair's rule over the topology (its edges grow the transport
+        and heal); no join rule, as launched new-id joins are not built."""
+        w, p = self.p.workload, self.p
+        base = {i: p.top.neighbors(i) for i in p.top.nodes}
+        growth = Growth.of(base, p.protocol.delay, repair=True) if p.cfg.churn.repair else None
         return ChurnStrategy(
             transport,
             state_hash=lambda: state_hash(w.model, w.direction),
             attach=self.p.cfg.eval.attach,
             evaluator=transport,  # it feeds the evaluator whenever it is the attach node
             incarnation=transport.incarnation,  # its votes carry it; a rejoin checks it
+            growth=growth,
         )
 
     def start(self, client: Client, transport: EdgeTransport, records: Records, changes: Mapping[int, Change]) -> None:

@@ -29,7 +29,6 @@ import time
 from typing import Any
 
 from seedflood.comm import runtime
-from seedflood.core.config.configerror import ConfigError
 from seedflood.core.config.runconfig import Config
 from seedflood.core.flood.membership import Change, MembershipError
 from seedflood.core.flood.protocol import Protocol
@@ -64,8 +63,6 @@ class RunError(RuntimeError):
 
 def run(cfg: Config, environ: dict[str, str] | None = None) -> RunSummary | None:
     """Run this process's role to the end; rank 0 returns the summary."""
-    if cfg.churn.repair:  # its edges grow and heal over the in-memory network only (docs/churn.md)
-        raise ConfigError("churn.repair: graph repair runs in process only, so far; unset it for a launched run")
     started = time.monotonic()
     world = runtime.World.from_env(environ if environ is not None else os.environ)
     top = topology_of(cfg)

@@ -21,7 +21,6 @@ from seedflood.core.config.configerror import ConfigError
 from seedflood.core.flood.growth import Growth
 from seedflood.core.flood.protocol import trajectory
 from seedflood.core.topology import resolve as topo
-from seedflood.roles import train
 from seedflood.roles.inprocess import Event, SimResult, simulate
 
 RING6 = ("topology.kind=ring", "topology.nodes=6")
@@ -83,17 +82,15 @@ def test_a_member_that_a_leave_leaves_alone_is_linked_and_trains_on(tmp_path, li
     assert STOPPED in control.exits[0] and STOPPED in control.exits[5], control.exits
 
 
-def test_repair_needs_churn_is_in_process_only_and_is_not_in_the_trajectory():
+def test_repair_needs_churn_and_is_not_in_the_trajectory():
     """churn.repair changes the graph, never how a committed step is applied: a log written with
-    it resumes and replays without it (the trajectory is the same); a strict run refuses it, and
-    so does a launched process, before it reads its environment (its edges cannot grow)."""
+    it resumes and replays without it (the trajectory is the same); a strict run refuses it.
+    (Launched: tests/dist/test_repair_gloo.py.)"""
     on, off = cfg_for(*RING6, "churn.repair=true"), cfg_for(*RING6)
     p = protocol_of(on)
     assert trajectory(on, p, "digest") == trajectory(off, p, "digest")
     with pytest.raises(ConfigError, match=r"churn.repair: needs churn.settle >= 1"):
         cfg_for(*RING6, "churn.repair=true", "churn.settle=0")
-    with pytest.raises(ConfigError, match=r"churn.repair: graph repair runs in process only"):
-        train.run(on, environ={})
 
 
 def test_the_centre_of_a_star_leaves_and_the_five_left_alone_are_linked_into_a_ring(tmp_path, linked):

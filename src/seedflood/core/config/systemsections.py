@@ -141,8 +141,8 @@ class ChurnConfig:
     topology's nodes and no others. Needs settle >= 1; recorded in the log (replay needs it)."""
     repair: bool = False
     """Graph repair: a committed step that leaves members out also links the members left
-    under-linked, split or too far apart, by a rule over the committed history (in process only,
-    so far: docs/churn.md). Changes the graph, never how a step is applied: not in the
+    under-linked, split or too far apart, by a rule over the committed history (in process and
+    launched: docs/churn.md). Changes the graph, never how a step is applied: not in the
     trajectory. Every client of a run must set it alike. Needs settle >= 1."""
 
     def __post_init__(self) -> None:

@@ -39,8 +39,6 @@ torch on CPU with one intra-op thread (set here, and by the debug config's run.t
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import os
 import platform
 import resource
@@ -55,7 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from seedflood.bench.common import quiet_logs
+from seedflood.bench.common import figure_process, write_json
 from seedflood.core.config import rng
 from seedflood.core.config import runconfig as config
 from seedflood.core.config.runconfig import Config
@@ -462,13 +460,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "need --every >= 6 (a rejoin must finish before the next kill), --steps >= 2 × --every, "
             "--clients >= 5 and repeats >= 1"
         )
-    if not args.config.is_file():
-        ap.error(f"config {args.config} not found: run from the repository root or pass --config")
     global DEBUG, GRAPH
-    DEBUG, GRAPH = args.config, args.graph
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    torch.set_num_threads(1)
-    with quiet_logs(logging.ERROR):  # membership warnings: one per client per change; restored after
+    with figure_process(ap, args.config):  # hides the membership warnings: one per client per change
+        DEBUG, GRAPH = args.config, args.graph  # only once the config is known to be there
         return _measure(args)
 
 
@@ -498,10 +492,8 @@ def _measure(args: argparse.Namespace) -> int:
     print(f"\n({meta['wall_s']:.0f} s in all; load {load()})")
     print(CAVEAT)
     if args.out:
-        path = Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"meta": meta, "figures": figures}, indent=2, sort_keys=True, default=str) + "\n")
-        print(f"wrote {path}")
+        write_json(args.out, {"meta": meta, "figures": figures})
+        print(f"wrote {args.out}")
     return 0
 
 

@@ -32,10 +32,7 @@ Assumes: run from the repository root (or --config); torch on CPU with one intra
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import math
-import os
 import random
 import sys
 import time
@@ -45,13 +42,12 @@ from typing import Any
 
 import torch
 
-from seedflood.bench.common import quiet_logs
+from seedflood.bench.common import add_run_args, figure_process, train_loss, write_json
 from seedflood.core.config import runconfig as config
 from seedflood.core.config.runconfig import Config
 from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.topology import resolve as topo
-from seedflood.ml import encoding, objective
 from seedflood.ml.workload import Workload
 from seedflood.roles.sharedmodel import SharedModel
 
@@ -80,13 +76,6 @@ def scaled(factor: float) -> Lie:
 def uniform(scale: float, seed: int) -> Lie:
     """A draw in [−scale, scale] per (step, k), reproducible from `seed`."""
     return lambda m: random.Random(f"{seed}/{m.step}/{m.k}").uniform(-scale, scale)
-
-
-def train_loss(w: Workload) -> float:
-    """Mean loss over the whole train split (every client's shard), on the current state."""
-    with torch.no_grad(), w.direction.current():
-        batch = encoding.encode(w.splits.train, w.spec, w.loaded.tokenizer, w.task.max_tokens)
-        return float(objective.loss(w.model, batch))
 
 
 def one_run(cfg: Config, liar: int, lie: Lie | None) -> dict[str, Any]:
@@ -159,11 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--lies", default="scaled,random", help="the liar pairs to run: scaled, random, both (default) or none"
     )
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override (repeatable)")
-    ap.add_argument(
-        "--config", type=Path, default=DEBUG, help=f"the config (default {DEBUG}, from the repository root)"
-    )
-    ap.add_argument("--out", help="write every figure as JSON here")
+    add_run_args(ap, DEBUG)
     return ap
 
 
@@ -175,11 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lies = [x for x in args.lies.split(",") if x and x != "none"]
     if unknown := sorted(set(lies) - {"scaled", "random"}):
         ap.error(f"--lies: unknown {', '.join(unknown)} (choose from scaled, random, none)")
-    if not args.config.is_file():
-        ap.error(f"config {args.config} not found: run from the repository root or pass --config")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    torch.set_num_threads(1)
-    with quiet_logs(logging.ERROR):  # the liar's warnings, hundreds of them; restored on the way out
+    with figure_process(ap, args.config):  # hides the liar's warnings, hundreds of them
         return _measure(ap, args)
 
 
@@ -234,14 +215,9 @@ def _measure(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 def write(args: argparse.Namespace, figures: Sequence[tuple[str, dict[str, Any]]]) -> None:
     """--out (if given) with the figures so far, replaced whole (a cut run keeps what it measured)."""
-    if not args.out:
-        return
-    path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    out = {"args": {k: str(v) for k, v in vars(args).items()}, "runs": [{"run": n, **f} for n, f in figures]}
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
+    if args.out:
+        out = {"args": {k: str(v) for k, v in vars(args).items()}, "runs": [{"run": n, **f} for n, f in figures]}
+        write_json(args.out, out)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -222,3 +224,42 @@ def netns_unavailable(tools: Sequence[str], install: str) -> str | None:
         return f"cannot create a network namespace: {r.stderr.strip()}"
     subprocess.run(["ip", "netns", "delete", probe], capture_output=True)
     return None
+
+
+# -- the in-process figure programs (clip, speeds, membership, churn) -----------------------------
+def add_run_args(ap: argparse.ArgumentParser, config: Path) -> None:
+    """--set, --config (default `config`, relative to the working directory) and --out."""
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override (repeatable)")
+    ap.add_argument("--config", type=Path, default=config, help=f"the config (default {config}, from the repo root)")
+    ap.add_argument("--out", help="write every figure as JSON here")
+
+
+@contextlib.contextmanager
+def figure_process(ap: argparse.ArgumentParser, config: Path) -> Iterator[None]:
+    """A figure program's process: a missing config refused in argparse's one line (exit 2)
+    before anything is built, then one torch thread, no tokenizer threads, and the library's logs
+    below ERROR hidden while measuring (restored on the way out)."""
+    if not config.is_file():
+        ap.error(f"config {config} not found: run from the repository root or pass --config")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    torch.set_num_threads(1)
+    with quiet_logs(logging.ERROR):
+        yield
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    """`data` as indented JSON at `path`, replaced whole (a reader never sees half a file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    tmp.replace(path)
+
+
+def train_loss(w: Any) -> float:
+    """Mean loss of a workload's current model over its whole train split (every client's shard)."""
+    from seedflood.ml import encoding, objective
+
+    with torch.no_grad(), w.direction.current():
+        batch = encoding.encode(w.splits.train, w.spec, w.loaded.tokenizer, w.task.max_tokens)
+        return float(objective.loss(w.model, batch))

@@ -36,10 +36,8 @@ Assumes: run from the repository root (or --config); torch on CPU with one intra
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
-import os
 import re
 import statistics
 import sys
@@ -49,9 +47,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from seedflood.bench.common import quiet_logs
+from seedflood.bench.common import add_run_args, figure_process, table, write_json
 from seedflood.core.config import runconfig as config
 from seedflood.core.config.runconfig import Config
 from seedflood.core.flood.protocol import Protocol
@@ -232,9 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--forward-s", type=float, default=0.0, help="each client's emulated forward, a sleep (default 0: none)"
     )
     ap.add_argument("--only", default=",".join(FIGURES), help=f"figures to run (default {','.join(FIGURES)})")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override (repeatable)")
-    ap.add_argument("--config", type=Path, default=DEBUG, help=f"the config (default {DEBUG}, from the repo root)")
-    ap.add_argument("--out", help="write every figure as JSON here")
+    add_run_args(ap, DEBUG)
     return ap
 
 
@@ -256,11 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("need a finite --forward-s >= 0")
     if args.grow_to <= args.clients or args.grow_every < 2:
         ap.error("need --grow-to > --clients and --grow-every >= 2")
-    if not args.config.is_file():
-        ap.error(f"config {args.config} not found: run from the repository root or pass --config")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    torch.set_num_threads(1)
-    with quiet_logs(logging.ERROR):
+    with figure_process(ap, args.config):
         return _measure(args, figures)
 
 
@@ -278,30 +268,27 @@ def _measure(args: argparse.Namespace, figures: list[str]) -> int:
     out: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
     if "join" in figures:
         out["join"] = join_time(args, base)
-        table(out["join"], ["log_steps", "replayed_steps", "start_to_replayed_s", "start_to_first_counted_s", "goal_s"])
+        show("join time against log length", out["join"], JOIN_KEYS)
     if "throughput" in figures:
         out["throughput"] = throughput(args, base)
-        table(out["throughput"], ["run", "events", "steps_per_s", "of_none"])
+        show("throughput against none", out["throughput"], ["run", "events", "steps_per_s", "of_none"])
     if "growth" in figures:
         out["growth"] = growth(args, base)
-        table(out["growth"], ["members", "from_step", "to_step", "s_per_step"])
+        show(
+            "growth: seconds per step by roster size", out["growth"], ["members", "from_step", "to_step", "s_per_step"]
+        )
     if args.out:
-        path = Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
-        print(f"wrote {path}")
+        write_json(args.out, out)
+        print(f"wrote {args.out}")
     return 0
 
 
-def table(rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> None:
-    """A plain-text table of `keys` (floats to 4 significant digits)."""
-    cells = [[f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for k in keys] for r in rows]
-    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
-    print()
-    print("  ".join(k.ljust(w) for k, w in zip(keys, widths, strict=True)))
-    for c in cells:
-        print("  ".join(x.ljust(w) for x, w in zip(c, widths, strict=True)))
-    sys.stdout.flush()
+JOIN_KEYS = ["log_steps", "replayed_steps", "start_to_replayed_s", "start_to_first_counted_s", "goal_s"]
+
+
+def show(title: str, rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> None:
+    """`keys` of each row as a plain-text table (floats to 4 significant digits)."""
+    table(sys.stdout, title, keys, [[f"{r[k]:.4g}" if isinstance(r[k], float) else r[k] for k in keys] for r in rows])
 
 
 if __name__ == "__main__":

@@ -30,33 +30,20 @@ machine's load adds noise to every rate (rerun to see how much).
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import math
-import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from seedflood.bench.common import quiet_logs
+from seedflood.bench.common import add_run_args, figure_process, train_loss, write_json
 from seedflood.core.config import runconfig as config
 from seedflood.core.config.runconfig import Config
-from seedflood.ml import encoding, objective
 from seedflood.ml.workload import Workload
 from seedflood.roles.inprocess import simulate
 
 DEBUG = Path("launch/configs/debug.yaml")  # --config, relative to the working directory
-
-
-def train_loss(w: Workload) -> float:
-    """Mean loss of the current model over the whole train split."""
-    with torch.no_grad(), w.direction.current():
-        batch = encoding.encode(w.splits.train, w.spec, w.loaded.tokenizer, w.task.max_tokens)
-        return float(objective.loss(w.model, batch))
 
 
 def build_seconds(cfg: Config) -> float:
@@ -94,9 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--factor", type=float, default=3.0, help="how much slower their forwards are (default 3)")
     ap.add_argument("--stride", type=int, default=3, help="zo.stride m of the slow clients (default 3)")
     ap.add_argument("--forward-s", type=float, default=0.03, help="an equal client's emulated forward (default 0.03)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override (repeatable)")
-    ap.add_argument("--config", type=Path, default=DEBUG, help=f"the config (default {DEBUG}, from the repo root)")
-    ap.add_argument("--out", help="write every figure as JSON here")
+    add_run_args(ap, DEBUG)
     return ap
 
 
@@ -107,11 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("need --steps >= 1, --clients >= 3, 1 <= --slow < --clients and --stride >= 1")
     if not (math.isfinite(args.factor) and args.factor >= 1 and math.isfinite(args.forward_s) and args.forward_s >= 0):
         ap.error("need a finite --factor >= 1 and a finite --forward-s >= 0")
-    if not args.config.is_file():
-        ap.error(f"config {args.config} not found: run from the repository root or pass --config")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    torch.set_num_threads(1)
-    with quiet_logs(logging.ERROR):
+    with figure_process(ap, args.config):
         return _measure(args)
 
 
@@ -156,11 +137,8 @@ def _measure(args: argparse.Namespace) -> int:
         print("  ".join(c.ljust(w) for c, w in zip(cells, widths)))
     sys.stdout.flush()
     if args.out:
-        path = Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        out = {"args": {k: str(v) for k, v in vars(args).items()}, "setup_s": setup, "runs": figures}
-        path.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
-        print(f"wrote {path}")
+        write_json(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "setup_s": setup, "runs": figures})
+        print(f"wrote {args.out}")
     return 0
 
 

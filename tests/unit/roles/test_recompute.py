@@ -43,6 +43,9 @@ def ring(*overrides: str, steps: int = 6):
 
 @pytest.mark.parametrize("mode", [("churn.settle=1",), ("churn.settle=0", "flood.overlap=true")])
 def test_auditing_changes_no_bit_of_an_honest_run(mode):
+    # Nobody fails here, so no receive may time out: a 1 s timeout fired on a loaded machine (three
+    # test workers and other jobs on 2 cores) and stopped the strict run; 10 s only waits if a peer hangs.
+    mode = (*mode, "transport.timeout_s=10")
     plain = simulate(ring(*mode))
     off = simulate(ring(*mode, "trust.audit=0"))
     on = simulate(ring(*mode, "trust.audit=1"))

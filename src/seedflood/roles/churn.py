@@ -114,8 +114,8 @@ class Churn:
         """The join rule of a run open to new ids (churn.max_nodes) and graph repair
         (churn.repair), None where neither is on."""
         self.grower = transport if growth is not None and isinstance(transport, Growing) else None
-        """The transport, where brand-new ids may join and repair may add edges (launched, over
-        gloo: repair only; launched new-id joins are not built)."""
+        """The transport, where brand-new ids may join and repair may add edges (in memory, and
+        launched over gloo: new ids knock through the run's store)."""
 
     @property
     def roster(self) -> Roster:

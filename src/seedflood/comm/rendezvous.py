@@ -1,7 +1,8 @@
 """How the two ends of an edge meet through the store, and process incarnations.
 
 Owns the store keys, `register` / `incarnation_of` (process incarnations in the store),
-`await_start` (start-up: wait for every client to be up), the greetings, and `link` /
+`await_start` (start-up: wait for every client to be up), a brand-new id's `knock` and the
+readers' cursor over the knocks (`Knocks`), the greetings, and `link` /
 `build_edge`: meeting a peer and building the edge's 2-rank group (the evaluator's side is
 attach.py). The store is used only to (re)connect, never on the hop path.
 

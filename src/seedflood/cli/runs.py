@@ -46,10 +46,13 @@ def _preflight(cfg, full: bool = True) -> int:
         from seedflood.comm import identity
 
         roster = identity.load_roster(Path(cfg.trust.keys))
-        if len(roster) != top.n:
+        # a key per founder, and per new id that may join (churn.max_nodes; one without a key is
+        # refused when its process starts, as in process)
+        if not top.n <= len(roster) <= proto.ids:
+            opened = f" and takes new ids up to {proto.ids - 1} (churn.max_nodes)" if proto.ids > top.n else ""
             raise identity.IdentityError(
-                f"trust.keys: the roster holds {len(roster)} public keys, the run has {top.n} clients "
-                f"(seedflood keys --nodes {top.n} --out DIR)"
+                f"trust.keys: the roster holds {len(roster)} public keys, the run has {top.n} clients{opened} "
+                f"(seedflood keys --nodes {proto.ids} --out DIR)"
             )
     tasks.get(cfg.task)
     modelcheck.check_source(cfg.model)

@@ -28,7 +28,9 @@ every key of `done_keys` (the clients' final or stop reports) is in the store, o
 so (the same reports on this disk).
 
 Store use: 2 reads per node per OFFER_S while the run lasts (no training path is involved),
-each bounded by timeout_s (bounded.BoundedStore).
+each bounded by timeout_s (bounded.BoundedStore). In a run open to brand-new ids (`joinable`,
+churn.max_nodes) the nodes are the founders and every new id that knocked (`rendezvous.Knocks`:
+one more read per OFFER_S), so a new id that becomes the attach node is followed too.
 Assumes: one AttachInbox per evaluator process (it registers the evaluator's incarnation).
 """
 
@@ -46,6 +48,7 @@ from seedflood.comm.edge import TAG_BLOB, Edge, receive
 from seedflood.comm.framing import TAG_EVAL, HeadBuffer, device, reason
 from seedflood.comm.rendezvous import (
     MIN_BUILD_S,
+    Knocks,
     build_edge,
     evaluator_next_key,
     greeting,
@@ -67,8 +70,9 @@ REPORT_S = 10.0  # how often an evaluator with no edge says on screen that it wa
 
 class AttachInbox(Inbox):
     """Steps start..steps-1 of a churn run, from whichever client is the attach node (see the
-    module docstring). `nodes`: the run's client count; `blob_wait_s`: the most a new edge's
-    catch-up blob may take; `wait_s`: the most the inbox waits with no edge up."""
+    module docstring). `nodes`: the run's client count (its founders); `joinable`: the brand-new
+    ids that may join (churn.max_nodes), followed once they knocked; `blob_wait_s`: the most a new
+    edge's catch-up blob may take; `wait_s`: the most the inbox waits with no edge up."""
 
     watches_sender = True  # edges beat, no edge up for wait_s gives up, the clients' reports end it
 
@@ -87,9 +91,11 @@ class AttachInbox(Inbox):
         done: Callable[[], bool] | None = None,
         inline_bytes: int = INLINE_BYTES,
         max_frame_bytes: int = MAX_FRAME_BYTES,
+        joinable: Sequence[int] = (),
     ) -> None:
         super().__init__("the attach node")
         self.nodes = nodes
+        self.joinable = joinable
         self.steps = steps
         self.incarnation = incarnation if incarnation is not None else register(store, EVALUATOR)
         self.wait_s = wait_s
@@ -151,8 +157,13 @@ class AttachInbox(Inbox):
         since = time.monotonic()  # when the stream last had an edge
         report = since + REPORT_S
         error: TransportError | None = None
+        knocks = Knocks(self.wait_s) if self.joinable else None
+        nodes = list(range(self.nodes))  # and every new id that knocked
         try:
             while not self._over:
+                for n, _ in knocks.read(store) if knocks is not None else ():
+                    if n in self.joinable and n not in nodes:
+                        nodes.append(n)
                 with self._lock:
                     current = self._edge.peer if self._edge is not None else None
                     needs = self._seq.next
@@ -179,7 +190,7 @@ class AttachInbox(Inbox):
                         report = now + REPORT_S
                 else:
                     since, report = now, now + REPORT_S
-                for n in range(self.nodes):
+                for n in nodes:
                     if n == current:
                         continue
                     inc = incarnation_of(store, n)

@@ -5,7 +5,8 @@ incarnations, lost peers, the pushes in flight) and every change to the edge set
 (concurrent meetings, one thread per peer, rendezvous.link), `poll` (between steps: answer
 neighbours and the evaluator waiting to connect), `revived` / `claim` / `sponsor` (a restarted
 neighbour and the sponsor handshake, docs/churn-design.md, Rejoin across processes), `grow` /
-`newcomers` (a `transport.Growing`: graph repair's edges; no new id joins here), `healable` /
+`newcomers` / `knock` (a `transport.Growing`: graph repair's edges, and brand-new ids that knock
+through the store for a sponsor, docs/churn-design.md, A new id joins), `healable` /
 `heal` / `restore` (a `transport.Healing`: a down edge between live processes comes back at an
 exchange index both ends agreed on, healing.Heals; docs/churn-design.md, Healed edges), `drop`
 and `take_lost`. What travels over the edges (hops, pushes, blobs, close) is links.py's.
@@ -37,8 +38,10 @@ from seedflood.comm.healing import Heals
 from seedflood.comm.rendezvous import (
     MIN_BUILD_S,
     Attempt,
+    Knocks,
     hello_key,
     incarnation_of,
+    knock,
     link,
     parse_greeting,
     peek,
@@ -49,6 +52,7 @@ from seedflood.core.flood.transport import (
     EVALUATOR,
     HEADER,
     INLINE_BYTES,
+    LATE_FACTOR,
     MAX_FRAME_BYTES,
     MAX_PENDING,
     ByteCounter,
@@ -92,7 +96,9 @@ class EdgeSet:
     node: it also keeps the evaluator edge (node -1, not a peer) for `push`. `incarnation`
     defaults to a new one from `register`. `timeout_s`: the heartbeat's silence bound (both ends
     of an edge must use the same), the default bound of blobs and of poll's connects; a hop
-    waits up to LATE_FACTOR × timeout_s for a peer that beats. See the module docstring.
+    waits up to LATE_FACTOR × timeout_s for a peer that beats. `joinable`: the brand-new ids
+    that may knock (churn.max_nodes: topology.nodes..max_nodes-1; `newcomers`), none by default.
+    See the module docstring.
     """
 
     def __init__(
@@ -109,6 +115,7 @@ class EdgeSet:
         inline_bytes: int = INLINE_BYTES,
         max_frame_bytes: int = MAX_FRAME_BYTES,
         max_pending: int = MAX_PENDING,
+        joinable: Sequence[int] = (),
     ) -> None:
         if node < 0 or node in neighbours or EVALUATOR in neighbours:
             raise ValueError(f"node {node}: bad node id or neighbours {sorted(neighbours)}")
@@ -142,6 +149,10 @@ class EdgeSet:
             self._seen[p] = incarnation_of(self.store, p)
         self.in_flight: deque[tuple[dist.Work, torch.Tensor]] = deque()  # pushes in flight
         self.heals = Heals(node, self.incarnation, self.store, timeout_s, inline_bytes)
+        self.joinable = joinable  # a range, usually: `in` is O(1)
+        self._knocks = Knocks(LATE_FACTOR * timeout_s)  # the most a newcomer waits for its sponsor
+        self._knocked: dict[int, int] = {}  # new id -> newest incarnation of it seen knocking
+        self._knocking: dict[int, tuple[int, float]] = {}  # new id -> (incarnation, first seen) unclaimed
         self._store_ok = True
         self.closed = False
 
@@ -252,22 +263,53 @@ class EdgeSet:
         store key `claim` sets), waiting up to timeout_s; TransportError when none did, or the
         store is gone."""
         key = sponsor_key(self.node, self.incarnation)
+        deadline = time.monotonic() + timeout_s
         try:
-            self.store.wait([key], timedelta(seconds=timeout_s))
-            return int(self.store.get(key))
+            # a wait may wake before the key is set (torch's store wakes the waiters of a key that
+            # a compare_set found missing): wait again until it is there, within the bound
+            while not self.store.check([key]):
+                self.store.wait([key], timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+            sponsor = int(self.store.get(key))
         except Exception as e:  # the store's timeout, or the store is gone
             raise TransportError(
                 f"node {self.node}: no neighbour sponsored the rejoin within {timeout_s:g} s "
                 f"({str(e).splitlines()[0]}); if the whole run was relaunched, give it a fresh store "
                 "(this one remembers the earlier launch)"
             ) from None
+        self.grow([sponsor])  # a brand-new id's first neighbour (the join rule links it there)
+        return sponsor
 
-    # --- growing the graph (a `transport.Growing`: graph repair, docs/churn-design.md) ------------
+    # --- growing the graph (a `transport.Growing`: graph repair and new ids, docs/churn-design.md) --
+
+    def knock(self) -> None:
+        """This process is a brand-new node id (docs/churn-design.md, A new id joins): publish
+        this incarnation for the members' `newcomers`; the sponsor connects it (`rejoining`)."""
+        knock(self.store, self.node, self.incarnation)
+        self.rejoining = True
 
     def newcomers(self) -> list[int]:
-        """Always []: launched joins of brand-new ids are not built, so nobody waits as a new id
-        for a sponsor here."""
-        return []
+        """Brand-new ids (of `joinable`) that knocked and wait for a sponsor: not neighbours
+        (a neighbour's restart is `revived`'s), not claimed yet, knocking for less than
+        LATE_FACTOR × timeout_s (the most a newcomer waits for its sponsor). One store read
+        between steps (the knock counter), one more per new knock (`rendezvous.Knocks`), and one
+        per unclaimed knock (its sponsor key). [] once the store is gone."""
+        if not self.joinable or self.closed or not self._store_ok:
+            return []
+        now = time.monotonic()
+        try:
+            for j, inc in self._knocks.read(self.store):
+                if j != self.node and j in self.joinable and inc > self._knocked.get(j, 0):
+                    self._knocked[j] = inc
+                    self._knocking[j] = (inc, now)
+            for j, (inc, since) in sorted(self._knocking.items()):
+                late = now - since > LATE_FACTOR * self.timeout_s
+                # `check`, not `peek`: a compare_set on a missing key wakes the newcomer's wait
+                if late or j in self.neighbours or self.store.check([sponsor_key(j, inc)]):
+                    del self._knocking[j]
+        except Exception as e:
+            self.store_gone(e)
+            return []
+        return sorted(self._knocking)
 
     def grow(self, peers: Sequence[int]) -> None:
         """Make `peers` neighbours of this node, not connected: a heal brings each edge up (as a

@@ -1,7 +1,8 @@
 """How the two ends of an edge meet through the store, and process incarnations.
 
 Owns the store keys, `register` / `incarnation_of` (process incarnations in the store),
-`await_start` (start-up: wait for every client to be up), the greetings, and `link` /
+`await_start` (start-up: wait for every client to be up), a brand-new id's `knock` and the
+readers' cursor over the knocks (`Knocks`), the greetings, and `link` /
 `build_edge`: meeting a peer and building the edge's 2-rank group (the evaluator's side is
 attach.py). The store is used only to (re)connect, never on the hop path.
 
@@ -13,6 +14,10 @@ Store keys (under the store the caller passes):
   seedflood/edge/{a}-{b}/{inc_a}-{inc_b}/{try_a}-{try_b}/...   gloo's rendezvous, a < b
   seedflood/evaluator/{inc}/next        the next step evaluator incarnation inc needs
   seedflood/sponsor/{node}/{inc}        the neighbour that catches incarnation inc of node up
+  seedflood/knocks                      how many knocks of brand-new ids (an add counter: a knock
+                                        takes the next number, then writes its slot)
+  seedflood/knock/{seq}                 "node:inc": knock number seq, brand-new id node's
+                                        incarnation inc waiting for a sponsor (`knock`, `Knocks`)
   seedflood/heal/{a}-{b}/...            a down edge's heal (healing.py: the negotiation; its group
                                         under seedflood/edge/{a}-{b}/{inc_a}-{inc_b}/heal-{round})
 Meeting (`link`): each side reads the other's incarnation, greets it, and waits (re-reading the
@@ -80,6 +85,51 @@ def evaluator_next_key(inc: int) -> str:
 def sponsor_key(node: int, inc: int) -> str:
     """Where the neighbour that catches incarnation `inc` of `node` up writes its id."""
     return f"seedflood/sponsor/{node}/{inc}"
+
+
+KNOCKS_KEY = "seedflood/knocks"
+
+
+def knock_key(seq: int) -> str:
+    """Knock number `seq` (1, 2, ...): "node:inc" (`knock`)."""
+    return f"seedflood/knock/{seq}"
+
+
+def knock(store: dist.Store | BoundedStore, node: int, inc: int) -> None:
+    """Brand-new id `node`, as incarnation `inc`, asks the members to sponsor its join
+    (docs/churn-design.md, A new id joins): it takes the next knock number, then writes it."""
+    seq = int(store.add(KNOCKS_KEY, 1))
+    store.set(knock_key(seq), f"{node}:{inc}")
+
+
+class Knocks:
+    """One reader's cursor over the run's knocks (a member's `EdgeSet.newcomers`, the evaluator's
+    offers): `read` returns (node, incarnation) of every knock numbered since its last call, in
+    order; one store read when nothing is new, one more per new knock, whatever churn.max_nodes.
+    A number whose slot is not written yet (its writer between its two calls, or dead there) is
+    read again at later calls for at most `give_up_s`."""
+
+    def __init__(self, give_up_s: float) -> None:
+        self.give_up_s = give_up_s
+        self.seen = 0  # the highest knock number taken into `_unread`
+        self._unread: dict[int, float] = {}  # knock number -> when it was first counted (monotonic)
+
+    def read(self, store: dist.Store | BoundedStore) -> list[tuple[int, int]]:
+        now = time.monotonic()
+        last = int(store.add(KNOCKS_KEY, 0))
+        for seq in range(self.seen + 1, last + 1):
+            self._unread[seq] = now
+        self.seen = max(self.seen, last)
+        out = []
+        for seq, since in sorted(self._unread.items()):
+            text = peek(store, knock_key(seq))
+            if text is None:
+                if now - since > self.give_up_s:
+                    del self._unread[seq]
+                continue
+            del self._unread[seq]
+            out.append(parse_greeting(text))  # the same "a:b" form as a greeting
+        return out
 
 
 def register(store: dist.Store | BoundedStore, node: int) -> int:

@@ -5,8 +5,12 @@ Owns:
   SEEDFLOOD_RANK / SEEDFLOOD_WORLD_SIZE (launch/churn.sh: one torchrun agent per process, so each
   agent's own RANK is 0), else torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), else SLURM (SLURM_PROCID,
   SLURM_NTASKS, SLURM_LOCALID, the first host of SLURM_JOB_NODELIST), else a single process.
-  Rank 0 is the evaluator; rank r >= 1 is client topology node r - 1.
-- `check_world`: a one-line WorldError when the launch does not fit the topology.
+  Rank 0 is the evaluator; rank r >= 1 is client topology node r - 1. SEEDFLOOD_NODE=J, read
+  before all of them, makes this process brand-new node id J joining a running churn run
+  (docs/churn.md, a new node id joins): a client outside the launch's ranks, whatever RANK or
+  WORLD_SIZE its own launcher set (a torchrun agent of its own sets RANK=0, WORLD_SIZE=1).
+- `check_world`: a one-line WorldError when the launch does not fit the topology (or a new id
+  does not fit the run's open ids).
 - `process_group`: a gloo process group with the configured timeout, torn down in `finally`
   without anything that can block on a dead peer; it yields a `Group` for the run's only
   collective steps (the resume broadcast, the final reports).
@@ -65,9 +69,17 @@ class World:
     local_world_size: int = 1
     """Processes the launcher starts on this machine (LOCAL_WORLD_SIZE, SLURM_NTASKS_PER_NODE; 1
     when it does not say): run.threads = 0 shares the machine's cores among them."""
+    node: int | None = None
+    """A brand-new node id this process joins a running churn run as (SEEDFLOOD_NODE), None for a
+    rank of the launch. Such a process has no rank slot: its rank is node + 1 (never 0, so it
+    neither evaluates nor hosts a store) and `world_size` 0, as the run's is not its to know;
+    every edge it gets is a gloo pair of its own through the run's store (links.py)."""
 
     def __post_init__(self) -> None:
-        if not 0 <= self.rank < self.world_size:
+        if self.node is not None:
+            if self.node < 0 or self.rank != self.node + 1 or self.world_size != 0:
+                raise WorldError(f"SEEDFLOOD_NODE={self.node} is not a node id")
+        elif not 0 <= self.rank < self.world_size:
             raise WorldError(f"rank {self.rank} is outside world size {self.world_size}")
         if not 0 <= self.master_port <= 65535:
             raise WorldError(f"master port {self.master_port} is not a TCP port")
@@ -82,12 +94,28 @@ class World:
 
     @property
     def client_node(self) -> int:
-        """Topology node of this client (the evaluator gets -1 = transport.EVALUATOR)."""
+        """Node id of this client (the evaluator gets -1 = transport.EVALUATOR)."""
+        if self.node is not None:
+            return self.node
         return -1 if self.is_evaluator else node_of(self.rank)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> World:
         env = environ
+        if "SEEDFLOOD_NODE" in env:  # a new id joining a running run: its store is SEEDFLOOD_STORE or MASTER_*
+            node = _int(env, "SEEDFLOOD_NODE")
+            if node < 0:
+                raise WorldError(f"SEEDFLOOD_NODE={node} is not a node id")
+            return cls(
+                rank=node + 1,
+                world_size=0,
+                local_rank=_int(env, "LOCAL_RANK", 0),
+                master_addr=_str(env, "MASTER_ADDR", "127.0.0.1"),
+                master_port=_int(env, "MASTER_PORT", DEFAULT_PORT),
+                launcher="torchrun" if "TORCHELASTIC_RUN_ID" in env else "env",
+                local_world_size=_int(env, "LOCAL_WORLD_SIZE", 1),
+                node=node,
+            )
         if "SEEDFLOOD_RANK" in env:  # launch/churn.sh: one agent per process, each its own world of 1
             return cls(
                 rank=_int(env, "SEEDFLOOD_RANK"),
@@ -176,8 +204,22 @@ def _expand(pattern: str, text: str) -> list[str]:
     return hosts
 
 
-def check_world(world: World, n_clients: int) -> None:
-    """Raise WorldError unless the launch has exactly n_clients clients + 1 evaluator."""
+def check_world(world: World, n_clients: int, ids: int | None = None) -> None:
+    """Raise WorldError unless the launch has exactly n_clients clients + 1 evaluator, or, for
+    a new id (SEEDFLOOD_NODE), unless it is one the run is open to: n_clients..ids-1 (`ids`:
+    `Protocol.ids` of a churn run, None or n_clients where no new id may join)."""
+    if world.node is not None:
+        if ids is None or ids <= n_clients:
+            raise WorldError(
+                f"SEEDFLOOD_NODE={world.node}: this run takes no new node ids (a churn run, churn.settle >= 1, "
+                f"with churn.max_nodes above its {n_clients} clients does)"
+            )
+        if not n_clients <= world.node < ids:
+            raise WorldError(
+                f"SEEDFLOOD_NODE={world.node}: the run's new node ids are {n_clients}..{ids - 1} "
+                f"(churn.max_nodes={ids}; ids 0..{n_clients - 1} start as ranks 1..{n_clients})"
+            )
+        return
     need = n_clients + 1
     if world.world_size != need:
         how = {
@@ -317,7 +359,7 @@ def _rendezvous_store(world: World, port: int, timeout: timedelta, **options: An
     return dist.TCPStore(
         world.master_addr,
         port,
-        world.world_size,
+        world.world_size or None,  # a new id (world_size 0) is a client of the store, never its host
         is_master=world.rank == 0 and not agent_store,
         timeout=timeout,
         **options,

@@ -114,8 +114,8 @@ class Churn:
         """The join rule of a run open to new ids (churn.max_nodes) and graph repair
         (churn.repair), None where neither is on."""
         self.grower = transport if growth is not None and isinstance(transport, Growing) else None
-        """The transport, where brand-new ids may join and repair may add edges (launched, over
-        gloo: repair only; launched new-id joins are not built)."""
+        """The transport, where brand-new ids may join and repair may add edges (in memory, and
+        launched over gloo: new ids knock through the run's store)."""
 
     @property
     def roster(self) -> Roster:
@@ -169,14 +169,18 @@ class Churn:
     def _knocking(self, t: int) -> list[int]:
         """Brand-new ids this member would link to if a sponsor admitted them at the JOIN step
         of step t (t + delay + 1): the join rule over the graph committed through t − 1 − delay,
-        which this client has applied (`growth.Growth`); only those it links to sponsor."""
+        which this client has applied (`growth.Growth`); only those it links to sponsor. An id
+        that is a member already is not a newcomer (launched, a second process of it, or one
+        after a whole-group relaunch, knocks too): it rejoins as a restart, by its neighbours
+        (`revived`, deferred until a committed step has left its old life out)."""
         h, g = self.host, self.growth
         if self.grower is None or g is None or t < self.joined_at or self.leaving or h.node not in self.roster.members:
             return []
         e = t + h.protocol.delay + 1
         if self.agreement.through < e - g.lag:
             return []  # never expected: step t − 1 − delay is applied before step t
-        return [j for j in self.grower.newcomers() if h.node in g.edges(j, e, self.roster.changes)]
+        knocking = [j for j in self.grower.newcomers() if j not in self.roster.members]
+        return [j for j in knocking if h.node in g.edges(j, e, self.roster.changes)]
 
     def _sponsor(self, t: int, p: int, inc: int) -> None:
         """Before step t: catch up neighbour `p` (incarnation `inc`), which this client claimed:

@@ -63,14 +63,17 @@ class ChurnStrategy:
         )
 
 
-def sponsored_catch_up(transport: ChurnTransport, wait_s: float, signing: Signing | None = None) -> bytes:
+def sponsored_catch_up(
+    transport: ChurnTransport, wait_s: float, signing: Signing | None = None, new: bool = False
+) -> bytes:
     """A restarted process's half of the sponsor handshake (docs/churn-design.md, Rejoin across
     processes): wait up to `wait_s` s for the neighbour that claims this incarnation (its
     `Churn.boundary`), meet it, in a signed run answer its challenge with this node's key
     (`rejoinproof`), and take the catch-up it sends, for `Churn.rejoin` to replay.
     TransportError when no neighbour claims it, the meeting fails, the sponsor refuses the
-    answer, or no catch-up comes."""
-    if transport.incarnation:
+    answer, or no catch-up comes. `new`: this process is a brand-new node id (launched, its
+    first incarnation is 1; in process, 0)."""
+    if transport.incarnation and not new:
         log.warning(
             "node %d: restarted as incarnation %d: waiting for a neighbour to sponsor the rejoin",
             transport.node,

@@ -4,10 +4,14 @@ Owns `ChurnWiring` (a `wiring.Wiring`), docs/churn-design.md, Per-edge transport
 - the store alone as the collective side (`runtime.store_group`: start-up broadcast, final
   reports), and a client's `links.EdgeTransport` (one gloo group per edge), connected once every
   client is up (`rendezvous.await_start`, within transport.startup_timeout_s) or, for a restart
-  or a latecomer, by the neighbour that sponsors its rejoin (`churnstart.sponsored_catch_up`);
+  or a latecomer, by the neighbour that sponsors its rejoin (`churnstart.sponsored_catch_up`),
+  and for a brand-new node id (SEEDFLOOD_NODE, churn.max_nodes) by the member the join rule
+  picks, once it knocked through the store (`EdgeSet.knock`; docs/churn-design.md, A new id
+  joins);
 - the churn step strategy (`churnstart.ChurnStrategy`): the client streams every step it
   decides to the evaluator whenever it is the roster's attach node; with churn.repair its
-  transport grows graph repair's edges, which heal (docs/churn-design.md, Graph repair);
+  transport grows graph repair's edges, which heal (docs/churn-design.md, Graph repair); with
+  churn.max_nodes, the join rule's edges of each new id;
 - each client's own copy of the agreed log and its report (`clientlog.ClientLog`,
   eval.client_logs), so no agreed step depends on the evaluator's timing: rank 0 completes its
   log from the longest client log on its disk before it resumes, and reads there the final
@@ -86,7 +90,21 @@ class ChurnWiring:
         roster = self.p.protocol.roster(attach=cfg.eval.attach)
         for s in sorted(changes):
             roster.apply(changes[s])
-        t = EdgeTransport(node, top.neighbors(node), group.store, counter=counter, timeout_s=cfg.transport.timeout_s)
+        new = node not in top.nodes  # a brand-new id (SEEDFLOOD_NODE): no edge until the join rule's
+        t = EdgeTransport(
+            node,
+            () if new else top.neighbors(node),
+            group.store,
+            counter=counter,
+            timeout_s=cfg.transport.timeout_s,
+            joinable=range(top.n, self.p.protocol.ids),  # the new ids it may sponsor (churn.max_nodes)
+        )
+        if new:  # knock once the run has started: members sponsor only between their steps
+            if not _started(t, cfg.transport.startup_timeout_s):
+                log.warning("node %d: the run has not started within transport.startup_timeout_s", node)
+            t.knock()
+            log.warning("node %d: a new node id: knocked at the run's store (incarnation %d)", node, t.incarnation)
+            return t
         if t.rejoining:  # a restarted client: its sponsor connects it
             return t
         if t.store.check([STARTED_KEY]):  # the others gave up waiting for this one: join as a restart does
@@ -116,11 +134,13 @@ class ChurnWiring:
         return t
 
     def strategy(self, node: int, transport: EdgeTransport) -> Strategy:
-        """With churn.repair, graph repair's rule over the topology (its edges grow the transport
-        and heal); no join rule, as launched new-id joins are not built."""
+        """With churn.max_nodes, the join rule over the topology (a new id's edges grow the
+        transport at both ends and connect at its JOIN note's hop, or heal); with churn.repair,
+        graph repair's (its edges grow the transport and heal)."""
         w, p = self.p.workload, self.p
         base = {i: p.top.neighbors(i) for i in p.top.nodes}
-        growth = Growth.of(base, p.protocol.delay, repair=True) if p.cfg.churn.repair else None
+        grows = p.cfg.churn.repair or p.protocol.ids > p.top.n
+        growth = Growth.of(base, p.protocol.delay, repair=p.cfg.churn.repair) if grows else None
         return ChurnStrategy(
             transport,
             state_hash=lambda: state_hash(w.model, w.direction),
@@ -136,7 +156,8 @@ class ChurnWiring:
         resumes from the logged steps."""
         if transport.rejoining:
             wait_s = LATE_FACTOR * self.p.cfg.transport.timeout_s
-            client.churn.rejoin(sponsored_catch_up(transport, wait_s, client.flood.signing))
+            new = client.node not in self.p.top.nodes  # a brand-new id (SEEDFLOOD_NODE)
+            client.churn.rejoin(sponsored_catch_up(transport, wait_s, client.flood.signing, new))
         else:
             client.resume(records, changes)  # O(messages) for subcge, no checkpoint needed
         if threading.current_thread() is threading.main_thread():  # where Python runs signal handlers
@@ -163,6 +184,7 @@ class ChurnWiring:
             group.store,
             top.n,
             protocol.steps,
+            joinable=range(top.n, protocol.ids),  # a new id may become the attach node (churn.max_nodes)
             start=start,
             wait_s=max(cfg.transport.startup_timeout_s, LATE_FACTOR * cfg.transport.timeout_s),
             blob_wait_s=LATE_FACTOR * cfg.transport.timeout_s,
@@ -245,6 +267,17 @@ class _ClientCopy:
 
     def finished(self, report: dict[str, Any]) -> None:
         self.copy.report(report)
+
+
+def _started(t: EdgeTransport, bound_s: float) -> bool:
+    """Wait up to `bound_s` for the run to have started (`STARTED_KEY`): a new id's wait for its
+    sponsor (LATE_FACTOR hop timeouts) starts only then, not while the founders load."""
+    deadline = time.monotonic() + bound_s
+    while not t.store.check([STARTED_KEY]):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(runtime.REPORT_POLL_S)
+    return True
 
 
 def _leave_on_sigterm(client: Client) -> None:

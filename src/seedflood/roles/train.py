@@ -17,6 +17,11 @@ is churnwiring.py's (docs/churn-design.md, Per-edge transport and the store), SI
 leave included; a client that has left (`churn.Left`) posts a stopped report with its one line,
 "node N left at step S", and returns, so the process exits 0.
 
+A brand-new node id joining a running churn run (SEEDFLOOD_NODE=J, runtime.World; churn.max_nodes
+> J) is a client like the others, outside the launch's ranks: it takes the resume broadcast, is
+caught up by the member the join rule picks (churnwiring.py) and posts its final report, which the
+evaluator reads with the founders' (summary.json's client lists are indexed by node id).
+
 Assumes: every process gets the same config; the run directory is on storage rank 0 can write
 (clients on other hosts need no access to it: they catch up from the broadcast log).
 """
@@ -66,8 +71,9 @@ def run(cfg: Config, environ: dict[str, str] | None = None) -> RunSummary | None
     started = time.monotonic()
     world = runtime.World.from_env(environ if environ is not None else os.environ)
     top = topology_of(cfg)
-    runtime.check_world(world, top.n)
     protocol = Protocol.of(cfg, top.diameter)
+    # a new id (SEEDFLOOD_NODE) joins only a churn run open to it (churn.max_nodes)
+    runtime.check_world(world, top.n, ids=protocol.ids)  # churn.max_nodes needs churn.settle
     role = "eval" if world.is_evaluator else f"client {world.client_node}"
     setup_logging(cfg.run.log_level, role)
     workload = Workload.build(cfg, local_rank=world.local_rank, local_processes=world.local_world_size)
@@ -149,7 +155,9 @@ def _client(
             if records:
                 log.info("resumed at step %d by replaying %d logged steps", len(records), len(records))
             own = wiring.own_record(client)
-            status = client_status(RunDir.of(cfg), client, counter, records, changes, p.top.neighbors(node))
+            # a new id's neighbours are the join rule's, known once it is admitted: none at start
+            start = p.top.neighbors(node) if node in p.top.nodes else ()
+            status = client_status(RunDir.of(cfg), client, counter, records, changes, start)
             with status:  # an error leaving it is the record's final state: failed, with its first line
                 try:
                     client.run()
@@ -228,7 +236,9 @@ def _finish(
         inbox.close()
     # the members at the end report (those that left never will); a churn run names the rest
     reports = wiring.final_reports(group, sorted(evaluator.roster.members))
-    clients = [reports.get(client_key(n)) for n in top.nodes]
+    # indexed by node id: the founders, then up to the highest new id a committed change admitted
+    joined = [j for c in evaluator.roster.changes.values() for j, _ in c.join]
+    clients = [reports.get(client_key(n)) for n in range(max(top.n, 1 + max(joined, default=-1)))]
     clients = [r if r is not None and "hash" in r else None for r in clients]  # a stopped client: no state
     present = [r for r in clients if r is not None]
     counter = ByteCounter.from_rows([row for r in present for row in r["bytes"]])

@@ -68,3 +68,15 @@ def test_world_size_checks_a_signed_runs_roster_against_its_clients(tmp_path, ca
     assert cli.main(world_size("trust.sign=true", f"trust.keys={tmp_path / 'k4'}")) == 0
     assert capsys.readouterr().out.strip() == "5"
     assert cli.main(world_size("trust.sign=true", f"trust.keys={tmp_path / 'k4' / 'roster.json'}")) == 0
+    # open membership: a key for every id that may take part, the new ids' too (churn.max_nodes)
+    opened = ("churn.settle=1", "churn.max_nodes=6", "trust.sign=true")
+    line = one_error_line(capsys, world_size(*opened, f"trust.keys={tmp_path / 'k3'}"))
+    assert "holds 3 public keys, the run has 4 clients and takes new ids up to 5 (churn.max_nodes) " in line
+    assert "(seedflood keys --nodes 6 --out DIR)" in line
+    identity.write_keys(tmp_path / "k6", 6)
+    identity.write_keys(tmp_path / "k7", 7)
+    line = one_error_line(capsys, world_size(*opened, f"trust.keys={tmp_path / 'k7'}"))
+    assert "holds 7 public keys" in line
+    for k in ("k4", "k6"):  # the founders' keys, and up to every id the run is open to
+        assert cli.main(world_size(*opened, f"trust.keys={tmp_path / k}")) == 0
+        assert capsys.readouterr().out.strip() == "5"  # the launch's world: the founders and the evaluator

@@ -164,3 +164,66 @@ def test_a_signed_run_refuses_a_new_id_without_a_key_and_admits_one_with_its_key
     assert all(s.forged == 0 for s in r.flood.values())
     assert counted_from(r, 5) == joined(r)[5]
     check_survivors(ring5("trust.sign=true", f"trust.keys={six}"), r, tmp_path)
+
+
+class _Knocking:
+    """What `Churn.boundary` reads of a growing transport: `knocking` ids wait for a sponsor,
+    and every `claim` is recorded (and lost: another member wins, so nothing more is asked)."""
+
+    peers: tuple[int, ...] = ()
+
+    def __init__(self, neighbours: tuple[int, ...], knocking: list[int]) -> None:
+        self.neighbours = neighbours
+        self.knocking = knocking
+        self.claimed: list[int] = []
+
+    def revived(self) -> list[int]:
+        return []
+
+    def newcomers(self) -> list[int]:
+        return list(self.knocking)
+
+    def grow(self, peers) -> None:
+        self.neighbours = tuple(sorted({*self.neighbours, *peers}))
+
+    def claim(self, node: int) -> None:
+        self.claimed.append(node)
+
+
+def test_a_knocking_id_that_is_a_member_is_not_sponsored_by_the_join_rule():
+    """Launched, a process of an id that is a member already can knock (a whole-group relaunch
+    forgets who joined, a second process of the id): the join path must not admit a new process
+    as a member's old self. Its restart is its neighbours' `revived` rejoin, which waits until a
+    committed step has left the old life out. The control: the same id, not a member, is claimed
+    by the member the rule links it to."""
+    from seedflood.core.flood.membership import Change
+    from seedflood.core.flood.message import Message
+    from seedflood.ml.workload import Workload
+    from seedflood.roles.churnstart import ChurnStrategy
+    from seedflood.roles.client import Client
+
+    cfg = ring5(steps=30)
+    p, top = protocol_of(cfg), topo.build(cfg.topology)
+    growth = Growth.of({i: top.neighbors(i) for i in top.nodes}, p.delay)
+    direction = Workload.build(cfg).direction
+
+    def member_0(records, changes) -> tuple[Client, _Knocking]:
+        t = _Knocking(top.neighbors(0), [5])
+        c = Client(0, (), p, direction, lambda _s: 0.0, t, strategy=ChurnStrategy(t, growth=growth))  # type: ignore[arg-type]
+        c.resume(records, changes)
+        return c, t
+
+    def step(s: int, origins: range) -> list[Message]:
+        return [Message.make(o, s, p.seed(o, s), 0.01) for o in origins]
+
+    logged = 12
+    c, t = member_0([(s, step(s, range(5))) for s in range(logged)], {})
+    assert 0 in growth.edges(5, logged + p.delay + 1, {})  # ring of 5: node 5 links to 0 and 1
+    c.churn.boundary(logged)
+    assert t.claimed == [5]  # a newcomer: claimed
+    e = 4  # node 5 admitted at step 4, its first life
+    records = [(s, step(s, range(6 if s >= e else 5))) for s in range(logged)]
+    c, t = member_0(records, {e: Change(e, join=((5, 1),))})
+    assert 5 in c.churn.roster.members
+    c.churn.boundary(logged)
+    assert t.claimed == []

@@ -137,7 +137,7 @@ class ChurnConfig:
     from the majority's is named and excluded. 0 = no audits. Needs settle >= 1."""
     max_nodes: int = 0
     """Open membership: node ids 0..max_nodes-1 may take part, so brand-new ids topology.nodes ..
-    max_nodes-1 may join a running run (in process only, so far: docs/churn.md). 0 = the
+    max_nodes-1 may join a running run (in process, and launched: SEEDFLOOD_NODE; docs/churn.md). 0 = the
     topology's nodes and no others. Needs settle >= 1; recorded in the log (replay needs it)."""
     repair: bool = False
     """Graph repair: a committed step that leaves members out also links the members left

@@ -1,0 +1,123 @@
+"""A brand-new node id joins a running launched run (docs/churn-design.md, A new id joins): 1
+evaluator + 4 clients on a ring as processes, one gloo group per edge, `churn.settle: 1`,
+`churn.max_nodes: 6`, signed (`trust.sign`, keys for ids 0..5: the new ids' too), paced steps.
+
+A few steps in, one more process starts with SEEDFLOOD_NODE=4 and SEEDFLOOD_STORE at the run's
+store, as launch/README.md says to start one: no rank slot, the run's world size unchanged. It
+knocks through the store; a member the join rule links it to (founders 0 and 1: the fewest
+links, lowest id first) claims it, challenges it (it answers with node 4's key), hands it the log
+and floods its JOIN note; it replays, connects its edges at the note's hop and counts from the
+step the note names. All five clients finish on the evaluator's hash, the one `seedflood replay`
+of the log gives; the log records the join, and node 4's messages are in every step from its
+join step and in none before. Beside it, a process started as id 6 (the run is open to 4 and 5)
+and one as id 5 without node 5's key are each refused in one line (exit 2) and the run does not
+notice. One run shared by every assertion (CPU is scarce). The signed run covers the unsigned
+path too: the challenge is the only step a signed join adds (roles/rejoinproof.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import runs
+from procs import World
+from seedflood.comm import identity
+from seedflood.rundir.logfile import LogReader
+
+pytestmark = [pytest.mark.dist, pytest.mark.timeout(600)]
+CLIENTS = 4
+WORLD = CLIENTS + 1
+STEPS = 30
+NEW = 4  # the brand-new id; the join rule links it to founders 0 and 1
+EDGES = (0, 1)
+BEYOND = 6  # churn.max_nodes = 6 opens ids 4 and 5 only
+KEYLESS = 5  # an id the run is open to, started without its key
+
+
+def text(group: World) -> str:
+    return "".join(p.stdout for p in group)
+
+
+@pytest.fixture(scope="module")
+def joined(tmp_path_factory: pytest.TempPathFactory) -> tuple[World, Path, str]:
+    """The run: the founders and the evaluator; once the log holds a few steps, node 4 starts
+    (and the refused ids 6 and 5 beside it); every process is waited for. Returns the world, the
+    run directory and everything the processes printed."""
+    tmp = tmp_path_factory.mktemp("join")
+    out, keys = tmp / "run", tmp / "keys"
+    identity.write_keys(keys, 6)  # `seedflood keys --nodes max_nodes`
+    (keys / f"node-{KEYLESS}.key").unlink()  # its process has no key of its own
+    sets = runs.churn(
+        out,
+        STEPS,
+        "topology.kind=ring",
+        f"topology.nodes={CLIENTS}",
+        "churn.max_nodes=6",
+        "run.step_delay_s=0.3",  # paced: the newcomer's start-up spans fewer steps (no CPU spent)
+        "run.hash_steps=true",
+        "trust.sign=true",
+        f"trust.keys={keys}",
+    )
+    group = World(tmp / "procs", runs.train(*sets), WORLD, merge=True)
+    group.watch(out / "log.bin")
+    with group.start_all() as run:
+        runs.wait_for_steps(run, out, 4)
+        store = {"SEEDFLOOD_STORE": f"127.0.0.1:{run.port}"}  # the run's store: rank 0 hosts it here
+        for n in (NEW, BEYOND, KEYLESS):
+            run.start(f"node{n}", run.argv, env={**run.base, **store, "SEEDFLOOD_NODE": str(n)}, merge=True)
+        run.wait()
+        said = text(run)
+    return run, out, said
+
+
+def test_a_new_id_joins_a_launched_ring_and_all_five_finish_on_the_replayed_hash(joined):
+    run, out, said = joined
+    assert run.codes([str(r) for r in range(WORLD)] + [f"node{NEW}"]) == [0] * (WORLD + 1), said[-8000:]
+    assert "Traceback" not in said, said[-8000:]
+    assert f"node {NEW}: a new node id: knocked at the run's store" in said, said[-8000:]
+    sponsor = re.search(rf"node (\d+): sponsoring node {NEW} \(incarnation 1\): joins at step (\d+)", said)
+    assert sponsor is not None and int(sponsor[1]) in EDGES, said[-8000:]
+    assert re.search(rf"node {NEW}: joined by replaying \d+ steps from node {sponsor[1]}", said), said[-8000:]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["consensus"] and s["left"] == [], s
+    assert s["client_hashes"] == [s["param_hash"]] * (CLIENTS + 1), s["client_hashes"]
+    assert runs.replay(out) == {"steps": STEPS, "param_hash": s["param_hash"]}
+    assert sum(f["forged"] for f in s["flood"] if f) == 0  # node 4's signatures taken everywhere
+    founders = [s["client_step_hashes"][n] for n in range(CLIENTS)]
+    assert all(hs == founders[0] for hs in founders) and len(founders[0]) == STEPS
+    # the newcomer hashed the steps it applied itself, after its catch-up: the founders' bits
+    mine = s["client_step_hashes"][NEW]
+    assert mine[-1] == founders[0][-1] and [h for h in mine if h is not None] == founders[0][-len(mine) :]
+
+
+def test_the_log_records_the_join_and_the_newcomer_counts_from_its_join_step(joined):
+    run, out, said = joined
+    reader = LogReader(out / "log.bin")
+    _, records = reader.read()
+    assert len(records) == STEPS
+    ((step, change),) = reader.changes.items()
+    assert change.join == ((NEW, 1),) and change.leave == (), change
+    e = int(re.search(rf"sponsoring node {NEW} \(incarnation 1\): joins at step (\d+)", said)[1])
+    assert step == e < STEPS - 5, (step, e)  # admitted at the step its JOIN note names, mid-run
+    origins = [{m.origin for m in msgs} for _, msgs in records]
+    assert [NEW in o for o in origins] == [s >= e for s in range(STEPS)]
+    # its edges: the join rule's (founders 0 and 1), grown and connected at both ends
+    for q in EDGES:
+        assert f"node {NEW}: connected to node {q}" in said or f"node {NEW}: edge to node {q} healed" in said
+
+
+def test_an_id_the_run_is_not_open_to_or_without_its_key_is_refused_in_one_line(joined):
+    run, out, said = joined
+    p = run[f"node{BEYOND}"]
+    assert p.returncode == 2, p.describe()
+    assert f"SEEDFLOOD_NODE={BEYOND}: the run's new node ids are 4..5 (churn.max_nodes=6" in p.stdout, p.describe()
+    p = run[f"node{KEYLESS}"]
+    assert p.returncode == 2, p.describe()
+    assert re.search(rf"seedflood: error: [^\n]*node-{KEYLESS}\.key", p.stdout), p.describe()
+    for n in (BEYOND, KEYLESS):  # neither knocked: nobody sponsored, nothing logged of them
+        assert "Traceback" not in run[f"node{n}"].stdout
+        assert f"sponsoring node {n} " not in said and f"node {n}: a new node id: knocked" not in said

@@ -479,7 +479,7 @@ ADVERSARIES = [
     ids=["liar", "random-liar", "eps-liar", "garbage", "equivocate", "forge", "replay", "impersonate"],
 )
 def test_a_launched_adversary_is_left_out_and_the_others_finish_on_one_history(
-    run_world, tmp_path, kind, arg, sets, said, bound
+    run_world, tmp_path, capsys, kind, arg, sets, said, bound
 ):
     """Node 2's process does not follow the protocol (tests/adversary.py; docs/trust.md): it
     sends 10 × its honest scalars, a random scalar in ±1 or its estimate with zo.eps 0.01 in an
@@ -490,7 +490,8 @@ def test_a_launched_adversary_is_left_out_and_the_others_finish_on_one_history(
     before step 3 in place of every later one (seen, dropped; its own items never come), or it
     signs everything with a key that is not node 2's (a process without the node's key).
     Each time a committed step no later than `bound` leaves it out, and the three others and
-    the evaluator end on one hash that the log replays to."""
+    the evaluator end on one hash that the log replays to; signed, the evaluator verified every
+    step's signatures and certificate and `seedflood check` proves the log's."""
     out = tmp_path / "run"
     extra = list(sets)
     if "trust.sign=true" in sets:
@@ -523,6 +524,12 @@ def test_a_launched_adversary_is_left_out_and_the_others_finish_on_one_history(
     assert step <= bound, (step, bound)
     assert all(VICTIM not in {m.origin for m in msgs} for _, msgs in records[step:])
     assert runs.replay(out) == {"steps": 20, "param_hash": s["param_hash"]}
+    if "trust.sign=true" in sets:  # the evaluator verified each step's certificate; the log proves them all
+        from seedflood import cli
+
+        assert sorted(reader.seals) == list(range(20)), sorted(reader.seals)
+        assert cli.main(["check", str(out), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["signed"] is True
 
 
 @pytest.mark.parametrize("impostor", [False, True], ids=["genuine", "impostor"])

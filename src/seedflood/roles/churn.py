@@ -97,6 +97,7 @@ class Churn:
         self.feed = evaluator
         self._fed = 0  # the transport's evaluator edge (count) that got its catch-up blob
         self.history: list[tuple[int, list[Message]]] = []
+        self.certificates: dict[int, bytes] = {}  # signed: step -> the certificate of its commit (certificate.py)
         """Every decided step from 0, what a sponsor hands a rejoining neighbour."""
         self.joined_at = 0  # first step this client originates (a rejoined client: its JOIN step)
         self._deferred: set[int] = set()  # restarted neighbours still members under their old incarnation
@@ -412,7 +413,7 @@ class Churn:
         self._fed = link
         needs = feed.evaluator_needs()
         sent = [(s, m) for s, m in self.history if s >= needs]
-        blob = stepstream.encode_pushes((s, stepstream.encode_step(m, self.roster.changes.get(s))) for s, m in sent)
+        blob = stepstream.encode_pushes((s, self._payload(s, m)) for s, m in sent)
         try:
             feed.send_blob(EVALUATOR, blob)
         except TransportError as e:  # the evaluator is dropped; it greets again
@@ -563,17 +564,26 @@ class Churn:
             waited += 1
         h.applier.apply(s, msgs)
         self.history.append((s, msgs))
+        if (cert := self.voter.certificates.pop(s, None)) is not None:
+            self.certificates[s] = cert
         if s >= h.logged:
             for listener in h.listeners:
                 listener(s, msgs)
             feed = self.feed
             if feed is not None and self.roster.attach == h.node and feed.attach:
-                payload = stepstream.encode_step(msgs, self.roster.changes.get(s))
-                feed.push(stepstream.encode_push(s, payload), s)
+                feed.push(stepstream.encode_push(s, self._payload(s, msgs)), s)
             if h.protocol.audits(s) and self.state_hash is not None:
                 value = membership.audit_value(self.state_hash())
                 h.flood.originate_notes([Note(s, AUDIT, h.node, value)])
         membership.check_admitted(h.node, s, self.joined_at, self.roster)
+
+    def _payload(self, s: int, msgs: list[Message]) -> bytes:
+        """Decided step s for the evaluator (`stepstream.encode_step`); signed, with the step's
+        seals: its messages' signatures and the certificate of its commit (none for a step this
+        client did not commit itself: replayed from a log or handed over by a sponsor, which an
+        evaluator of a signed run refuses: docs/trust.md, What the evaluator and the log verify)."""
+        certificate = self.certificates.get(s, b"") if self.host.flood.signing is not None else None
+        return stepstream.encode_step(msgs, self.roster.changes.get(s), certificate)
 
     def poll(self) -> None:
         pass  # nothing runs beside the estimate

@@ -62,6 +62,8 @@ REPORT_S = 10.0  # how often the evaluator says whose final report it still wait
 class ChurnWiring:
     """A churn launched process (`wiring.Wiring[runtime.StoreGroup, EdgeTransport]`)."""
 
+    certified = True  # its steps are committed by votes: a signed evaluator needs their certificates
+
     def __init__(self, process: Process) -> None:
         self.p = process
         self.run = RunDir.of(process.cfg)
@@ -234,7 +236,8 @@ class _ClientCopy:
         client.listeners.append(lambda s, _: self.extend())
 
     def extend(self) -> None:
-        self.copy.extend(self.churn.history, self.churn.roster.changes)
+        signed = self.churn.host.flood.signing is not None  # then each step is logged with its seals
+        self.copy.extend(self.churn.history, self.churn.roster.changes, self.churn.certificates if signed else None)
 
     def stopped(self, report: dict[str, Any]) -> None:
         self.extend()

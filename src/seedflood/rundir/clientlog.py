@@ -21,6 +21,8 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from seedflood.core.config import runconfig as config_mod
 from seedflood.core.flood.membership import Change
 from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
+from seedflood.core.flood.stepstream import encode_seals
 from seedflood.rundir.atomic import atomic_write_text
 from seedflood.rundir.layout import CONFIG, LOG, CheckpointError, RunDir
 from seedflood.rundir.logfile import LogReader, LogWriter, Records
@@ -97,9 +100,16 @@ class ClientLog:
                 pass
         self.writer = None
 
-    def extend(self, history: list[tuple[int, list[Message]]], changes: dict[int, Change]) -> None:
+    def extend(
+        self,
+        history: list[tuple[int, list[Message]]],
+        changes: dict[int, Change],
+        certificates: Mapping[int, bytes] | None = None,
+    ) -> None:
         """Append the steps of `history` the log lacks; steps the log already held (a reopened
-        log) are compared with the history as it reaches them (see the class docstring)."""
+        log) are compared with the history as it reaches them (see the class docstring).
+        `certificates` (a signed run): each step is logged with its seals, its messages'
+        signatures and the certificate of its commit where this client holds one."""
         w = self.writer
         if w is None:
             return
@@ -113,7 +123,8 @@ class ClientLog:
                     break
                 self._verified += 1
             for s, msgs in history[w.next_step :]:
-                w.append(s, msgs, changes.get(s))
+                seals = None if certificates is None else encode_seals(msgs, certificates.get(s, b""))
+                w.append(s, msgs, changes.get(s), seals)
         except (OSError, CheckpointError) as e:
             self._fail(e)
 
@@ -167,20 +178,28 @@ def client_report(run: RunDir, node: int, since: float | None = None) -> dict[st
         return None
 
 
-def steps_from_clients(
-    run: RunDir, protocol: Protocol, header: dict[str, Any]
-) -> tuple[Path, Records, dict[int, Change]] | None:
+@dataclass(frozen=True)
+class Found:
+    """A client log's steps: its path, records, membership changes and (a signed run) seals."""
+
+    path: Path
+    records: Records
+    changes: dict[int, Change]
+    seals: dict[int, bytes]
+
+
+def steps_from_clients(run: RunDir, protocol: Protocol, header: dict[str, Any]) -> Found | None:
     """The longest client log readable on this disk (under `run.clients`) that belongs to this
     run (its header's settings and base model equal `header`'s), reads whole (CRC and every step
     checked as from the wire) and agrees with the run directory's own log on every step both
-    hold; with its records and changes. None when no client log qualifies (each refusal is one
-    warning), or client logs are off."""
+    hold; with its records, changes and seals. None when no client log qualifies (each refusal
+    is one warning), or client logs are off."""
     root, own = run.clients, run.log
     if root is None or not root.is_dir():
         return None
     mine_reader = LogReader(own)
     _, mine = mine_reader.read() if own.is_file() else ({}, [])
-    best: tuple[Path, Records, dict[int, Change]] | None = None
+    best: Found | None = None
     for path in sorted(root.glob(f"node-*/{LOG}")):
         try:
             if diff := header_mismatch(read_header(path), header):
@@ -201,8 +220,8 @@ def steps_from_clients(
         if differs is not None:
             log.warning("client log %s not used: it differs from %s at step %d", path, own, differs)
             continue
-        if best is None or len(records) > len(best[1]):
-            best = (path, records, reader.changes)
+        if best is None or len(records) > len(best.records):
+            best = Found(path, records, reader.changes, reader.seals)
     return best
 
 
@@ -213,14 +232,14 @@ def complete_from_clients(run: RunDir, protocol: Protocol, header: dict[str, Any
     records, extended."""
     own = run.log
     found = steps_from_clients(run, protocol, header)
-    if found is None or len(found[1]) <= len(records):
+    if found is None or len(found.records) <= len(records):
         return records
-    path, theirs, changes = found
+    path, theirs, changes = found.path, found.records, found.changes
     writer = LogWriter(own, header, check=protocol.check_step)
     try:
         writer.truncate_to(len(records))  # a torn or unchecked tail past the records resumed from
         for s, msgs in theirs[len(records) :]:
-            writer.append(s, msgs, changes.get(s))
+            writer.append(s, msgs, changes.get(s), found.seals.get(s))
     finally:
         writer.close()
     log.warning("evaluator: took steps %d..%d from the client log %s", len(records), len(theirs) - 1, path)

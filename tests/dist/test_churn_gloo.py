@@ -38,7 +38,7 @@ ADVERSARY = Path(__file__).parents[1] / "adversary.py"  # a world whose node NOD
 FAULT_STEPS = 20
 
 
-def churn_run(run_world, out: Path, signum: int, victim: int = VICTIM) -> tuple[list, dict]:
+def churn_run(run_world, out: Path, signum: int, victim: int = VICTIM, *extra: str) -> tuple[list, dict]:
     sets = [
         f"run.out_dir={out}",
         f"run.steps={FAULT_STEPS}",
@@ -47,6 +47,7 @@ def churn_run(run_world, out: Path, signum: int, victim: int = VICTIM) -> tuple[
         "transport.timeout_s=3",
         "eval.every=0",
         "checkpoint.every=10",
+        *extra,
     ]
     logged = runs.Steps(out)
     rank = str(victim + 1)
@@ -122,16 +123,34 @@ def test_survivors_of_a_crash_or_stall_finish_bit_identical(run_world, tmp_path,
     check_survivors(procs, s, out, VICTIM)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSTOP], ids=["kill", "stop"])
-def test_the_evaluator_follows_the_next_client_when_its_attach_client_fails(run_world, tmp_path, signum):
+@pytest.mark.parametrize(
+    "signum, signed",
+    [(signal.SIGKILL, False), (signal.SIGSTOP, False), (signal.SIGKILL, True)],
+    ids=["kill", "stop", "kill-signed"],
+)
+def test_the_evaluator_follows_the_next_client_when_its_attach_client_fails(
+    run_world, tmp_path, capsys, signum, signed
+):
     """The evaluator's attach client (node 0) crashes or stalls mid-run: the clients decide its
     leave, node 1 becomes the attach node (`Roster.attach`) and answers the evaluator, which
     takes the steps it lacks from node 1's catch-up and follows it to the end (a stalled node 0's
-    edge is closed under it). The run directory holds the whole run."""
+    edge is closed under it). The run directory holds the whole run. Signed (trust.sign), the
+    evaluator verifies every step node 0 and then node 1 sends (its messages' signatures, the
+    certificate of its commit; docs/trust.md, What the evaluator and the log verify), and
+    `seedflood check` proves the log's."""
     out = tmp_path / signal.Signals(signum).name
-    procs, s = churn_run(run_world, out, signum, victim=0)
+    keys = tmp_path / "keys"
+    if signed:
+        identity.write_keys(keys, 4)
+    extra = ("trust.sign=true", f"trust.keys={keys}") if signed else ()
+    procs, s = churn_run(run_world, out, signum, 0, *extra)
     check_survivors(procs, s, out, 0)
     assert "evaluator: following node 1" in procs[0].stderr, procs[0].describe()
+    if signed:
+        from seedflood import cli
+
+        assert cli.main(["check", str(out), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["signed"] is True
 
 
 @pytest.mark.parametrize("victim", [VICTIM, 0], ids=["node", "attach"])

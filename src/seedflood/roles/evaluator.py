@@ -251,9 +251,10 @@ class Evaluator:
         refusal = self.verifier.check(step, msgs, change, certificate, self.roster)
         if refusal is not None:
             sender = self.inbox.sender_of(step) if self.inbox is not None else "its feed"
+            n = self.verifier.refused
             raise EvaluatorError(
                 f"evaluator: refused step {step} from {sender}: {refusal.reason}; nothing of it is applied "
-                f"or logged ({self.verifier.refused} items refused)"
+                f"or logged ({n} item{'' if n == 1 else 's'} refused)"
             )
 
     def run(self) -> dict[str, Any]:

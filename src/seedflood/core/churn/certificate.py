@@ -15,6 +15,8 @@ Owns (docs/trust.md, What the evaluator and the log verify):
   (`prev`), whose digest is that of the step's messages and whose change is the step's.
   Anything short of that is a `Refusal` (one line, and how many items it refuses).
 
+May import: seedflood.core.flood (signing, membership, message), core.churn.agreement.
+
 Assumes: pure Python (the core; the cryptography is flood.signing.Signing's injected `verify`);
 signed votes (trust.sign), so the agreement counts by the Byzantine quorum; the verifier sees
 the steps in order from the first it verifies (`extend` takes those before it as verified).

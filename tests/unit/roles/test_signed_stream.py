@@ -32,7 +32,7 @@ from seedflood.core.flood.transport import EOS, Inbox
 from seedflood.core.topology.resolve import build
 from seedflood.core.zo.replay import state_hash
 from seedflood.ml.workload import Workload
-from seedflood.roles.evaluator import Evaluator, EvaluatorError, Settings
+from seedflood.roles.evaluator import Evaluator, EvaluatorError, Settings, restore
 from seedflood.roles.identities import roster_record, run_tag, verifier_of
 from seedflood.roles.inprocess import simulate
 from seedflood.rundir.logfile import LogReader
@@ -81,15 +81,17 @@ class Run:
             prev = value.digest
         return out
 
-    def evaluate(self, frames: list[bytes], hashes: list[str] | None = None) -> Evaluator:
-        """An evaluator of this run (a fresh directory) fed `frames`; run to its end or its error."""
+    def evaluate(self, frames: list[bytes], hashes: list[str] | None = None, start: int = 0) -> Evaluator:
+        """An evaluator of this run fed `frames` (the steps from `start`: a resume from the run
+        directory's log and checkpoint); run to its end or its error."""
         inbox = Inbox("node 0 (the attach node)")
-        for f in frames:
+        for f in frames[start:]:
             inbox.put(f)
         inbox.put(EOS)
         verifier = verifier_of(self.header, self.p, certified=True)
         assert verifier is not None and verifier.churn
-        ev = Evaluator(Settings.of(self.cfg), self.p, self.w, inbox, self.header, progress=False, verifier=verifier)
+        settings = Settings.of(self.cfg)
+        ev = Evaluator(settings, self.p, self.w, inbox, self.header, start, progress=False, verifier=verifier)
         if hashes is not None:
             ev.listeners.append(lambda *_: hashes.append(state_hash(self.w.model, self.w.direction)))
         try:
@@ -237,3 +239,16 @@ def test_the_certificates_churn_clients_build_prove_their_steps(honest, tmp_path
         signed, cert = decode_seals(encode_seals(msgs, certs[s]), msgs)
         assert verifier.check(s, signed, None, cert, roster) is None, s
     assert verifier.refused == 0
+
+
+def test_a_resumed_evaluator_chains_the_certificates_on_the_steps_it_logged(honest, tmp_path):
+    """Restarted after step 3 (its log and checkpoint), the evaluator takes the chain of digests
+    from its own log and verifies the attach node's certificates of steps 3.. against it."""
+    good, run_dir, records, hashes = honest
+    out = runs.copy_run_dir(run_dir, tmp_path / "run")
+    run = Run(out, Path(good.cfg.trust.keys))
+    assert restore(run.w, run.p, out, records[:3]) == 3
+    ev = run.evaluate(run.stream(records), start=3)
+    assert ev.verifier is not None and ev.verifier.refused == 0
+    assert state_hash(run.w.model, run.w.direction) == hashes[-1]
+    assert steps_logged(out) == records and cli.main(["check", str(out)]) == 0

@@ -48,6 +48,7 @@ from seedflood.core.zo.replay import state_hash
 from seedflood.roles.churnstart import ChurnStrategy, sponsored_catch_up
 from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Settings
+from seedflood.roles.identities import verifier_of
 from seedflood.roles.strategy import Strategy
 from seedflood.roles.wiring import NO_RECORD, OwnRecord, Process, client_key
 from seedflood.rundir.clientlog import ClientLog, client_report, complete_from_clients
@@ -72,8 +73,10 @@ class ChurnWiring:
         return runtime.store_group(world, self.p.cfg.transport)
 
     def completed(self, records: Records) -> Records:
-        """The agreed steps only the clients' own logs hold, appended (an evaluator restarted late)."""
-        return complete_from_clients(self.run, self.p.protocol, self.p.header, records)
+        """The agreed steps only the clients' own logs hold, appended (an evaluator restarted late);
+        signed, each proven by its seals first, as the evaluator verifies a streamed one."""
+        verifier = verifier_of(self.p.header, self.p.protocol, self.certified)
+        return complete_from_clients(self.run, self.p.protocol, self.p.header, records, verifier)
 
     def started(self, group: runtime.StoreGroup) -> None:
         group.started(self.p.cfg.transport.timeout_s)  # store calls bounded by the hop timeout from now

@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from seedflood.core.churn.certificate import StepVerifier
 from seedflood.core.config import runconfig as config_mod
 from seedflood.core.flood.membership import Change
 from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
-from seedflood.core.flood.stepstream import encode_seals
+from seedflood.core.flood.stepstream import decode_seals, encode_seals
 from seedflood.rundir.atomic import atomic_write_text
 from seedflood.rundir.layout import CONFIG, LOG, CheckpointError, RunDir
 from seedflood.rundir.logfile import LogReader, LogWriter, Records
@@ -225,16 +226,23 @@ def steps_from_clients(run: RunDir, protocol: Protocol, header: dict[str, Any]) 
     return best
 
 
-def complete_from_clients(run: RunDir, protocol: Protocol, header: dict[str, Any], records: Records) -> Records:
+def complete_from_clients(
+    run: RunDir, protocol: Protocol, header: dict[str, Any], records: Records, verifier: StepVerifier | None = None
+) -> Records:
     """Rank 0 before a churn run (re)starts: append to the run directory's log the steps that
     only a client log on this disk holds (`steps_from_clients`), so that neither a restarted
     evaluator nor a whole relaunch continues from less than what was agreed. Returns the
-    records, extended."""
+    records, extended. `verifier` (a signed run): each step is taken only if its seals prove it,
+    as a streamed one; the first that fails ends what is taken (one warning line)."""
     own = run.log
     found = steps_from_clients(run, protocol, header)
     if found is None or len(found.records) <= len(records):
         return records
     path, theirs, changes = found.path, found.records, found.changes
+    if verifier is not None:
+        theirs = _proven(found, len(records), protocol, verifier)
+        if len(theirs) <= len(records):
+            return records
     writer = LogWriter(own, header, check=protocol.check_step)
     try:
         writer.truncate_to(len(records))  # a torn or unchecked tail past the records resumed from
@@ -244,3 +252,22 @@ def complete_from_clients(run: RunDir, protocol: Protocol, header: dict[str, Any
         writer.close()
     log.warning("evaluator: took steps %d..%d from the client log %s", len(records), len(theirs) - 1, path)
     return list(theirs)
+
+
+def _proven(found: Found, start: int, protocol: Protocol, verifier: StepVerifier) -> Records:
+    """`found`'s records up to the first from `start` on that its seals do not prove (the steps
+    before `start`, the run's own log holds: they chain the certificates)."""
+    roster = protocol.roster()
+    for s, msgs in found.records:
+        change = found.changes.get(s)
+        if s < start:
+            verifier.extend(s, msgs, change)
+        else:
+            seals = found.seals.get(s)
+            signed, certificate = decode_seals(seals, msgs) if seals is not None else (msgs, None)
+            if (refusal := verifier.check(s, signed, change, certificate, roster)) is not None:
+                log.warning("evaluator: client log %s: step %d is not taken: %s", found.path, s, refusal.reason)
+                return found.records[:s]
+        if change:
+            roster.apply(change)
+    return found.records

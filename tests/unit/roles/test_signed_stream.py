@@ -9,6 +9,7 @@ One module-scoped honest run (6 steps of the debug config) is shared by the test
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 import zlib
 from dataclasses import replace
@@ -35,7 +36,9 @@ from seedflood.ml.workload import Workload
 from seedflood.roles.evaluator import Evaluator, EvaluatorError, Settings, restore
 from seedflood.roles.identities import roster_record, run_tag, verifier_of
 from seedflood.roles.inprocess import simulate
-from seedflood.rundir.logfile import LogReader
+from seedflood.rundir.clientlog import complete_from_clients
+from seedflood.rundir.layout import RunDir
+from seedflood.rundir.logfile import LogReader, LogWriter
 from seedflood.rundir.logheader import LOG_MAGIC, log_header
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -164,11 +167,10 @@ def step_records(path: Path) -> dict[int, int]:
     return out
 
 
-def test_a_tampered_record_of_a_signed_log_is_named_by_check_and_replay(honest, tmp_path, capsys):
-    run_dir = runs.copy_run_dir(honest[1], tmp_path / "run")
-    log = run_dir / "log.bin"
+def rewrite_scalar(log: Path, step: int) -> None:
+    """Double node 0's scalar of `step` in a log, its record's CRC made valid again."""
     data = bytearray(log.read_bytes())
-    frame = step_records(log)[2] + 8
+    frame = step_records(log)[step] + 8
     head = message.read_head(bytes(data[frame:]))  # rewrite node 0's scalar of step 2 with a valid CRC
     body, crc_at = frame + head.layout.header_size, frame + head.layout.header_size - 4
     (scalar,) = struct.unpack_from("<f", data, body + head.layout.record_size - 4)
@@ -176,6 +178,11 @@ def test_a_tampered_record_of_a_signed_log_is_named_by_check_and_replay(honest, 
     end = body + head.count * head.layout.record_size
     struct.pack_into("<I", data, crc_at, zlib.crc32(bytes(data[frame + 2 : crc_at]) + bytes(data[body:end])))
     log.write_bytes(bytes(data))
+
+
+def test_a_tampered_record_of_a_signed_log_is_named_by_check_and_replay(honest, tmp_path, capsys):
+    run_dir = runs.copy_run_dir(honest[1], tmp_path / "run")
+    rewrite_scalar(run_dir / "log.bin", 2)
     assert cli.main(["check", str(run_dir)]) == 2
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "step 2 fails its signatures" in lines[0] and "node 0's" in lines[0], lines
@@ -252,3 +259,26 @@ def test_a_resumed_evaluator_chains_the_certificates_on_the_steps_it_logged(hone
     assert ev.verifier is not None and ev.verifier.refused == 0
     assert state_hash(run.w.model, run.w.direction) == hashes[-1]
     assert steps_logged(out) == records and cli.main(["check", str(out)]) == 0
+
+
+@pytest.mark.parametrize("tampered", [False, True], ids=["proven", "tampered"])
+def test_steps_only_a_client_log_holds_are_taken_as_far_as_their_seals_prove_them(honest, tmp_path, tampered):
+    """Rank 0 completes a signed run's log from a client's own log (complete_from_clients, with the
+    evaluator's verifier): a client log keeps seal records like the run's, so every step it
+    proves is taken, and an edited one ends what is taken, with one warning."""
+    good, run_dir, records, _ = honest
+    out = runs.copy_run_dir(run_dir, tmp_path / "run")
+    client = out / "clients" / "node-1"
+    client.mkdir(parents=True)
+    shutil.copy(out / "config.yaml", client / "config.yaml")
+    shutil.copy(out / "log.bin", client / "log.bin")
+    if tampered:
+        rewrite_scalar(client / "log.bin", 4)
+    writer = LogWriter(out / "log.bin", good.header)
+    writer.truncate_to(2)  # the evaluator's own log ends at step 1
+    writer.close()
+    run = Run(out, Path(good.cfg.trust.keys))
+    verifier = verifier_of(run.header, run.p, certified=True)
+    got = complete_from_clients(RunDir.of(run.cfg), run.p, run.header, records[:2], verifier)
+    assert got == records[: 4 if tampered else 6] and steps_logged(out) == got
+    assert verifier is not None and verifier.refused == (1 if tampered else 0)

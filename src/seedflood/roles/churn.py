@@ -429,10 +429,12 @@ class Churn:
 
     def catch_up(self, t: int, e: int, inc: int) -> bytes:
         """What a rejoining neighbour needs before step t (`stepstream.CatchUp`): every decided
-        step (with its change), the messages and notes held for undecided steps, its JOIN step."""
+        step (with its change; signed, with its seals, so the newcomer can stream it to the
+        evaluator as its attach node), the messages and notes held for undecided steps, its JOIN
+        step."""
         h = self.host
         msgs, notes = h.flood.held_items()
-        steps = [(s, stepstream.encode_step(m, self.roster.changes.get(s))) for s, m in self.history]
+        steps = [(s, self._payload(s, m)) for s, m in self.history]
         held = membership.encode_hop(msgs, notes, signed=h.flood.signing is not None)  # signatures kept
         return stepstream.CatchUp(h.node, t, e, inc, steps, held, h.hops_run).to_bytes()
 
@@ -453,7 +455,9 @@ class Churn:
         for s, payload in d.steps:
             if s != len(steps):
                 raise FrameError(f"node {h.node}: catch-up from node {d.sponsor} jumps to step {s}")
-            msgs, change = stepstream.decode_step(payload, s, seed_of=h.protocol.seed)
+            msgs, change, certificate = stepstream.decode_signed_step(payload, s, seed_of=h.protocol.seed)
+            if certificate:  # the sponsor's proof of its commit, for the evaluator should it follow us
+                self.certificates[s] = certificate
             # the chain is checked later, not here: this client commits nothing until a majority's
             # votes name the digest its replayed history ends on (a forked sponsor is found there)
             self.agreement.extend(s, msgs, change)
@@ -578,10 +582,11 @@ class Churn:
         membership.check_admitted(h.node, s, self.joined_at, self.roster)
 
     def _payload(self, s: int, msgs: list[Message]) -> bytes:
-        """Decided step s for the evaluator (`stepstream.encode_step`); signed, with the step's
-        seals: its messages' signatures and the certificate of its commit (none for a step this
-        client did not commit itself: replayed from a log or handed over by a sponsor, which an
-        evaluator of a signed run refuses: docs/trust.md, What the evaluator and the log verify)."""
+        """Decided step s for the evaluator or a rejoining neighbour (`stepstream.encode_step`);
+        signed, with the step's seals: its messages' signatures and the certificate of its commit
+        (this client's, or its sponsor's when it rejoined; none for a step it replayed from a log,
+        which an evaluator of a signed run refuses: docs/trust.md, What the evaluator and the log
+        verify)."""
         certificate = self.certificates.get(s, b"") if self.host.flood.signing is not None else None
         return stepstream.encode_step(msgs, self.roster.changes.get(s), certificate)
 

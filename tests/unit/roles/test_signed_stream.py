@@ -282,3 +282,43 @@ def test_steps_only_a_client_log_holds_are_taken_as_far_as_their_seals_prove_the
     got = complete_from_clients(RunDir.of(run.cfg), run.p, run.header, records[:2], verifier)
     assert got == records[: 4 if tampered else 6] and steps_logged(out) == got
     assert verifier is not None and verifier.refused == (1 if tampered else 0)
+
+
+def test_a_rejoined_client_holds_its_sponsors_certificates_of_the_steps_it_replayed(tmp_path, monkeypatch):
+    """Signed churn on the torus: node 5 is killed before step 3 and restarts at step 7. Its
+    sponsor's catch-up carries each decided step's seals, so the rejoined client holds a
+    certificate of every step it replayed, and each proves its step: it can stream them to the
+    evaluator should it become the attach node."""
+    from test_churn import PACED, cfg_for
+
+    from seedflood.core.churn.certificate import StepVerifier
+    from seedflood.core.flood.stepstream import decode_seals, encode_seals
+    from seedflood.ml import sampling
+    from seedflood.roles import churn as churn_mod
+    from seedflood.roles.inprocess import Event
+
+    keys = identity.write_keys(tmp_path / "keys", 8)
+    held: dict[int, tuple[int, dict[int, bytes]]] = {}
+    rejoin = churn_mod.Churn.rejoin
+
+    def keeping(self, blob):
+        rejoin(self, blob)
+        held[self.host.node] = (len(self.history), dict(self.certificates))
+
+    monkeypatch.setattr(churn_mod.Churn, "rejoin", keeping)
+    cfg = cfg_for("trust.sign=true", f"trust.keys={keys}", PACED, steps=16)
+    r = simulate(cfg, events=[Event(3, 5, "kill"), Event(7, 5, "restart")])
+    assert r.exits == {} and [c.join for c in r.changes.values() if c.join] == [((5, 1),)], (r.exits, r.changes)
+    replayed, certs = held[5]
+    assert replayed >= 3 and sorted(certs) == list(range(replayed))
+    p = Protocol.of(cfg, build(cfg.topology).diameter)
+    digest = sampling.train_digest(sampling.load_splits(cfg.task, cfg.run.seed))
+    roster = identity.load_roster(keys)
+    tag = run_tag(proto.trajectory(cfg, p, digest), roster.hex())
+    verifier = StepVerifier(Signing(-1, tag, lambda _: b"", roster.verify), True, p.ids)
+    members = p.roster()
+    for s, msgs in r.records[:replayed]:
+        signed, cert = decode_seals(encode_seals(msgs, certs[s]), msgs)
+        assert verifier.check(s, signed, r.changes.get(s), cert, members) is None, s
+        if s in r.changes:
+            members.apply(r.changes[s])

@@ -4,11 +4,11 @@ Owns (docs/churn-design.md: Membership is data, The evaluator follows the attach
 - the step payload (`encode_step` / `decode_step`): a decided step's messages plus its roster
   change when it has one; without a change it is exactly the plain message frame, so a strict
   run's log and evaluator stream are unchanged byte for byte. In a signed run (`trust.sign`) it
-  carries the step's seals too (`encode_step(..., seals=...)`, `decode_signed_step`): each
+  carries the step's seals too (`encode_step(..., certificate)`, `decode_signed_step`): each
   message's signature and, under churn, the certificate of its commit (core/churn/certificate.py;
   docs/trust.md, What the evaluator and the log verify).
 - the seals (`encode_seals` / `decode_seals`): those signatures as bytes apart from the messages,
-  the same bytes in the signed step payload and in the log's signature record (rundir/logrecords.py).
+  the same bytes in the signed step payload and in the log's seal record (rundir/logrecords.py).
 - the churn evaluator stream: every push is a step payload prefixed by its step (`encode_push` /
   `decode_push`), and every evaluator edge opens with the sender's decided steps as one blob of
   such pushes (`encode_pushes` / `decode_pushes`); `StepSequence` turns the overlapping streams of

@@ -8,6 +8,7 @@ One module-scoped honest run (6 steps of the debug config) is shared by the test
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import struct
@@ -322,3 +323,22 @@ def test_a_rejoined_client_holds_its_sponsors_certificates_of_the_steps_it_repla
         assert verifier.check(s, signed, r.changes.get(s), cert, members) is None, s
         if s in r.changes:
             members.apply(r.changes[s])
+
+
+def test_an_unsigned_log_is_byte_for_byte_what_it_was_before_seal_records(tmp_path):
+    """Three steps (a roster change at step 2) appended without seals, as every unsigned run's
+    evaluator and client do: the sha256 of the file the code before seal records wrote (99ac91c)."""
+    from seedflood.core.config import rng
+    from seedflood.core.flood.membership import Change
+    from seedflood.core.flood.message import Message
+
+    writer = LogWriter(tmp_path / "log.bin", {"trajectory": {"run.seed": 7, "topology.nodes": 4}})
+    for s in range(3):
+        members = range(3) if s == 2 else range(4)
+        msgs = [Message.make(o, s, rng.derive(7, o, s, 0), 0.125 * (o + 1) - s) for o in members]
+        writer.append(s, msgs, Change(2, leave=(3,)) if s == 2 else None)
+    writer.close()
+    digest = hashlib.sha256((tmp_path / "log.bin").read_bytes()).hexdigest()
+    assert digest == "e4b53a246d0e1990bacbf049f0cd899f21f1b05f5b4ecb32fdfea2702117fed5"
+    reader = LogReader(tmp_path / "log.bin")
+    assert len(reader.read()[1]) == 3 and reader.seals == {}

@@ -413,7 +413,7 @@ class Churn:
         self._fed = link
         needs = feed.evaluator_needs()
         sent = [(s, m) for s, m in self.history if s >= needs]
-        blob = stepstream.encode_pushes((s, self._payload(s, m)) for s, m in sent)
+        blob = stepstream.encode_pushes((s, _payload(self, s, m)) for s, m in sent)
         try:
             feed.send_blob(EVALUATOR, blob)
         except TransportError as e:  # the evaluator is dropped; it greets again
@@ -434,7 +434,7 @@ class Churn:
         step."""
         h = self.host
         msgs, notes = h.flood.held_items()
-        steps = [(s, self._payload(s, m)) for s, m in self.history]
+        steps = [(s, _payload(self, s, m)) for s, m in self.history]
         held = membership.encode_hop(msgs, notes, signed=h.flood.signing is not None)  # signatures kept
         return stepstream.CatchUp(h.node, t, e, inc, steps, held, h.hops_run).to_bytes()
 
@@ -575,26 +575,27 @@ class Churn:
                 listener(s, msgs)
             feed = self.feed
             if feed is not None and self.roster.attach == h.node and feed.attach:
-                feed.push(stepstream.encode_push(s, self._payload(s, msgs)), s)
+                feed.push(stepstream.encode_push(s, _payload(self, s, msgs)), s)
             if h.protocol.audits(s) and self.state_hash is not None:
                 value = membership.audit_value(self.state_hash())
                 h.flood.originate_notes([Note(s, AUDIT, h.node, value)])
         membership.check_admitted(h.node, s, self.joined_at, self.roster)
-
-    def _payload(self, s: int, msgs: list[Message]) -> bytes:
-        """Decided step s for the evaluator or a rejoining neighbour (`stepstream.encode_step`);
-        signed, with the step's seals: its messages' signatures and the certificate of its commit
-        (this client's, or its sponsor's when it rejoined; none for a step it replayed from a log,
-        which an evaluator of a signed run refuses: docs/trust.md, What the evaluator and the log
-        verify)."""
-        certificate = self.certificates.get(s, b"") if self.host.flood.signing is not None else None
-        return stepstream.encode_step(msgs, self.roster.changes.get(s), certificate)
 
     def poll(self) -> None:
         pass  # nothing runs beside the estimate
 
     def join(self) -> None:
         pass
+
+
+def _payload(churn: Churn, s: int, msgs: list[Message]) -> bytes:
+    """Decided step s of `churn` for the evaluator or a rejoining neighbour
+    (`stepstream.encode_step`); signed, with the step's seals: its messages' signatures and the
+    certificate of its commit (this client's, or its sponsor's when it rejoined; none for a step
+    it replayed from a log, which an evaluator of a signed run refuses: docs/trust.md, What the
+    evaluator and the log verify)."""
+    certificate = churn.certificates.get(s, b"") if churn.host.flood.signing is not None else None
+    return stepstream.encode_step(msgs, churn.roster.changes.get(s), certificate)
 
 
 def _catch_up_said(sent: Records, needs: int, history: Records) -> str:

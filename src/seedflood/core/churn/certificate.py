@@ -157,8 +157,8 @@ class StepVerifier:
                 f"node {m.origin}'s (k {m.k}, scalar {m.scalar:.6g}){more}",
                 len(forged),
             )
-        if not self.churn:
-            return None
+        if not self.churn:  # a strict run's roster never changes: a change would drop an origin unproven
+            return Refusal(f"a roster change ({change.describe()}) in a run without votes", 1) if change else None
         if not certificate:
             return Refusal(f"step {step} carries no commit certificate", 1)
         try:

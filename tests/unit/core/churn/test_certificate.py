@@ -112,6 +112,9 @@ def test_a_strict_step_needs_each_messages_signature_and_no_certificate():
     unsigned = [replace(m, sig=b"") for m in msgs]
     r = v.check(5, unsigned, None, b"", Roster(N))
     assert r is not None and r.items == 4 and "4 of its 4 messages" in r.reason
+    # no roster change is ever decided without votes: one would leave an origin out unproven
+    r = v.check(5, msgs[:3], Change(5, leave=(3,)), b"", Roster(N))
+    assert r is not None and "roster change (step 5: leave 3 (silent)) in a run without votes" in r.reason
 
 
 def test_a_committed_step_is_certified_by_the_votes_of_its_ballot_for_its_value():

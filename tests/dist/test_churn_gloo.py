@@ -38,7 +38,7 @@ ADVERSARY = Path(__file__).parents[1] / "adversary.py"  # a world whose node NOD
 FAULT_STEPS = 20
 
 
-def churn_run(run_world, out: Path, signum: int, victim: int = VICTIM) -> tuple[list, dict]:
+def churn_run(run_world, out: Path, signum: int, victim: int = VICTIM, *extra: str) -> tuple[list, dict]:
     sets = [
         f"run.out_dir={out}",
         f"run.steps={FAULT_STEPS}",
@@ -47,6 +47,7 @@ def churn_run(run_world, out: Path, signum: int, victim: int = VICTIM) -> tuple[
         "transport.timeout_s=3",
         "eval.every=0",
         "checkpoint.every=10",
+        *extra,
     ]
     logged = runs.Steps(out)
     rank = str(victim + 1)
@@ -122,16 +123,34 @@ def test_survivors_of_a_crash_or_stall_finish_bit_identical(run_world, tmp_path,
     check_survivors(procs, s, out, VICTIM)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSTOP], ids=["kill", "stop"])
-def test_the_evaluator_follows_the_next_client_when_its_attach_client_fails(run_world, tmp_path, signum):
+@pytest.mark.parametrize(
+    "signum, signed",
+    [(signal.SIGKILL, False), (signal.SIGSTOP, False), (signal.SIGKILL, True)],
+    ids=["kill", "stop", "kill-signed"],
+)
+def test_the_evaluator_follows_the_next_client_when_its_attach_client_fails(
+    run_world, tmp_path, capsys, signum, signed
+):
     """The evaluator's attach client (node 0) crashes or stalls mid-run: the clients decide its
     leave, node 1 becomes the attach node (`Roster.attach`) and answers the evaluator, which
     takes the steps it lacks from node 1's catch-up and follows it to the end (a stalled node 0's
-    edge is closed under it). The run directory holds the whole run."""
+    edge is closed under it). The run directory holds the whole run. Signed (trust.sign), the
+    evaluator verifies every step node 0 and then node 1 sends (its messages' signatures, the
+    certificate of its commit; docs/trust.md, What the evaluator and the log verify), and
+    `seedflood check` proves the log's."""
     out = tmp_path / signal.Signals(signum).name
-    procs, s = churn_run(run_world, out, signum, victim=0)
+    keys = tmp_path / "keys"
+    if signed:
+        identity.write_keys(keys, 4)
+    extra = ("trust.sign=true", f"trust.keys={keys}") if signed else ()
+    procs, s = churn_run(run_world, out, signum, 0, *extra)
     check_survivors(procs, s, out, 0)
     assert "evaluator: following node 1" in procs[0].stderr, procs[0].describe()
+    if signed:
+        from seedflood import cli
+
+        assert cli.main(["check", str(out), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["signed"] is True
 
 
 @pytest.mark.parametrize("victim", [VICTIM, 0], ids=["node", "attach"])
@@ -479,7 +498,7 @@ ADVERSARIES = [
     ids=["liar", "random-liar", "eps-liar", "garbage", "equivocate", "forge", "replay", "impersonate"],
 )
 def test_a_launched_adversary_is_left_out_and_the_others_finish_on_one_history(
-    run_world, tmp_path, kind, arg, sets, said, bound
+    run_world, tmp_path, capsys, kind, arg, sets, said, bound
 ):
     """Node 2's process does not follow the protocol (tests/adversary.py; docs/trust.md): it
     sends 10 × its honest scalars, a random scalar in ±1 or its estimate with zo.eps 0.01 in an
@@ -490,7 +509,8 @@ def test_a_launched_adversary_is_left_out_and_the_others_finish_on_one_history(
     before step 3 in place of every later one (seen, dropped; its own items never come), or it
     signs everything with a key that is not node 2's (a process without the node's key).
     Each time a committed step no later than `bound` leaves it out, and the three others and
-    the evaluator end on one hash that the log replays to."""
+    the evaluator end on one hash that the log replays to; signed, the evaluator verified every
+    step's signatures and certificate and `seedflood check` proves the log's."""
     out = tmp_path / "run"
     extra = list(sets)
     if "trust.sign=true" in sets:
@@ -523,6 +543,12 @@ def test_a_launched_adversary_is_left_out_and_the_others_finish_on_one_history(
     assert step <= bound, (step, bound)
     assert all(VICTIM not in {m.origin for m in msgs} for _, msgs in records[step:])
     assert runs.replay(out) == {"steps": 20, "param_hash": s["param_hash"]}
+    if "trust.sign=true" in sets:  # the evaluator verified each step's certificate; the log proves them all
+        from seedflood import cli
+
+        assert sorted(reader.seals) == list(range(20)), sorted(reader.seals)
+        assert cli.main(["check", str(out), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["signed"] is True
 
 
 @pytest.mark.parametrize("impostor", [False, True], ids=["genuine", "impostor"])

@@ -109,7 +109,8 @@ def check_watch(out: Path, reference_hash: str) -> None:
 
 def test_signed_processes_have_the_unsigned_bits_and_count_no_forgery(run_world, procs_ok, tmp_path, reference_hash):
     """trust.sign over gloo (docs/trust.md, Identities): each process loads its own key, signs
-    what it originates and verifies what it receives; the run's bits are the unsigned run's."""
+    what it originates and verifies what it receives; the run's bits are the unsigned run's; the
+    evaluator verified each streamed step's signatures and its log proves them."""
     from seedflood.comm import identity
 
     identity.write_keys(tmp_path / "keys", 4)
@@ -120,6 +121,17 @@ def test_signed_processes_have_the_unsigned_bits_and_count_no_forgery(run_world,
 
     roster = identity.load_roster(tmp_path / "keys")
     assert read_header(tmp_path / "run" / "log.bin")["trust"]["public_keys"] == roster.hex()
+    # the evaluator verified each step's signatures before it logged it; the log keeps them
+    from seedflood.roles.sealcheck import unproven
+    from seedflood.rundir import resume
+    from seedflood.rundir.layout import RunDir
+    from seedflood.rundir.logfile import LogReader
+
+    reader = LogReader(tmp_path / "run" / "log.bin")
+    reader.read()
+    assert sorted(reader.seals) == list(range(6))
+    protocol = resume.recorded(RunDir.at(str(tmp_path / "run")))[1]
+    assert unproven(tmp_path / "run" / "log.bin", protocol, certified=False) is None
 
 
 def test_audited_processes_have_the_unaudited_bits(run_world, procs_ok, tmp_path, reference_hash):

@@ -13,6 +13,10 @@ and drain included), and that both runs end on one hash. Then Ed25519's cost on 
         [--churn] [--ops 2000] [--config launch/configs/debug.yaml]
 
 `--churn` measures a churn run (churn.settle=1) instead: votes flood as signed notes too.
+`--stream` prints, without a model, the bytes of one step on the evaluator stream (and in the
+log) for 4 to 64 clients, K = 1: unsigned, signed strict (each message's signature) and signed
+churn (and the certificate of its commit: a quorum of 72-byte votes); the byte counts are
+exact (the real encoders, over signatures of the right size).
 Nothing is asserted: these are measurements, printed.
 
 Assumes: run from the repository root (or --config); `cryptography` installed (the trust extra).
@@ -25,12 +29,17 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from seedflood.comm import identity
+from seedflood.core.churn.agreement import GENESIS, Proof, Value, Vote, byzantine_quorum, step_digest
+from seedflood.core.churn.certificate import certify
 from seedflood.core.config import runconfig as config
+from seedflood.core.flood.message import Message
+from seedflood.core.flood.stepstream import encode_step
 from seedflood.roles.inprocess import SimResult, simulate
 
 DEBUG = Path("launch/configs/debug.yaml")
@@ -61,6 +70,27 @@ def time_ops(ops: int) -> tuple[float, float]:
     return (t1 - t0) / ops * 1e6, (t2 - t1) / ops * 1e6
 
 
+def stream_bytes(clients: int) -> tuple[int, int, int]:
+    """(unsigned, signed strict, signed churn) bytes of one step of `clients` messages (K = 1, no
+    roster change) as the attach node streams it to the evaluator."""
+    msgs = [replace(Message.make(o, 7, o, 0.1 * (o + 1)), sig=bytes(64)) for o in range(clients)]
+    value = Value(GENESIS, frozenset(range(clients)), (), step_digest(GENESIS, 7, msgs, ()))
+    q = byzantine_quorum(clients, 0)
+    votes = [replace(Vote(7, 0, o, 0, value).note(clients), signer=o, sig=bytes(64)) for o in range(q)]
+    cert = certify(7, votes, value, Proof(0, frozenset(range(clients)), {}), clients)
+    assert cert is not None
+    unsigned = len(encode_step(msgs))
+    return unsigned, len(encode_step(msgs, None, b"")), len(encode_step(msgs, None, cert.to_bytes()))
+
+
+def print_stream_bytes() -> None:
+    print("bytes of one step on the evaluator stream (and in the log), K = 1, no roster change")
+    print(f"{'clients':>8}{'unsigned':>10}{'signed strict':>15}{'signed churn':>14}{'certificate votes':>19}")
+    for n in (4, 8, 16, 64):
+        u, st, ch = stream_bytes(n)
+        print(f"{n:>8}{u:>10}{st:>15}{ch:>14}{byzantine_quorum(n, 0):>19}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m seedflood.bench.signing", description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, default=16)
@@ -68,7 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ops", type=int, default=2000)
     ap.add_argument("--churn", action="store_true", help="a churn run (churn.settle=1): votes are signed too")
     ap.add_argument("--config", type=Path, default=DEBUG)
+    ap.add_argument("--stream", action="store_true", help="only the evaluator stream's bytes per step (no model)")
     a = ap.parse_args(argv)
+    if a.stream:
+        print_stream_bytes()
+        return 0
     if not a.config.exists():
         print(
             f"seedflood.bench.signing: error: no config at {a.config} (run from the repository root or pass --config)"

@@ -121,6 +121,22 @@ def _warn_torn(run: RunDir, log: tuple[int, int], param_hash: str | None = None)
         print(f"seedflood: warning: {line}", file=sys.stderr)
 
 
+def _unproven(run: RunDir) -> str | None:
+    """A signed run: the line naming the first logged step its signatures do not prove (None:
+    every step is proven, or the run is unsigned; roles/sealcheck.py)."""
+    from seedflood.roles.sealcheck import unproven
+    from seedflood.rundir import resume
+
+    proto = resume.recorded(run)[1]
+    return unproven(run.log, proto, proto.churn)
+
+
+def _warn_unproven(run: RunDir) -> None:
+    """replay: one line on stderr when a signed run's log holds a step its signatures do not prove."""
+    if line := _unproven(run):
+        print(f"seedflood: warning: {line}", file=sys.stderr)
+
+
 def _writable_dir(path: Path) -> None:
     """Raise CheckpointError unless `path` can be created (or is a directory we can write)."""
     import os
@@ -145,6 +161,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     cfg, w, n, log, left_out = _rebuild(run, args.step, origins, start)
     digest = state_hash(w.model, w.direction)
     _warn_torn(run, log, digest if n == log[0] and not origins else None)  # an un-trained hash is not the run's
+    _warn_unproven(run)
     if args.out:
         from seedflood.ml import model
 
@@ -169,14 +186,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Verify a run directory without loading weights: config.yaml against the log header, every
-    log record, every checkpoint's checksum, and a log that ends whole and not short of the run
-    (a torn tail, or a summary or checkpoint past its end, is refused with its line,
-    rundir.torntail). Exit 2 naming the first problem."""
+        log record, every checkpoint's checksum, and a log that ends whole and not short of the run
+        (a torn tail, or a summary or checkpoint past its end, is refused with its line,
+        rundir.torntail), and in a signed run every step's seals (roles/sealcheck.py: a step they do not
+    prove is refused with its line). Exit 2 naming the first problem."""
     from seedflood.core.flood.protocol import trajectory
     from seedflood.ml import sampling
     from seedflood.rundir import checkpoints as ckpt
     from seedflood.rundir import resume
     from seedflood.rundir.layout import CheckpointError
+    from seedflood.rundir.logfile import LogReader
     from seedflood.rundir.logheader import header_checked
     from seedflood.rundir.torntail import short_log_line, torn_tail_line
 
@@ -193,6 +212,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise CheckpointError(torn_tail_line(run, len(records), torn))
     if short := short_log_line(run, len(records)):  # whole records, but fewer than the run wrote
         raise CheckpointError(short)
+    if line := _unproven(run):  # a signed run: every step proven against the header's roster, or not OK
+        raise CheckpointError(line)
+    signed = "trust" in LogReader(run.log).read()[0]
     if not header_checked(run.log):
         print(
             "seedflood: note: log.bin predates log header checksums (a legacy log): its header is read unchecked",
@@ -200,12 +222,15 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
     names = [c.name for c in found]
     if args.json:
-        print(json.dumps({"ok": True, "steps": len(records), "checkpoints": names}))
+        print(
+            json.dumps({"ok": True, "steps": len(records), "checkpoints": names} | ({"signed": True} if signed else {}))
+        )
         return 0
     _print_fields(
         [
             ("run directory", str(run.root)),
             ("verdict", "OK: config.yaml matches the log header; every log record and checkpoint checksum is valid"),
+            *([("signatures", "every step proven against the roster in the log header")] if signed else []),
             ("steps logged", str(len(records))),
             ("checkpoints", f"{len(names)}" + (f" ({', '.join(names)})" if names else "")),
         ]

@@ -104,6 +104,7 @@ class AttachInbox(Inbox):
         self.done_keys = list(done_keys)
         self.done = done  # like done_keys, another way to know (the clients' reports on this disk)
         self.senders: list[int] = []  # the attach nodes followed so far, in order
+        self._from: dict[int, int] = {}  # step -> the node whose payload of it was queued
         self._inline = inline_bytes
         self._max_frame = max_frame_bytes
         self._seq = StepSequence(start)
@@ -127,16 +128,22 @@ class AttachInbox(Inbox):
         return self._edge is not None
 
     # --- taking steps -------------------------------------------------------------------------
-    def _take(self, step: int, payload: bytes) -> None:
-        """Queue `payload` if `step` is the next one, and the end once the last step is in;
-        drops repeats. Called under the lock."""
+    def _take(self, step: int, payload: bytes, node: int) -> None:
+        """Queue `payload` (sent by `node`) if `step` is the next one, and the end once the last
+        step is in; drops repeats. Called under the lock."""
         if self._over or not self._seq.offer(step, payload):
             return
+        self._from[step] = node
         self.put(payload)
         if self._seq.next >= self.steps:  # everything is here: the sender's marker is not needed
             self._over = True
             self.put(EOS)
             self._lock.notify_all()
+
+    def sender_of(self, step: int) -> str:
+        """The attach node that sent step `step` (a line that refuses it names it)."""
+        node = self._from.get(step)
+        return self.sender if node is None else f"node {node} (the attach node it followed)"
 
     def _fail(self, error: TransportError) -> None:
         """Give the stream up (once): the consumer's next `get` raises `error`."""
@@ -261,7 +268,7 @@ class AttachInbox(Inbox):
                 return
             try:
                 for s, payload in steps:
-                    self._take(s, payload)
+                    self._take(s, payload, node)
             except FrameError as e:
                 edge.close()
                 raise TransportError(f"evaluator: node {node}'s catch-up: {e}") from None
@@ -301,7 +308,7 @@ class AttachInbox(Inbox):
                 step, payload = decode_push(data)
                 with self._lock:
                     if self._edge is edge:
-                        self._take(step, payload)
+                        self._take(step, payload, edge.peer)
             except FrameError as e:
                 self._fail(TransportError(f"evaluator: stream from node {edge.peer}: {e}"))
                 return

@@ -97,6 +97,7 @@ class Churn:
         self.feed = evaluator
         self._fed = 0  # the transport's evaluator edge (count) that got its catch-up blob
         self.history: list[tuple[int, list[Message]]] = []
+        self.certificates: dict[int, bytes] = {}  # signed: step -> the certificate of its commit (certificate.py)
         """Every decided step from 0, what a sponsor hands a rejoining neighbour."""
         self.joined_at = 0  # first step this client originates (a rejoined client: its JOIN step)
         self._deferred: set[int] = set()  # restarted neighbours still members under their old incarnation
@@ -416,7 +417,7 @@ class Churn:
         self._fed = link
         needs = feed.evaluator_needs()
         sent = [(s, m) for s, m in self.history if s >= needs]
-        blob = stepstream.encode_pushes((s, stepstream.encode_step(m, self.roster.changes.get(s))) for s, m in sent)
+        blob = stepstream.encode_pushes((s, _payload(self, s, m)) for s, m in sent)
         try:
             feed.send_blob(EVALUATOR, blob)
         except TransportError as e:  # the evaluator is dropped; it greets again
@@ -432,10 +433,12 @@ class Churn:
 
     def catch_up(self, t: int, e: int, inc: int) -> bytes:
         """What a rejoining neighbour needs before step t (`stepstream.CatchUp`): every decided
-        step (with its change), the messages and notes held for undecided steps, its JOIN step."""
+        step (with its change; signed, with its seals, so the newcomer can stream it to the
+        evaluator as its attach node), the messages and notes held for undecided steps, its JOIN
+        step."""
         h = self.host
         msgs, notes = h.flood.held_items()
-        steps = [(s, stepstream.encode_step(m, self.roster.changes.get(s))) for s, m in self.history]
+        steps = [(s, _payload(self, s, m)) for s, m in self.history]
         held = membership.encode_hop(msgs, notes, signed=h.flood.signing is not None)  # signatures kept
         return stepstream.CatchUp(h.node, t, e, inc, steps, held, h.hops_run).to_bytes()
 
@@ -456,7 +459,9 @@ class Churn:
         for s, payload in d.steps:
             if s != len(steps):
                 raise FrameError(f"node {h.node}: catch-up from node {d.sponsor} jumps to step {s}")
-            msgs, change = stepstream.decode_step(payload, s, seed_of=h.protocol.seed)
+            msgs, change, certificate = stepstream.decode_signed_step(payload, s, seed_of=h.protocol.seed)
+            if certificate:  # the sponsor's proof of its commit, for the evaluator should it follow us
+                self.certificates[s] = certificate
             # the chain is checked later, not here: this client commits nothing until a majority's
             # votes name the digest its replayed history ends on (a forked sponsor is found there)
             self.agreement.extend(s, msgs, change)
@@ -567,13 +572,14 @@ class Churn:
             waited += 1
         h.applier.apply(s, msgs)
         self.history.append((s, msgs))
+        if (cert := self.voter.certificates.pop(s, None)) is not None:
+            self.certificates[s] = cert
         if s >= h.logged:
             for listener in h.listeners:
                 listener(s, msgs)
             feed = self.feed
             if feed is not None and self.roster.attach == h.node and feed.attach:
-                payload = stepstream.encode_step(msgs, self.roster.changes.get(s))
-                feed.push(stepstream.encode_push(s, payload), s)
+                feed.push(stepstream.encode_push(s, _payload(self, s, msgs)), s)
             if h.protocol.audits(s) and self.state_hash is not None:
                 value = membership.audit_value(self.state_hash())
                 h.flood.originate_notes([Note(s, AUDIT, h.node, value)])
@@ -584,6 +590,16 @@ class Churn:
 
     def join(self) -> None:
         pass
+
+
+def _payload(churn: Churn, s: int, msgs: list[Message]) -> bytes:
+    """Decided step s of `churn` for the evaluator or a rejoining neighbour
+    (`stepstream.encode_step`); signed, with the step's seals: its messages' signatures and the
+    certificate of its commit (this client's, or its sponsor's when it rejoined; none for a step
+    it replayed from a log, which an evaluator of a signed run refuses: docs/trust.md, What the
+    evaluator and the log verify)."""
+    certificate = churn.certificates.get(s, b"") if churn.host.flood.signing is not None else None
+    return stepstream.encode_step(msgs, churn.roster.changes.get(s), certificate)
 
 
 def _catch_up_said(sent: Records, needs: int, history: Records) -> str:

@@ -52,6 +52,7 @@ from seedflood.core.zo.replay import state_hash
 from seedflood.roles.churnstart import ChurnStrategy, sponsored_catch_up
 from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Settings
+from seedflood.roles.identities import verifier_of
 from seedflood.roles.strategy import Strategy
 from seedflood.roles.wiring import NO_RECORD, OwnRecord, Process, client_key
 from seedflood.rundir.clientlog import ClientLog, client_report, complete_from_clients
@@ -66,6 +67,8 @@ REPORT_S = 10.0  # how often the evaluator says whose final report it still wait
 class ChurnWiring:
     """A churn launched process (`wiring.Wiring[runtime.StoreGroup, EdgeTransport]`)."""
 
+    certified = True  # its steps are committed by votes: a signed evaluator needs their certificates
+
     def __init__(self, process: Process) -> None:
         self.p = process
         self.run = RunDir.of(process.cfg)
@@ -74,8 +77,10 @@ class ChurnWiring:
         return runtime.store_group(world, self.p.cfg.transport)
 
     def completed(self, records: Records) -> Records:
-        """The agreed steps only the clients' own logs hold, appended (an evaluator restarted late)."""
-        return complete_from_clients(self.run, self.p.protocol, self.p.header, records)
+        """The agreed steps only the clients' own logs hold, appended (an evaluator restarted late);
+        signed, each proven by its seals first, as the evaluator verifies a streamed one."""
+        verifier = verifier_of(self.p.header, self.p.protocol, self.certified)
+        return complete_from_clients(self.run, self.p.protocol, self.p.header, records, verifier)
 
     def started(self, group: runtime.StoreGroup) -> None:
         group.started(self.p.cfg.transport.timeout_s)  # store calls bounded by the hop timeout from now
@@ -256,7 +261,8 @@ class _ClientCopy:
         client.listeners.append(lambda s, _: self.extend())
 
     def extend(self) -> None:
-        self.copy.extend(self.churn.history, self.churn.roster.changes)
+        signed = self.churn.host.flood.signing is not None  # then each step is logged with its seals
+        self.copy.extend(self.churn.history, self.churn.roster.changes, self.churn.certificates if signed else None)
 
     def stopped(self, report: dict[str, Any]) -> None:
         self.extend()

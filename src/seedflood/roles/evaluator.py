@@ -16,6 +16,13 @@ owner of a model it shares drives it (`sharedmodel`, the one-process simulation)
 `take(frame)` right after the owner applied that step to the shared model, `finish()`. Both
 validate, log, score and checkpoint with the same code, so the run directory is the same.
 
+In a signed run (`trust.sign`) it trusts no client it follows: each step is verified before it
+is applied (`certificate.StepVerifier`: every message signed by its origin and, under churn, a
+certificate of signed votes proving the commit); a step that fails is refused and counted, never
+applied or logged, and the evaluator stops with one line naming the client that sent it and the
+step (the attach node is a function of the committed roster: no other client would stream to
+it). The log keeps each step's seals (logrecords.py, seal records) for replay and check.
+
 A churn run's evaluator whose stream ends short (the clients finished while it was down or
 starting) takes the missing steps from the longest client log on its disk (`take_from_clients`,
 `clientlog.steps_from_clients`), validated as from the wire, so they are logged, scored and
@@ -40,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from seedflood.core.churn.certificate import StepVerifier
 from seedflood.core.config import runconfig as config_mod
 from seedflood.core.config.runconfig import CheckpointConfig, Config, EvalConfig
 from seedflood.core.flood import message, stepstream
@@ -54,7 +62,7 @@ from seedflood.rundir import checkpoints as ckpt
 from seedflood.rundir.atomic import atomic_dir, atomic_write_text
 from seedflood.rundir.clientlog import steps_from_clients
 from seedflood.rundir.layout import LOG, CheckpointError, RunDir
-from seedflood.rundir.logfile import LogWriter, Records
+from seedflood.rundir.logfile import LogReader, LogWriter, Records
 from seedflood.rundir.metrics import (
     MetricsWriter,
     PhaseProgress,
@@ -140,11 +148,13 @@ class Evaluator:
         start_step: int = 0,
         progress: bool = True,
         apply: bool = True,
+        verifier: StepVerifier | None = None,
     ) -> None:
         """`apply` False: the workload's state is advanced by the caller (a model shared with
         the simulated clients, `sharedmodel`), which calls `take` right after applying that step,
         so every score and checkpoint sees the state after it; `inbox` is then None and the
-        caller moves `progress` itself."""
+        caller moves `progress` itself. `verifier`: a signed run's check of every step before it
+        is taken (None: unsigned, every step is taken as its sender's)."""
         self.settings = settings
         self.apply = apply
         self.protocol = protocol
@@ -161,6 +171,11 @@ class Evaluator:
         """Members of the next step; a churn run's steps carry their changes (logged with them)."""
         for s in sorted(self.log.changes):
             self.roster.apply(self.log.changes[s])
+        self.verifier = verifier
+        if verifier is not None and start_step:  # the steps logged before are verified: chain on them
+            reader = LogReader(self.run_dir.log)
+            for s, msgs in reader.read()[1][:start_step]:
+                verifier.extend(s, msgs, reader.changes.get(s))
         self.log_bytes = self.run_dir.log.stat().st_size
         # One history after a resume: keep the lines before start_step, and the line at start_step
         # unless this run scores that step again (zero-shot at 0, the final score at the end).
@@ -205,7 +220,8 @@ class Evaluator:
         """One complete step from the attach client: validate, apply, log, maybe score/save."""
         step = self.next_step
         try:
-            msgs, change = stepstream.decode_step(frame, step, seed_of=self.protocol.seed)
+            msgs, change, certificate = stepstream.decode_signed_step(frame, step, seed_of=self.protocol.seed)
+            self._verify(step, msgs, change, certificate)
             if change:
                 self.roster.apply(change)
             self.protocol.check_step(step, msgs, members=self.roster.members)
@@ -215,7 +231,8 @@ class Evaluator:
             log.warning("membership %s", change.describe())
         if self.apply:
             self.applier.apply(step, msgs)
-        self.log_bytes += self.log.append(step, msgs, change)
+        seals = None if self.verifier is None else stepstream.encode_seals(msgs, certificate or b"")
+        self.log_bytes += self.log.append(step, msgs, change, seals)
         self.next_step += 1
         for listener in self.listeners:
             listener(step, msgs, change)
@@ -226,6 +243,19 @@ class Evaluator:
             self.score(done)
         if save_every and done % save_every == 0 and done < self.protocol.steps:
             self.save(done)
+
+    def _verify(self, step: int, msgs: list[Message], change: Change | None, certificate: bytes | None) -> None:
+        """A signed run: refuse (count, and stop in one line) a step its sender cannot prove."""
+        if self.verifier is None:
+            return
+        refusal = self.verifier.check(step, msgs, change, certificate, self.roster)
+        if refusal is not None:
+            sender = self.inbox.sender_of(step) if self.inbox is not None else "its feed"
+            n = self.verifier.refused
+            raise EvaluatorError(
+                f"evaluator: refused step {step} from {sender}: {refusal.reason}; nothing of it is applied "
+                f"or logged ({n} item{'' if n == 1 else 's'} refused)"
+            )
 
     def run(self) -> dict[str, Any]:
         """Follow the stream to its end; returns the final metrics record. The inbox hands over
@@ -270,12 +300,15 @@ class Evaluator:
         found = steps_from_clients(self.run_dir, self.protocol, self.header)
         if found is None:
             return False
-        path, records, changes = found
+        path, records, changes = found.path, found.records, found.changes
         if len(records) <= self.next_step or (whole and len(records) < self.protocol.steps):
             return False
         first = self.next_step
         for s, msgs in records[first:]:
-            self.take(stepstream.encode_step(msgs, changes.get(s)))
+            certificate = None  # unsigned: a signed run's verifier refuses it
+            if s in found.seals:  # verified as if streamed: the seals the client logged with it
+                msgs, certificate = stepstream.decode_seals(found.seals[s], msgs)
+            self.take(stepstream.encode_step(msgs, changes.get(s), certificate))
         self.progress.advance_to(self.next_step)
         log.warning("evaluator: took steps %d..%d from the client log %s", first, self.next_step - 1, path)
         return self.next_step >= self.protocol.steps

@@ -4,7 +4,9 @@ Owns `signing_of`: the `flood.signing.Signing` a client floods with — its node
 the roster's public keys (comm/identity.py, from `trust.keys`), and the run tag that every
 signature covers (`run_tag`: a digest of the run's trajectory and the roster's public keys, so
 a signature is worth nothing in a run with other settings, another roster, or another base);
-and `roster_record`, the roster's public keys as the run's log header records them.
+`roster_record`, the roster's public keys as the run's log header records them; and
+`verifier_of`, the check of a signed run's steps against the roster its log header records
+(what the evaluator, `seedflood replay` and `seedflood check` verify: certificate.StepVerifier).
 
 May import: seedflood.core, comm.identity.
 
@@ -20,7 +22,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from seedflood.core.churn.certificate import StepVerifier
 from seedflood.core.config.runconfig import Config
+from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.signing import Signing
 
 TAG_BYTES = 16
@@ -55,3 +59,31 @@ def roster_record(cfg: Config) -> dict[str, Any] | None:
 
     roster = identity.load_roster(Path(cfg.trust.keys))
     return {"scheme": identity.SCHEME, "public_keys": roster.hex(), "digest": roster.digest()}
+
+
+class UnsignedLogError(ValueError):
+    """A log header's roster cannot be read (one line)."""
+
+
+def verifier_of(header: Mapping[str, Any], protocol: Protocol, certified: bool) -> StepVerifier | None:
+    """The check of every step of the run `header` heads (a log's header: its trajectory, and
+    the roster it records under "trust") before it is taken from anyone: None for an unsigned
+    run. `certified`: its steps are committed by votes (churn), so each needs a certificate. It signs nothing (it holds no private key); its tag is the one every client signs with
+    (`run_tag` of the same trajectory and keys). UnsignedLogError when the roster is not one."""
+    trust = header.get("trust")
+    if not trust:
+        return None
+    from seedflood.comm import identity
+
+    try:
+        roster = identity.PublicRoster.from_hex(trust["public_keys"])
+    except (identity.IdentityError, KeyError, TypeError) as e:
+        raise UnsignedLogError(f"the log header's roster is unreadable: {e}") from None
+    if trust.get("digest") != roster.digest():
+        raise UnsignedLogError("the log header's roster does not match its digest")
+    signing = Signing(-1, run_tag(header["trajectory"], roster.hex()), _signs_nothing, roster.verify)
+    return StepVerifier(signing, certified, protocol.ids)
+
+
+def _signs_nothing(payload: bytes) -> bytes:
+    raise ValueError("a verifier holds no private key")

@@ -38,6 +38,8 @@ from seedflood.rundir.logfile import Records
 class StrictWiring:
     """A strict launched process (`wiring.Wiring[runtime.Group, GlooTransport]`)."""
 
+    certified = False  # a step is complete, not voted: its messages' signatures prove it
+
     def __init__(self, process: Process) -> None:
         self.p = process
 
@@ -63,10 +65,12 @@ class StrictWiring:
 
     def start(self, client: Client, transport: GlooTransport, records: Records, changes: Mapping[int, Change]) -> None:
         """Resume from the logged steps (O(messages) for subcge, no checkpoint needed); the attach
-        node pushes every step it applies to the evaluator."""
+        node pushes every step it applies to the evaluator (signed: with its messages' signatures)."""
         client.resume(records, changes)
         if client.node == self.p.cfg.eval.attach:
-            client.listeners.append(lambda s, msgs: transport.push(encode_step(msgs, None), s))
+            # signed: each message with its origin's signature (a strict step needs no certificate)
+            sealed = b"" if client.flood.signing is not None else None
+            client.listeners.append(lambda s, msgs: transport.push(encode_step(msgs, None, sealed), s))
 
     def own_record(self, client: Client) -> OwnRecord:
         return NO_RECORD  # every step reaches the evaluator, or the run fails

@@ -47,7 +47,7 @@ from seedflood.roles.churn import Left
 from seedflood.roles.churnwiring import ChurnWiring
 from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Evaluator, Restored, restore_run
-from seedflood.roles.identities import signing_of
+from seedflood.roles.identities import signing_of, verifier_of
 from seedflood.roles.livestatus import SentCounter, client_status, evaluator_status
 from seedflood.roles.pace import paced as _paced  # tests/unit/roles/test_pace.py checks it here
 from seedflood.roles.strictwiring import StrictWiring
@@ -208,7 +208,8 @@ def _evaluate(
     restored = restore_run(w, protocol, run_dir.root, records)
     start = restored.steps  # the first step the stream must bring
     inbox = wiring.inbox(group, start, wall)
-    evaluator = Evaluator(settings, protocol, w, inbox, p.header, start_step=start, progress=True)
+    verifier = verifier_of(p.header, protocol, wiring.certified)  # signed: each step is verified before it is taken
+    evaluator = Evaluator(settings, protocol, w, inbox, p.header, start_step=start, progress=True, verifier=verifier)
     status = evaluator_status(run_dir, evaluator, records, changes)
     with status:  # the final record (finished) once summary.json is written; an error: failed
         summary, final_hash = _finish(p, wiring, group, evaluator, inbox, restored, started)

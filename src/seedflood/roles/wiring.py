@@ -119,6 +119,10 @@ class Wiring(Protocol[G, T]):
     `transport`, `strategy`, `start`, `own_record`, or the evaluator `settings`, `inbox`,
     `final_reports`."""
 
+    certified: bool
+    """Its steps are committed by votes, so a signed run's evaluator needs a certificate of each
+    (churn; identities.verifier_of)."""
+
     def group(self, world: World) -> AbstractContextManager[G]:
         """The run's collective side (start-up broadcast, final reports), torn down on exit."""
         ...

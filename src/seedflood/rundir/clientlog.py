@@ -21,13 +21,17 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from seedflood.core.churn.certificate import StepVerifier
 from seedflood.core.config import runconfig as config_mod
 from seedflood.core.flood.membership import Change
 from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
+from seedflood.core.flood.stepstream import decode_seals, encode_seals
 from seedflood.rundir.atomic import atomic_write_text
 from seedflood.rundir.layout import CONFIG, LOG, CheckpointError, RunDir
 from seedflood.rundir.logfile import LogReader, LogWriter, Records
@@ -97,9 +101,16 @@ class ClientLog:
                 pass
         self.writer = None
 
-    def extend(self, history: list[tuple[int, list[Message]]], changes: dict[int, Change]) -> None:
+    def extend(
+        self,
+        history: list[tuple[int, list[Message]]],
+        changes: dict[int, Change],
+        certificates: Mapping[int, bytes] | None = None,
+    ) -> None:
         """Append the steps of `history` the log lacks; steps the log already held (a reopened
-        log) are compared with the history as it reaches them (see the class docstring)."""
+        log) are compared with the history as it reaches them (see the class docstring).
+        `certificates` (a signed run): each step is logged with its seals, its messages'
+        signatures and the certificate of its commit where this client holds one."""
         w = self.writer
         if w is None:
             return
@@ -113,7 +124,8 @@ class ClientLog:
                     break
                 self._verified += 1
             for s, msgs in history[w.next_step :]:
-                w.append(s, msgs, changes.get(s))
+                seals = None if certificates is None else encode_seals(msgs, certificates.get(s, b""))
+                w.append(s, msgs, changes.get(s), seals)
         except (OSError, CheckpointError) as e:
             self._fail(e)
 
@@ -167,20 +179,28 @@ def client_report(run: RunDir, node: int, since: float | None = None) -> dict[st
         return None
 
 
-def steps_from_clients(
-    run: RunDir, protocol: Protocol, header: dict[str, Any]
-) -> tuple[Path, Records, dict[int, Change]] | None:
+@dataclass(frozen=True)
+class Found:
+    """A client log's steps: its path, records, membership changes and (a signed run) seals."""
+
+    path: Path
+    records: Records
+    changes: dict[int, Change]
+    seals: dict[int, bytes]
+
+
+def steps_from_clients(run: RunDir, protocol: Protocol, header: dict[str, Any]) -> Found | None:
     """The longest client log readable on this disk (under `run.clients`) that belongs to this
     run (its header's settings and base model equal `header`'s), reads whole (CRC and every step
     checked as from the wire) and agrees with the run directory's own log on every step both
-    hold; with its records and changes. None when no client log qualifies (each refusal is one
-    warning), or client logs are off."""
+    hold; with its records, changes and seals. None when no client log qualifies (each refusal
+    is one warning), or client logs are off."""
     root, own = run.clients, run.log
     if root is None or not root.is_dir():
         return None
     mine_reader = LogReader(own)
     _, mine = mine_reader.read() if own.is_file() else ({}, [])
-    best: tuple[Path, Records, dict[int, Change]] | None = None
+    best: Found | None = None
     for path in sorted(root.glob(f"node-*/{LOG}")):
         try:
             if diff := header_mismatch(read_header(path), header):
@@ -201,27 +221,53 @@ def steps_from_clients(
         if differs is not None:
             log.warning("client log %s not used: it differs from %s at step %d", path, own, differs)
             continue
-        if best is None or len(records) > len(best[1]):
-            best = (path, records, reader.changes)
+        if best is None or len(records) > len(best.records):
+            best = Found(path, records, reader.changes, reader.seals)
     return best
 
 
-def complete_from_clients(run: RunDir, protocol: Protocol, header: dict[str, Any], records: Records) -> Records:
+def complete_from_clients(
+    run: RunDir, protocol: Protocol, header: dict[str, Any], records: Records, verifier: StepVerifier | None = None
+) -> Records:
     """Rank 0 before a churn run (re)starts: append to the run directory's log the steps that
     only a client log on this disk holds (`steps_from_clients`), so that neither a restarted
     evaluator nor a whole relaunch continues from less than what was agreed. Returns the
-    records, extended."""
+    records, extended. `verifier` (a signed run): each step is taken only if its seals prove it,
+    as a streamed one; the first that fails ends what is taken (one warning line)."""
     own = run.log
     found = steps_from_clients(run, protocol, header)
-    if found is None or len(found[1]) <= len(records):
+    if found is None or len(found.records) <= len(records):
         return records
-    path, theirs, changes = found
+    path, theirs, changes = found.path, found.records, found.changes
+    if verifier is not None:
+        theirs = _proven(found, len(records), protocol, verifier)
+        if len(theirs) <= len(records):
+            return records
     writer = LogWriter(own, header, check=protocol.check_step)
     try:
         writer.truncate_to(len(records))  # a torn or unchecked tail past the records resumed from
         for s, msgs in theirs[len(records) :]:
-            writer.append(s, msgs, changes.get(s))
+            writer.append(s, msgs, changes.get(s), found.seals.get(s))
     finally:
         writer.close()
     log.warning("evaluator: took steps %d..%d from the client log %s", len(records), len(theirs) - 1, path)
     return list(theirs)
+
+
+def _proven(found: Found, start: int, protocol: Protocol, verifier: StepVerifier) -> Records:
+    """`found`'s records up to the first from `start` on that its seals do not prove (the steps
+    before `start`, the run's own log holds: they chain the certificates)."""
+    roster = protocol.roster()
+    for s, msgs in found.records:
+        change = found.changes.get(s)
+        if s < start:
+            verifier.extend(s, msgs, change)
+        else:
+            seals = found.seals.get(s)
+            signed, certificate = decode_seals(seals, msgs) if seals is not None else (msgs, None)
+            if (refusal := verifier.check(s, signed, change, certificate, roster)) is not None:
+                log.warning("evaluator: client log %s: step %d is not taken: %s", found.path, s, refusal.reason)
+                return found.records[:s]
+        if change:
+            roster.apply(change)
+    return found.records

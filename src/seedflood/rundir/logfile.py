@@ -28,7 +28,7 @@ from seedflood.core.flood.message import Message
 from seedflood.rundir.atomic import atomic_write_bytes
 from seedflood.rundir.layout import CheckpointError
 from seedflood.rundir.logheader import LogFormat, encode_header, header_mismatch, read_header_at
-from seedflood.rundir.logrecords import CHANGE_FLAG, REC, RecordCheck, scan_records
+from seedflood.rundir.logrecords import CHANGE_FLAG, REC, SEAL_FLAG, RecordCheck, scan_records
 
 Records = list[tuple[int, list[Message]]]
 """A log's whole step records, in order: (step, the step's messages)."""
@@ -43,6 +43,8 @@ class LogReader:
     torn: int = field(default=0, init=False)
     changes: dict[int, Change] = field(default_factory=dict, init=False)
     """Set by `read`: the membership change of each step that has one."""
+    seals: dict[int, bytes] = field(default_factory=dict, init=False)
+    """Set by `read`: a signed run's seals of each step (logrecords.py, seal records)."""
 
     def read(self, check: RecordCheck | None = None) -> tuple[dict[str, Any], Records]:
         """The header and every whole step record (steps 0, 1, ...); a torn tail is left out and
@@ -58,6 +60,7 @@ class LogReader:
             scan = scan_records(f, self.path, start, LogFormat.of(version, header, self.path), check)
         self.torn = scan.torn
         self.changes = scan.changes
+        self.seals = scan.seals
         return header, scan.records
 
 
@@ -121,9 +124,10 @@ class LogWriter:
         """The frame version of this log's records."""
         return self._fmt.version
 
-    def append(self, step: int, msgs: list[Message], change: Change | None = None) -> int:
+    def append(self, step: int, msgs: list[Message], change: Change | None = None, seals: bytes | None = None) -> int:
         """Write step `step` (must be the next one), preceded by its membership record when it
-        has a change; flushed not fsynced; returns the bytes written."""
+        has a change and by its seal record when `seals` is given (a signed run:
+        `stepstream.encode_seals`); flushed not fsynced; returns the bytes written."""
         if step != self.next_step:
             raise CheckpointError(f"{self.path}: appending step {step}, expected {self.next_step}")
         seed_of = self._fmt.seed_of
@@ -138,6 +142,8 @@ class LogWriter:
                     )
         frame = message.encode(sorted(msgs), version=self._fmt.version)
         rec = REC.pack(step, len(frame)) + frame
+        if seals is not None:
+            rec = REC.pack(SEAL_FLAG | step, len(seals)) + seals + rec
         if change:
             if change.step != step:
                 raise CheckpointError(f"{self.path}: appending step {step} with the change of step {change.step}")

@@ -55,6 +55,7 @@ class LogFormat:
     seed_of: message.SeedOf | None  # None for v1 (its frames carry their seeds)
     nodes: int | None = None  # trajectory "topology.nodes": the roster of membership records
     max_nodes: int = 0  # trajectory "churn.max_nodes" (open membership): ids 0..max_nodes-1 may join
+    signed: bool = False  # the header records a roster ("trust"): its records have seal records
 
     @classmethod
     def of(cls, version: int, header: dict[str, Any], path: Path) -> LogFormat:
@@ -65,6 +66,7 @@ class LogFormat:
             _seed_of(header, path) if version == message.VERSION_2 else None,
             nodes if isinstance(nodes, int) else None,
             most if isinstance(most, int) and not isinstance(most, bool) else 0,
+            bool(header.get("trust")),
         )
 
 

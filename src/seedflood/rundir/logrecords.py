@@ -8,6 +8,12 @@ Membership (churn runs, docs/churn-design.md, Membership is data): a step whose 
 membership record: u32 (CHANGE_FLAG | step), u32 length, membership.Change bytes (CRC-checked
 JSON: leave, join, audit). The members of every step are a pure function of these records
 (all N before the first), and each step record must hold exactly its members' messages.
+Signatures (a signed run, `trust.sign`; docs/trust.md, What the evaluator and the log verify):
+every step record is preceded (after its membership record, if any) by a seal record: u32
+(SEAL_FLAG | step), u32 length, the step's seals (core/flood/stepstream.py `encode_seals`: u32
+count, each message's signature in canonical order, then the certificate of its commit, empty
+in a strict run). An unsigned run writes none, so its log is byte for byte what it was, and a
+log from before seal records reads as it did; `Scan.seals` holds them for whoever verifies.
 
 Torn tail vs corruption (`scan_records`): only an incomplete FINAL record is a torn tail (a
 crash mid-append): fewer bytes remain than the record needs and every field that is present
@@ -35,15 +41,18 @@ from pathlib import Path
 from typing import IO
 
 from seedflood.core.flood import message
-from seedflood.core.flood.membership import Change, Roster
+from seedflood.core.flood.membership import SIG_SIZE, Change, Roster
 from seedflood.core.flood.message import Message
+from seedflood.core.flood.stepstream import decode_seals
 from seedflood.rundir.layout import CheckpointError
 from seedflood.rundir.logheader import LogFormat
 
 _U32 = struct.Struct("<I")
 REC = struct.Struct("<II")  # step, frame length
 CHANGE_FLAG = 0x8000_0000  # a record's step with this bit set: the membership record of that step
+SEAL_FLAG = 0x4000_0000  # with this bit set: the seal record of that step (its signatures)
 MAX_CHANGE_BYTES = 1 << 20
+MAX_SEAL_BYTES = 1 << 26  # 64 MiB: a million signatures
 # Sanity bound on one record: 2**22 messages (~100 MB) per step is far beyond any real N*K.
 MAX_FRAME_BYTES = message.HEADER_SIZE + message.RECORD_SIZE * 2**22
 
@@ -59,6 +68,7 @@ class Scan:
     start: int  # byte offset of record 0
     torn: int  # bytes of an incomplete final record (0: none)
     changes: dict[int, Change] = field(default_factory=dict)  # step -> membership change
+    seals: dict[int, bytes] = field(default_factory=dict)  # step -> its seal record's bytes (signed runs)
 
 
 def scan_records(f: IO[bytes], path: Path, start: int, fmt: LogFormat, check: RecordCheck | None) -> Scan:
@@ -68,7 +78,8 @@ def scan_records(f: IO[bytes], path: Path, start: int, fmt: LogFormat, check: Re
     scan = Scan(records=[], ends=[], start=start, torn=0)
     off = start
     roster: Roster | None = None  # from the first membership record on
-    change_at: int | None = None  # byte offset of a membership record awaiting its step record
+    change_at: int | None = None  # byte offset of a membership or seal record awaiting its step record
+    sealed = False  # a seal record awaits its step record
     while off < size:
         step = len(scan.records)  # the step this record must hold
 
@@ -79,13 +90,30 @@ def scan_records(f: IO[bytes], path: Path, start: int, fmt: LogFormat, check: Re
         head = f.read(min(REC.size, remaining))
         if len(head) < REC.size:  # torn inside the 8-byte record header
             got = head[:4]
-            if got != _U32.pack(step)[: len(got)]:
+            sealed_head = _U32.pack(SEAL_FLAG | step)[: len(got)] if fmt.signed and not sealed else None
+            if got not in (_U32.pack(step)[: len(got)], sealed_head):
                 raise bad(f"incomplete record header does not start with step {step}")
             scan.torn = remaining
             break
         rstep, n = REC.unpack(head)
+        if rstep & SEAL_FLAG and not rstep & CHANGE_FLAG:
+            if not fmt.signed:
+                raise bad("a seal record in the log of an unsigned run (its header records no roster)")
+            if rstep & ~SEAL_FLAG != step or sealed or not 4 <= n <= MAX_SEAL_BYTES:
+                raise bad(f"seal record for step {rstep & ~SEAL_FLAG} out of sequence or of a bad length")
+            data = f.read(min(n, remaining - REC.size))
+            if len(data) >= 4 and 4 + SIG_SIZE * _U32.unpack_from(data)[0] > n:
+                raise bad(f"seal record of {n} bytes claims {_U32.unpack_from(data)[0]} signatures")
+            if len(data) < n:
+                scan.torn = remaining
+                break
+            scan.seals[step] = data
+            sealed = True
+            change_at = off if change_at is None else change_at
+            off += REC.size + n
+            continue
         if rstep & CHANGE_FLAG:
-            if rstep & ~CHANGE_FLAG != step or change_at is not None or n > MAX_CHANGE_BYTES:
+            if rstep & ~CHANGE_FLAG != step or change_at is not None or sealed or n > MAX_CHANGE_BYTES:
                 raise bad(f"membership record for step {rstep & ~CHANGE_FLAG} out of sequence or too long")
             data = f.read(min(n, remaining - REC.size))
             if len(data) < n:
@@ -122,6 +150,11 @@ def scan_records(f: IO[bytes], path: Path, start: int, fmt: LogFormat, check: Re
             raise bad("holds messages of another step")
         if msgs != sorted(msgs):
             raise bad("messages are not in canonical (origin, k) order")
+        if sealed:
+            try:
+                decode_seals(scan.seals[step], msgs)
+            except message.FrameError as e:
+                raise bad(f"its seal record: {e}") from None
         if check is not None:
             try:
                 check(step, msgs) if roster is None else check(step, msgs, members=roster.members)
@@ -130,10 +163,11 @@ def scan_records(f: IO[bytes], path: Path, start: int, fmt: LogFormat, check: Re
         off += REC.size + n
         scan.records.append((step, msgs))
         scan.ends.append(off)
-        change_at = None
-    if change_at is not None:  # a membership record without (all of) its step record: torn
+        change_at, sealed = None, False
+    if change_at is not None:  # a membership or seal record without (all of) its step record: torn
         scan.torn = size - change_at
-        del scan.changes[len(scan.records)]
+    scan.changes.pop(len(scan.records), None)
+    scan.seals.pop(len(scan.records), None)
     return scan
 
 

@@ -106,10 +106,11 @@ def steps(n: int) -> list[tuple[int, list[Message]]]:
 def test_the_attach_node_names_the_steps_its_catch_up_held(needs, decided, said, sent, caplog):
     transport = Transport(needs)
     node = SimpleNamespace(
-        host=SimpleNamespace(node=2),
+        host=SimpleNamespace(node=2, flood=SimpleNamespace(signing=None)),  # unsigned: no seals
         _fed=0,
         history=steps(decided),
         roster=SimpleNamespace(changes={}),
+        certificates={},
     )
     with caplog.at_level(logging.WARNING, logger="seedflood"):
         Churn.follow(node, transport)  # type: ignore[arg-type]

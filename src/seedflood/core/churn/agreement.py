@@ -299,6 +299,16 @@ _Votes = Callable[[int], Iterable["Vote"]]
 _Propose = Callable[[int], "Value | None"]
 
 
+@dataclass(frozen=True)
+class Proof:
+    """How a step was committed here: in `ballot`, by votes of the voters R_s (`members`, each
+    under its admitted incarnation in `incarnations`): what a certificate of it must hold."""
+
+    ballot: int
+    members: frozenset[int]
+    incarnations: Mapping[int, int]
+
+
 # -- one client's side -----------------------------------------------------------------------------
 @dataclass
 class Agreement:
@@ -325,6 +335,9 @@ class Agreement:
     """This client's latest vote per step."""
     digests: dict[int, int] = field(default_factory=dict)
     """step -> committed digest (the chain; 8 bytes a step)."""
+    proofs: dict[int, Proof] = field(default_factory=dict, compare=False, repr=False)
+    """Signed votes only (`byzantine`): committed steps not yet certified (step -> the ballot
+    that committed it and its voters R_s), what certificate.certify picks the votes by."""
     quiet: int = 0
     """Hops a ballot's view must stay unchanged before this client leaves it: long enough for
     the votes of every voter it can reach to arrive (a vote's spread), so that the voters of a
@@ -357,8 +370,10 @@ class Agreement:
         if pending:
             self.pending[step] = value
 
-    def _commit(self, step: int, value: Value) -> Change:
+    def _commit(self, step: int, value: Value, ballot: int = 0) -> Change:
         before = self.roster.members
+        if self.byzantine:
+            self.proofs[step] = Proof(ballot, before, dict(self.roster.incarnations))
         change = value.change(step, self.roster)
         self.roster.apply(change)
         self.prev, self.through = value.digest, step
@@ -425,9 +440,9 @@ class Agreement:
             for v in votes_of(s):
                 ballots.setdefault(v.ballot, []).append(v)
             tallies = {b: self._tally(s, b, vs) for b, vs in sorted(ballots.items())}
-            won = next((t.committed for t in tallies.values() if t.committed is not None), None)
+            won = next(((b, t.committed) for b, t in tallies.items() if t.committed is not None), None)
             if won is not None:
-                commits.append((s, self._commit(s, won)))
+                commits.append((s, self._commit(s, won[1], won[0])))
                 continue
             if foreign := next((t.foreign for t in tallies.values() if t.foreign is not None), None):
                 raise MembershipError(

@@ -7,7 +7,7 @@ decisions — its vote schedule (step s is voted at local step s + vote_lag), th
 proposes against (two copies of one message id, two signed votes in one ballot, a differing
 audited state hash, a scalar that did not recompute: `liars`, filled by roles/audit.py), whether
 its votes count against liars (a signed flood), and taking a
-committed step's messages from the flood; `joins_in`, the newcomers a step's JOIN notes name.
+committed step's messages from the flood (with, when signed, its certificate: certificate.py); `joins_in`, the newcomers a step's JOIN notes name.
 
 Assumes: pure Python (the core); the flood holds the step's messages and notes (VOTE, JOIN,
 AUDIT) as received; one thread uses the voter, its flood and its agreement at a time.
@@ -19,6 +19,7 @@ import itertools
 from collections.abc import Callable, Iterable
 
 from seedflood.core.churn.agreement import Agreement, Value, Vote, step_digest
+from seedflood.core.churn.certificate import certify
 from seedflood.core.flood import membership
 from seedflood.core.flood.flooding import Flood
 from seedflood.core.flood.membership import AUDIT, JOIN, VOTE, Change, MembershipError, Note
@@ -56,6 +57,9 @@ class Voter:
         """origin -> why: a scalar of it that this client recomputed (or re-checked) and that
         differs from what it sent (verification by recomputation, roles/audit.py)."""
         self._decoded: dict[Note, Vote] = {}
+        self.certificates: dict[int, bytes] = {}
+        """Signed votes only: step -> the certificate of a committed step taken (certificate.py),
+        until the client takes it for the evaluator (`roles/churn.py`)."""
 
     def after(self, t: int, now: int) -> list[tuple[int, Change]]:
         """`now`: hops this client has run (its clock for a ballot's quiet time)."""
@@ -128,6 +132,10 @@ class Voter:
             self.flood.choose(chosen)
         self.differs.discard(s)
         del self.agreement.pending[s]
+        if (proof := self.agreement.proofs.pop(s, None)) is not None:
+            cert = certify(s, self.flood.notes(s, VOTE), value, proof, self.protocol.ids)
+            if cert is not None:
+                self.certificates[s] = cert.to_bytes()
         return self.flood.take_step(s, value.members)
 
     def expected(self, s: int, value: Value) -> int:

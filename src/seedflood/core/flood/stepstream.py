@@ -3,7 +3,12 @@
 Owns (docs/churn-design.md: Membership is data, The evaluator follows the attach node, Rejoin across processes):
 - the step payload (`encode_step` / `decode_step`): a decided step's messages plus its roster
   change when it has one; without a change it is exactly the plain message frame, so a strict
-  run's log and evaluator stream are unchanged byte for byte.
+  run's log and evaluator stream are unchanged byte for byte. In a signed run (`trust.sign`) it
+  carries the step's seals too (`encode_step(..., certificate)`, `decode_signed_step`): each
+  message's signature and, under churn, the certificate of its commit (core/churn/certificate.py;
+  docs/trust.md, What the evaluator and the log verify).
+- the seals (`encode_seals` / `decode_seals`): those signatures as bytes apart from the messages,
+  the same bytes in the signed step payload and in the log's seal record (rundir/logrecords.py).
 - the churn evaluator stream: every push is a step payload prefixed by its step (`encode_push` /
   `decode_push`), and every evaluator edge opens with the sender's decided steps as one blob of
   such pushes (`encode_pushes` / `decode_pushes`); `StepSequence` turns the overlapping streams of
@@ -19,18 +24,47 @@ import hashlib
 import struct
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from seedflood.core.flood import message
-from seedflood.core.flood.membership import Change
+from seedflood.core.flood.membership import SIG_SIZE, Change
 from seedflood.core.flood.message import FrameError, Message
 
 _STEP_MAGIC = b"SC\x01"  # an evaluator payload with a change: magic, u32 change length, change, frame
+_SIGNED_MAGIC = b"SS\x01"  # signed: magic, u32 change length, change, u32 seals length, seals, frame
 _U32 = struct.Struct("<I")
+_NO_SIG = bytes(SIG_SIZE)  # in the seals: a message that carries no signature
 
 
-def encode_step(msgs: Sequence[Message], change: Change | None = None) -> bytes:
-    """A decided step for the evaluator: its message frame, prefixed by its change if any."""
+def encode_seals(msgs: Sequence[Message], certificate: bytes = b"") -> bytes:
+    """A step's seals: u32 count, then the signature of each of `msgs` in canonical order (64
+    bytes each; zeros for one without), then `certificate` (the rest: b"" in a strict run)."""
+    ordered = sorted(msgs)
+    return _U32.pack(len(ordered)) + b"".join(m.sig or _NO_SIG for m in ordered) + certificate
+
+
+def decode_seals(data: bytes, msgs: Sequence[Message]) -> tuple[list[Message], bytes]:
+    """(`msgs` in canonical order, each with its signature from `data`; the certificate bytes);
+    FrameError when `data` does not hold one signature per message."""
+    ordered = sorted(msgs)
+    if len(data) < 4 or _U32.unpack_from(data)[0] != len(ordered) or len(data) < 4 + SIG_SIZE * len(ordered):
+        raise FrameError(f"seals of {len(data)} bytes do not hold one signature for each of {len(ordered)} messages")
+    out = []
+    for i, m in enumerate(ordered):
+        sig = data[4 + i * SIG_SIZE : 4 + (i + 1) * SIG_SIZE]
+        out.append(replace(m, sig=bytes(sig)) if sig != _NO_SIG else replace(m, sig=b""))
+    return out, bytes(data[4 + SIG_SIZE * len(ordered) :])
+
+
+def encode_step(msgs: Sequence[Message], change: Change | None = None, certificate: bytes | None = None) -> bytes:
+    """A decided step for the evaluator: its message frame, prefixed by its change if any.
+    `certificate` not None: the signed payload (a signed run), with the step's seals
+    (`encode_seals`: its messages' signatures and this certificate, b"" in a strict run)."""
+    if certificate is not None:
+        ordered = sorted(msgs)
+        data = change.to_bytes() if change else b""
+        seals = encode_seals(ordered, certificate)
+        return _SIGNED_MAGIC + _U32.pack(len(data)) + data + _U32.pack(len(seals)) + seals + message.encode(ordered)
     frame = message.encode(msgs)
     if not change:
         return frame
@@ -38,15 +72,58 @@ def encode_step(msgs: Sequence[Message], change: Change | None = None) -> bytes:
     return _STEP_MAGIC + _U32.pack(len(data)) + data + frame
 
 
+def content(payload: bytes) -> bytes:
+    """What a step payload says, its seals left out: two honest attach nodes certify one step
+    with other signed votes (each holds its own), yet send the same step. The payload itself
+    when unsigned or not well-formed (decoding refuses that)."""
+    at = len(_SIGNED_MAGIC)
+    if not payload.startswith(_SIGNED_MAGIC) or len(payload) < at + 4:
+        return payload
+    (n,) = _U32.unpack_from(payload, at)
+    change, at = payload[at + 4 : at + 4 + n], at + 4 + n
+    if len(payload) < at + 4:
+        return payload
+    (n,) = _U32.unpack_from(payload, at)
+    return _SIGNED_MAGIC + _U32.pack(len(change)) + change + payload[at + 4 + n :]
+
+
 def decode_step(payload: bytes, step: int, **decode_args: object) -> tuple[list[Message], Change | None]:
+    """(messages, change) of a step payload, signed or not (a signed one's messages carry their
+    signatures; its certificate is `decode_signed_step`'s)."""
+    msgs, change, _ = decode_signed_step(payload, step, **decode_args)
+    return msgs, change
+
+
+def decode_signed_step(
+    payload: bytes, step: int, **decode_args: object
+) -> tuple[list[Message], Change | None, bytes | None]:
+    """(messages, change, certificate) of a step payload; the certificate is None for an unsigned
+    payload and b"" for a signed one without (a strict run's). FrameError on any defect."""
+    if payload.startswith(_SIGNED_MAGIC):
+        at = len(_SIGNED_MAGIC)
+        if len(payload) < at + 4:
+            raise FrameError("signed step payload is truncated")
+        (n,) = _U32.unpack_from(payload, at)
+        data = payload[at + 4 : at + 4 + n]
+        at += 4 + n
+        if len(data) != n or len(payload) < at + 4:
+            raise FrameError("signed step payload: its change runs past the end")
+        change = Change.from_bytes(step, data) if n else None
+        (n,) = _U32.unpack_from(payload, at)
+        seals = payload[at + 4 : at + 4 + n]
+        if len(seals) != n:
+            raise FrameError("signed step payload: its seals run past the end")
+        msgs = message.decode(payload[at + 4 + n :], **decode_args)  # type: ignore[arg-type]
+        signed, certificate = decode_seals(seals, msgs)
+        return signed, change, certificate
     if not payload.startswith(_STEP_MAGIC):
-        return message.decode(payload, **decode_args), None  # type: ignore[arg-type]
+        return message.decode(payload, **decode_args), None, None  # type: ignore[arg-type]
     head = len(_STEP_MAGIC) + 4
     if len(payload) < head:
         raise FrameError("step payload with a change is truncated")
     (n,) = _U32.unpack_from(payload, len(_STEP_MAGIC))
     change = Change.from_bytes(step, payload[head : head + n])
-    return message.decode(payload[head + n :], **decode_args), change  # type: ignore[arg-type]
+    return message.decode(payload[head + n :], **decode_args), change, None  # type: ignore[arg-type]
 
 
 _PUSH = struct.Struct("<II")  # a push in a blob: step, payload length (bytes)
@@ -150,7 +227,7 @@ class StepSequence:
     def offer(self, step: int, payload: bytes | None = None) -> bool:
         if step > self.next:
             raise FrameError(f"evaluator stream jumps from step {self.next} to step {step}")
-        key = None if payload is None else hashlib.blake2b(payload, digest_size=8).digest()
+        key = None if payload is None else hashlib.blake2b(content(payload), digest_size=8).digest()
         if step < self.next:
             if key is not None and self._seen.get(step, key) != key:
                 raise FrameError(

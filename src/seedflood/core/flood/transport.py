@@ -324,6 +324,10 @@ class Inbox:
         self._final: _EndOfStream | TransportError | None = None
         self._hook_failed = False
 
+    def sender_of(self, step: int) -> str:
+        """Who sent the frame of `step` (for a line that names it): the one sender here."""
+        return self.sender
+
     def put(self, item: bytes | _EndOfStream | TransportError) -> None:
         """Queue a frame, the end of stream or a failure; frames count and call `on_frame`."""
         if not isinstance(item, bytes):

@@ -20,6 +20,8 @@ from seedflood.core.topology import resolve as topo
 from seedflood.roles.inprocess import Event, SimResult, simulate
 
 RING5 = ("topology.kind=ring", "topology.nodes=5", "churn.max_nodes=8")
+LINE4 = ("topology.kind=tree", "topology.nodes=4", "churn.max_nodes=5", "flood.hops_per_step=1")
+"""The line 3-1-0-2 (a binary tree of 4), one hop a step: delay 6, a vote's spread of 3 hops."""
 
 
 def ring5(*overrides: str, steps: int = 16) -> config.Config:
@@ -108,6 +110,31 @@ def test_a_new_id_joins_then_leaves_gracefully(tmp_path):
     assert joined(r)[5] < left(r)[5]
     steps = [s for s, msgs in r.records if any(m.origin == 5 for m in msgs)]
     assert steps == list(range(joined(r)[5], left(r)[5]))
+    check_survivors(cfg, r, tmp_path)
+
+
+def test_a_new_id_whose_edge_is_the_only_bridge_to_an_end_that_missed_its_note_lets_all_five_finish(
+    tmp_path, sponsors, caplog
+):
+    """The explorer's most common stuck join, in process: on the line 3-1-0-2 new id 4 links to
+    the ends 2 and 3, and the middle link 0-1 is cut at step 16, a step after its sponsor (an
+    end) claims it or the same (its claim waits 2·spread + 1 exchanges: `Churn.boundary`), so
+    its JOIN note never crosses to the other end; each half holds two of four members, so
+    neither commits anything alone, the step admitting the newcomer included, and the other
+    end's edge to the newcomer is the only bridge. That end saw the knock, so it expects the
+    newcomer and both heal that edge before admission: all five finish on one hash equal to a
+    replay of the log, the newcomer admitted at its JOIN step."""
+    cfg = cfg_for(*LINE4, PACED, steps=30)
+    r = simulate(cfg, events=[Event(2, 4, "join"), Event(16, 0, "cut", 1)])
+    assert r.exits == {} and sorted(r.hashes) == list(range(5)), r.exits
+    sponsor = sponsors()[4]
+    claimed = joined(r)[4] - protocol_of(cfg).delay - 1  # the step whose start it was claimed at
+    # the note reaches the middle (0 or 1) at the claimed step, crosses 0-1 at the next: cut by then
+    assert sponsor in (2, 3) and claimed >= 16 - 1, (sponsor, claimed)
+    other = 5 - sponsor
+    said = [rec.getMessage() for rec in caplog.records]
+    assert any(m.startswith(f"node {other}: edge to node 4 healed at hop ") for m in said), said
+    assert counted_from(r, 4) == joined(r)[4]
     check_survivors(cfg, r, tmp_path)
 
 

@@ -44,9 +44,9 @@ Faults (`Fault.kind`), each at a round:
   knocks from that round on. Every running member that the real join rule (`growth.Growth`,
   over the graph and roster committed through e − lag) links it to if admitted at
   e = t + delay + 1 (t its step) sees the knock before each of its hops (`Churn._look`): it
-  grows its end and expects the newcomer. The first such member (lowest id) at a step start
-  that saw it more than 2·spread rounds before (`Churn.boundary`: so every member connected to
-  it has seen it too) sponsors it as a restart's sponsor does (`Churn._sponsor`): the
+  grows its end and expects the newcomer. The first such member (lowest id) that saw it more
+  than 2·spread rounds before (`Churn._knock`: so every member connected to it has seen it too;
+  in any round, waiting or not) sponsors it as a restart's sponsor does (`Churn._sponsor`): the
   catch-up, its JOIN note (incarnation 0), the newcomer's edges (the rule's) at its end. The
   newcomer's edges but its sponsor's come up by the heal negotiation, not at the note's link
   round: it asks once caught up, each member while it expects it (having seen the knock, or
@@ -484,8 +484,9 @@ class World:
         to if admitted at e = t + delay + 1 (it has committed step e − lag) sees the knock
         (`Churn._look`, before every hop): it grows its end, remembers the round it first saw it
         and expects it (`expected`: the edge heals before admission). The first such member (in
-        id order) at a step start that saw it more than 2·spread rounds ago claims it
-        (`Churn.boundary`) and catches it up (`_admit`); the newcomer grows its own edges."""
+        id order) that saw it more than 2·spread rounds ago claims it, at any round (`Churn._knock`:
+        a member waiting for a commit claims too) and catches it up (`_admit`); the newcomer
+        grows its own edges."""
         g, p = self.growth, self.p
         for j in list(self._knocking):
             for n in (self.nodes[i] for i in sorted(self.nodes)):
@@ -499,11 +500,12 @@ class World:
                     continue
                 self._grow(n, j)
                 n.seen.setdefault(j, self.round)
+                n.voter.expect(j, n.seen[j])
                 if j not in n.noted:
                     n.expected[j] = e
             for n in (self.nodes[i] for i in sorted(self.nodes)):
                 quiet = n.voter.agreement.quiet
-                if j in self._knocking and n.hop == 0 and self.round - n.seen.get(j, self.round) > 2 * quiet:
+                if j in self._knocking and self.round - n.seen.get(j, self.round) > 2 * quiet:
                     assert g is not None
                     e = n.t + p.delay + 1
                     self._knocking.remove(j)  # the first claims it

@@ -2,7 +2,7 @@
 
 Owns: a churn client's schedule and membership work — the committed chain it votes on
 (`agreement.Agreement` via its `Voter`), every decided step from 0 (`history`), sponsoring a
-restarted neighbour (`boundary`, `catch_up`) or a brand-new id (`_look`: every member the join
+restarted neighbour (`boundary`, `catch_up`) or a brand-new id (`_knock`: every member the join
 rule links it to sees its knock, and one claims it 2·spread + 1 exchanges later), rejoining from
 a sponsor (`rejoin`), connecting rejoined edges on the shared hop clock (`link`), healing down
 edges to live members and to a brand-new id before its admission (`heal`, `_heal_ok`, over
@@ -164,30 +164,35 @@ class Churn:
         for p in (p for p in revived if p not in self._deferred):
             if (inc := transport.claim(p)) is not None:  # None: another neighbour sponsors it
                 self._sponsor(t, p, inc)
-        if self.grower is not None:
-            for j in self._look(t):
-                # a knock is claimed only once it was seen more than 2·spread exchanges ago
-                # (spread >= the graph's diameter d): an exchange completes only once each
-                # neighbour has started it, so every client within d hops has started an
-                # exchange that this one's sight of the knock preceded by more than d, and
-                # looked before it (`_look`): every member connected to this one sees the knock
-                if h.hops_run - self._seen[j] > 2 * self.agreement.quiet and (inc := transport.claim(j)) is not None:
-                    self._sponsor(t, j, inc)
         if self.feed is not None and self.roster.attach == h.node:
             self.follow(self.feed)
 
+    def _knock(self, t: int) -> None:
+        """Right before an exchange of (or waited at) step t: look for knocks (`_look`) and
+        sponsor a brand-new id seen more than 2·spread exchanges ago (spread >= the graph's
+        diameter d). An exchange completes only once each neighbour has started it, so by then
+        every client within d hops of this one has started an exchange after the knock came, and
+        looked before it: every member connected to this one sees the knock before the claim
+        hides it. Counted in exchanges, not steps, so a member waiting for a commit (a split
+        that a newcomer's edges may bridge) claims it too."""
+        for j in self._look(t):
+            if self.host.hops_run - self._seen[j] > 2 * self.agreement.quiet:
+                if (inc := self.transport.claim(j)) is not None:
+                    self._sponsor(t, j, inc)
+
     def _look(self, t: int) -> list[int]:
-        """Before every hop of step t and at its start: the brand-new ids knocking that the join
-        rule links this member to (`_knocking`). It grows its end of each edge, remembers the hop
-        it first saw each (`boundary` claims one 2·spread + 1 exchanges later at the earliest)
-        and expects it: the edge then heals before the newcomer is admitted (`_heal_ok`), even
-        where this member never gets the JOIN note (a cut keeps it from the sponsor's part, and
-        that edge may be its only path to the majority whose commit would admit the newcomer)."""
+        """The brand-new ids knocking that the join rule links this member to (`_knocking`). It
+        grows its end of each edge, remembers the hop it first saw each (`_knock` claims one
+        2·spread + 1 exchanges later at the earliest) and expects it: the edge then heals
+        before the newcomer is admitted (`_heal_ok`), even where this member never gets the
+        JOIN note (a cut keeps it from the sponsor's part, and that edge may be its only path
+        to the majority whose commit would admit the newcomer)."""
         knocking = self._knocking(t)
         self._seen = {j: self._seen.get(j, self.host.hops_run) for j in knocking}
         for j in knocking:
             assert self.grower is not None  # `_knocking` lists none without it
             self.grower.grow([j])
+            self.voter.expect(j, self._seen[j])
             if j not in self._noted:
                 self._expected[j] = t + self.host.protocol.delay + 1
         return knocking
@@ -271,7 +276,7 @@ class Churn:
     def before_hop(self) -> None:
         h = self.host
         if self.grower is not None and h.next_step < h.protocol.steps:
-            self._look(h.next_step)  # a knock is seen between steps too, where a client waits
+            self._knock(h.next_step)
         self.unlink()
         self.link()
         self.heal()

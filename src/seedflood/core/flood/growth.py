@@ -25,7 +25,7 @@ that commits the step computes the same edges; they are part of the graph every 
 A vote's spread (`spread`): the hops a vote needs to cross the widest connected part of the
 members' committed graph with the edges of the newcomers a client holds a JOIN note for; joins
 may widen the graph beyond D, so a voter waits that long in a ballot's view before leaving it
-(docs/churn-design.md, A new id joins: liveness). Timing only: it changes no vote's content.
+(docs/churn-design.md, Liveness). Timing only: it changes no vote's content.
 
 Assumes: pure Python (the core); `changes` are committed changes (step -> Change), as
 `membership.Roster.changes` holds them.

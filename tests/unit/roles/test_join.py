@@ -118,7 +118,7 @@ def test_a_new_id_whose_edge_is_the_only_bridge_to_an_end_that_missed_its_note_l
 ):
     """The explorer's most common stuck join, in process: on the line 3-1-0-2 new id 4 links to
     the ends 2 and 3, and the middle link 0-1 is cut at step 16, a step after its sponsor (an
-    end) claims it or the same (its claim waits 2·spread + 1 exchanges: `Churn.boundary`), so
+    end) claims it or the same (its claim waits 2·spread + 1 exchanges: `Churn._knock`), so
     its JOIN note never crosses to the other end; each half holds two of four members, so
     neither commits anything alone, the step admitting the newcomer included, and the other
     end's edge to the newcomer is the only bridge. That end saw the knock, so it expects the

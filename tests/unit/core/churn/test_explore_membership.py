@@ -45,7 +45,7 @@ def protocol(g: nx.Graph, hops: int = 0, new_ids: int = 1):
 
 def claim_steps(p) -> int:
     """Steps from a knock seen at a step start to its claim: 2·spread + 1 rounds, spread =
-    (delay − vote_lag) · hops (`Churn.boundary`), rounded up to a step start."""
+    (delay − vote_lag) · hops (`Churn._knock`), rounded up to a step start."""
     return 2 * (p.delay - p.vote_lag) + 1
 
 

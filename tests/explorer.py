@@ -41,14 +41,18 @@ Faults (`Fault.kind`), each at a round:
   whose JOIN step commits without it (the note reached no voter in time) stops after applying
   that step, as `Churn.apply_committed` does (its launcher would restart it).
 - `join` (a protocol with `max_nodes`, in process): brand-new id `node` (beyond the topology)
-  knocks from that round on. The first member (lowest id) at the start of a step t that the
-  real join rule (`growth.Growth`, over the graph and roster committed through e − lag) links
-  it to if admitted at e = t + delay + 1 sponsors it as a restart's sponsor does
-  (`Churn._knocking`, `Churn._sponsor`): the catch-up, its JOIN note (incarnation 0), the
-  newcomer's edges (the rule's) at both ends; at the note's link round the newcomer and every
-  rule-linked member that holds the note and has committed e − lag connect (`Churn._grow`,
-  `Churn.link`); a member that could not grows its end when it commits e, and the edge heals
-  (in process every grown edge does). The committed step e admits it (the value's `joins`).
+  knocks from that round on. Every running member that the real join rule (`growth.Growth`,
+  over the graph and roster committed through e − lag) links it to if admitted at
+  e = t + delay + 1 (t its step) sees the knock before each of its hops (`Churn._look`): it
+  grows its end and expects the newcomer. The first such member (lowest id) that saw it more
+  than 2·spread rounds before (`Churn._knock`: so every member connected to it has seen it too;
+  in any round, waiting or not) sponsors it as a restart's sponsor does (`Churn._sponsor`): the
+  catch-up, its JOIN note (incarnation 0), the newcomer's edges (the rule's) at its end. The
+  newcomer's edges but its sponsor's come up by the heal negotiation, not at the note's link
+  round: it asks once caught up, each member while it expects it (having seen the knock, or
+  the note with e − lag committed: `Churn._grow`) and no committed step has decided the join
+  (`Churn._heal_ok`). The committed step e admits it (the value's `joins`); a member that
+  could not expect it grows its end when it commits e, and the edge heals then.
 - `leave` (`Churn.leave`): the node originates nothing from its next step on, hops, relays and
   votes until it commits a step that leaves it out, then floods its LEAVE note naming the round
   after next, runs that one goodbye exchange and closes every edge (state `left`); each
@@ -79,10 +83,12 @@ Faults (`Fault.kind`), each at a round:
   that learns of an agreed heal too late connects nothing (the real one restores its end alone
   and drops it after the late bound).
   For membership changes: the first rule-linked member at a step start in id order sponsors a
-  new id (the real members race to claim it); a member grows its end of a newcomer's edge at the
-  link round if it holds the note and has committed e − lag then (the real one when the note
-  arrives), else when it commits e; a leaver closes its edges right after its goodbye exchange,
-  before the round its note names, as its neighbours do (nothing is exchanged in between).
+  new id (the real members race to claim it); every running member sees a knock in the round
+  it comes (the real ones before their next hop, which the claim's wait of 2·spread + 1
+  exchanges lets every member connected to the claimant make); a member that holds a new id's
+  JOIN note expects it from the round it holds it (the real one when the note arrives); a
+  leaver closes its edges right after its goodbye exchange, before the round its note names,
+  as its neighbours do (nothing is exchanged in between).
 
 Checks (`Outcome`): safety — every client's applied (step, digest) list is a prefix of one
 history, and so is the evaluator's log (it follows whichever client is the attach node, each
@@ -244,6 +250,9 @@ class Node:
     grew_through: int = -1  # committed steps whose joins and repairs grew its edges
     unlink: dict[int, int] = field(default_factory=dict)  # leaving neighbour -> round its edge closes before
     parted: set[int] = field(default_factory=set)  # neighbours that left gracefully: never healed
+    seen: dict[int, int] = field(default_factory=dict)  # a knocking new id it is linked to -> round first seen
+    expected: dict[int, int] = field(default_factory=dict)  # new id it grew its end to, not admitted -> JOIN step
+    noted: set[int] = field(default_factory=set)  # expected ids whose JOIN step is the note's (else the knock's)
 
     def __post_init__(self) -> None:
         p = self.protocol
@@ -384,14 +393,16 @@ class World:
         if self.healing:
             for n in self.nodes.values():
                 n.heals = True
+        for n in self.nodes.values():  # `Churn`: a ballot's quiet time follows the committed graph
+            n.voter.growth = self.growth
 
     # -- faults ----------------------------------------------------------------------------
     def _fail(self, a: int, b: int) -> None:
         """Link a–b is gone: each live end drops the other (what the transport's take_lost does)."""
         self.links.discard(edge(a, b))
         for x, y in ((a, b), (b, a)):
-            n = self.nodes[x]
-            if y in n.flood.peers:
+            n = self.nodes.get(x)  # None: a knocking new id not sponsored yet (a member grew its end)
+            if n is not None and y in n.flood.peers:
                 n.flood.drop_peer(y)
 
     def _isolate(self, v: int) -> None:
@@ -427,6 +438,8 @@ class World:
         whose edges connect (delay + 1) · hops rounds later (`_connect_joiners`)."""
         p = self.p
         n = Node(v, p, [], incarnation=inc, signed=self.signed)
+        n.voter.growth = self.growth
+        n.rounds = self.round  # its hop clock starts at the sponsor's (the catch-up's hop: `Churn.rejoin`)
         self.wires.faults.incarnations[v] = inc
         a = n.voter.agreement
         for step, msgs in s.history:
@@ -467,15 +480,18 @@ class World:
         self.mend.add(edge(n.i, q))
 
     def _sponsor_newcomers(self) -> None:
-        """Before this round: each new id knocking is claimed by the first member (lowest id) at the
-        start of a step t that the join rule links it to if admitted at e = t + delay + 1
-        (`Churn._knocking`: it has committed step e − lag), which catches it up (`_admit`); every
-        rule-linked member at a step's start grows its end, the newcomer its own edges."""
+        """Before this round: every running member that the join rule links a knocking new id
+        to if admitted at e = t + delay + 1 (it has committed step e − lag) sees the knock
+        (`Churn._look`, before every hop): it grows its end, remembers the round it first saw it
+        and expects it (`expected`: the edge heals before admission). The first such member (in
+        id order) that saw it more than 2·spread rounds ago claims it, at any round (`Churn._knock`:
+        a member waiting for a commit claims too) and catches it up (`_admit`); the newcomer
+        grows its own edges."""
         g, p = self.growth, self.p
         for j in list(self._knocking):
             for n in (self.nodes[i] for i in sorted(self.nodes)):
                 a = n.voter.agreement
-                if not (n.running and n.hop == 0 and n.linger < 0 and n.joined_at <= n.t < p.steps) or n.leaving:
+                if not (n.running and n.linger < 0 and n.joined_at <= n.t < p.steps) or n.leaving:
                     continue
                 if n.i not in a.roster.members or a.roster.incarnations.get(n.i, a.incarnation) != a.incarnation:
                     continue
@@ -483,13 +499,40 @@ class World:
                 if g is None or a.through < e - g.lag or n.i not in g.edges(j, e, a.roster.changes):
                     continue
                 self._grow(n, j)
-                self._knocking.remove(j)  # the first claims it
-                new = self._admit(n, j, 0)
-                new.heals = True
-                self.sponsored[j] = (n.i, self.round, e)
-                for q in g.edges(j, e, new.voter.agreement.roster.changes):
-                    self._grow(new, q)
-                break
+                n.seen.setdefault(j, self.round)
+                n.voter.expect(j, n.seen[j])
+                if j not in n.noted:
+                    n.expected[j] = e
+            for n in (self.nodes[i] for i in sorted(self.nodes)):
+                quiet = n.voter.agreement.quiet
+                if j in self._knocking and self.round - n.seen.get(j, self.round) > 2 * quiet:
+                    assert g is not None
+                    e = n.t + p.delay + 1
+                    self._knocking.remove(j)  # the first claims it
+                    new = self._admit(n, j, 0)
+                    new.heals = True
+                    self.sponsored[j] = (n.i, self.round, e)
+                    for q in g.edges(j, e, new.voter.agreement.roster.changes):
+                        self._grow(new, q)
+            for n in self.nodes.values():
+                if j not in self._knocking:
+                    n.seen.pop(j, None)
+
+    def _expect_noted(self) -> None:
+        """Before this round: a running member that holds a brand-new id's JOIN note, has
+        committed its step e − lag and is linked to it by the rule grows its end and expects it
+        (`Churn.on_notes` → `Churn._grow`, when the note arrives)."""
+        g = self.growth
+        if g is None:
+            return
+        for j, (_, _, e) in self.sponsored.items():
+            for n in self.nodes.values():
+                a = n.voter.agreement
+                if not n.running or j == n.i or j in a.roster.members or j in n.noted or a.through < e - g.lag:
+                    continue
+                if any(x.origin == j for x in n.flood.notes(e, JOIN)) and n.i in g.edges(j, e, a.roster.changes):
+                    self._grow(n, j)
+                    n.expected[j], n.noted = e, n.noted | {j}
 
     def _grow_committed(self, n: Node) -> None:
         """After n's round: the edges n's newly committed steps give its end (`Churn.agree`): a
@@ -512,24 +555,20 @@ class World:
         n.grew_through = a.through
 
     def _connect_joiners(self) -> None:
-        """At the round its JOIN note names, a newcomer and each neighbour connect their edge,
-        where both ends' rules agree (`Churn.link`: the newcomer connects its member
+        """At the round its JOIN note names, a restarted node and each neighbour connect their
+        edge, where both ends' rules agree (`Churn.link`: the newcomer connects its member
         neighbours, a member connects the newcomer if it holds the note), whatever steps they
-        are at or wait in. A member links a new id only where it grew that edge: it held the note
-        having committed step e − lag (`Churn._grow`), else the edge heals once it commits e."""
+        are at or wait in. A brand-new id's edges (but its sponsor's) heal instead (`_down`)."""
         for v, e, link in list(self._joining):
             if self.round < link:
                 continue
             self._joining.remove((v, e, link))
             n = self.nodes[v]
-            if not n.running:
+            if not n.running or (self.growth is not None and self.growth.new(v)):
                 continue
             for u in sorted(self._adj(v)):
                 m = self.nodes[u]
                 held = any(j.origin == v for j in m.flood.notes(e, JOIN))
-                if held and self.growth is not None and self.growth.new(v) and v not in self._adj(u):
-                    if m.running and m.voter.agreement.through >= e - self.growth.lag:
-                        self._grow(m, v)
                 if (
                     m.running
                     and v in self._adj(u)
@@ -561,17 +600,27 @@ class World:
 
     # -- heals ---------------------------------------------------------------------------------
     def _down(self, n: Node) -> dict[int, int | None]:
-        """`Churn._healable`: n's down edges to the neighbours that are members of its committed
-        roster (-> the incarnation the roster admitted), while n is an admitted member itself."""
+        """`Churn._healable`: n's down edges (-> the incarnation the other end must run as) to
+        the neighbours that are members of its committed roster and to the new ids it expects
+        (`Node.expected`, until a committed step decides their join), while n is an admitted
+        member itself; a new id caught up and not yet admitted, to its member neighbours."""
         a = n.voter.agreement
         roster = a.roster
+        ok: dict[int, int | None] = {}
         if n.i not in roster.members or roster.incarnations.get(n.i, a.incarnation) != a.incarnation:
-            return {}
-        return {
-            q: roster.incarnations.get(q)
-            for q in sorted(self._adj(n.i))
-            if q in roster.members and q not in n.flood.peers and q not in n.heal_at and q not in n.parted
-        }
+            new = self.growth is not None and self.growth.new(n.i)
+            if new and a.through < n.joined_at:
+                ok = {q: roster.incarnations.get(q) for q in sorted(self._adj(n.i)) if q in roster.members}
+        else:
+            ok = {q: roster.incarnations.get(q) for q in sorted(self._adj(n.i)) if q in roster.members}
+            for j, e in list(n.expected.items()):
+                if j in roster.members or any(j in dict(c.join) for c in roster.changes.values()):
+                    del n.expected[j]
+                elif j in n.noted and a.through >= e:
+                    del n.expected[j]
+                elif j in self._adj(n.i):
+                    ok[j] = 0
+        return {q: i for q, i in ok.items() if q not in n.flood.peers and q not in n.heal_at and q not in n.parted}
 
     def _heal(self) -> None:
         """Before this round's exchange: every running client asks to heal its down edges (of the
@@ -669,6 +718,7 @@ class World:
                 self._restart(v)
             self._unlink()
             self._sponsor_newcomers()
+            self._expect_noted()
             self._connect_joiners()
             if self.healing:
                 self._heal()

@@ -288,11 +288,15 @@ class EdgeSet:
         self.rejoining = True
 
     def newcomers(self) -> list[int]:
-        """Brand-new ids (of `joinable`) that knocked and wait for a sponsor: not neighbours
-        (a neighbour's restart is `revived`'s), not claimed yet, knocking for less than
-        LATE_FACTOR × timeout_s (the most a newcomer waits for its sponsor). One store read
-        between steps (the knock counter), one more per new knock (`rendezvous.Knocks`), and one
-        per unclaimed knock (its sponsor key). [] once the store is gone."""
+        """Brand-new ids (of `joinable`) that knocked and wait for a sponsor: not claimed yet,
+        knocking for less than LATE_FACTOR × timeout_s (the most a newcomer waits for its
+        sponsor), and not a later life of a neighbour (that restart is `revived`'s). The life a
+        neighbour had when `grow` made it one stays listed: a member the join rule links a
+        newcomer to grows its end at once and claims it only some exchanges later
+        (roles/churn.py `_knock`), so it must go on seeing that knock until the claim. One store
+        read per call (the knock counter: members look before every exchange), one more per new
+        knock (`rendezvous.Knocks`), and one per unclaimed knock (its sponsor key). [] once the
+        store is gone."""
         if not self.joinable or self.closed or not self._store_ok:
             return []
         now = time.monotonic()
@@ -304,7 +308,8 @@ class EdgeSet:
             for j, (inc, since) in sorted(self._knocking.items()):
                 late = now - since > LATE_FACTOR * self.timeout_s
                 # `check`, not `peek`: a compare_set on a missing key wakes the newcomer's wait
-                if late or j in self.neighbours or self.store.check([sponsor_key(j, inc)]):
+                restart = j in self.neighbours and inc > self._seen.get(j, 0)
+                if late or restart or self.store.check([sponsor_key(j, inc)]):
                     del self._knocking[j]
         except Exception as e:
             self.store_gone(e)

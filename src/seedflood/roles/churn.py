@@ -2,8 +2,10 @@
 
 Owns: a churn client's schedule and membership work — the committed chain it votes on
 (`agreement.Agreement` via its `Voter`), every decided step from 0 (`history`), sponsoring a
-restarted neighbour (`boundary`, `catch_up`), rejoining from a sponsor (`rejoin`), connecting
-rejoined edges on the shared hop clock (`link`), healing down edges to live members (`heal`, over
+restarted neighbour (`boundary`, `catch_up`) or a brand-new id (`_knock`: every member the join
+rule links it to sees its knock, and one claims it 2·spread + 1 exchanges later), rejoining from
+a sponsor (`rejoin`), connecting rejoined edges on the shared hop clock (`link`), healing down
+edges to live members and to a brand-new id before its admission (`heal`, `_heal_ok`, over
 a `transport.Healing` transport), the edges graph repair adds after a committed leave (`repair`,
 churn.repair: grown over a `transport.Growing` one, then healed), streaming decided steps to the evaluator as the
 attach node (`follow`), audits, and a graceful leave (`leave`: this client stops originating,
@@ -117,6 +119,10 @@ class Churn:
         self.grower = transport if growth is not None and isinstance(transport, Growing) else None
         """The transport, where brand-new ids may join and repair may add edges (in memory, and
         launched over gloo: new ids knock through the run's store)."""
+        self.voter.growth = growth  # a ballot's quiet time follows the committed graph (`Voter.pace`)
+        self._seen: dict[int, int] = {}  # a knocking new id this member is linked to -> the hop it first saw it
+        self._expected: dict[int, int] = {}  # a new id this member grew its end to, not yet admitted -> its JOIN step
+        self._noted: set[int] = set()  # those whose JOIN step is the note's (else the knock's guess)
 
     @property
     def roster(self) -> Roster:
@@ -159,13 +165,38 @@ class Churn:
         for p in (p for p in revived if p not in self._deferred):
             if (inc := transport.claim(p)) is not None:  # None: another neighbour sponsors it
                 self._sponsor(t, p, inc)
-        if self.grower is not None:
-            for j in self._knocking(t):
-                self.grower.grow([j])
-                if (inc := transport.claim(j)) is not None:
-                    self._sponsor(t, j, inc)
         if self.feed is not None and self.roster.attach == h.node:
             self.follow(self.feed)
+
+    def _knock(self, t: int) -> None:
+        """Right before an exchange of (or waited at) step t: look for knocks (`_look`) and
+        sponsor a brand-new id seen more than 2·spread exchanges ago (spread >= the graph's
+        diameter d). An exchange completes only once each neighbour has started it, so by then
+        every client within d hops of this one has started an exchange after the knock came, and
+        looked before it: every member connected to this one sees the knock before the claim
+        hides it. Counted in exchanges, not steps, so a member waiting for a commit (a split
+        that a newcomer's edges may bridge) claims it too."""
+        for j in self._look(t):
+            if self.host.hops_run - self._seen[j] > 2 * self.agreement.quiet:
+                if (inc := self.transport.claim(j)) is not None:
+                    self._sponsor(t, j, inc)
+
+    def _look(self, t: int) -> list[int]:
+        """The brand-new ids knocking that the join rule links this member to (`_knocking`). It
+        grows its end of each edge, remembers the hop it first saw each (`_knock` claims one
+        2·spread + 1 exchanges later at the earliest) and expects it: the edge then heals
+        before the newcomer is admitted (`_heal_ok`), even where this member never gets the
+        JOIN note (a cut keeps it from the sponsor's part, and that edge may be its only path
+        to the majority whose commit would admit the newcomer)."""
+        knocking = self._knocking(t)
+        self._seen = {j: self._seen.get(j, self.host.hops_run) for j in knocking}
+        for j in knocking:
+            assert self.grower is not None  # `_knocking` lists none without it
+            self.grower.grow([j])
+            self.voter.expect(j, self._seen[j])
+            if j not in self._noted:
+                self._expected[j] = t + self.host.protocol.delay + 1
+        return knocking
 
     def _knocking(self, t: int) -> list[int]:
         """Brand-new ids this member would link to if a sponsor admitted them at the JOIN step
@@ -243,8 +274,14 @@ class Churn:
             self.grower.grow(edges)
         elif me in edges:
             self.grower.grow([node])
+            if node not in self.roster.members:  # expected: its edge heals before admission too
+                self._expected[node] = step
+                self._noted.add(node)
 
     def before_hop(self) -> None:
+        h = self.host
+        if self.grower is not None and h.next_step < h.protocol.steps:
+            self._knock(h.next_step)
         self.unlink()
         self.link()
         self.heal()
@@ -285,17 +322,41 @@ class Churn:
         return Left(h.node, step)
 
     def _healable(self) -> dict[int, int | None]:
-        """The down edges this client asks to heal: to every topology neighbour that is a member
-        of its committed roster, as the incarnation the roster admitted (None: its first life),
-        while this client is an admitted member itself (a newcomer's edges are `link`'s)."""
+        """The down edges this client asks to heal (`_heal_ok`), less those agreed already and
+        those to neighbours that left gracefully."""
+        h = self.host
+        return {
+            q: inc
+            for q, inc in self._heal_ok().items()
+            if q not in h.flood.peers and q not in self._heal_at and q not in self._parted
+        }
+
+    def _heal_ok(self) -> dict[int, int | None]:
+        """The edges this client may heal, -> the incarnation the other end must run as (None:
+        its first life): while it is an admitted member, to every neighbour that is a member of
+        its committed roster (as the roster admitted it) and to every brand-new id it expects
+        (`_expected`: it grew its end, seeing the knock or the JOIN note, and no committed step
+        has decided the join yet); while it is a brand-new id caught up and not yet admitted, to
+        every member neighbour (the edges the join rule gave it). So a new id's edges, but its
+        sponsor's, come up by the heal negotiation, not by a meeting at its link hop: a member
+        the JOIN note never reached (a cut kept it from the sponsor's part) asks too, having seen
+        the knock, and neither end waits on a meeting the other never joins. Edges carry frames;
+        which come up changes no vote, so none of this touches safety."""
         h, a, roster = self.host, self.agreement, self.roster
         if h.node not in roster.members or roster.incarnations.get(h.node, a.incarnation) != a.incarnation:
-            return {}
-        return {
-            q: roster.incarnations.get(q)
-            for q in self._neighbours()
-            if q in roster.members and q not in h.flood.peers and q not in self._heal_at and q not in self._parted
-        }
+            new = self.growth is not None and self.growth.new(h.node)
+            if not new or a.through >= self.joined_at:  # joined_at: its JOIN step, once caught up
+                return {}
+            return {q: roster.incarnations.get(q) for q in self._neighbours() if q in roster.members}
+        ok = {q: roster.incarnations.get(q) for q in self._neighbours() if q in roster.members}
+        for j, e in list(self._expected.items()):
+            if j in roster.members or any(j in dict(c.join) for c in roster.changes.values()):
+                del self._expected[j]  # admitted: a member's edge from here on
+            elif j in self._noted and a.through >= e:
+                del self._expected[j]  # its JOIN step committed without it: it stops
+            elif j in self._neighbours():
+                ok[j] = 0  # a brand-new id's first life (a later one rejoins as a restart)
+        return ok
 
     def heal(self) -> None:
         """Right before exchange number `hops_run`: ask the transport to heal the down edges to
@@ -328,14 +389,12 @@ class Churn:
             h.hops_run = self._jump(want, first) if self._alone is not None else first
             if self._alone is not None:
                 self._alone = h.hops_run  # held from here if no edge comes up (never moved back)
-        roster, a = self.roster, self.agreement
-        admitted = h.node in roster.members and roster.incarnations.get(h.node, a.incarnation) == a.incarnation
         for q in sorted(q for q, at in self._heal_at.items() if at <= h.hops_run):
             at = self._heal_at.pop(q)
             if at < h.hops_run or q in h.flood.peers:
                 continue  # never expected: the negotiation hands every index out ahead of the clock
             healer.restore(q)
-            if not admitted or q not in roster.members:
+            if q not in self._heal_ok():
                 # committed out since the heal was agreed: close the edge at once, so the other
                 # end's receive fails now (it stops and its restart rejoins) instead of waiting
                 # out the late bound on a silent edge
@@ -370,13 +429,16 @@ class Churn:
         unpaired). Each edge is a meeting (the transport connects it only if both ends ask
         within the host's `meet_timeout_s`): a client that gets the note only after its hop (a
         part farther than the note travels in delay + 1 steps, or cut off from a sponsor that
-        stalled right after it sponsored) does not ask, and the edge stays down at both ends."""
+        stalled right after it sponsored) does not ask, and the edge stays down at both ends.
+        A brand-new id's edges are not connected here: they heal (`_heal_ok`)."""
         h = self.host
         due = self._links.pop(h.hops_run, [])
         for k in [k for k in self._links if k < h.hops_run]:
             del self._links[k]
         edges: list[int] = []
         for n in due:
+            if self.growth is not None and self.growth.new(n.origin):
+                continue  # a brand-new id's edges heal (`_heal_ok`)
             if n.origin == h.node:
                 if n.value != self.agreement.incarnation:
                     continue  # an earlier incarnation's join

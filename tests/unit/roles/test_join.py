@@ -20,6 +20,8 @@ from seedflood.core.topology import resolve as topo
 from seedflood.roles.inprocess import Event, SimResult, simulate
 
 RING5 = ("topology.kind=ring", "topology.nodes=5", "churn.max_nodes=8")
+LINE4 = ("topology.kind=tree", "topology.nodes=4", "churn.max_nodes=5", "flood.hops_per_step=1")
+"""The line 3-1-0-2 (a binary tree of 4), one hop a step: delay 6, a vote's spread of 3 hops."""
 
 
 def ring5(*overrides: str, steps: int = 16) -> config.Config:
@@ -116,6 +118,31 @@ def test_a_new_id_joins_then_leaves_gracefully(tmp_path):
     check_survivors(cfg, r, tmp_path)
 
 
+def test_a_new_id_whose_edge_is_the_only_bridge_to_an_end_that_missed_its_note_lets_all_five_finish(
+    tmp_path, sponsors, caplog
+):
+    """The explorer's most common stuck join, in process: on the line 3-1-0-2 new id 4 links to
+    the ends 2 and 3, and the middle link 0-1 is cut at step 16, a step after its sponsor (an
+    end) claims it or the same (its claim waits 2·spread + 1 exchanges: `Churn._knock`), so
+    its JOIN note never crosses to the other end; each half holds two of four members, so
+    neither commits anything alone, the step admitting the newcomer included, and the other
+    end's edge to the newcomer is the only bridge. That end saw the knock, so it expects the
+    newcomer and both heal that edge before admission: all five finish on one hash equal to a
+    replay of the log, the newcomer admitted at its JOIN step."""
+    cfg = cfg_for(*LINE4, PACED, steps=30)
+    r = simulate(cfg, events=[Event(2, 4, "join"), Event(16, 0, "cut", 1)])
+    assert r.exits == {} and sorted(r.hashes) == list(range(5)), r.exits
+    sponsor = sponsors()[4]
+    claimed = joined(r)[4] - protocol_of(cfg).delay - 1  # the step whose start it was claimed at
+    # the note reaches the middle (0 or 1) at the claimed step, crosses 0-1 at the next: cut by then
+    assert sponsor in (2, 3) and claimed >= 16 - 1, (sponsor, claimed)
+    other = 5 - sponsor
+    said = [rec.getMessage() for rec in caplog.records]
+    assert any(m.startswith(f"node {other}: edge to node 4 healed at hop ") for m in said), said
+    assert counted_from(r, 4) == joined(r)[4]
+    check_survivors(cfg, r, tmp_path)
+
+
 @pytest.mark.parametrize(
     ("events", "overrides", "said"),
     [
@@ -172,7 +199,7 @@ def test_a_signed_run_refuses_a_new_id_without_a_key_and_admits_one_with_its_key
 
 
 class _Knocking:
-    """What `Churn.boundary` reads of a growing transport: `knocking` ids wait for a sponsor,
+    """What `Churn._knock` reads of a growing transport: `knocking` ids wait for a sponsor,
     and every `claim` is recorded (and lost: another member wins, so nothing more is asked)."""
 
     peers: tuple[int, ...] = ()
@@ -222,13 +249,19 @@ def test_a_knocking_id_that_is_a_member_is_not_sponsored_by_the_join_rule():
         return [Message.make(o, s, p.seed(o, s), 0.01) for o in origins]
 
     logged = 12
+    def exchanges(c: Client) -> None:
+        """The looks before as many exchanges as a claim waits for, and one more (`Churn._knock`)."""
+        for _ in range(2 * c.churn.agreement.quiet + 2):
+            c.churn._knock(logged)
+            c.hops_run += 1
+
     c, t = member_0([(s, step(s, range(5))) for s in range(logged)], {})
     assert 0 in growth.edges(5, logged + p.delay + 1, {})  # ring of 5: node 5 links to 0 and 1
-    c.churn.boundary(logged)
+    exchanges(c)
     assert t.claimed == [5]  # a newcomer: claimed
     e = 4  # node 5 admitted at step 4, its first life
     records = [(s, step(s, range(6 if s >= e else 5))) for s in range(logged)]
     c, t = member_0(records, {e: Change(e, join=((5, 1),))})
     assert 5 in c.churn.roster.members
-    c.churn.boundary(logged)
+    exchanges(c)
     assert t.claimed == []

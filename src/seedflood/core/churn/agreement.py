@@ -342,6 +342,9 @@ class Agreement:
     """Hops a ballot's view must stay unchanged before this client leaves it: long enough for
     the votes of every voter it can reach to arrive (a vote's spread), so that the voters of a
     connected part leave a ballot on the same view and vote the same value in the next one."""
+    calm: int = 0
+    """No view is quiet before this hop (a brand-new id's edges, which may join parts, are up by
+    then: `Voter.pace`). Timing only, like `quiet`."""
     _seen: dict[tuple[int, int], tuple[frozenset[int], int]] = field(default_factory=dict)
     _tallies: dict[tuple[int, int], tuple[list[Vote], int, frozenset[int], dict[int, int], bool, Tally]] = field(
         default_factory=dict, compare=False, repr=False
@@ -490,7 +493,7 @@ class Agreement:
             del self._seen[key]
         nxt = mine.ballot
         while (t := tallies.get(nxt)) is not None and t.leavable:
-            if now - self._seen[(s, nxt)][1] < self.quiet:
+            if now - self._seen[(s, nxt)][1] < self.quiet or now < self.calm:
                 break
             nxt += 1
         if nxt == mine.ballot:

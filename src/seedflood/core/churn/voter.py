@@ -7,7 +7,10 @@ decisions — its vote schedule (step s is voted at local step s + vote_lag), th
 proposes against (two copies of one message id, two signed votes in one ballot, a differing
 audited state hash, a scalar that did not recompute: `liars`, filled by roles/audit.py), whether
 its votes count against liars (a signed flood), and taking a
-committed step's messages from the flood (with, when signed, its certificate: certificate.py); `joins_in`, the newcomers a step's JOIN notes name.
+committed step's messages from the flood (with, when signed, its certificate: certificate.py);
+`joins_in`, the newcomers a step's JOIN notes name; and how long it waits in a ballot's view
+(`pace`: the agreement's `quiet`, timing only), which joins may lengthen (docs/churn-design.md,
+A new id joins).
 
 Assumes: pure Python (the core); the flood holds the step's messages and notes (VOTE, JOIN,
 AUDIT) as received; one thread uses the voter, its flood and its agreement at a time.
@@ -22,10 +25,15 @@ from seedflood.core.churn.agreement import Agreement, Value, Vote, step_digest
 from seedflood.core.churn.certificate import certify
 from seedflood.core.flood import membership
 from seedflood.core.flood.flooding import Flood
+from seedflood.core.flood.growth import Growth
 from seedflood.core.flood.membership import AUDIT, JOIN, VOTE, Change, MembershipError, Note
 from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
 
+JOIN_GRACE = 4
+"""Exchanges from a brand-new id's claim until the heal negotiation has brought its edges up:
+the newcomer asks at its first exchange, the other end takes the proposal (HEAL_AHEAD, 2, past
+both clocks) at its next, one more for a proposal withdrawn once."""
 MAX_CHOICES = 12  # equivocated ids of one step whose copies a client tries in every combination (2^12 digests)
 
 
@@ -49,7 +57,13 @@ class Voter:
         self.agreement = agreement
         self.on_error = on_error  # told once per origin named (two copies, an audit)
         self.logged = 0  # steps before this came from a log or a catch-up: never voted on
-        agreement.quiet = (protocol.delay - protocol.vote_lag) * protocol.hops  # a vote's spread
+        self.spread = (protocol.delay - protocol.vote_lag) * protocol.hops  # a vote's spread over the topology
+        agreement.quiet = self.spread
+        self.growth: Growth | None = None
+        """The join rule of a run open to new ids or with graph repair (the client sets it): its
+        committed graph, widened by joins, sets how long a ballot's view must stay quiet."""
+        self._paced: tuple[int, frozenset[tuple[int, int]], int] | None = None  # (through, pending, quiet)
+        self._expected: dict[int, int] = {}  # brand-new id whose knock the client saw -> the hop its edges are up by
         agreement.byzantine = flood.signing is not None  # signed votes: count against f liars
         self._named: set[int] = set()
         self.differs: set[int] = set()  # committed steps whose held copies hash to another digest
@@ -71,11 +85,48 @@ class Voter:
             if value is None:
                 break  # not a voter of s (yet), so not of the steps after it either
             self.flood.originate_notes([a.vote(s, 0, value)])
+        self.pace()
         commits, votes = a.review(self.votes, self.propose, now)
         self.flood.originate_notes(votes)
         if commits:  # forget decoded votes of committed steps
             self._decoded = {n: v for n, v in self._decoded.items() if n.step > a.through}
         return commits
+
+    def expect(self, node: int, seen: int) -> None:
+        """The client saw brand-new id `node` knock at hop `seen` (the join rule links it to
+        this client): the newcomer is claimed within 2·spread + 1 exchanges of a knock seen by a
+        member within the spread, and its edges heal `JOIN_GRACE` exchanges after the claim; no
+        view is quiet before a spread past that (`pace`)."""
+        self._expected.setdefault(node, seen + 3 * self.agreement.quiet + 1 + JOIN_GRACE)
+
+    def pace(self) -> None:
+        """How long this client's views must stay unchanged before it leaves a ballot (`quiet`,
+        timing only: the commit rule is timing-free, so no choice here can fork): a vote's spread
+        over the widest part of the members' committed graph with the brand-new ids whose JOIN
+        notes it holds for undecided steps (`Growth.spread`), at least the topology's. Joins may
+        widen the graph beyond the diameter the delay was planned for (up to D + 2), and a part
+        wider than the spread its voters wait for can split every later ballot: each side leaves
+        a ballot on its own votes before the other side's arrive. And no view is quiet before a
+        spread past the hop by which the edges of a newcomer it expects (`expect`) are up: the
+        edges may join parts whose voters would otherwise leave a ballot apart (each alone with
+        its own value possible) and split the next one for good. Bounded: a join that never
+        comes delays a ballot by at most that wait."""
+        a, p = self.agreement, self.protocol
+        if self.growth is None:
+            return
+        ups = [hop for j, hop in self._expected.items() if j not in a.roster.members]
+        pending: dict[int, int] = {}  # brand-new id -> its JOIN step, undecided
+        lag = self.growth.lag  # a JOIN note further ahead cannot be computed on yet
+        for s in range(a.through + 1, min(a.through + lag, p.steps - 1) + 1):
+            for n in self.flood.notes(s, JOIN):
+                if self.growth.new(n.origin) and n.origin not in a.roster.members:
+                    pending[n.origin] = s
+        key = frozenset(pending.items())
+        if self._paced is None or self._paced[:2] != (a.through, key):
+            spread = self.growth.spread(a.roster.changes, a.through, pending)
+            self._paced = (a.through, key, max(self.spread, spread))
+        a.quiet = self._paced[2]
+        a.calm = max(ups) + a.quiet if ups else 0
 
     def votes(self, s: int) -> list[Vote]:
         """The votes held for step s (each note decoded once)."""

@@ -22,6 +22,11 @@ min(links, members - 1) links, the members' graph is connected and its diameter 
 `bound`, the starting topology's D (the diameter the run's delay was computed for). Every client
 that commits the step computes the same edges; they are part of the graph every later rule reads.
 
+A vote's spread (`spread`): the hops a vote needs to cross the widest connected part of the
+members' committed graph with the edges of the newcomers a client holds a JOIN note for; joins
+may widen the graph beyond D, so a voter waits that long in a ballot's view before leaving it
+(docs/churn-design.md, Liveness). Timing only: it changes no vote's content.
+
 Assumes: pure Python (the core); `changes` are committed changes (step -> Change), as
 `membership.Roster.changes` holds them.
 """
@@ -127,6 +132,30 @@ class Growth:
         if node in graph:
             return tuple(sorted(graph[node]))
         return self.attach(graph, members_after(self.founders, changes, b), node)
+
+    def spread(self, changes: Mapping[int, Change], through: int, pending: Mapping[int, int]) -> int:
+        """The largest diameter (hops) of a connected part of the graph committed through step
+        `through`, over its members and the newcomers in `pending` (new id -> the JOIN step its
+        note names) with the edges the rule gives them; a newcomer whose edges this client cannot
+        compute yet (its JOIN step is more than `lag` past `through`) is left out."""
+        graph = {n: set(ps) for n, ps in self.graph(changes, through).items()}
+        nodes = set(members_after(self.founders, changes, through))
+        for j, e in sorted(pending.items()):
+            if j in nodes or e - self.lag > through:
+                continue
+            nodes.add(j)
+            for q in self.edges(j, e, changes):
+                graph.setdefault(j, set()).add(q)
+                graph.setdefault(q, set()).add(j)
+        far = 0
+        for n in sorted(nodes):  # BFS from every node, within `nodes`: the graphs are tiny
+            seen, frontier, d = {n}, [n], 0
+            while frontier:
+                frontier = [q for x in frontier for q in sorted(graph.get(x, ())) if q in nodes and q not in seen]
+                seen.update(frontier)
+                d += bool(frontier)
+            far = max(far, d)
+        return far
 
     def _adjacency(self, added: Sequence[Added]) -> Adjacency:
         adj = {n: set(ps) for n, ps in self.base.items()}

@@ -76,6 +76,23 @@ def test_members_after_replays_the_changes():
     assert members_after(4, changes, 7) == {0, 1, 2, 3, 5}
 
 
+def test_the_spread_is_the_widest_part_of_the_members_graph_with_the_pending_newcomers():
+    """`Growth.spread` (how long a voter waits in a ballot's view, `Voter.pace`): the largest
+    diameter of a connected part of the committed graph over the members, with the rule's edges
+    of each newcomer whose JOIN note is held and whose edges can be computed (JOIN step within
+    `lag` of what is committed); a member that left takes its edges with it."""
+    g = Growth.of(ring(5), delay=3)  # lag 8
+    assert g.spread({}, 0, {}) == 2
+    assert g.spread({}, 0, {5: 8}) == 3  # 5 - 0 - 4 - 3 (5 links to 0 and 1)
+    assert g.spread({}, 0, {5: 9}) == 2  # its edges are not computable yet (9 - lag > 0)
+    joined = {20: Change(20, join=((5, 0),))}
+    assert g.spread(joined, 19, {}) == 2 and g.spread(joined, 20, {}) == 3
+    left = {**joined, 24: Change(24, leave=(2, 4))}  # no repair: {0, 1, 5} and {3} apart
+    assert g.spread(left, 24, {}) == 1
+    k4 = Growth.of({i: tuple(q for q in range(4) if q != i) for i in range(4)}, delay=2)
+    assert k4.spread({}, 0, {}) == 1 and k4.spread({}, 0, {4: 6}) == 2  # 4 links to 0, 1, 2: 4 - 0 - 3
+
+
 @pytest.mark.parametrize(
     "top",
     [

@@ -249,6 +249,7 @@ def test_a_knocking_id_that_is_a_member_is_not_sponsored_by_the_join_rule():
         return [Message.make(o, s, p.seed(o, s), 0.01) for o in origins]
 
     logged = 12
+
     def exchanges(c: Client) -> None:
         """The looks before as many exchanges as a claim waits for, and one more (`Churn._knock`)."""
         for _ in range(2 * c.churn.agreement.quiet + 2):

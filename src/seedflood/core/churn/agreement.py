@@ -203,9 +203,10 @@ class Tally:
     foreign: Value | None = None
     """A value a majority voted whose chain is not this client's (this client's history differs)."""
     faults: int = 0
-    """f: the lying voters this verdict allows for (0 unless votes are signed)."""
+    """The lying voters this verdict allows for beyond the proven ones: f less the voters it holds
+    proof against (0 unless votes are signed)."""
     support: tuple[int, ...] = ()
-    """Votes of each possible value (in `possible`'s order)."""
+    """Votes of each possible value (in `possible`'s order), proven liars' left out."""
     doubled: frozenset[int] = frozenset()
     """Voters heard with two different votes in this ballot (signed votes: proven liars)."""
 
@@ -265,13 +266,27 @@ def byzantine_quorum(members: int, ballot: int) -> int:
     return max(quorum(members, ballot), -(-(members + f + 1) // 2))
 
 
-def tally(votes: Iterable[Vote], roster: Roster, prev: int, ballot: int, byzantine: bool = False) -> Tally:
+def tally(
+    votes: Iterable[Vote],
+    roster: Roster,
+    prev: int,
+    ballot: int,
+    byzantine: bool = False,
+    proven: frozenset[int] = frozenset(),
+) -> Tally:
     """The verdict of one ballot's votes (all of step s and `ballot`) for roster R_s and the
     committed digest `prev` of the step before (values on another chain can never be applied).
     `byzantine` (signed votes): up to f = `faults(n)` voters may lie — the Byzantine quorum; a
     double voter counts for each value it signed (a commit is then a proof anyone holding the
     same signed votes counts alike); a value is possible if its votes plus the unheard reach
-    q − f (a committed value's honest voters alone show that much to any honest view)."""
+    q − f (a committed value's honest voters alone show that much to any honest view).
+
+    `proven` (signed votes only): members this client holds proof against (two signed copies,
+    a scalar it recomputed, a double vote — the ballot's own double voters count too). Their
+    votes and silence are left out of what makes a value possible or a ballot open: a committed
+    value's q − f honest votes never come from one of them, so it stays possible without them.
+    Without it a 2–2 split of 4 voters whose one side is a liar's stays possible for good (q − f
+    = 2 each), though the other side knows it is the liar's."""
     votes = list(votes)
     n = len(roster.members)
     by = counted(votes, roster)
@@ -279,14 +294,16 @@ def tally(votes: Iterable[Vote], roster: Roster, prev: int, ballot: int, byzanti
     need = max((byzantine_quorum if byzantine else quorum)(n, ballot), 1)
     doubled = double_voters(votes, roster) if byzantine else frozenset()
     reach = need - f  # honest votes + unheard a committed value shows every honest view
-    unheard = n - len(by)
     signed = {(v.origin, v.value) for v in votes if v.origin in doubled}  # each signed value once
     counts = Counter([v.value for v in by.values() if v.origin not in doubled] + [x for _, x in signed])
     committed = next((x for x, c in counts.items() if c >= need and x.prev == prev), None)
     foreign = next((x for x, c in counts.items() if c >= need and x.prev != prev), None)
-    possible = tuple(sorted((x for x, c in counts.items() if x.prev == prev and c + unheard >= reach), key=_order))
-    support = tuple(counts[x] for x in possible)
-    return Tally(committed, possible, unheard < reach, frozenset(by), foreign, f, support, doubled)
+    liars = (doubled | proven) & roster.members if byzantine else frozenset()
+    honest = Counter(v.value for o, v in by.items() if o not in liars)  # votes no proof discounts
+    unheard = len(roster.members - liars - by.keys())
+    possible = tuple(sorted((x for x, c in honest.items() if x.prev == prev and c + unheard >= reach), key=_order))
+    support = tuple(honest[x] for x in possible)
+    return Tally(committed, possible, unheard < reach, frozenset(by), foreign, max(f - len(liars), 0), support, doubled)
 
 
 def _order(v: Value) -> tuple[int, int]:
@@ -321,6 +338,10 @@ class Agreement:
     roster: Roster = field(default=None)  # type: ignore[assignment]
     byzantine: bool = False
     """Votes are signed (trust.sign): count them against up to f lying voters (`tally`)."""
+    proven: frozenset[int] = frozenset()
+    """Signed votes only: origins this client holds proof against (the voter keeps it: two
+    signed copies, a scalar that did not recompute); `tally` leaves their votes out of what
+    makes a value possible."""
     due: Callable[[int, int], bool] | None = field(default=None, compare=False, repr=False)
     """(origin, step) -> origin originates at step (zo.stride, protocol.Protocol.due); None:
     every origin every step. An origin not due at a step holds none of its messages there and
@@ -346,11 +367,11 @@ class Agreement:
     """No view is quiet before this hop (a brand-new id's edges, which may join parts, are up by
     then: `Voter.pace`). Timing only, like `quiet`."""
     _seen: dict[tuple[int, int], tuple[frozenset[int], int]] = field(default_factory=dict)
-    _tallies: dict[tuple[int, int], tuple[list[Vote], int, frozenset[int], dict[int, int], bool, Tally]] = field(
-        default_factory=dict, compare=False, repr=False
-    )
+    _tallies: dict[
+        tuple[int, int], tuple[list[Vote], int, frozenset[int], dict[int, int], tuple[bool, frozenset[int]], Tally]
+    ] = field(default_factory=dict, compare=False, repr=False)
     """(step, ballot) -> the last `tally` and every input it was computed from (the votes by
-    identity, prev, the roster's members and incarnations, byzantine): a client reviews after
+    identity, prev, the roster's members and incarnations, byzantine and proven): a client reviews after
     every hop, and most hops bring no new vote of the undecided step, so its verdict is reused
     (a pure function of those inputs: the same decisions, only fewer recounts)."""
 
@@ -467,16 +488,23 @@ class Agreement:
             and held[1] == self.prev
             and held[2] == r.members
             and held[3] == r.incarnations
-            and held[4] == self.byzantine
+            and held[4] == (self.byzantine, self.proven)
             and len(held[0]) == len(votes)
             and all(a is b for a, b in zip(held[0], votes))
         ):
             return held[5]
-        t = tally(votes, r, self.prev, ballot, self.byzantine)
+        t = tally(votes, r, self.prev, ballot, self.byzantine, self.proven)
         if held is None:
             for key in [k for k in self._tallies if k[0] < s]:
                 del self._tallies[key]
-        self._tallies[(s, ballot)] = (votes, self.prev, r.members, dict(r.incarnations), self.byzantine, t)
+        self._tallies[(s, ballot)] = (
+            votes,
+            self.prev,
+            r.members,
+            dict(r.incarnations),
+            (self.byzantine, self.proven),
+            t,
+        )
         return t
 
     def _advance(self, s: int, tallies: Mapping[int, Tally], propose: _Propose, now: int) -> Note | None:

@@ -86,6 +86,8 @@ class Voter:
                 break  # not a voter of s (yet), so not of the steps after it either
             self.flood.originate_notes([a.vote(s, 0, value)])
         self.pace()
+        if a.byzantine:  # signed: what it holds proof against (`tally`: their votes make nothing possible)
+            a.proven = frozenset(self.flood.conflicts) | frozenset(self.liars)
         commits, votes = a.review(self.votes, self.propose, now)
         self.flood.originate_notes(votes)
         if commits:  # forget decoded votes of committed steps

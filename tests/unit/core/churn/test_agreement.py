@@ -270,6 +270,33 @@ def test_with_signed_votes_a_value_is_possible_while_its_honest_voters_could_hav
     assert t.possible == (x, y) and not t.leavable
 
 
+def test_proof_against_a_voter_leaves_its_vote_out_of_what_is_possible_and_a_commit_stays_possible():
+    """4 signed voters split 2–2 in ballot 0: 0 and 3 propose x without origin 2 (they recomputed
+    one of its scalars: proof that it lies), 1 and 2 propose y with it. Counted as anyone's, both
+    stay possible for good (q − f = 2 each: either could have won with a liar's vote) and every
+    client stops, as an in-process signed liar run did. A view that holds the proof leaves 2's
+    vote out: only x is possible and it leaves the ballot forced to x. Safety: a value committed
+    with the liar's vote has q − f = 2 honest votes besides, which a view with the proof still
+    shows, so it stays possible there and is forced."""
+    roster = Roster(4)  # f = 1, q = 3 in every ballot
+    x, y = value(0, {0, 1, 3}), value(0, {0, 1, 2, 3})
+    seen = votes(0, 0, {0: x, 3: x, 1: y, 2: y})
+    t = tally(seen, roster, GENESIS, 0, byzantine=True)
+    assert set(t.possible) == {x, y} and not t.leavable
+    t = tally(seen, roster, GENESIS, 0, byzantine=True, proven=frozenset({2}))
+    assert t.closed and t.possible == (x,) and t.support == (2,) and t.leavable
+    ag = Agreement(0, 4, 1, byzantine=True, proven=frozenset({2}))
+    ag.mine[0] = Vote(0, 0, 0, 0, x)
+    _, out = ag.review(lambda s: seen if s == 0 else [], lambda s: x, now=1)
+    assert [(Vote.of(n, 4).ballot, Vote.of(n, 4).value) for n in out] == [(1, x)]
+    # y committed by 0, 1 and the liar, which showed this client x: still possible, and forced
+    committed_y = votes(0, 0, {0: y, 1: y, 2: x, 3: x})
+    t = tally(committed_y, roster, GENESIS, 0, byzantine=True, proven=frozenset({2}))
+    assert t.possible == (y,) and t.leavable
+    # unsigned votes have no proof: the crash rule counts every vote as before
+    assert tally(seen, roster, GENESIS, 1, proven=frozenset({2})) == tally(seen, roster, GENESIS, 1)
+
+
 def test_a_value_only_liars_voted_is_never_forced():
     roster = Roster(7)  # f = 2, q = 5, possible at 3
     z, x, w = value(0, set(range(7))), value(0, {0, 1, 2, 3, 4, 5}), value(0, {0, 1, 2, 3, 4})

@@ -5,6 +5,9 @@ KIND is a `roles.lying.Lie` kind (scale, random, eps: it sends that lie's scalar
 its honest ones, with ARG; a well-formed, signed if the run signs, wrong scalar: docs/trust.md)
 or, from step ARG on, a rewrite of every frame it sends:
 - `garbage`: 64 random bytes;
+- `bogus-ids`: 64 well-formed messages of its own under ids no run holds (steps a million ahead,
+  outside every receiver's window);
+- `oversize`: 1 MiB of random bytes;
 - `equivocate`: its own messages reach its lowest neighbour with twice their scalar (two
   different messages under one id; unsigned runs: the copy is unsigned);
 - `forge`: its own messages carry 64 random bytes as their signature (a signed run);
@@ -118,8 +121,16 @@ def impersonate(node: int, flag: Path) -> None:
     train.signing_of = signing_of
 
 
+def _bogus_ids(client: Client, peer: int, step: int, frame: bytes) -> bytes:
+    far = [10**6 + k for k in range(64)]
+    msgs = [Message.make(client.node, s, client.protocol.seed(client.node, s), 0.5) for s in far]
+    return membership.encode_hop(msgs, [])
+
+
 REWRITES: dict[str, Rewrite] = {
     "garbage": lambda client, peer, step, frame: os.urandom(64),
+    "bogus-ids": _bogus_ids,
+    "oversize": lambda client, peer, step, frame: os.urandom(1 << 20),
     "equivocate": _equivocate,
     "forge": _own(lambda m: dataclasses.replace(m, sig=os.urandom(64))),
 }

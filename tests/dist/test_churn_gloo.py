@@ -485,6 +485,8 @@ ADVERSARIES = [
     ("random", "1", ("trust.audit=1",), "recompute", 0),
     ("eps", "0.01", ("trust.audit=1",), "recompute", 0),
     ("garbage", "5", (), "bad frame", 5),
+    ("bogus-ids", "5", (), "bad frame", 5),
+    ("oversize", "5", (), "bad frame", 5),
     ("equivocate", "3", (), "two different", 3),
     ("forge", "3", ("trust.sign=true",), None, 3),
     ("replay", "3", (), None, 3),
@@ -495,15 +497,27 @@ ADVERSARIES = [
 @pytest.mark.parametrize(
     "kind, arg, sets, said, bound",
     ADVERSARIES,
-    ids=["liar", "random-liar", "eps-liar", "garbage", "equivocate", "forge", "replay", "impersonate"],
+    ids=[
+        "liar",
+        "random-liar",
+        "eps-liar",
+        "garbage",
+        "bogus-ids",
+        "oversize",
+        "equivocate",
+        "forge",
+        "replay",
+        "impersonate",
+    ],
 )
 def test_a_launched_adversary_is_left_out_and_the_others_finish_on_one_history(
     run_world, tmp_path, capsys, kind, arg, sets, said, bound
 ):
     """Node 2's process does not follow the protocol (tests/adversary.py; docs/trust.md): it
     sends 10 × its honest scalars, a random scalar in ±1 or its estimate with zo.eps 0.01 in an
-    audited run (its neighbours recompute them and flood the evidence), 64 random bytes in place
-    of its frames from step 5 (each neighbour closes its edge), its own messages with another
+    audited run (its neighbours recompute them and flood the evidence), 64 random bytes, 64 messages
+    a million steps ahead or 1 MiB of random bytes in place of its frames from step 5 (each
+    neighbour closes its edge), its own messages with another
     scalar to one neighbour from step 3 (the two copies flood as evidence), its own messages with
     forged signatures in a signed run (dropped and counted), the last frame it sent each neighbour
     before step 3 in place of every later one (seen, dropped; its own items never come), or it

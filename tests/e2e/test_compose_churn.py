@@ -161,20 +161,38 @@ def test_max_nodes_opens_new_ids_as_join_profile_services() -> None:
 
 @pytest.mark.timeout(120)
 def test_make_compose_join_starts_the_new_ids_services_in_the_running_project(tmp_path: Path) -> None:
-    """`make compose-join` as a user runs it, with a stand-in `docker` that records its command line
-    and the file it is handed: the run's own rendering (scale.py --churn --max-nodes), `up -d
-    --no-deps --no-recreate` of the new ids' services only, in the churn project. Ids outside
+    """`make compose-churn-up MAX_NODES=7` then `make compose-join` as a user runs them, with a
+    stand-in `docker` that records its command line and the file it is handed: both hand over the
+    run's own rendering (scale.py --churn --max-nodes), and compose-join runs `up -d --no-deps
+    --no-recreate` of the new ids' services only, in the churn project. Ids outside
     N..MAX_NODES-1, or no MAX_NODES, are refused before docker is called."""
     stub = tmp_path / "bin" / "docker"
     stub.parent.mkdir()
-    stub.write_text(f'#!/bin/sh\necho "$*" > {tmp_path}/argv\ncat > {tmp_path}/stdin.yaml\n')
+    # the command line of its last call; the file of the last call handed one (`-f -`)
+    stub.write_text(
+        f'#!/bin/sh\necho "$*" > {tmp_path}/argv\ncase "$*" in *"-f -"*) cat > {tmp_path}/stdin.yaml;; esac\n'
+    )
     stub.chmod(0o755)
     venv = Path(sys.executable).parent.parent  # the Makefile's VENV (its python and the stamp's folder)
     env = {**sup.launcher_env(), "PATH": f"{stub.parent}{os.pathsep}{os.environ['PATH']}"}
 
-    def make(*args: str) -> subprocess.CompletedProcess:
-        argv = ["make", "-s", "-o", "install", f"VENV={venv}", "compose-join", *args]
-        return subprocess.run(argv, capture_output=True, text=True, cwd=sup.REPO, env=env, timeout=60)
+    def make(*args: str, target: str = "compose-join") -> subprocess.CompletedProcess:
+        argv = ["make", "-s", "-o", "install", f"VENV={venv}", target, *args]
+        return subprocess.run(
+            argv, capture_output=True, text=True, cwd=sup.REPO, env=env, timeout=60, stdin=subprocess.DEVNULL
+        )
+
+    # the run itself: compose-churn-up hands docker the same rendering (then waits, reads the
+    # evaluator's exit code and runs `down`: the stand-in lists no container, so it ends at once)
+    r = make("N=4", target="compose-churn-up")  # without MAX_NODES: the layout as before, no new ids
+    assert r.returncode == 0 and (tmp_path / "stdin.yaml").read_text() == CHURN.read_text().replace(
+        "context: ..", f"context: {sup.REPO}"
+    ), r.stderr
+    r = make("N=4", "MAX_NODES=7", target="compose-churn-up")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "argv").read_text().split() == ["compose", "-p", "seedflood-churn", "down"]
+    assert (tmp_path / "stdin.yaml").read_text() == load_scale().render(4, churn_layout=True, max_nodes=7)
+    (tmp_path / "stdin.yaml").unlink()
 
     r = make("N=4", "MAX_NODES=7", "ADD=2")
     assert r.returncode == 0, r.stdout + r.stderr

@@ -11,7 +11,8 @@
 # each task knocks at the run's store, a member sponsors it, it replays the log and trains to the
 # end with the others (its final report is in summary.json, client_hashes[J]). The array carries
 # the store job's tag (--comment=seedflood-store=STOREJOB), so the store stays up while it runs.
-# `scontrol requeue JOINJOB_J` makes node J leave and, started again, rejoin like any client.
+# `scontrol requeue JOINJOB_J` makes node J leave; started again it should rejoin like any client (launch/
+# README.md on an admitted newcomer's restart; not tested under SLURM).
 #
 # Prints `join=JOINJOB` on stdout and exits 0 once it is submitted. Refused in one line with
 # status 2, submitting nothing: a bad config, churn.settle = 0, ids outside

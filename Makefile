@@ -23,7 +23,7 @@ STAMP := $(VENV)/.installed
 
 LINT_PATHS ?= src tests
 
-.PHONY: install test durations test-all test-e2e-probe run bench clean compose-up compose-churn-up lint format gpu-kit gpu-check
+.PHONY: install test durations test-all test-e2e-probe run bench clean compose-up compose-churn-up compose-join lint format gpu-kit gpu-check
 
 install: $(STAMP)
 
@@ -100,13 +100,29 @@ compose-up: install
 # The churn layout (docker/compose.churn.yaml's header): a `store` service, restart: on-failure:3.
 # Not --abort-on-container-exit (it stops the stack at the first restart): start detached, wait
 # until the evaluator and every client have exited for good, then `down` (the store never exits).
+# MAX_NODES=M opens the run to new node ids N..M-1 (churn.max_nodes; docker/scale.py --max-nodes):
+# `make compose-join` starts them in the running project, and this target waits for them too.
 CHURN_PROJECT ?= seedflood-churn
+MAX_NODES ?=
+CHURN_SCALE = $(BIN)/python docker/scale.py --churn $(if $(MAX_NODES),--max-nodes $(MAX_NODES)) $(N)
+CHURN_SETS = --set topology.nodes=$(N) --set churn.settle=1 $(if $(MAX_NODES),--set churn.max_nodes=$(MAX_NODES))
 compose-churn-up: install
-	HF_HUB_OFFLINE=1 $(BIN)/python -m seedflood world-size --config $(CONFIG) --set topology.nodes=$(N) --set churn.settle=1 >/dev/null
-	$(BIN)/python docker/scale.py --churn $(N) | CONFIG=$(CONFIG) docker compose -p $(CHURN_PROJECT) -f - up --build -d
+	HF_HUB_OFFLINE=1 $(BIN)/python -m seedflood world-size --config $(CONFIG) $(CHURN_SETS) >/dev/null
+	$(CHURN_SCALE) | CONFIG=$(CONFIG) docker compose -p $(CHURN_PROJECT) -f - up --build -d
 	while docker compose -p $(CHURN_PROJECT) ps -a --format '{{.Service}} {{.State}}' | grep -v '^store ' | grep -qv ' exited$$'; do sleep 5; done
 	status=$$(docker compose -p $(CHURN_PROJECT) ps -a --format '{{.ExitCode}}' evaluator); \
 	docker compose -p $(CHURN_PROJECT) down; exit $$status
+
+# ADD more clients with brand-new node ids FIRST..FIRST+ADD-1 (FIRST defaults to N, the first new
+# id; a second batch sets FIRST past the first's) join the running compose-churn-up project of the
+# same N, MAX_NODES and CONFIG: their services (clientJ+1 for id J, the `join` profile) start, and
+# nothing else is touched (--no-deps --no-recreate). --scale cannot: its replicas share one id.
+ADD ?= 1
+FIRST ?= $(N)
+compose-join: install
+	test -n "$(MAX_NODES)" || { echo "make compose-join: MAX_NODES=M (the run's churn.max_nodes) is required" >&2; exit 2; }
+	test $$(( $(FIRST) + $(ADD) )) -le $(MAX_NODES) -a $(FIRST) -ge $(N) || { echo "make compose-join: new ids $(FIRST)..$$(( $(FIRST) + $(ADD) - 1 )) are outside the run's $(N)..$$(( $(MAX_NODES) - 1 ))" >&2; exit 2; }
+	$(CHURN_SCALE) | CONFIG=$(CONFIG) docker compose -p $(CHURN_PROJECT) -f - up -d --no-deps --no-recreate $(shell seq -f 'client%g' $$(( $(FIRST) + 1 )) $$(( $(FIRST) + $(ADD) )))
 
 test-e2e-probe: install
 	SEEDFLOOD_E2E_ENTRY=probe HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests/e2e

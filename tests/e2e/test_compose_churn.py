@@ -1,5 +1,7 @@
 """docker/compose.churn.yaml: `restart: on-failure` per role, a `store` service; a killed
 client container is restarted and rejoins by replay, a killed evaluator is restarted and catches up.
+`scale.py --churn --max-nodes M` (make compose-churn-up MAX_NODES=M) adds a service per new id in
+the `join` profile, which `make compose-join` starts in the running project: the newcomer joins.
 
 No container engine here, so, as tests/e2e/test_compose.py does, every service's exact
 entrypoint + command + environment runs as a local process (hostnames -> 127.0.0.1, ports -> free
@@ -35,11 +37,13 @@ pytestmark = pytest.mark.e2e
 
 CHURN = sup.REPO / "docker" / "compose.churn.yaml"
 SCALE = sup.REPO / "docker" / "scale.py"
-STEPS = 200  # with PACE: a client restarted at step 10 rejoined at 77 in CI at ~25 steps/s (2.7 s): 6x margin
+STEPS = 200  # with PACE: a client restarted at step 10 rejoined at 77 in CI at ~25 steps/s (2.7 s): 6x margin;
+# with a newcomer first (forked: its start-up is short), joined at step 9 and the kill's rejoin at 18 at ~4 steps/s
 PACE = 0.05  # run.step_delay_s: a restart needs wall time, not steps; a sleep per step costs no CPU
 STORE_PORT = 29400  # the store's port inside the compose network (scale.STORE_PORT)
 VICTIM = "client1"  # node 0: the evaluator's first attach node, so the kill also moves the attach node
 ROLES = ["evaluator", "client1", "client2", "client3", "client4"]
+NEWCOMER = "client5"  # new node id 4: the service scale.py --max-nodes 5 adds in the `join` profile
 PROGRESS = re.compile(r"^seedflood:\s+\d+%")  # tqdm's refreshes in the evaluator's output
 
 
@@ -125,6 +129,92 @@ def test_churn_file_validates_offline(clients: int) -> None:
         assert r.returncode == 0, f"{argv[0]}: {r.stdout}{r.stderr}"
 
 
+def test_max_nodes_opens_new_ids_as_join_profile_services() -> None:
+    """--max-nodes 6 for 4 clients: churn.max_nodes=6 in every command and services client5 and
+    client6 (new ids 4 and 5), the clients' own command with SEEDFLOOD_NODE instead of a rank,
+    that `up` leaves alone (the `join` profile) until they are named; the file validates."""
+    text = subprocess.run(
+        [sys.executable, str(SCALE), "--churn", "--max-nodes", "6", "4"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    svc = yaml.safe_load(text)["services"]
+    assert list(svc) == ["store", *ROLES, "client5", "client6"]
+    for name in ROLES:
+        assert svc[name]["command"][-2:] == ["--set", "churn.max_nodes=6"] and "profiles" not in svc[name], name
+    for node, name in ((4, "client5"), (5, "client6")):
+        s = svc[name]
+        assert s["profiles"] == ["join"] and s["command"] == svc["client1"]["command"], name
+        assert s["environment"]["SEEDFLOOD_NODE"] == str(node) and not {"RANK", "WORLD_SIZE"} & set(s["environment"])
+        assert {k: v for k, v in s.items() if k not in ("environment", "profiles")} == {
+            k: v for k, v in svc["client1"].items() if k != "environment"
+        }
+    for argv in [["--max-nodes", "6", "4"], ["--churn", "--max-nodes", "4", "4"]]:  # strict; no new id
+        r = subprocess.run([sys.executable, str(SCALE), *argv], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "--max-nodes" in r.stderr.splitlines()[-1], r.stderr
+    for argv in tc._validators():
+        r = subprocess.run(argv, input=text, capture_output=True, text=True, timeout=60, cwd=CHURN.parent)
+        assert r.returncode == 0, f"{argv[0]}: {r.stdout}{r.stderr}"
+
+
+@pytest.mark.timeout(120)
+def test_make_compose_join_starts_the_new_ids_services_in_the_running_project(tmp_path: Path) -> None:
+    """`make compose-churn-up MAX_NODES=7` then `make compose-join` as a user runs them, with a
+    stand-in `docker` that records its command line and the file it is handed: both hand over the
+    run's own rendering (scale.py --churn --max-nodes), and compose-join runs `up -d --no-deps
+    --no-recreate` of the new ids' services only, in the churn project. Ids outside
+    N..MAX_NODES-1, or no MAX_NODES, are refused before docker is called."""
+    stub = tmp_path / "bin" / "docker"
+    stub.parent.mkdir()
+    # the command line of its last call; the file of the last call handed one (`-f -`)
+    stub.write_text(
+        f'#!/bin/sh\necho "$*" > {tmp_path}/argv\ncase "$*" in *"-f -"*) cat > {tmp_path}/stdin.yaml;; esac\n'
+    )
+    stub.chmod(0o755)
+    venv = Path(sys.executable).parent.parent  # the Makefile's VENV (its python and the stamp's folder)
+    env = {**sup.launcher_env(), "PATH": f"{stub.parent}{os.pathsep}{os.environ['PATH']}"}
+
+    def make(*args: str, target: str = "compose-join") -> subprocess.CompletedProcess:
+        argv = ["make", "-s", "-o", "install", f"VENV={venv}", target, *args]
+        return subprocess.run(
+            argv, capture_output=True, text=True, cwd=sup.REPO, env=env, timeout=60, stdin=subprocess.DEVNULL
+        )
+
+    # the run itself: compose-churn-up hands docker the same rendering (then waits, reads the
+    # evaluator's exit code and runs `down`: the stand-in lists no container, so it ends at once)
+    r = make("N=4", target="compose-churn-up")  # without MAX_NODES: the layout as before, no new ids
+    assert r.returncode == 0 and (tmp_path / "stdin.yaml").read_text() == CHURN.read_text().replace(
+        "context: ..", f"context: {sup.REPO}"
+    ), r.stderr
+    r = make("N=4", "MAX_NODES=7", target="compose-churn-up")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "argv").read_text().split() == ["compose", "-p", "seedflood-churn", "down"]
+    assert (tmp_path / "stdin.yaml").read_text() == load_scale().render(4, churn_layout=True, max_nodes=7)
+    (tmp_path / "stdin.yaml").unlink()
+
+    r = make("N=4", "MAX_NODES=7", "ADD=2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "argv").read_text().split() == [
+        *["compose", "-p", "seedflood-churn", "-f", "-", "up", "-d", "--no-deps", "--no-recreate"],
+        *["client5", "client6"],
+    ]
+    rendered = load_scale().render(4, churn_layout=True, max_nodes=7)
+    assert (tmp_path / "stdin.yaml").read_text() == rendered
+    (tmp_path / "argv").unlink()
+    r = make("N=4", "MAX_NODES=7", "ADD=1", "FIRST=6")  # a second batch: id 6 only
+    assert r.returncode == 0 and (tmp_path / "argv").read_text().split()[-2:] == ["--no-recreate", "client7"], r.stderr
+    (tmp_path / "argv").unlink()
+    for args, said in [
+        (("N=4", "MAX_NODES=7", "ADD=2", "FIRST=6"), "new ids 6..7 are outside the run's 4..6"),
+        (("N=4", "MAX_NODES=7", "FIRST=3"), "new ids 3..3 are outside the run's 4..6"),
+        (("N=4", "ADD=1"), "MAX_NODES=M (the run's churn.max_nodes) is required"),
+    ]:
+        r = make(*args)
+        assert r.returncode != 0 and said in r.stderr and not (tmp_path / "argv").exists(), (args, r.stderr)
+
+
 # ---- the restart policy, emulated ------------------------------------------------------------
 
 
@@ -137,6 +227,7 @@ class Service:
     env: dict[str, str]
     log: Path
     max_restarts: int | None  # restart_limit(): 0 = never, None = unbounded
+    profiled: bool = False  # in a profile: `up` leaves it alone until it is named (`Supervisor.up`)
     proc: subprocess.Popen | None = None
     codes: list[int] = field(default_factory=list)  # every exit status, as docker reports it
     restarts: int = 0
@@ -173,12 +264,21 @@ class Supervisor:
         s.due = None
 
     def start(self) -> None:
+        """`up`: every service but those in a profile."""
         for s in self.services.values():
-            self._start(s)
+            if not s.profiled:
+                self._start(s)
+
+    def up(self, name: str) -> None:
+        """`up -d --no-deps --no-recreate NAME` in the running project: start one named service."""
+        assert self[name].proc is None, f"{name} is already up"
+        self._start(self[name])
 
     def poll(self) -> None:
         now = time.monotonic()
         for s in self.services.values():
+            if s.proc is None:  # never started (a profile's service not named)
+                continue
             if s.due is not None:
                 if now >= s.due:
                     s.restarts += 1
@@ -256,10 +356,10 @@ def churn_config(tmp: Path, **sections: dict) -> Path:
     return path
 
 
-def supervised(tmp: Path, config: Path) -> Supervisor:
-    """Every service of compose.churn.yaml as a local process under its own restart policy."""
+def supervised(tmp: Path, config: Path, compose: Path = CHURN) -> Supervisor:
+    """Every service of `compose` (the churn layout) as a local process under its own restart policy."""
     store_port, master_port = sup.free_port(), sup.free_port()
-    svc = tc.services(CHURN)
+    svc = tc.services(compose)
     hostnames = set(svc) | {s["hostname"] for s in svc.values() if s.get("hostname")}
 
     def local_address(text: str) -> str:  # store:29400 -> 127.0.0.1:<free>
@@ -269,14 +369,15 @@ def supervised(tmp: Path, config: Path) -> Supervisor:
 
     services = []
     image_env = {k: v for k, v in sup.launcher_env().items() if k in ("PATH", "PYTHONPATH", "HOME", "LANG")}
-    for name, argv, env in tc.local_commands(tmp, master_port, CHURN, {"CONFIG": str(config)}):
+    for name, argv, env in tc.local_commands(tmp, master_port, compose, {"CONFIG": str(config)}):
         if "SEEDFLOOD_STORE" in env:
             env["SEEDFLOOD_STORE"] = local_address(env["SEEDFLOOD_STORE"])
         if argv[3:4] == ["store"]:  # listen where the others look, on loopback only
             assert argv[4:] == ["--host", "0.0.0.0", "--port", str(STORE_PORT)], argv
             argv = [*argv[:4], "--host", "127.0.0.1", "--port", str(store_port)]
         limit = restart_limit(svc[name].get("restart"))
-        services.append(Service(name, argv, {**image_env, **env}, tmp / f"{name}.log", limit))
+        profiled = bool(svc[name].get("profiles"))
+        services.append(Service(name, argv, {**image_env, **env}, tmp / f"{name}.log", limit, profiled))
     return Supervisor(services, tmp)
 
 
@@ -286,8 +387,12 @@ def wait_for_steps(out: Path, n: int, run: Supervisor) -> None:
     runs.wait_for_steps(run.procs, out, n, on_poll=run.poll)
 
 
-def churn_run(tmp: Path, victim: str, after_steps: int, **sections: dict) -> tuple[Supervisor, Path, str]:
+def churn_run(
+    tmp: Path, victim: str, after_steps: int, *, join: bool = False, **sections: dict
+) -> tuple[Supervisor, Path, str]:
     """Start the churn layout, SIGKILL `victim` after about `after_steps` steps, supervise to the end.
+    With `join`: the layout open to new id 4 (scale.py --max-nodes 5), whose service NEWCOMER is
+    started (`make compose-join`) once a few steps are logged, and the kill waits until it joined.
     Returns the supervisor (exit codes, restarts), the run directory and a report for messages."""
     config = churn_config(
         tmp,
@@ -298,13 +403,26 @@ def churn_run(tmp: Path, victim: str, after_steps: int, **sections: dict) -> tup
             **sections,
         },
     )
-    run = supervised(tmp, config)
+    compose = CHURN
+    if join:
+        compose = tmp / "compose.join.yaml"
+        compose.write_text(load_scale().render(4, churn_layout=True, max_nodes=5))
+    run = supervised(tmp, config, compose)
     out = tmp / "runs" / "compose-churn"
     try:
         run.start()
+        if join:
+            wait_for_steps(out, 3, run)
+            run.up(NEWCOMER)
+            run.procs.wait_for(
+                lambda: "joined by replaying" in sup.tail(run[NEWCOMER].log, 10_000),  # "(no ...)" until it is written
+                f"{NEWCOMER} to join",
+                alive=[*ROLES, NEWCOMER],
+                on_poll=run.poll,
+            )
         wait_for_steps(out, after_steps, run)
         run.kill(victim)
-        run.wait(ROLES)
+        run.wait([*ROLES, NEWCOMER] if join else ROLES)
     finally:
         run.close()
     report = run.report()
@@ -312,31 +430,40 @@ def churn_run(tmp: Path, victim: str, after_steps: int, **sections: dict) -> tup
     return run, out, report
 
 
-def check_summary(out: Path, report: str) -> dict:
-    return sup.check_churn_run(out, STEPS, report)
+def check_summary(out: Path, report: str, clients: int = 4) -> dict:
+    return sup.check_churn_run(out, STEPS, report, clients=clients)
 
 
 @pytest.mark.timeout(1800)  # an outer bound: the waits are bounded by the run's progress
-def test_a_killed_client_container_is_restarted_and_rejoins(entry: str, tmp_path: Path) -> None:
-    """SIGKILL client1's process mid-run (node 0, the evaluator's attach node): the evaluator
-    follows node 1 from then on, the restart policy starts the same command again, a neighbour
-    sponsors the new incarnation, it replays the log and counts again; every role exits 0 and all
-    four clients end on the evaluator's hash, with one leave and one join logged."""
+def test_a_new_id_joins_then_a_killed_client_container_is_restarted_and_rejoins(entry: str, tmp_path: Path) -> None:
+    """The layout open to new id 4 (scale.py --max-nodes 5): a few steps in, its service client5
+    is started in the running project (`make compose-join`), knocks at the store and joins by
+    replay. Then SIGKILL client1's process (node 0, the evaluator's attach node and one of the
+    newcomer's two edges): the evaluator follows node 1 from then on, the restart policy starts
+    the same command again, a neighbour sponsors the new incarnation, it replays the log and
+    counts again; every role exits 0 and all five clients end on the evaluator's hash, with the
+    join, one leave and one rejoin logged."""
     if entry != "seedflood":
         pytest.skip("churn needs the real `seedflood train` (the probe has no churn)")
-    run, out, report = churn_run(tmp_path, VICTIM, 10, checkpoint={"every": 0})
-    assert {n: run[n].codes[-1] for n in ROLES} == dict.fromkeys(ROLES, 0), report
+    run, out, report = churn_run(tmp_path, VICTIM, 10, join=True, checkpoint={"every": 0})
+    everyone = [*ROLES, NEWCOMER]
+    assert {n: run[n].codes[-1] for n in everyone} == dict.fromkeys(everyone, 0), report
     assert run[VICTIM].codes == [137, 0] and run[VICTIM].restarts == 1, report
-    assert all(run[n].restarts == 0 for n in ROLES if n != VICTIM), report
+    assert all(run[n].restarts == 0 for n in everyone if n != VICTIM), report
+    said = run[NEWCOMER].log.read_text(errors="replace")
+    assert "node 4: a new node id: knocked at the run's store" in said and "joined by replaying" in said, report
     assert "rejoined by replaying" in run[VICTIM].log.read_text(errors="replace"), report
     assert "evaluator: following node 1" in run["evaluator"].log.read_text(errors="replace"), report
-    check_summary(out, report)
+    check_summary(out, report, clients=5)
     reader = LogReader(out / "log.bin")
     _, records = reader.read()
     assert len(records) == STEPS
     node = int(VICTIM.removeprefix("client")) - 1
-    (leave, join) = sorted(reader.changes.items())
-    assert leave[1].leave == (node,) and join[1].join == ((node, 2),), reader.changes
+    (joined, leave, rejoin) = sorted(reader.changes.items())
+    assert joined[1].join == ((4, 1),) and joined[1].leave == (), reader.changes
+    assert leave[1].leave == (node,) and rejoin[1].join == ((node, 2),), reader.changes
+    origins = [{m.origin for m in msgs} for _, msgs in records]
+    assert [4 in o for o in origins] == [s >= joined[0] for s in range(STEPS)]  # counted from its join step
 
 
 @pytest.mark.timeout(1800)  # an outer bound: the waits are bounded by the run's progress

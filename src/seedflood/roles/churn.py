@@ -540,7 +540,7 @@ class Churn:
         self.on_notes(notes)
         h.next_step = d.next_step
         h.logged = self.voter.logged = len(steps)
-        self.joined_at = d.join_step
+        self.joined_at = self.agreement.rejoins_at = d.join_step
         self.transport.connect([d.sponsor], h.hop_timeout_s)
         h.flood.add_peer(d.sponsor)
         # a new id that never left: its first life, so it joins (every other catch-up rejoins)

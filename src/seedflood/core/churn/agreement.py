@@ -338,6 +338,10 @@ class Agreement:
     roster: Roster = field(default=None)  # type: ignore[assignment]
     byzantine: bool = False
     """Votes are signed (trust.sign): count them against up to f lying voters (`tally`)."""
+    rejoins_at: int = 0
+    """A restarted process's JOIN step (its sponsor's catch-up): a committed step before it that
+    leaves this node out is its earlier life's leave, which the catch-up may not have held yet
+    (committed at the sponsor, not applied), not this process's exclusion."""
     proven: frozenset[int] = frozenset()
     """Signed votes only: origins this client holds proof against (the voter keeps it: two
     signed copies, a scalar that did not recompute); `tally` leaves their votes out of what
@@ -403,7 +407,7 @@ class Agreement:
         self.prev, self.through = value.digest, step
         self.digests[step] = value.digest
         self.pending[step] = value
-        if self.node in before and self.node not in value.members:
+        if self.node in before and self.node not in value.members and step >= self.rejoins_at:
             raise ExcludedError(f"node {self.node}: the others committed step {step} without this client")
         return change
 

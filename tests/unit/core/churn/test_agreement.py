@@ -116,6 +116,21 @@ def test_a_client_left_out_of_a_committed_step_is_excluded():
         ag.review(lambda s: votes(s, 0, {0: x, 1: x, 2: x}) if s == 0 else [], lambda s: None)
 
 
+def test_a_restarted_process_is_not_excluded_by_its_earlier_lifes_leave_before_its_join_step():
+    """A restart of node 3 caught up through a step before the one that commits its old life's
+    leave (committed at the sponsor, not yet applied, so not in the catch-up): committing that
+    leave itself, it must not stop as if excluded (a compose test saw the restarted attach node
+    stop so, and its restart's restart join). From its JOIN step on, being left out is its own
+    exclusion again."""
+    x = value(0, {0, 1, 2})
+    ag = Agreement(3, 4, 1, rejoins_at=5)
+    commits, _ = ag.review(lambda s: votes(s, 0, {0: x, 1: x, 2: x}) if s == 0 else [], lambda s: None)
+    assert [s for s, _ in commits] == [0] and ag.roster.members == {0, 1, 2}
+    ag = Agreement(3, 4, 1, rejoins_at=0)  # a process in its first life (or past its JOIN step)
+    with pytest.raises(ExcludedError):
+        ag.review(lambda s: votes(s, 0, {0: x, 1: x, 2: x}) if s == 0 else [], lambda s: None)
+
+
 def test_a_client_whose_history_differs_stops_instead_of_applying_another():
     ag = Agreement(0, 4, 1)
     ag.extend(0, [msg(o, 0) for o in range(4)], None)

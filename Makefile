@@ -39,11 +39,12 @@ $(STAMP): setup.cfg pyproject.toml
 	$(UV) --no-deps $(DATA_PKGS)
 	touch $(STAMP)
 
-# pytest-xdist workers: one more than the cores (paced tests sleep a step's time away, so two workers
-# on 2 cores left the cores idle ~30 % of a run: 1,212 s against 1,075 s with three, tests/README.md),
-# a test file per worker at a time (module fixtures such as a reference run are computed once).
+# pytest-xdist workers: two more than the cores (paced tests and launched runs sleep and wait much of
+# their time: with three workers on 2 cores the cores were 40-60 % busy for minutes at a time,
+# tests/README.md), a test file per worker at a time (module fixtures such as a reference run are
+# computed once).
 # JOBS=N sets the workers; PYTEST_ARGS="-n 0" runs in one process.
-JOBS ?= $(shell $(PYTHON) -c 'import os; print(len(getattr(os, "sched_getaffinity", lambda _: range(os.cpu_count() or 1))(0)) + 1)')
+JOBS ?= $(shell $(PYTHON) -c 'import os; print(len(getattr(os, "sched_getaffinity", lambda _: range(os.cpu_count() or 1))(0)) + 2)')
 XDIST := -n $(JOBS) --dist loadfile --no-loadscope-reorder
 # Our own sources' bytecode, written once before a run: with PYTHONDONTWRITEBYTECODE set (our
 # machines) every process the suite starts would compile src/ again (~0.3 s of CPU each).

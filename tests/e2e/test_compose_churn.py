@@ -103,6 +103,18 @@ def test_churn_file_shape() -> None:
     assert all("restart" not in s and not any("churn" in str(a) for a in s["command"]) for s in strict.values())
 
 
+def scale(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """`python docker/scale.py ARGS`, its output captured."""
+    return subprocess.run([sys.executable, str(SCALE), *args], capture_output=True, text=True, check=check, timeout=60)
+
+
+def validate(text: str, validators: list[list[str]]) -> None:
+    """Every offline compose validator accepts the rendered file `text`."""
+    for argv in validators:
+        r = subprocess.run(argv, input=text, capture_output=True, text=True, timeout=60, cwd=CHURN.parent)
+        assert r.returncode == 0, f"{argv[0]}: {r.stdout}{r.stderr}"
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("clients", [4, 2, 7])
 def test_churn_file_validates_offline(clients: int) -> None:
@@ -112,34 +124,20 @@ def test_churn_file_validates_offline(clients: int) -> None:
     if clients == 4:
         text = CHURN.read_text()
     else:
-        text = subprocess.run(
-            [sys.executable, str(SCALE), "--churn", str(clients)],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        ).stdout
+        text = scale("--churn", str(clients)).stdout
         svc = yaml.safe_load(text)["services"]
         roles = ["evaluator", *(f"client{i}" for i in range(1, clients + 1))]
         assert list(svc) == ["store", *roles]
         assert {svc[n]["environment"]["WORLD_SIZE"] for n in roles} == {str(clients + 1)}
         assert all(f"topology.nodes={clients}" in svc[n]["command"] for n in roles)
-    for argv in validators:
-        r = subprocess.run(argv, input=text, capture_output=True, text=True, timeout=60, cwd=CHURN.parent)
-        assert r.returncode == 0, f"{argv[0]}: {r.stdout}{r.stderr}"
+    validate(text, validators)
 
 
 def test_max_nodes_opens_new_ids_as_join_profile_services() -> None:
     """--max-nodes 6 for 4 clients: churn.max_nodes=6 in every command and services client5 and
     client6 (new ids 4 and 5), the clients' own command with SEEDFLOOD_NODE instead of a rank,
     that `up` leaves alone (the `join` profile) until they are named; the file validates."""
-    text = subprocess.run(
-        [sys.executable, str(SCALE), "--churn", "--max-nodes", "6", "4"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
+    text = scale("--churn", "--max-nodes", "6", "4").stdout
     svc = yaml.safe_load(text)["services"]
     assert list(svc) == ["store", *ROLES, "client5", "client6"]
     for name in ROLES:
@@ -152,11 +150,9 @@ def test_max_nodes_opens_new_ids_as_join_profile_services() -> None:
             k: v for k, v in svc["client1"].items() if k != "environment"
         }
     for argv in [["--max-nodes", "6", "4"], ["--churn", "--max-nodes", "4", "4"]]:  # strict; no new id
-        r = subprocess.run([sys.executable, str(SCALE), *argv], capture_output=True, text=True, timeout=60)
+        r = scale(*argv, check=False)
         assert r.returncode == 2 and "--max-nodes" in r.stderr.splitlines()[-1], r.stderr
-    for argv in tc._validators():
-        r = subprocess.run(argv, input=text, capture_output=True, text=True, timeout=60, cwd=CHURN.parent)
-        assert r.returncode == 0, f"{argv[0]}: {r.stdout}{r.stderr}"
+    validate(text, tc._validators())
 
 
 @pytest.mark.timeout(120)

@@ -165,6 +165,17 @@ def graphs(max_nodes: int = 5) -> dict[str, nx.Graph]:
     return out
 
 
+def larger_graphs() -> dict[str, nx.Graph]:
+    """The graphs of 6-8 nodes the random deeper schedules run on: a ring of 8, a 2×4 torus, a
+    wheel of 7 and a line of 6."""
+    return {
+        "ring8": nx.cycle_graph(8),
+        "torus2x4": nx.convert_node_labels_to_integers(nx.grid_2d_graph(2, 4, periodic=True)),
+        "wheel7": nx.wheel_graph(7),
+        "line6": nx.path_graph(6),
+    }
+
+
 def protocol_for(g: nx.Graph, steps: int, hops: int = 0, settle: int = 1, max_nodes: int = 0) -> Protocol:
     """The churn protocol a run on `g` would use (full flooding unless `hops`), K = 1; with
     `max_nodes` (churn.max_nodes) new ids N..max_nodes-1 may join."""

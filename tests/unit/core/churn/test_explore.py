@@ -94,12 +94,7 @@ def test_a_sample_of_pairs_is_the_sample_of_every_pair_made():
 
 def test_random_deeper_schedules_on_larger_graphs_are_safe():
     rnd = random.Random(7)
-    big = {
-        "ring8": nx.cycle_graph(8),
-        "torus2x4": nx.convert_node_labels_to_integers(nx.grid_2d_graph(2, 4, periodic=True)),
-        "wheel7": nx.wheel_graph(7),
-        "line6": nx.path_graph(6),
-    }
+    big = ex.larger_graphs()
     report = ex.Report()
     for name, g in big.items():
         for hops in (0, 1):

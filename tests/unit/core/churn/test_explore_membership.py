@@ -458,12 +458,7 @@ def test_random_deeper_schedules_with_joins_and_a_leave_on_larger_graphs_are_saf
     half of them: one history, and the join checks, on every schedule (liveness is checked
     above, where the faults are few enough to leave a connected majority)."""
     rnd = random.Random(20261129)
-    big = {
-        "ring8": nx.cycle_graph(8),
-        "torus2x4": nx.convert_node_labels_to_integers(nx.grid_2d_graph(2, 4, periodic=True)),
-        "wheel7": nx.wheel_graph(7),
-        "line6": nx.path_graph(6),
-    }
+    big = ex.larger_graphs()
     report, problems = ex.Report(), []
     for name, g in big.items():
         n = g.number_of_nodes()

@@ -26,13 +26,8 @@
 #   STORE_PORT [28400 + store job id % 1000]   the store's port on its node
 set -euo pipefail
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-ROOT=${SEEDFLOOD_ROOT:-$REPO}
-cd "$ROOT"
-if [[ -z ${PYTHON:-} ]]; then
-    if [[ -x $ROOT/.venv/bin/python ]]; then PYTHON=$ROOT/.venv/bin/python; else PYTHON=python3; fi
-fi
-export PYTHON SEEDFLOOD_ROOT=$ROOT
+# shellcheck source=launch/slurm/env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"   # cd to the repo root; PYTHON, SEEDFLOOD_ROOT
 unset SEEDFLOOD_STORE   # the tasks find this run's own store job (a stale one from this shell would win)
 
 OPTS=()

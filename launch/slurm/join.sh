@@ -25,13 +25,8 @@
 #   STORE_PORT [28400 + store job id % 1000]   must match the store job's
 set -euo pipefail
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-ROOT=${SEEDFLOOD_ROOT:-$REPO}
-cd "$ROOT"
-if [[ -z ${PYTHON:-} ]]; then
-    if [[ -x $ROOT/.venv/bin/python ]]; then PYTHON=$ROOT/.venv/bin/python; else PYTHON=python3; fi
-fi
-export PYTHON SEEDFLOOD_ROOT=$ROOT
+# shellcheck source=launch/slurm/env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"   # cd to the repo root; PYTHON, SEEDFLOOD_ROOT
 unset SEEDFLOOD_STORE SEEDFLOOD_NODE   # the tasks find the store from STOREJOB
 
 USAGE="usage: $0 [SBATCH_OPTION ...] STOREJOB N CONFIG.yaml --set churn.settle=1 --set churn.max_nodes=M [--set ...]"

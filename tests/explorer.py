@@ -467,6 +467,7 @@ class World:
         n.flood.originate_notes([x for x in notes if x.kind != LEAVE])
         s.flood.originate_notes([join_note(e, v, inc, link)])
         n.t, n.hop, n.joined_at = s.t, 0, e
+        a.rejoins_at = e  # an earlier life's leave committed after this catch-up is not its exclusion
         self.nodes[v] = n
         self.links.add(edge(v, s.i))
         self.linked.append((self.round, edge(v, s.i)))

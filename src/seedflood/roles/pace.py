@@ -1,4 +1,4 @@
-"""Pacing a client's steps: run.step_delay_s and run.slow_nodes.
+"""Pacing a client's steps: run.step_delay_s, run.slow_nodes and run.node_delay_s.
 
 Owns: `paced` (and `delay`, `slowed`), the loss a client steps with, slowed by a sleep before its forwards (a slower
 device takes longer for them). Launched clients (roles/train.py) and the in-process simulation
@@ -19,8 +19,10 @@ from seedflood.core.config.trainsections import RunConfig
 
 
 def delay(run: RunConfig, node: int) -> float:
-    """Seconds client `node` sleeps before each forward: run.step_delay_s for the clients
-    run.slow_nodes names (all if empty), else 0."""
+    """Seconds client `node` sleeps before each forward: its run.node_delay_s if it has one, else
+    run.step_delay_s for the clients run.slow_nodes names (all if empty), else 0."""
+    if node in run.node_delay_s:
+        return run.node_delay_s[node]
     return run.step_delay_s if not run.slow_nodes or node in run.slow_nodes else 0.0
 
 

@@ -32,6 +32,16 @@ def test_only_the_named_clients_are_slowed(sleeps):
     assert train._paced(run, 1, loss)(6) == 3.0 and sleeps == [0.1]
 
 
+def test_a_client_with_its_own_delay_sleeps_that_in_place_of_the_common_one(sleeps):
+    """Unequal devices: run.node_delay_s gives a client its own sleep; the others keep
+    run.step_delay_s (or none where run.slow_nodes leaves them out)."""
+    run = RunConfig(step_delay_s=0.1, node_delay_s={2: 0.3})
+    train._paced(run, 2, loss)(1)
+    train._paced(run, 0, loss)(1)
+    assert sleeps == [0.3, 0.1]
+    assert train._paced(RunConfig(slow_nodes=[1], node_delay_s={0: 0.0}), 0, loss) is loss
+
+
 def test_no_delay_is_the_loss_itself():
     assert train._paced(RunConfig(), 0, loss) is loss
     assert train._paced(RunConfig(slow_nodes=[0]), 0, loss) is loss

@@ -77,6 +77,11 @@ class Config:
             "run.slow_nodes",
             f"must name nodes in 0..{ids - 1}, got {self.run.slow_nodes}",
         )
+        require(
+            all(n < ids for n in self.run.node_delay_s),
+            "run.node_delay_s",
+            f"must name nodes in 0..{ids - 1}, got {sorted(self.run.node_delay_s)}",
+        )
         n = self.topology.nodes
         require(
             all(node < n for node in self.zo.stride),

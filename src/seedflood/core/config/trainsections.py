@@ -36,12 +36,20 @@ class RunConfig:
     slower device (a run's bits do not change; only its pace). 0 = none."""
     slow_nodes: list[int] = field(default_factory=list)
     """The clients that take run.step_delay_s; empty = every client."""
+    node_delay_s: dict[int, float] = field(default_factory=dict)
+    """{node: seconds}: what those clients sleep in place of the delay above (unequal devices:
+    `{6: 0.45, 7: 0.45}` with run.step_delay_s 0.15 makes two clients 3x slower). Pace only."""
 
     def __post_init__(self) -> None:
         require(self.seed >= 0, "run.seed", f"must be >= 0, got {self.seed}")
         delay = self.step_delay_s
         require(math.isfinite(delay) and delay >= 0, "run.step_delay_s", f"must be a finite number >= 0, got {delay}")
         require(all(n >= 0 for n in self.slow_nodes), "run.slow_nodes", f"must be node ids >= 0, got {self.slow_nodes}")
+        require(
+            all(n >= 0 and math.isfinite(d) and d >= 0 for n, d in self.node_delay_s.items()),
+            "run.node_delay_s",
+            f"must map node ids >= 0 to finite seconds >= 0, got {self.node_delay_s}",
+        )
         require(self.steps >= 1, "run.steps", f"must be >= 1, got {self.steps}")
         require(self.threads >= 0, "run.threads", f"must be >= 0, got {self.threads}")
         require(bool(self.out_dir), "run.out_dir", "must not be empty")

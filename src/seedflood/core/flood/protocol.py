@@ -282,7 +282,7 @@ def trajectory(cfg: Config, protocol: Protocol, train_digest: str) -> dict[str, 
 
     Left out on purpose, because they may change between a run and its resume: where the run
     lives, how fast and how it reports (run.out_dir, threads, log level, hash_steps, step_delay_s,
-    slow_nodes, eval.*, checkpoint.*),
+    slow_nodes, node_delay_s, eval.*, checkpoint.*),
     timeouts (transport.*), the device (model.device: same algorithm, other hardware), the
     frame step window, and the graph itself — the trajectory depends on the topology only through
     N and the delay. The train split enters by its digest (files, sizes and the split seed all

@@ -21,7 +21,10 @@ the bits of `equal` (a pace never changes a bit), which is checked. Nothing here
 figure: these are measurements, printed.
 
     HF_HUB_OFFLINE=1 .venv/bin/python -m seedflood.bench.speeds [--steps 30] [--clients 8] [--slow 2]
-        [--factor 3] [--stride 3] [--forward-s 0.03] [--set section.key=value ...] [--out f.json]
+        [--factor 3] [--stride 3] [--forward-s 0.03] [--launched] [--set section.key=value ...] [--out f.json]
+
+`--launched`: each run is one real launch/torchrun.sh run instead (bench/speedslaunched.py; the
+rate is the evaluator's log growth after start-up; no train loss).
 
 Assumes: run from the repository root (or --config); torch on CPU with one intra-op thread; the
 machine's load adds noise to every rate (rerun to see how much).
@@ -37,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from seedflood.bench import speedslaunched
 from seedflood.bench.common import add_run_args, figure_process, train_loss, write_json
 from seedflood.core.config import runconfig as config
 from seedflood.core.config.runconfig import Config
@@ -81,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--factor", type=float, default=3.0, help="how much slower their forwards are (default 3)")
     ap.add_argument("--stride", type=int, default=3, help="zo.stride m of the slow clients (default 3)")
     ap.add_argument("--forward-s", type=float, default=0.03, help="an equal client's emulated forward (default 0.03)")
+    ap.add_argument(
+        "--launched",
+        action="store_true",
+        help="each run a real launch/torchrun.sh run (a process per client, gloo), not in process",
+    )
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds a launched run may take (default 600)")
     add_run_args(ap, DEBUG)
     return ap
 
@@ -107,6 +117,9 @@ def _measure(args: argparse.Namespace) -> int:
         f"seedflood.bench.speeds: {args.config} with {' '.join(base)}; {n} clients, nodes {slow} "
         f"{args.factor:g}x slower (forward {f:g} s vs {f * args.factor:g} s), stride {args.stride}"
     )
+    if args.launched:
+        figures = speedslaunched.measure(args, slow, base, stride)
+        return _report(args, figures, ["overlap", "steps_per_s", "of_equal_rate", "startup_s"], {})
     simulate(config.load(args.config, [*base, "run.steps=2"]), hash_every_step=False)  # warm-up, not timed
     setup = build_seconds(config.load(args.config, base))
     print(f"  building {n} workloads: {setup:.2f} s (subtracted from each run's wall time)", flush=True)
@@ -128,8 +141,14 @@ def _measure(args: argparse.Namespace) -> int:
         for row in rows:
             row["of_equal_rate"] = row["steps_per_s"] / rows[0]["steps_per_s"]
         figures += rows
+    return _report(
+        args, figures, ["overlap", "steps_per_s", "of_equal_rate", "messages", "train_loss"], {"setup_s": setup}
+    )
+
+
+def _report(args: argparse.Namespace, figures: list[dict[str, Any]], keys: list[str], extra: dict[str, Any]) -> int:
+    """The table of the runs, and the JSON file with --out."""
     print()
-    keys = ["overlap", "steps_per_s", "of_equal_rate", "messages", "train_loss"]
     widths = [max(len("slow + stride"), 4)] + [max(len(k), 10) for k in keys]
     print("  ".join(h.ljust(w) for h, w in zip(["run", *keys], widths)))
     for row in figures:
@@ -137,7 +156,7 @@ def _measure(args: argparse.Namespace) -> int:
         print("  ".join(c.ljust(w) for c, w in zip(cells, widths)))
     sys.stdout.flush()
     if args.out:
-        write_json(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "setup_s": setup, "runs": figures})
+        write_json(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, **extra, "runs": figures})
         print(f"wrote {args.out}")
     return 0
 

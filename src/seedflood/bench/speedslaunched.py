@@ -76,7 +76,7 @@ def one_launched(config: Path, sets: list[str], out: Path, timeout_s: float) -> 
 def measure(args: argparse.Namespace, slow: list[int], base: list[str], stride: str) -> list[dict[str, Any]]:
     """The equal, slow and slow + stride runs, with flood.overlap off and on, in that order."""
     f = args.forward_s
-    paced = [f"run.step_delay_s={f}", "run.node_delay_s={" + ", ".join(f"{o}: {f * args.factor}" for o in slow) + "}"]
+    paced = [f"run.step_delay_s={f}", "run.node_delay_s={" + ", ".join(f"{o}: {f * args.factor:g}" for o in slow) + "}"]
     figures: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="speeds-launched-") as tmp:
         for overlap in (False, True):

@@ -9,27 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from seedflood.core.config import rng
-from seedflood.core.flood.membership import Change
-from seedflood.core.flood.message import Message
+from churnlog import CHANGES, write_log
 from seedflood.rundir.layout import CheckpointError
 from seedflood.rundir.logchanges import read_membership
-from seedflood.rundir.logfile import LogWriter
 from seedflood.rundir.logrecords import CHANGE_FLAG, REC
-
-CHANGES = {2: Change(2, leave=(3,)), 4: Change(4, join=((3, 2), (4, 1)))}
-
-
-def write_log(path: Path, steps: int = 6) -> Path:
-    """A churn log of 4 clients open to 5 ids: 3 leaves at step 2, comes back and 4 joins at 4."""
-    writer = LogWriter(path, {"trajectory": {"run.seed": 7, "topology.nodes": 4, "churn.max_nodes": 5}})
-    members = {0, 1, 2, 3}
-    for s in range(steps):
-        if s in CHANGES:
-            members = (members - set(CHANGES[s].leave)) | {o for o, _ in CHANGES[s].join}
-        writer.append(s, [Message.make(o, s, rng.derive(7, o, s, 0), 0.5) for o in sorted(members)], CHANGES.get(s))
-    writer.close()
-    return path
 
 
 def test_the_changes_and_the_roster_after_the_last_step(tmp_path: Path) -> None:

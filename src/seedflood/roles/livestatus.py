@@ -259,7 +259,7 @@ class StatusLoop:
                 write_status(self.run, self.record(state, reason, state_hash))
             except OSError as e:
                 self.ok = False
-                log.warning("no live status record (%s): `seedflood watch` will not show this process", e)
+                log.warning("no live status record (%s): `seedflood status` will not show this process", e)
 
     def end(self, state: str, reason: str | None = None, state_hash: str | None = None) -> None:
         """Stop the loop and write the final record (FINISHED, STOPPED or FAILED)."""

@@ -1,8 +1,8 @@
-"""The merged live view of a run: every process's status record as one table (`seedflood watch`).
+"""The merged live view of a run: every process's status record as one table (`seedflood status`).
 
 Owns `merge` (the records of status.py, read at one moment, into a `View`: one `Row` per
 process, which rows are stale, and whether the processes agree) and `View.to_dict` (the JSON
-`seedflood watch --json` prints). Rendering is the CLI's.
+`seedflood status --json` prints). Rendering is the CLI's.
 
 Agreement: every record carries the chain digests of its newest committed steps (status.py). At
 the step a record holds that the most compared records hold (the newest such), the digest held

@@ -1,4 +1,4 @@
-"""Live status records: what each process of a running run says about itself, for `seedflood watch`.
+"""Live status records: what each process of a running run says about itself, for `seedflood status`.
 
 Owns `Status` (one process's record: who it is, where it stands, what it sent and received, and
 how it ended), its JSON form (`to_json`, `Status.from_json`), `write_status` (atomic, so a
@@ -13,7 +13,7 @@ which a strict client and the evaluator compute alike over the steps they apply)
 can compare two processes at a step both hold even when their records were written at
 different steps.
 
-May import: rundir's atomic and layout (stdlib otherwise: `seedflood watch` loads no torch).
+May import: rundir's atomic and layout (stdlib otherwise: `seedflood status` loads no torch).
 
 Assumes: each file has one writer (the process it names); records are small (hundreds of
 bytes) and written about once a second, so a rewrite is cheap.

@@ -2,7 +2,7 @@
 group per edge (links.py), `churn.settle: 1`. A client SIGKILLed or SIGSTOPped mid-run leaves the
 others training to the end without a restart: they exit 0, every survivor holds the same bits
 after every step and the evaluator's final hash, the log records the leave, and `seedflood
-replay` of the log reproduces the hash, and `seedflood watch` shows the survivors finished on
+replay` of the log reproduces the hash, and `seedflood status` shows the survivors finished on
 the log's commit chain with the victim stale.
 """
 
@@ -89,21 +89,25 @@ def check_survivors(procs: list, s: dict, out: Path, victim: int) -> None:
 
 
 def check_watch(out: Path, victim: int, records: list, changes: dict[int, Change], param_hash: str) -> None:
-    """`seedflood watch --json` over the run: the survivors and the evaluator finished at the last
-    step with the final hash, the roster without the victim, and the digest the log's steps and
+    """`seedflood status --json` over the run: the victim's leave in the log's roster history; the
+    survivors and the evaluator finished at the last step with the final hash, the roster without
+    the victim, and the digest the log's steps and
     changes chain to (the churn clients' committed chain); the victim, which never wrote a final
     record, shows stale, at a step of that same chain."""
     from seedflood.core.churn.agreement import GENESIS, step_digest
 
-    watched = harness.run([sys.executable, "-m", "seedflood", "watch", str(out), "--json", "--stale", "0.001"])
+    watched = harness.run([sys.executable, "-m", "seedflood", "status", str(out), "--json", "--stale", "0.001"])
     assert watched.returncode == 0, watched.stderr
     view = json.loads(watched.stdout)
+    survivors = [n for n in range(4) if n != victim]
+    m = view["membership"]  # the log's roster history: the victim's leave at its step
+    assert (m["start"], m["members"], m["leaves"], m["joins"]) == ([0, 1, 2, 3], survivors, 1, 0)
+    assert [(c["step"], c["leave"]) for c in m["changes"]] == [(s, list(c.leave)) for s, c in changes.items()]
     rows = {r["name"]: r for r in view["rows"]}
     chain, prev = {}, GENESIS
     for step, msgs in records:
         change = changes.get(step)
         prev = chain[step] = step_digest(prev, step, msgs, change.join if change else ())
-    survivors = [n for n in range(4) if n != victim]
     last = FAULT_STEPS - 1
     assert view["agree"] is True and (view["step"], view["digest"]) == (last, f"{chain[last]:016x}")
     finished = ("finished", FAULT_STEPS, last, view["digest"])

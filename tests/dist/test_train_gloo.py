@@ -8,8 +8,8 @@
 - the end of a run never waits on a lagging evaluator; a killed peer is one line per survivor;
 - a resume whose settings differ is refused before anything is written;
 - signed (trust.sign) and audited (trust.audit) processes end on the plain run's bits.
-- `seedflood watch` over the finished ring run shows every process finished at the last step on
-  the log's commit chain, and over the killed-peer run the survivors failed with their one line.
+- `seedflood status` (and `watch --once`) over the finished ring run shows every process finished
+  at the last step on the log's commit chain, its bytes per link adding up to its totals, and over the killed-peer run the survivors failed with their one line.
 """
 
 from __future__ import annotations
@@ -81,17 +81,18 @@ def test_processes_match_the_in_memory_reference(run_world, procs_ok, tmp_path, 
 
 
 def check_watch(out: Path, reference_hash: str) -> None:
-    """`seedflood watch` over the finished run's status records: every client and the evaluator
+    """`seedflood status` over the finished run's status records: every client and the evaluator
     finished at the last step with the reference state, one chain digest (the one the log's steps
-    hash to), and traffic on every edge."""
+    hash to), traffic on every edge adding up to the totals, and a roster without changes."""
     from seedflood.roles.livestatus import Chain
     from seedflood.rundir.logfile import LogReader
 
-    watched = harness.run([sys.executable, "-m", "seedflood", "watch", str(out), "--json"])
+    watched = harness.run([sys.executable, "-m", "seedflood", "status", str(out), "--json"])
     assert watched.returncode == 0, watched.stderr
     view = json.loads(watched.stdout)
     rows = {r["name"]: r for r in view["rows"]}
     assert sorted(rows) == ["evaluator", "node-0", "node-1", "node-2", "node-3"] and view["problems"] == []
+    assert view["membership"]["members"] == [0, 1, 2, 3] and view["membership"]["changes"] == []
     for r in rows.values():
         assert (r["state"], r["step"], r["committed"], r["state_hash"]) == ("finished", 6, 5, reference_hash), r
     chain = Chain()
@@ -102,6 +103,10 @@ def check_watch(out: Path, reference_hash: str) -> None:
     for r in (rows[f"node-{n}"] for n in range(4)):
         assert r["peers"] == r["neighbours"] and len(r["peers"]) == 2  # a ring: both edges up
         assert r["sent"] > 0 and r["received"] > 0 and r["steps_per_s"] > 0
+        # the bytes per link add up to the totals: each neighbour's and the evaluator's stream
+        assert [link["peer"] for link in r["links"]] == r["neighbours"] and all(x["up"] for x in r["links"])
+        assert sum(x["sent"] for x in r["links"]) + r["sent_to_evaluator"] == r["sent"]
+        assert sum(x["received"] for x in r["links"]) == r["received"] and all(x["received"] for x in r["links"])
     once = harness.run([sys.executable, "-m", "seedflood", "watch", str(out), "--once"])
     assert once.returncode == 0, once.stderr
     assert f"all agree (step 5, digest {view['digest']})" in once.stdout.splitlines()[0]

@@ -1,9 +1,9 @@
-"""The `seedflood` command: train | simulate | compare | eval | replay | check | watch | topology show | world-size | keys | sweep | reproduce | gpu-evidence | bench.
+"""The `seedflood` command: train | simulate | compare | eval | replay | check | status (watch) | topology show | world-size | keys | sweep | reproduce | gpu-evidence | bench.
 
 Owns: argument parsing and dispatch, turning every known bad input into one line on stderr and
 exit status 2, and the console entry (`seedflood = seedflood.cli:console`, `python -m seedflood`).
 The subcommands live by what they own: runs (train, simulate, world-size), inspection (replay,
-check, eval), watch (a live table of a run) and tools (topology show, sweep, sweep-summary, store,
+check, eval), status (the roster of a run, running or finished; `watch` redraws it) and tools (topology show, sweep, sweep-summary, store,
 keys); `bench` has its own parser.
 """
 
@@ -16,7 +16,7 @@ import select
 import sys
 import threading
 
-from seedflood.cli import watch
+from seedflood.cli import status
 from seedflood.cli.inspection import cmd_check, cmd_eval, cmd_replay
 from seedflood.cli.runs import cmd_simulate, cmd_train, cmd_world_size
 from seedflood.cli.tools import cmd_keys, cmd_store, cmd_sweep, cmd_sweep_summary, cmd_topology_show
@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--json", action="store_true", help=JSON_HELP)
     ck.set_defaults(fn=cmd_check)
 
-    watch.add_parser(sub)
+    status.add_parser(sub)
 
     top = sub.add_parser("topology", help="inspect topologies")
     tsub = top.add_subparsers(dest="topology_command", required=True)

@@ -297,8 +297,9 @@ def run_index(
 
 
 def last_final(metrics: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """(last metrics line, last line with final: true) of a metrics.jsonl; bad lines are skipped."""
-    records = [r for r in read_metrics(metrics) if isinstance(r, dict)]
+    """(last score line, last line with final: true) of a metrics.jsonl; bad lines and event
+    lines (a roster change: metrics.MEMBERSHIP) are skipped."""
+    records = [r for r in read_metrics(metrics) if isinstance(r, dict) and "event" not in r]
     finals = [r for r in records if r.get("final") is True]
     return (records[-1] if records else None), (finals[-1] if finals else None)
 

@@ -105,6 +105,7 @@ class Client:
         # run (a newcomer starts at its sponsor's); the agreement's clock and `Churn.link`'s schedule
         self.hops_run = 0
         self.received_bytes = 0  # bytes of hop frames received (payloads): the live status record's
+        self.received_from: dict[int, int] = {}  # the same per peer; replaced whole, read by another thread
         self.hop_timeout_s = hop_timeout_s
         self.meet_timeout_s = hop_timeout_s if meet_timeout_s is None else meet_timeout_s
         self.mode: Mode = strategy.mode(self)
@@ -244,6 +245,11 @@ class Client:
             frames[p] = membership.encode_hop(msgs, [n for n in items if isinstance(n, Note)], signed)
         incoming = self.transport.exchange(frames, t)
         self.received_bytes += sum(len(f) for f in incoming.values())
+        if incoming:
+            got = dict(self.received_from)
+            for peer, f in incoming.items():
+                got[peer] = got.get(peer, 0) + len(f)
+            self.received_from = got
         self.mode.after_exchange(t)
         limits = self.protocol.wire_limits(t)
         for peer in sorted(incoming):

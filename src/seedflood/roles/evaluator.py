@@ -4,7 +4,8 @@ Owns: the run directory while a run is live. For each complete step pushed by it
 it validates the step (`Protocol.check_step`: every origin, every k, the next step in order),
 applies it to its own copy of the canonical state, appends it to the message log (flushed per
 step, fsynced at each checkpoint), and every `eval.every` steps scores the model on the dev and
-test splits; every `checkpoint.every` steps it writes a checkpoint (the newest `KEEP` are kept,
+test splits (each metrics line with the roster's size), and writes a metrics line for each
+committed roster change (`membership_record`); every `checkpoint.every` steps it writes a checkpoint (the newest `KEEP` are kept,
 so a corrupt one can fall back to the one before). It trains nothing and never takes part in a
 hop, so it cannot slow the clients down: frames wait in its inbox while it scores, and the
 progress bar follows the clients (frames received), not the scoring; each scoring shows its own
@@ -64,6 +65,7 @@ from seedflood.rundir.clientlog import steps_from_clients
 from seedflood.rundir.layout import LOG, CheckpointError, RunDir
 from seedflood.rundir.logfile import LogReader, LogWriter, Records
 from seedflood.rundir.metrics import (
+    MEMBERSHIP,
     MetricsWriter,
     PhaseProgress,
     Progress,
@@ -137,6 +139,20 @@ def restore_run(w: Workload, protocol: Protocol, run_dir: Path, records: Records
     return Restored(len(records), start)
 
 
+def membership_record(step: int, change: Change, members: int) -> dict[str, Any]:
+    """The metrics line of a committed roster change (`MEMBERSHIP` event): at the change's step,
+    the roster's size after it and the joins and leaves it counts (TensorBoard: roster/members,
+    roster/joins, roster/leaves), and the change in words."""
+    return {
+        "step": step,
+        "event": MEMBERSHIP,
+        "members": members,
+        "joins": len(change.join),
+        "leaves": len(change.leave),
+        "change": change.describe(),
+    }
+
+
 class Evaluator:
     def __init__(
         self,
@@ -180,7 +196,8 @@ class Evaluator:
         # One history after a resume: keep the lines before start_step, and the line at start_step
         # unless this run scores that step again (zero-shot at 0, the final score at the end).
         rescored = start_step == 0 or start_step >= protocol.steps
-        truncate_metrics(self.run_dir.metrics, start_step - 1 if rescored else start_step)
+        # A membership line of a step it takes again (step >= start_step) goes too: it is written again.
+        truncate_metrics(self.run_dir.metrics, start_step - 1 if rescored else start_step, events_before=start_step)
         self.metrics = MetricsWriter(self.run_dir.metrics, tensorboard=self.run_dir.tensorboard)
         self.progress = Progress(protocol.steps, initial=start_step, enabled=progress)
         self.show_progress = progress
@@ -203,6 +220,7 @@ class Evaluator:
             "step": step,
             **m,
             "log_bytes": self.log_bytes,
+            "members": len(self.roster.members),  # the roster of the last step taken (TensorBoard: roster/members)
             "eval_seconds": round(time.monotonic() - t, 2),
             "elapsed_seconds": round(time.monotonic() - self.t0, 2),
             **extra,
@@ -233,6 +251,8 @@ class Evaluator:
             self.applier.apply(step, msgs)
         seals = None if self.verifier is None else stepstream.encode_seals(msgs, certificate or b"")
         self.log_bytes += self.log.append(step, msgs, change, seals)
+        if change:
+            self.metrics.write(membership_record(step, change, len(self.roster.members)))
         self.next_step += 1
         for listener in self.listeners:
             listener(step, msgs, change)

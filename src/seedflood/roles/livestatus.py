@@ -6,13 +6,14 @@ writes its record atomically, then the final record: finished, stopped or failed
 `evaluator_reading`), `Chain` (the commit chain's digests, computed over the steps a strict
 client or the evaluator applies or logs: agreement.step_digest, so every process's digests are
 comparable with a churn client's committed ones) and `SentCounter` (a `ByteCounter` that keeps
-its running total, so a reading costs no pass over the byte table).
+its running totals, overall and per destination, so a reading costs no pass over the byte table).
 
 Cost: the thread sleeps between records and a reading copies a few ints and at most
-DIGEST_WINDOW digests; the training thread pays one blake2b over a step's messages per step
-(strict client, evaluator: `Chain.extend`) and one integer add per hop frame received. A run
-directory the process cannot write (a client on a host without it) costs one warning, then
-nothing.
+DIGEST_WINDOW digests and the per-peer byte counts; the training thread pays one blake2b over a
+step's messages per step (strict client, evaluator: `Chain.extend`), one integer add per hop
+frame received and a copy of the client's per-peer received counts (a dict of its degree) per
+hop. A run directory the process cannot write (a client on a host without it) costs one
+warning, then nothing.
 
 May import: seedflood.core, rundir (layout, status), roles' client, churn and evaluator (to read them).
 
@@ -30,7 +31,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from seedflood.core.churn.agreement import GENESIS, step_digest
 from seedflood.core.flood.membership import Change
@@ -65,17 +66,26 @@ def hex_digest(digest: int) -> str:
 
 
 class SentCounter(ByteCounter):
-    """A `ByteCounter` that also keeps the total it has counted (`sent`, bytes)."""
+    """A `ByteCounter` that also keeps the total it has counted (`sent`, bytes) and the total
+    per destination (`sent_to()`: node -> bytes; -1 the evaluator), so a reading costs no pass
+    over the (step, src, dst) table."""
 
     def __init__(self) -> None:
         super().__init__()
         self.sent = 0
+        self._to: dict[int, int] = {}
         self._total_lock = threading.Lock()
 
     def add(self, step: int, src: int, dst: int, nbytes: int) -> None:
         super().add(step, src, dst, nbytes)
         with self._total_lock:
             self.sent += nbytes
+            self._to[dst] = self._to.get(dst, 0) + nbytes
+
+    def totals(self) -> tuple[int, dict[int, int]]:
+        """(bytes sent, bytes per destination), read together."""
+        with self._total_lock:
+            return self.sent, dict(self._to)
 
 
 class Chain:
@@ -113,6 +123,7 @@ class Reading:
     peers: list[int]
     sent: int
     received: int
+    edges: dict[int, tuple[int, int]] = field(default_factory=dict)  # peer -> (sent, received) bytes
 
 
 def client_reading(client: Client, counter: SentCounter, chain: Chain | None) -> Callable[[], Reading]:
@@ -131,6 +142,7 @@ def client_reading(client: Client, counter: SentCounter, chain: Chain | None) ->
             if chain is None:
                 raise ValueError(f"node {client.node}: a strict client's reading needs its chain")
             through, digests, members = chain.through, chain.recent(), None
+        sent, sent_to = counter.totals()
         return Reading(
             step=client.next_step,
             applied=client.applier.last_step,
@@ -138,11 +150,17 @@ def client_reading(client: Client, counter: SentCounter, chain: Chain | None) ->
             digests=digests,
             members=members,
             peers=sorted(client.transport.peers),
-            sent=counter.sent,
+            sent=sent,
             received=client.received_bytes,
+            edges=edge_bytes(sent_to, client.received_from),
         )
 
     return read
+
+
+def edge_bytes(sent: Mapping[int, int], received: Mapping[int, int]) -> dict[int, tuple[int, int]]:
+    """Per peer (sent, received) bytes of the edges either side has used (-1: the evaluator)."""
+    return {p: (sent.get(p, 0), received.get(p, 0)) for p in sorted(set(sent) | set(received))}
 
 
 def evaluator_reading(
@@ -224,6 +242,7 @@ class StatusLoop:
             peers=r.peers,
             sent=r.sent,
             received=r.received,
+            edges=r.edges,
             steps_per_s=round(steps_per_s, 3),
             sent_per_s=round(sent_per_s, 1),
             updated=time.time(),
@@ -240,7 +259,7 @@ class StatusLoop:
                 write_status(self.run, self.record(state, reason, state_hash))
             except OSError as e:
                 self.ok = False
-                log.warning("no live status record (%s): `seedflood watch` will not show this process", e)
+                log.warning("no live status record (%s): `seedflood status` will not show this process", e)
 
     def end(self, state: str, reason: str | None = None, state_hash: str | None = None) -> None:
         """Stop the loop and write the final record (FINISHED, STOPPED or FAILED)."""

@@ -15,7 +15,7 @@ The layout of a run directory:
   clients/node-N/                   a churn client's own log (eval.client_logs; clientlog.py)
   status/node-N.json, evaluator.json   each process's live status record, rewritten about once a
                                     second while it runs, then its final state (status.py;
-                                    read by `seedflood watch`)
+                                    read by `seedflood status`)
 
 Owns `RunDir`: those paths as one frozen value, built once (`RunDir.of(cfg)` for a run,
 `RunDir.at(path)` for a directory a command reads) and handed to whoever reads or writes there.
@@ -77,7 +77,7 @@ class RunDir:
 
     @classmethod
     def watched(cls, path: str | Path) -> RunDir:
-        """A run directory `seedflood watch` reads, live or done: one with status records, a log or
+        """A run directory `seedflood status` reads, live or done: one with status records, a log or
         a config (clients write their records before the evaluator's log exists); CheckpointError
         (one line) for anything else."""
         run = cls(Path(path))

@@ -1,8 +1,8 @@
-"""The merged live view of a run: every process's status record as one table (`seedflood watch`).
+"""The merged live view of a run: every process's status record as one table (`seedflood status`).
 
 Owns `merge` (the records of status.py, read at one moment, into a `View`: one `Row` per
 process, which rows are stale, and whether the processes agree) and `View.to_dict` (the JSON
-`seedflood watch --json` prints). Rendering is the CLI's.
+`seedflood status --json` prints). Rendering is the CLI's.
 
 Agreement: every record carries the chain digests of its newest committed steps (status.py). At
 the step a record holds that the most compared records hold (the newest such), the digest held
@@ -13,7 +13,12 @@ Compared: the records that are not stale and did not fail or stop (those may lag
 history the others left), the evaluator's included; `View.step` is the newest step all of them
 that committed any hold, and `View.digest` its digest.
 
-May import: rundir's status. Nothing else.
+Membership: the roster's committed changes come from the log (logchanges.py, read without
+disturbing the evaluator appending to it, and as true of a finished run as of a running one);
+`View.missing` are the members of the log's last step that have no record (not started yet, or
+on a host that cannot write the run directory).
+
+May import: rundir's status and logchanges. Nothing else.
 
 Assumes: records of one run (one status directory); clocks of the hosts agree to a second or so
 (a record's age is now − its `updated`, both wall-clock times).
@@ -23,8 +28,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
+from seedflood.rundir.logchanges import Membership
 from seedflood.rundir.status import FAILED, RUNNING, STOPPED, Status
 
 STALE_S = 10.0
@@ -47,16 +53,36 @@ class Row:
         """The state column: stale when the process stopped writing while it said it ran."""
         return "stale" if self.stale else self.status.state
 
+    @property
+    def links(self) -> list[Link]:
+        """Its links: every topology neighbour, edge up now or with bytes counted (not the
+        evaluator's stream), by peer id."""
+        s = self.status
+        peers = sorted((set(s.neighbours) | set(s.peers) | set(s.edges)) - {-1})
+        return [Link(p, p in s.peers, *s.edges.get(p, (0, 0))) for p in peers]
+
     def to_dict(self) -> dict[str, object]:
         s = self.status
         return {
-            **{k: v for k, v in asdict(s).items() if k != "digests"},
+            **{k: v for k, v in asdict(s).items() if k not in ("digests", "edges")},
             "name": self.name,
             "state": self.shown_state,  # the record's own, or "stale"
             "age_s": round(self.age_s, 1),
             "agrees": self.agrees,
             "digest": s.digest,
+            "links": [asdict(link) for link in self.links],
+            "sent_to_evaluator": s.edges.get(-1, (0, 0))[0],
         }
+
+
+@dataclass(frozen=True)
+class Link:
+    """One link of a client: the peer, whether the edge is up now, and the bytes over it so far."""
+
+    peer: int
+    up: bool
+    sent: int  # bytes handed to the transport for this peer
+    received: int  # bytes of hop frames received from it
 
 
 @dataclass(frozen=True)
@@ -70,6 +96,8 @@ class View:
     step: int | None  # the newest step every compared record with digests holds
     digest: str | None  # its digest (the majority's, where they disagree; None: a tie)
     odd: list[str]  # names of the records that disagree with the majority
+    membership: Membership | None = None  # the log's roster history; None: no log (yet)
+    missing: list[int] = field(default_factory=list)  # members of the log's last step without a record
 
     @property
     def readable(self) -> bool:
@@ -83,11 +111,20 @@ class View:
             "step": self.step,
             "digest": self.digest,
             "odd": self.odd,
+            "membership": None if self.membership is None else self.membership.to_dict(),
+            "missing": self.missing,
         }
 
 
-def merge(statuses: Sequence[Status], problems: Sequence[str], now: float, stale_s: float = STALE_S) -> View:
-    """The view of `statuses` (read at `now`, time.time()); `problems`: lines for unreadable files."""
+def merge(
+    statuses: Sequence[Status],
+    problems: Sequence[str],
+    now: float,
+    stale_s: float = STALE_S,
+    membership: Membership | None = None,
+) -> View:
+    """The view of `statuses` (read at `now`, time.time()); `problems`: lines for unreadable
+    files; `membership`: the log's roster history, if there is a log."""
     ages = {s.name: max(0.0, now - s.updated) for s in statuses}
     stale = {s.name for s in statuses if s.state == RUNNING and ages[s.name] > stale_s}
     compared = [s for s in statuses if s.name not in stale and s.state not in (FAILED, STOPPED)]
@@ -120,7 +157,9 @@ def merge(statuses: Sequence[Status], problems: Sequence[str], now: float, stale
         for s in statuses
     ]
     agree = None if all(ok is None for ok in judged.values()) else not odd
-    return View(rows, list(problems), agree, step, digest, odd)
+    recorded = {s.node for s in statuses}
+    missing = [] if membership is None else [n for n in membership.members if n not in recorded]
+    return View(rows, list(problems), agree, step, digest, odd, membership, missing)
 
 
 def _majority(digests: Iterable[str]) -> str | None:

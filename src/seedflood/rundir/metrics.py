@@ -1,7 +1,8 @@
 """What a run reports: logging with the rank in every line, metrics as JSON lines, progress.
 
 Owns: the per-process logging setup, the `metrics.jsonl` writer (one flushed JSON object per
-line, so a crash loses at most the line being written), its optional TensorBoard sink (the same
+line, so a crash loses at most the line being written: a score, or an event such as a committed
+roster change, `MEMBERSHIP`), its optional TensorBoard sink (the same
 records' scalars as event files in `<run dir>/tb`, written synchronously with tensorboardX),
 `truncate_metrics` (cut the file back to one history when a run resumes from an earlier step),
 the evaluator's progress bar over steps, and `PhaseProgress` for a counted phase inside it
@@ -44,8 +45,20 @@ TENSORBOARD_SCALARS = (
     "consensus_distance",
     "worst_accuracy",
     "bytes_per_edge",
+    "members",
+    "joins",
+    "leaves",
 )
-"""Fields of a metrics record that become TensorBoard scalars (same tag), against its `step`."""
+"""Fields of a metrics record that become TensorBoard scalars, against its `step` (the tag is the
+field's name, or its `TENSORBOARD_TAGS` entry)."""
+
+TENSORBOARD_TAGS = {"members": "roster/members", "joins": "roster/joins", "leaves": "roster/leaves"}
+"""The roster's fields under one TensorBoard section."""
+
+MEMBERSHIP = "membership"
+"""The `event` of a metrics line that records a committed roster change, not a score (the
+evaluator's `membership_record`: step, members, joins, leaves, change); a line without `event`
+is a score."""
 
 _EVENTS_PREFIX = "events.out.tfevents."
 
@@ -122,7 +135,8 @@ class TensorBoardSink:
         values = [(k, v) for k in TENSORBOARD_SCALARS if (v := _scalar(record.get(k))) is not None]
         if step is None or not values:
             return False
-        summary = self._summary(value=[self._summary.Value(tag=k, simple_value=v) for k, v in values])
+        tags = [(TENSORBOARD_TAGS.get(k, k), v) for k, v in values]
+        summary = self._summary(value=[self._summary.Value(tag=t, simple_value=v) for t, v in tags])
         t = time.time() if wall_time is None else wall_time
         self._w.write_event(self._event(wall_time=t, step=step, summary=summary))
         self._w.flush()
@@ -208,8 +222,11 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def truncate_metrics(path: Path, upto_step: int) -> None:
-    """Atomically rewrite `path` keeping only whole lines whose "step" is <= `upto_step`.
+def truncate_metrics(path: Path, upto_step: int, events_before: int | None = None) -> None:
+    """Atomically rewrite `path` keeping only whole lines whose "step" is <= `upto_step`; an
+    event line (one with an "event", e.g. MEMBERSHIP) only when its step is < `events_before`
+    (default: <= `upto_step` as any line): a resumed evaluator writes again the events of the
+    steps it takes again, and the score lines by their own rule.
 
     A whole line ends in a newline and parses to a JSON object with an integer "step"; anything
     else (a torn last line, a line without a step) is dropped. Kept lines are copied byte for
@@ -227,8 +244,11 @@ def truncate_metrics(path: Path, upto_step: int) -> None:
         except ValueError:
             continue
         step = record.get("step") if isinstance(record, dict) else None
-        if isinstance(step, int) and not isinstance(step, bool) and step <= upto_step:
-            kept.append(line)
+        if not isinstance(step, int) or isinstance(step, bool) or step > upto_step:
+            continue
+        if events_before is not None and "event" in record and step >= events_before:
+            continue
+        kept.append(line)
     atomic_write_text(path, "".join(kept))
 
 

@@ -1,4 +1,4 @@
-"""Live status records: what each process of a running run says about itself, for `seedflood watch`.
+"""Live status records: what each process of a running run says about itself, for `seedflood status`.
 
 Owns `Status` (one process's record: who it is, where it stands, what it sent and received, and
 how it ended), its JSON form (`to_json`, `Status.from_json`), `write_status` (atomic, so a
@@ -13,7 +13,7 @@ which a strict client and the evaluator compute alike over the steps they apply)
 can compare two processes at a step both hold even when their records were written at
 different steps.
 
-May import: rundir's atomic and layout (stdlib otherwise: `seedflood watch` loads no torch).
+May import: rundir's atomic and layout (stdlib otherwise: `seedflood status` loads no torch).
 
 Assumes: each file has one writer (the process it names); records are small (hundreds of
 bytes) and written about once a second, so a rewrite is cheap.
@@ -22,7 +22,7 @@ bytes) and written about once a second, so a rewrite is cheap.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from seedflood.rundir.atomic import atomic_write_text
@@ -41,6 +41,9 @@ rules stopped it (`reason`: their one line); failed: an error ended it (`reason`
 
 EVALUATOR = "evaluator"
 CLIENT = "client"
+
+OPTIONAL = frozenset({"started", "reason", "state", "state_hash", "edges"})
+"""Fields a record may lack (added after the first records were written): their defaults."""
 
 
 class StatusError(ValueError):
@@ -78,6 +81,9 @@ class Status:
     reason: str | None = None  # stopped or failed: why, one line
     started: float = 0.0  # time.time() when the process began writing records
     state_hash: str | None = None  # finished: the final state's hash (replay.state_hash), as reported
+    edges: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """A client's bytes per edge: neighbour -> (sent to it, hop frames received from it); -1: the
+    stream to the evaluator (sent only). Empty: the evaluator, or a record from before the field."""
     version: int = VERSION
 
     @property
@@ -92,6 +98,7 @@ class Status:
     def to_json(self) -> str:
         d = asdict(self)
         d["digests"] = {str(s): h for s, h in sorted(self.digests.items())}
+        d["edges"] = {str(p): list(n) for p, n in sorted(self.edges.items())}
         return json.dumps(d, sort_keys=True)
 
     @classmethod
@@ -108,10 +115,11 @@ class Status:
         if d.get("version") != VERSION:
             raise StatusError(f"{where}: status record version {d.get('version')!r}, this reader knows {VERSION}")
         names = {f.name for f in fields(cls)}
-        if missing := sorted(names - set(d) - {"started", "reason", "state", "state_hash"}):
+        if missing := sorted(names - set(d) - OPTIONAL):
             raise StatusError(f"{where}: status record lacks {', '.join(missing)}")
         try:
             d["digests"] = {int(s): str(h) for s, h in d["digests"].items()}
+            d["edges"] = {int(p): (int(sent), int(got)) for p, (sent, got) in d.get("edges", {}).items()}
             status = cls(**{k: v for k, v in d.items() if k in names})
         except (AttributeError, TypeError, ValueError) as e:
             raise StatusError(f"{where}: malformed status record ({e})") from None

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from churnlog import write_log
 from seedflood.cli import main
 from seedflood.rundir.layout import RunDir
 from seedflood.rundir.status import FINISHED, RUNNING, STOPPED, Status, write_status
@@ -134,3 +135,78 @@ def test_the_redraws_end_once_the_evaluator_is_done_and_the_rest_final_or_stale(
     out = run_dir(tmp_path, rec(0), rec(1, state=RUNNING, updated=time.time() - 60), rec(None))
     assert main(["watch", str(out), "--interval", "0.05"]) == 0  # node-1 was killed: it never finishes
     assert "stale" in capsys.readouterr().out
+
+
+# -- `seedflood status`: the same view once, the incarnation, links, bytes per link, membership ---------
+def churned(tmp_path: Path, **node1: object) -> Path:
+    """A finished churn run's directory: the records, and a log in which node 3 left at step 2 and
+    came back (incarnation 2) and node 4 joined at step 4 (tests/churnlog.py)."""
+    edges = {0: (700, 650), 2: (300, 280), -1: (90, 0)}
+    out = run_dir(
+        tmp_path,
+        rec(0),
+        rec(1, peers=[0], neighbours=[0, 2], edges=edges, **node1),
+        rec(2),
+        rec(3, incarnation=2),
+        rec(None),
+    )
+    write_log(out / "log.bin")
+    return out
+
+
+def test_status_prints_the_view_once_and_watch_once_is_the_same(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = churned(tmp_path)
+    assert main(["status", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert main(["watch", str(out), "--once"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == text.splitlines()[1:]  # but the time in the heading
+    header, *rows = [line.split() for line in text.splitlines()[1:6]]
+    by = {r[0]: r for r in rows}
+    assert header[7:10] == ["MEMBERS", "INC", "LINKS"]
+    assert by["node-3"][8:10] == ["2", "2/2"] and by["node-1"][8:11] == ["1", "1/2", "down:2"]
+    assert "membership (log, 6 steps): 5 members 0-4; 2 joins, 1 leave (started with 0-3)" in text
+    assert "  step 2: leave 3 (silent)\n  step 4: join 3 (incarnation 2), 4 (incarnation 1)" in text
+    assert "members without a status record: 4" in text and "bytes per link" not in text
+
+
+def test_edges_shows_each_clients_bytes_per_link(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = churned(tmp_path)
+    assert main(["status", str(out), "--edges"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("bytes per link (peer:sent/received, ! = edge down now; ev: sent to the evaluator)")
+    assert lines[at + 2] == "  node-1  0:700B/650B 2!:300B/280B ev:90B"
+    assert lines[at + 1] == "  node-0  1:0B/0B 2:0B/0B"  # a record without per-edge counts: its links, no bytes
+
+
+def test_status_json_has_the_links_and_the_membership(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = churned(tmp_path)
+    assert main(["status", str(out), "--json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    node1 = next(r for r in view["rows"] if r["name"] == "node-1")
+    assert node1["links"] == [
+        {"peer": 0, "up": True, "sent": 700, "received": 650},
+        {"peer": 2, "up": False, "sent": 300, "received": 280},
+    ]
+    assert node1["sent_to_evaluator"] == 90 and node1["incarnation"] == 1
+    m = view["membership"]
+    assert (m["start"], m["members"], m["steps"], m["joins"], m["leaves"]) == ([0, 1, 2, 3], [0, 1, 2, 3, 4], 6, 2, 1)
+    assert [c["step"] for c in m["changes"]] == [2, 4] and view["missing"] == [4]
+
+
+def test_a_running_run_before_its_log_and_a_corrupt_log(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = run_dir(tmp_path, rec(0, state=RUNNING, step=2, committed=1), rec(None, state=RUNNING, step=2))
+    assert main(["status", str(out), "--json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert view["membership"] is None and [r["state"] for r in view["rows"]] == ["running", "running"]
+    (out / "log.bin").write_bytes(b"garbage, not a log")
+    assert main(["status", str(out)]) == 1
+    assert f"unreadable: {out / 'log.bin'}: not a SeedFlood message log (bad magic)" in capsys.readouterr().out
+
+
+def test_status_watch_redraws_until_the_run_ends(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = run_dir(tmp_path, rec(0), rec(1, state=RUNNING, updated=time.time() - 60), rec(None))
+    assert main(["status", str(out), "--watch", "--interval", "0.05"]) == 0
+    assert "stale" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["status", str(out), "--once"])  # --once is watch's; status prints once anyway
+    assert "unrecognized arguments: --once" in capsys.readouterr().err

@@ -21,8 +21,10 @@ from seedflood import cli
 from seedflood.core.config import runconfig as config
 from seedflood.core.flood import message
 from seedflood.core.flood import protocol as proto
+from seedflood.core.flood.membership import Change
 from seedflood.core.flood.message import encode
 from seedflood.core.flood.protocol import Protocol
+from seedflood.core.flood.stepstream import encode_step
 from seedflood.core.flood.transport import EOS, Inbox
 from seedflood.core.topology.resolve import build
 from seedflood.core.zo.replay import state_hash
@@ -41,14 +43,15 @@ def debug_cfg(out: Path, *extra: str) -> config.Config:
     return config.load(DEBUG, [f"run.out_dir={out}", "run.steps=6", "checkpoint.every=2", "eval.every=3", *extra])
 
 
-def evaluate(cfg: config.Config, records, start: int = 0) -> tuple[Evaluator, dict]:
+def evaluate(cfg: config.Config, records, start: int = 0, changes=None) -> tuple[Evaluator, dict]:
+    """`changes` (step -> Change): the steps are streamed with them, as a churn run's attach client does."""
     w = Workload.build(cfg)
     p = Protocol.of(cfg, build(cfg.topology).diameter)
     start = restore(w, p, Path(cfg.run.out_dir), records[:start])
     header = log_header(cfg, proto.trajectory(cfg, p, w.train_digest()), w.loaded.identity, w.loaded.base_hash)
     inbox = Inbox("test")
-    for _, msgs in records[start:]:
-        inbox.put(encode(msgs))
+    for s, msgs in records[start:]:
+        inbox.put(encode(msgs) if changes is None else encode_step(msgs, changes.get(s)))
     inbox.put(EOS)
     ev = Evaluator(Settings.of(cfg), p, w, inbox, header, start_step=start, progress=False)
     try:
@@ -215,6 +218,28 @@ def test_resume_from_the_middle_equals_the_whole_run(tmp_path, finished):
     assert final["param_hash"] == finished[1]
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(steps) and steps.count(3) == 1
+
+
+def test_the_roster_size_and_each_join_and_leave_are_metrics(tmp_path, finished):
+    """A churn run's stream in which node 3 leaves at step 2 and comes back at step 4: a metrics
+    line per change at its step (members after it, joins, leaves: TensorBoard's roster/*), the
+    roster's size on every score; cut after logging step 4 (its change's line written) and
+    resumed from the checkpoint after step 4, each change is still one line."""
+    changes = {2: Change(2, leave=(3,)), 4: Change(4, join=((3, 2),))}
+    records = [(s, [m for m in msgs if m.origin != 3 or s not in (2, 3)]) for s, msgs in finished[2]]
+    out = tmp_path / "churn"
+    evaluate(debug_cfg(out, "churn.settle=1"), records, changes=changes)
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    events = [r for r in lines if r.get("event") == "membership"]
+    assert [(r["step"], r["members"], r["joins"], r["leaves"]) for r in events] == [(2, 3, 0, 1), (4, 4, 1, 0)]
+    assert events[1]["change"] == "step 4: join 3 (incarnation 2)"
+    assert [(r["step"], r["members"]) for r in lines if "event" not in r] == [(0, 4), (3, 3), (6, 4)]
+    resumed = tmp_path / "resumed"
+    with pytest.raises(EvaluatorError, match="stream ended after step 4"):
+        evaluate(debug_cfg(resumed, "churn.settle=1"), records[:5], changes=changes)
+    evaluate(debug_cfg(resumed, "churn.settle=1"), records, start=4, changes=changes)
+    again = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert [r for r in again if "event" in r] == events
 
 
 # -- the preflight ------------------------------------------------------------------------------------

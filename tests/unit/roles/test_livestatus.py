@@ -17,7 +17,7 @@ import pytest
 from seedflood.core.churn.agreement import Agreement
 from seedflood.core.flood.membership import Change
 from seedflood.core.flood.message import Message
-from seedflood.roles.livestatus import Chain, Reading, SentCounter, StatusLoop, evaluator_identity
+from seedflood.roles.livestatus import Chain, Reading, SentCounter, StatusLoop, edge_bytes, evaluator_identity
 from seedflood.rundir.layout import RunDir
 from seedflood.rundir.status import FAILED, FINISHED, RUNNING, STOPPED, read_status
 
@@ -55,6 +55,15 @@ def test_the_sent_counter_keeps_the_total_of_its_table() -> None:
     c.add(0, 1, 2, 100)
     c.add(1, 1, -1, 23)
     assert c.sent == 123 == c.total()
+
+
+def test_the_bytes_per_edge_join_what_was_sent_to_and_received_from_each_peer() -> None:
+    c = SentCounter()
+    c.add(0, 1, 2, 100)
+    c.add(1, 1, 2, 50)
+    c.add(1, 1, -1, 23)  # the stream to the evaluator
+    assert c.totals() == (173, {2: 150, -1: 23})
+    assert edge_bytes(c.totals()[1], {2: 140, 3: 7}) == {-1: (23, 0), 2: (150, 140), 3: (0, 7)}
 
 
 class Progress:

@@ -52,6 +52,29 @@ def test_truncate_then_resume_appends_one_history(tmp_path: Path) -> None:
     assert [r["step"] for r in read_metrics(p)] == [0, 10, 20]
 
 
+def test_a_resume_writes_the_membership_events_of_the_steps_it_takes_again(tmp_path: Path) -> None:
+    """Resumed at step 20 (steps 20.. are taken again): the score at 20 stays, the event of step
+    20 goes (it comes again), the event of step 19 stays."""
+    p = tmp_path / "metrics.jsonl"
+    lines = [{"step": 10}, {"step": 19, "event": "membership"}, {"step": 20}, {"step": 20, "event": "membership"}]
+    p.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    truncate_metrics(p, 20, events_before=20)
+    assert read_metrics(p) == lines[:3]
+
+
+def test_the_roster_fields_are_scalars_under_roster(tmp_path: Path) -> None:
+    w = MetricsWriter(tmp_path / "metrics.jsonl", tensorboard=tmp_path / "tb")
+    w.write({"step": 0, "accuracy": 0.5, "members": 4})
+    w.write({"step": 2, "event": "membership", "members": 3, "joins": 0, "leaves": 1, "change": "step 2: leave 3"})
+    w.close()
+    assert read_events(tmp_path / "tb") == {
+        "accuracy": [(0, 0.5)],
+        "roster/members": [(0, 4.0), (2, 3.0)],
+        "roster/joins": [(2, 0.0)],
+        "roster/leaves": [(2, 1.0)],
+    }
+
+
 # -- the TensorBoard sink ---------------------------------------------------------------------------
 def read_events(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """Scalars per tag from every event file in `log_dir`, read as TensorBoard does: files in name

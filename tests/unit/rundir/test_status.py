@@ -61,6 +61,16 @@ def test_a_record_round_trips_through_its_file(tmp_path: Path) -> None:
     assert record().digest == "00000000000000bb"  # the committed step's
 
 
+def test_bytes_per_edge_round_trip_and_a_record_from_before_them_reads_without(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    s = record(edges={1: (600, 500), 3: (300, 400), -1: (100, 0)})
+    assert read_status(write_status(run, s)) == s
+    old = json.loads(s.to_json())
+    del old["edges"]  # a record written before per-edge counts
+    (run.status / "node-0.json").write_text(json.dumps(old))
+    assert read_status(run.status / "node-0.json") == dataclasses.replace(s, edges={})
+
+
 def test_a_rewrite_is_atomic_a_reader_sees_one_whole_record_or_the_next(tmp_path: Path) -> None:
     """Many rewrites while another thread reads: every read is a whole record (a plain
     open-and-write would hand the reader an empty or half-written file), and no temp file is left."""

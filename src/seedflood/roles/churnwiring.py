@@ -104,17 +104,8 @@ class ChurnWiring:
         for s in sorted(changes):
             roster.apply(changes[s])
         new = node not in top.nodes  # a brand-new id (SEEDFLOOD_NODE): no edge until the join rule's
-        if cfg.churn.log_server and (new or incarnation_of(group.store, node) > 0):
-            # a restart or a new id: fetch the prefix before it registers or knocks, so that no
-            # member waits on the fetch (a sponsor claims it from then on)
-            self.held, self.have = fetched(
-                node,
-                cfg.churn.log_server,
-                self.p.protocol,
-                self.p.header,
-                cfg.eval.attach,
-                LATE_FACTOR * cfg.transport.timeout_s,
-            )
+        if not new and incarnation_of(group.store, node) > 0:  # a restart: fetch before it registers
+            self._fetch(node)
         t = EdgeTransport(
             node,
             () if new else top.neighbors(node),
@@ -126,6 +117,7 @@ class ChurnWiring:
         if new:  # knock once the run has started: members sponsor only between their steps
             if not _started(t, cfg.transport.startup_timeout_s):
                 log.warning("node %d: the run has not started within transport.startup_timeout_s", node)
+            self._fetch(node)  # before it knocks: members claim it from then on
             t.knock()
             log.warning("node %d: a new node id: knocked at the run's store (incarnation %d)", node, t.incarnation)
             return t
@@ -156,6 +148,16 @@ class ChurnWiring:
                 cfg.transport.startup_timeout_s,
             )
         return t
+
+    def _fetch(self, node: int) -> None:
+        """churn.log_server: a restart's or new id's prefix, fetched and checked before the
+        members can see it (no sponsor waits on the fetch), and what it tells its sponsor."""
+        cfg = self.p.cfg
+        if cfg.churn.log_server:
+            timeout = LATE_FACTOR * cfg.transport.timeout_s
+            self.held, self.have = fetched(
+                node, cfg.churn.log_server, self.p.protocol, self.p.header, cfg.eval.attach, timeout
+            )
 
     def strategy(self, node: int, transport: EdgeTransport) -> Strategy:
         """With churn.max_nodes, the join rule over the topology (a new id's edges grow the

@@ -48,17 +48,22 @@ Steps = list[tuple[int, bytes]]
 
 class LogSource:
     """The prefix of the log at `path` (a file, or a run directory's log.bin), re-read when the
-    file's size or modification time changed since the last read (one stat per request)."""
+    file's size or modification time changed since the last read (one stat per request). Either
+    may not exist yet (a server started before the run): which it is, is decided at each read."""
 
     def __init__(self, path: str | Path) -> None:
-        path = Path(path)
-        self.path = RunDir(path).log if path.is_dir() else path  # its log may not be written yet
+        self.given = Path(path)
         self._lock = threading.Lock()  # the server answers on one thread per request
         self._key: tuple[int, int] | None = None
         self._blob = b""
         self.steps = 0  # whole step records served now
         self.torn = 0  # bytes of a torn tail left out (a record being written)
         self.signed = False  # the log holds seals (a signed run): served with each step
+
+    @property
+    def path(self) -> Path:
+        """The log file served: the run directory's log.bin, or the file given."""
+        return RunDir(self.given).log if self.given.is_dir() else self.given
 
     def __call__(self) -> bytes:
         with self._lock:

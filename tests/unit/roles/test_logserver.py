@@ -110,11 +110,14 @@ def write_log(path, steps, header):
 
 def test_the_source_serves_whole_records_of_a_log_being_written_and_follows_it(run, header, tmp_path):
     _, p, _, steps = run
-    path = tmp_path / "log.bin"
+    source = LogSource(tmp_path / "run")  # a run directory its evaluator has not created yet
+    with pytest.raises(logserve.Unavailable, match="no log at"):
+        source()
+    (tmp_path / "run").mkdir()
+    path = tmp_path / "run" / "log.bin"
     write_log(path, steps[:3], header)
     with open(path, "ab") as f:
         f.write(b"\x03\x00\x00\x00\x10")  # step 3 being written: its record's first bytes only
-    source = LogSource(tmp_path)  # a run directory: its log.bin
     identity, got = prefix.decode(source())
     assert identity == header and got == served(steps[:3]) and source.torn == 5
     assert "steps 0..2" in source.describe() and "5 bytes of a record being written" in source.describe()

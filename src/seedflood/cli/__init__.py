@@ -1,10 +1,10 @@
-"""The `seedflood` command: train | simulate | compare | eval | replay | check | status (watch) | topology show | world-size | keys | sweep | reproduce | gpu-evidence | bench.
+"""The `seedflood` command: train | simulate | compare | eval | replay | check | status (watch) | topology show | world-size | keys | store | serve-log | sweep | reproduce | gpu-evidence | bench.
 
 Owns: argument parsing and dispatch, turning every known bad input into one line on stderr and
 exit status 2, and the console entry (`seedflood = seedflood.cli:console`, `python -m seedflood`).
 The subcommands live by what they own: runs (train, simulate, world-size), inspection (replay,
-check, eval), status (the roster of a run, running or finished; `watch` redraws it) and tools (topology show, sweep, sweep-summary, store,
-keys); `bench` has its own parser.
+check, eval), status (the roster of a run, running or finished; `watch` redraws it) and tools
+(topology show, sweep, sweep-summary, store, serve-log, keys); `bench` has its own parser.
 """
 
 from __future__ import annotations
@@ -19,7 +19,14 @@ import threading
 from seedflood.cli import status
 from seedflood.cli.inspection import cmd_check, cmd_eval, cmd_replay
 from seedflood.cli.runs import cmd_simulate, cmd_train, cmd_world_size
-from seedflood.cli.tools import cmd_keys, cmd_store, cmd_sweep, cmd_sweep_summary, cmd_topology_show
+from seedflood.cli.tools import (
+    cmd_keys,
+    cmd_serve_log,
+    cmd_store,
+    cmd_sweep,
+    cmd_sweep_summary,
+    cmd_topology_show,
+)
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -135,6 +142,15 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--host", default="0.0.0.0", help="address to listen on (default all)")
     st.add_argument("--port", type=int, required=True)
     st.set_defaults(fn=cmd_store)
+
+    sl = sub.add_parser(
+        "serve-log",
+        help="serve a churn run's decided steps read-only to newcomers (then set churn.log_server=HOST:PORT)",
+    )
+    sl.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its log.bin) or a log file (a client's copy)")
+    sl.add_argument("--host", default="0.0.0.0", help="address to listen on (default all)")
+    sl.add_argument("--port", type=int, required=True)
+    sl.set_defaults(fn=cmd_serve_log)
 
     ks = sub.add_parser("keys", help="write a key pair per node and the roster of public keys (trust.sign)")
     ks.add_argument("--nodes", type=int, required=True, help="clients of the run (node ids 0..N-1)")

@@ -1,4 +1,4 @@
-"""The `seedflood` tool commands: topology show, sweep, sweep-summary, store, keys.
+"""The `seedflood` tool commands: topology show, sweep, sweep-summary, store, serve-log, keys.
 
 Owns: turning their arguments into calls of the modules that do the work, and printing results.
 
@@ -39,6 +39,14 @@ def cmd_store(args: argparse.Namespace) -> int:
     from seedflood.comm import runtime
 
     runtime.serve_store(args.host, args.port)
+    return 0
+
+
+def cmd_serve_log(args: argparse.Namespace) -> int:
+    """Serve a churn run's decided prefix read-only until killed (launch/README.md, A log server)."""
+    from seedflood.roles import logserver
+
+    logserver.serve(args.run_dir, args.host, args.port)
     return 0
 
 

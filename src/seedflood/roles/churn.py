@@ -37,7 +37,9 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from seedflood.core.churn import prefix
 from seedflood.core.churn.agreement import Agreement
+from seedflood.core.churn.prefix import Have
 from seedflood.core.churn.voter import Voter
 from seedflood.core.flood import membership, stepstream
 from seedflood.core.flood.flooding import FloodError
@@ -225,6 +227,10 @@ class Churn:
             log.warning("node %d: refused node %d's rejoin (incarnation %d): %s", h.node, p, inc, why)
             transport.drop(p, f"rejoin refused: {why}")
             return
+        if (have := _have_of(transport, p, timeout)) is None:  # what it holds already (a log server's prefix)
+            log.warning("node %d: node %d said nothing of what it holds: not sponsoring it", h.node, p)
+            transport.drop(p, "no word of what it holds")
+            return
         # JOIN at e = t + delay + 1: the note gets the hops a message of step t gets before it
         # is applied, so it normally reaches every voter before they propose step e (one that
         # lacks it proposes e without the newcomer, and the ballots settle which commits).
@@ -237,15 +243,20 @@ class Churn:
         note = membership.join_note(e, p, inc, link)
         h.flood.originate_notes([note])
         self.on_notes([note])
-        transport.send_blob(p, self.catch_up(t, e, inc))
+        blob = self.catch_up(t, e, inc, have)
+        transport.send_blob(p, blob)
         h.flood.add_peer(p)
+        base = self._base(have)
         log.warning(
-            "node %d: sponsoring node %d (incarnation %d): joins at step %d, its edges connect at hop %d",
+            "node %d: sponsoring node %d (incarnation %d): joins at step %d, its edges connect at hop %d; "
+            "catch-up of %d bytes (%s)",
             h.node,
             p,
             inc,
             e,
             link,
+            len(blob),
+            f"steps from {base}: it holds 0..{base - 1}" if base else "the whole log",
         )
 
     def on_notes(self, new: Sequence[object], sender: int | None = None) -> None:
@@ -493,20 +504,36 @@ class Churn:
         """Topology neighbours, connected or not (what a churn transport may connect)."""
         return self.transport.neighbours
 
-    def catch_up(self, t: int, e: int, inc: int) -> bytes:
+    def catch_up(self, t: int, e: int, inc: int, have: Have = prefix.NOTHING) -> bytes:
         """What a rejoining neighbour needs before step t (`stepstream.CatchUp`): every decided
         step (with its change; signed, with its seals, so the newcomer can stream it to the
-        evaluator as its attach node), the messages and notes held for undecided steps, its JOIN
-        step."""
+        evaluator as its attach node) it does not hold already (`have`, checked by `_base`), the
+        messages and notes held for undecided steps, its JOIN step."""
         h = self.host
+        base = self._base(have)
         msgs, notes = h.flood.held_items()
-        steps = [(s, _payload(self, s, m)) for s, m in self.history]
+        steps = [(s, _payload(self, s, m)) for s, m in self.history if s >= base]
         held = membership.encode_hop(msgs, notes, signed=h.flood.signing is not None)  # signatures kept
-        return stepstream.CatchUp(h.node, t, e, inc, steps, held, h.hops_run).to_bytes()
+        return stepstream.CatchUp(h.node, t, e, inc, steps, held, h.hops_run, base).to_bytes()
 
-    def rejoin(self, blob: bytes) -> None:
+    def _base(self, have: Have) -> int:
+        """The first step a catch-up for a newcomer that holds `have` carries: the one after
+        `have.step` where this client applied that step and its chain has the newcomer's digest
+        there (the digest chains every step before it: the newcomer's prefix is this client's
+        history), else 0 (the whole log: a prefix of another history, or one ahead of this
+        client, is not built on)."""
+        if have.step < 0:
+            return 0
+        if have.step < len(self.history) and self.agreement.digests.get(have.step) == have.digest:
+            return have.step + 1
+        return 0
+
+    def rejoin(self, blob: bytes, held: Sequence[tuple[int, bytes]] = ()) -> None:
         """Catch up from a sponsor's payload (`catch_up`) as a restarted client: replay every
-        decided step (O(messages)), hold the undecided ones, and originate from the JOIN step."""
+        decided step (O(messages)), hold the undecided ones, and originate from the JOIN step.
+        `held`: the steps (step, step payload) from 0 this process fetched from a log server and
+        checked (`prefix.check`), told the sponsor of, and takes below the catch-up's `base`;
+        a catch-up from 0 (the sponsor's chain is not theirs) leaves them out."""
         h = self.host
         if h.next_step or h.applier.last_step >= 0:
             raise FloodError(f"node {h.node}: rejoin must come before the first step")
@@ -516,9 +543,18 @@ class Churn:
                 f"node {h.node}: node {d.sponsor}'s catch-up admits incarnation {d.incarnation}, "
                 f"this process is incarnation {self.agreement.incarnation}"
             )
+        if d.base > len(held):
+            raise FrameError(f"node {h.node}: node {d.sponsor}'s catch-up starts at step {d.base}, past what it holds")
+        if held and not d.base:
+            log.warning(
+                "node %d: node %d sent its whole log: the log server's steps 0..%d are not its chain (left out)",
+                h.node,
+                d.sponsor,
+                len(held) - 1,
+            )
         self.agreement.incarnation = d.incarnation
         steps: list[tuple[int, list[Message]]] = []
-        for s, payload in d.steps:
+        for s, payload in [*held[: d.base], *d.steps]:
             if s != len(steps):
                 raise FrameError(f"node {h.node}: catch-up from node {d.sponsor} jumps to step {s}")
             msgs, change, certificate = stepstream.decode_signed_step(payload, s, seed_of=h.protocol.seed)
@@ -547,11 +583,12 @@ class Churn:
         first = self.growth is not None and self.growth.new(h.node)
         first = first and not any(h.node in c.leave for c in self.roster.changes.values())
         log.warning(
-            "node %d: %s by replaying %d steps from node %d; originates from step %d",
+            "node %d: %s by replaying %d steps from node %d%s; originates from step %d",
             h.node,
             "joined" if first else "rejoined",
             len(steps),
             d.sponsor,
+            f" (steps 0..{d.base - 1} from the log server)" if d.base else "",
             self.joined_at,
         )
 
@@ -652,6 +689,20 @@ class Churn:
 
     def join(self) -> None:
         pass
+
+
+def _have_of(transport: ChurnTransport, peer: int, timeout_s: float | None) -> Have | None:
+    """A newcomer's word of the steps it holds (`churnstart.sponsored_catch_up` sends it right
+    after the meeting, and the signed challenge): None when none comes (it is gone); one that is
+    not a `Have` counts as holding nothing (the whole log goes)."""
+    try:
+        data = transport.recv_blob(peer, rejoinproof.WAIT_S if timeout_s is None else timeout_s)
+    except TransportError:
+        return None
+    try:
+        return Have.from_bytes(data)
+    except FrameError:
+        return prefix.NOTHING
 
 
 def _payload(churn: Churn, s: int, msgs: list[Message]) -> bytes:

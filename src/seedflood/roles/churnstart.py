@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
+from seedflood.core.churn import prefix
+from seedflood.core.churn.prefix import Have
 from seedflood.core.flood.growth import Growth
 from seedflood.core.flood.signing import Signing
 from seedflood.core.flood.transport import ChurnTransport, EvaluatorFeed, TransportError
@@ -64,12 +66,18 @@ class ChurnStrategy:
 
 
 def sponsored_catch_up(
-    transport: ChurnTransport, wait_s: float, signing: Signing | None = None, new: bool = False
+    transport: ChurnTransport,
+    wait_s: float,
+    signing: Signing | None = None,
+    new: bool = False,
+    have: Have = prefix.NOTHING,
 ) -> bytes:
     """A restarted process's half of the sponsor handshake (docs/churn-design.md, Rejoin across
     processes): wait up to `wait_s` s for the neighbour that claims this incarnation (its
     `Churn.boundary`), meet it, in a signed run answer its challenge with this node's key
-    (`rejoinproof`), and take the catch-up it sends, for `Churn.rejoin` to replay.
+    (`rejoinproof`), tell it the steps it holds already (`have`: a log server's prefix, checked;
+    the sponsor then sends only the steps after it when its chain agrees), and take the catch-up
+    it sends, for `Churn.rejoin` to replay.
     TransportError when no neighbour claims it, the meeting fails, the sponsor refuses the
     answer, or no catch-up comes. `new`: this process is a brand-new node id (launched, its
     first incarnation is 1; in process, 0)."""
@@ -85,6 +93,7 @@ def sponsored_catch_up(
     if not transport.connect([sponsor], wait_s):
         raise TransportError(f"node {transport.node}: could not connect to its sponsor node {sponsor}")
     rejoinproof.answer(transport, signing, sponsor, wait_s)
+    transport.send_blob(sponsor, have.to_bytes())
     blob = transport.recv_blob(sponsor, wait_s)
     rejoinproof.refused(blob, sponsor)
     return blob

@@ -22,8 +22,12 @@ Owns `ChurnWiring` (a `wiring.Wiring`), docs/churn-design.md, Per-edge transport
   the final reports of the clients that are members at the end (a client that stopped posted
   why, so an evaluator left without an attach node knows when nobody is left to stream).
 
+- with churn.log_server, a restart's or new id's prefix from a `seedflood serve-log`, fetched and
+  checked before it registers or knocks (`logserver.fetched`), so its sponsor sends only the
+  steps after it.
+
 May import: seedflood.core, comm (attach, bounded, links, rendezvous, runtime), rundir, roles'
-churnstart, client, evaluator and wiring.
+churnstart, client, evaluator, logserver and wiring.
 
 Assumes: every process gets the same config and the same store (SEEDFLOOD_STORE, or rank 0's);
 a restarted process is a new incarnation of its node (rendezvous.register).
@@ -44,7 +48,8 @@ from seedflood.comm import runtime
 from seedflood.comm.attach import AttachInbox
 from seedflood.comm.bounded import StoreGone
 from seedflood.comm.links import EdgeTransport
-from seedflood.comm.rendezvous import STARTED_KEY, await_start
+from seedflood.comm.rendezvous import STARTED_KEY, await_start, incarnation_of
+from seedflood.core.churn import prefix
 from seedflood.core.flood.growth import Growth
 from seedflood.core.flood.membership import Change
 from seedflood.core.flood.transport import EVALUATOR, LATE_FACTOR, ByteCounter, Inbox
@@ -53,6 +58,7 @@ from seedflood.roles.churnstart import ChurnStrategy, sponsored_catch_up
 from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Settings
 from seedflood.roles.identities import verifier_of
+from seedflood.roles.logserver import Steps, fetched
 from seedflood.roles.strategy import Strategy
 from seedflood.roles.wiring import NO_RECORD, OwnRecord, Process, client_key
 from seedflood.rundir.clientlog import ClientLog, client_report, complete_from_clients
@@ -72,6 +78,8 @@ class ChurnWiring:
     def __init__(self, process: Process) -> None:
         self.p = process
         self.run = RunDir.of(process.cfg)
+        self.held: Steps = []  # a restart's or new id's prefix from the log server (churn.log_server)
+        self.have = prefix.NOTHING  # what it tells its sponsor it holds
 
     def group(self, world: runtime.World) -> AbstractContextManager[runtime.StoreGroup]:
         return runtime.store_group(world, self.p.cfg.transport)
@@ -96,6 +104,8 @@ class ChurnWiring:
         for s in sorted(changes):
             roster.apply(changes[s])
         new = node not in top.nodes  # a brand-new id (SEEDFLOOD_NODE): no edge until the join rule's
+        if not new and incarnation_of(group.store, node) > 0:  # a restart: fetch before it registers
+            self._fetch(node)
         t = EdgeTransport(
             node,
             () if new else top.neighbors(node),
@@ -107,6 +117,7 @@ class ChurnWiring:
         if new:  # knock once the run has started: members sponsor only between their steps
             if not _started(t, cfg.transport.startup_timeout_s):
                 log.warning("node %d: the run has not started within transport.startup_timeout_s", node)
+            self._fetch(node)  # before it knocks: members claim it from then on
             t.knock()
             log.warning("node %d: a new node id: knocked at the run's store (incarnation %d)", node, t.incarnation)
             return t
@@ -138,6 +149,16 @@ class ChurnWiring:
             )
         return t
 
+    def _fetch(self, node: int) -> None:
+        """churn.log_server: a restart's or new id's prefix, fetched and checked before the
+        members can see it (no sponsor waits on the fetch), and what it tells its sponsor."""
+        cfg = self.p.cfg
+        if cfg.churn.log_server:
+            timeout = LATE_FACTOR * cfg.transport.timeout_s
+            self.held, self.have = fetched(
+                node, cfg.churn.log_server, self.p.protocol, self.p.header, cfg.eval.attach, timeout
+            )
+
     def strategy(self, node: int, transport: EdgeTransport) -> Strategy:
         """With churn.max_nodes, the join rule over the topology (a new id's edges grow the
         transport at both ends and connect at its JOIN note's hop, or heal); with churn.repair,
@@ -162,7 +183,8 @@ class ChurnWiring:
         if transport.rejoining:
             wait_s = LATE_FACTOR * self.p.cfg.transport.timeout_s
             new = client.node not in self.p.top.nodes  # a brand-new id (SEEDFLOOD_NODE)
-            client.churn.rejoin(sponsored_catch_up(transport, wait_s, client.flood.signing, new))
+            blob = sponsored_catch_up(transport, wait_s, client.flood.signing, new, self.have)
+            client.churn.rejoin(blob, self.held)
         else:
             client.resume(records, changes)  # O(messages) for subcge, no checkpoint needed
         if threading.current_thread() is threading.main_thread():  # where Python runs signal handlers

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 import torch
 
 from seedflood.comm.memory import InMemoryNetwork, Mutator
+from seedflood.core.churn import prefix
 from seedflood.core.config.runconfig import Config
 from seedflood.core.flood import protocol as proto
 from seedflood.core.flood.flooding import FloodStats
@@ -71,6 +72,7 @@ from seedflood.roles.churn import Left
 from seedflood.roles.churnstart import ChurnStrategy, sponsored_catch_up
 from seedflood.roles.client import Client
 from seedflood.roles.identities import signing_of
+from seedflood.roles.logserver import Steps, fetched
 from seedflood.roles.lying import Lie, LyingClient
 from seedflood.roles.pace import delay, slowed
 from seedflood.roles.strategy import Records, Strategy
@@ -179,6 +181,16 @@ def simulate(
     repair = protocol.churn and cfg.churn.repair
     growth = Growth.of(base, protocol.delay, repair=repair) if joiners or repair else None
     restarted = {e.node for e in events if e.action == "restart"}
+    held: dict[int, tuple[Steps, prefix.Have]] = {}  # node -> its next life's prefix from the log server
+
+    def fetch(node: int) -> None:
+        """churn.log_server: as a launched restart or new id does, fetch the prefix before the
+        others can see this life (its sponsor then sends only the steps after it)."""
+        if cfg.churn.log_server:
+            w = workloads[node]
+            header = {"trajectory": proto.trajectory(cfg, protocol, w.train_digest()), "base_hash": w.loaded.base_hash}
+            timeout = LATE_FACTOR * cfg.transport.timeout_s
+            held[node] = fetched(node, cfg.churn.log_server, protocol, header, 0, timeout)
 
     def signing(node: int, rejoin: bool) -> Signing | None:
         own = signings[node]
@@ -235,6 +247,7 @@ def simulate(
             while max(progress.values()) < joiners[node].step and others_running(node):
                 time.sleep(0.01)
             waiting.discard(node)
+            fetch(node)
             network.add(node)
             once(node, rejoin=True)
         else:
@@ -262,6 +275,7 @@ def simulate(
             # the restarted process loads its model (base weights only) before it registers,
             # as train.py does: a sponsor then never waits on a neighbour still loading
             workloads[node] = Workload.build(cfg)
+            fetch(node)
             network.revive(node)
             exits.pop(node, None)
             once(node, rejoin=True)
@@ -296,15 +310,16 @@ def simulate(
                 if isinstance(client, LyingClient):
                     client.lie = lies[node]
                 if rejoin:  # as a launched client: wait for the sponsor's claim, meet it, take its log
+                    steps, have = held.pop(node, ([], prefix.NOTHING))
                     try:
                         blob = sponsored_catch_up(
-                            transport, LATE_FACTOR * cfg.transport.timeout_s, client.flood.signing
+                            transport, LATE_FACTOR * cfg.transport.timeout_s, client.flood.signing, have=have
                         )
                     except TransportError as e:  # nobody stepping any more to sponsor it
                         exits[node] = f"no neighbour sponsored the rejoin: {e}"
                         network.kill(node)
                         return
-                    client.churn.rejoin(blob)
+                    client.churn.rejoin(blob, steps)
                     logs[node] = list(client.churn.history)
                     step_hashes[node] = [None] * client.logged  # type: ignore[list-item]
                 else:

@@ -144,6 +144,11 @@ class ChurnConfig:
     under-linked, split or too far apart, by a rule over the committed history (in process and
     launched: docs/churn.md). Changes the graph, never how a step is applied: not in the
     trajectory. Every client of a run must set it alike. Needs settle >= 1."""
+    log_server: str = ""
+    """HOST:PORT of a `seedflood serve-log`: a restarted or brand-new client fetches the decided
+    prefix there and checks it before it asks for a sponsor, which then sends only the steps
+    after it (docs/churn.md). "" = the sponsor sends the whole log. A server that is down, slow
+    or serves a bad prefix costs one line and the whole log. Not in the trajectory."""
 
     def __post_init__(self) -> None:
         require(self.settle >= 0, "churn.settle", f"must be >= 0 (0 = strict, no failures survived), got {self.settle}")
@@ -160,6 +165,13 @@ class ChurnConfig:
             "needs churn.settle >= 1 (a new id is admitted by a committed step)",
         )
         require(not self.repair or self.settle, "churn.repair", "needs churn.settle >= 1 (a committed step repairs)")
+        host, sep, port = self.log_server.rpartition(":")
+        require(
+            not self.log_server or (bool(sep and host) and port.isdigit() and 0 < int(port) < 65536),
+            "churn.log_server",
+            f"must be HOST:PORT (a `seedflood serve-log`), got {self.log_server!r}",
+        )
+        require(not self.log_server or self.settle > 0, "churn.log_server", "needs churn.settle >= 1 (a churn run)")
 
 
 @dataclass

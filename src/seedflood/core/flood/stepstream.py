@@ -165,19 +165,20 @@ def decode_pushes(blob: bytes) -> list[tuple[int, bytes]]:
     return out
 
 
-_CATCH_UP_MAGIC = b"SJ\x02"
-_CATCH_UP_HEAD = struct.Struct("<IIIIQ")  # sponsor, next step, join step, incarnation, hop
+_CATCH_UP_MAGIC = b"SJ\x03"
+_CATCH_UP_HEAD = struct.Struct("<IIIIQI")  # sponsor, next step, join step, incarnation, hop, base
 
 
 @dataclass(frozen=True)
 class CatchUp:
-    """What a sponsor hands a rejoining neighbour (docs/churn-design.md, Rejoin across processes): its decided steps from 0
-    (step, step payload), the hop payload of the messages and notes it holds for undecided steps,
-    the step the newcomer goes on from, its JOIN step, the incarnation admitted and `hop`, the
-    sponsor's hop index of the edge's first exchange (the newcomer's hop clock starts there, so
-    its JOIN note's link hop means the same exchange at both ends of its other edges). Bytes:
-    magic, CRC-32 of the rest, four u32 and a u64, u32 held length, held, then
-    `encode_pushes(steps)`."""
+    """What a sponsor hands a rejoining neighbour (docs/churn-design.md, Rejoin across processes): its decided steps from
+    `base` (step, step payload), the hop payload of the messages and notes it holds for undecided
+    steps, the step the newcomer goes on from, its JOIN step, the incarnation admitted and `hop`,
+    the sponsor's hop index of the edge's first exchange (the newcomer's hop clock starts there,
+    so its JOIN note's link hop means the same exchange at both ends of its other edges). `base`
+    is 0 (the whole log) unless the newcomer said it holds steps 0..base − 1 on the sponsor's
+    chain (a log server's prefix: core/churn/prefix.py). Bytes: magic, CRC-32 of the rest, four
+    u32, a u64 and a u32, u32 held length, held, then `encode_pushes(steps)`."""
 
     sponsor: int
     next_step: int
@@ -186,9 +187,10 @@ class CatchUp:
     steps: list[tuple[int, bytes]]
     held: bytes
     hop: int = 0
+    base: int = 0
 
     def to_bytes(self) -> bytes:
-        head = _CATCH_UP_HEAD.pack(self.sponsor, self.next_step, self.join_step, self.incarnation, self.hop)
+        head = _CATCH_UP_HEAD.pack(self.sponsor, self.next_step, self.join_step, self.incarnation, self.hop, self.base)
         body = head + _U32.pack(len(self.held)) + self.held + encode_pushes(self.steps)
         return _CATCH_UP_MAGIC + _U32.pack(zlib.crc32(body)) + body
 
@@ -200,14 +202,14 @@ class CatchUp:
             raise FrameError("catch-up payload: bad magic or truncated")
         if _U32.unpack_from(data, len(_CATCH_UP_MAGIC))[0] != zlib.crc32(data[at:]):
             raise FrameError("catch-up payload fails its CRC")
-        sponsor, next_step, join_step, incarnation, hop = _CATCH_UP_HEAD.unpack_from(data, at)
+        sponsor, next_step, join_step, incarnation, hop, base = _CATCH_UP_HEAD.unpack_from(data, at)
         at += _CATCH_UP_HEAD.size
         (n,) = _U32.unpack_from(data, at)
         at += 4
         if at + n > len(data):
             raise FrameError("catch-up payload: held messages run past the end")
         steps = decode_pushes(data[at + n :])
-        return cls(sponsor, next_step, join_step, incarnation, steps, data[at : at + n], hop)
+        return cls(sponsor, next_step, join_step, incarnation, steps, data[at : at + n], hop, base)
 
 
 class StepSequence:

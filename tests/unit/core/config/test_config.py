@@ -352,6 +352,7 @@ def test_every_setting_changed_round_trips(tmp_path):
         "churn.audit_every=5",
         "churn.max_nodes=12",
         "churn.repair=true",
+        "churn.log_server=logs.example:29600",
         "trust.sign=true",
         "trust.keys=/keys",
         "trust.audit=0.5",
@@ -414,3 +415,20 @@ def test_flat():
     keys = config.flat(config.Config().to_dict())
     assert len(keys) == sum(len(dataclasses.fields(c)) for c in config.SECTIONS.values())
     assert all(config.parse_override(f"{k}=1")[:2] == tuple(k.split(".")) for k in keys)
+
+
+@pytest.mark.parametrize(
+    "value, why",
+    [
+        ("logs:0", "must be HOST:PORT"),
+        ("logs", "must be HOST:PORT"),
+        (":29600", "must be HOST:PORT"),
+        ("h:p", "HOST:PORT"),
+    ],
+)
+def test_a_log_server_that_is_not_host_port_or_outside_a_churn_run_is_refused_in_one_line(value, why):
+    with pytest.raises(ConfigError, match=why):
+        config.load(None, ["churn.settle=1", f"churn.log_server={value}"])
+    with pytest.raises(ConfigError, match="needs churn.settle >= 1"):
+        config.load(None, ["churn.log_server=logs:29600"])
+    assert config.load(None, ["churn.settle=1", "churn.log_server=logs:29600"]).churn.log_server == "logs:29600"

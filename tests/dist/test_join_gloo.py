@@ -11,7 +11,8 @@ step the note names. All five clients finish on the evaluator's hash, the one `s
 of the log gives; the log records the join, and node 4's messages are in every step from its
 join step and in none before. Beside it, a process started as id 6 (the run is open to 4 and 5)
 and one as id 5 without node 5's key are each refused in one line (exit 2) and the run does not
-notice. One run shared by every assertion (CPU is scarce). The signed run covers the unsigned
+notice. The newcomer takes the log's prefix from `seedflood serve-log` on the run directory
+(`churn.log_server`), so its sponsor sends only the steps after it. One run shared by every assertion (CPU is scarce). The signed run covers the unsigned
 path too: the challenge is the only step a signed join adds (roles/rejoinproof.py).
 """
 
@@ -19,13 +20,15 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 import runs
-from procs import World
+from procs import World, free_port
 from seedflood.comm import identity
+from seedflood.rundir.layout import CheckpointError
 from seedflood.rundir.logfile import LogReader
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(600)]
@@ -36,10 +39,20 @@ NEW = 4  # the brand-new id; the join rule links it to founders 0 and 1
 EDGES = (0, 1)
 BEYOND = 6  # churn.max_nodes = 6 opens ids 4 and 5 only
 KEYLESS = 5  # an id the run is open to, started without its key
+PREFIX = 4  # steps logged before the newcomer starts: at least what the log server hands it
+LOG_SERVER = "serve-log"  # `seedflood serve-log` on the run directory: the newcomer's prefix
 
 
 def text(group: World) -> str:
     return "".join(p.stdout for p in group)
+
+
+def logged(out: Path) -> int:
+    """Whole steps in the evaluator's log.bin (0 before its header is there)."""
+    try:
+        return len(LogReader(out / "log.bin").read()[1])
+    except (OSError, CheckpointError):
+        return 0
 
 
 @pytest.fixture(scope="module")
@@ -65,11 +78,18 @@ def joined(tmp_path_factory: pytest.TempPathFactory) -> tuple[World, Path, str]:
     group = World(tmp / "procs", runs.train(*sets), WORLD, merge=True)
     group.watch(out / "log.bin")
     with group.start_all() as run:
-        runs.wait_for_steps(run, out, 4)
+        # a log server on the evaluator's run directory, given to the newcomer only
+        served = free_port()
+        serve = [sys.executable, "-m", "seedflood", "serve-log", str(out), "--host", "127.0.0.1", "--port", str(served)]
+        run.start(LOG_SERVER, serve, env=run.base, merge=True)
+        # whole steps in log.bin, not its bytes: a signed run's records carry seals
+        run.wait_for(lambda: logged(out) >= PREFIX, f"{PREFIX} steps logged", alive=run.procs)
         store = {"SEEDFLOOD_STORE": f"127.0.0.1:{run.port}"}  # the run's store: rank 0 hosts it here
         for n in (NEW, BEYOND, KEYLESS):
-            run.start(f"node{n}", run.argv, env={**run.base, **store, "SEEDFLOOD_NODE": str(n)}, merge=True)
-        run.wait()
+            argv = [*run.argv, "--set", f"churn.log_server=127.0.0.1:{served}"] if n == NEW else run.argv
+            run.start(f"node{n}", argv, env={**run.base, **store, "SEEDFLOOD_NODE": str(n)}, merge=True)
+        run.wait([p.name for p in run if p.name != LOG_SERVER])
+        run.kill(LOG_SERVER)
         said = text(run)
     return run, out, said
 
@@ -92,6 +112,25 @@ def test_a_new_id_joins_a_launched_ring_and_all_five_finish_on_the_replayed_hash
     # the newcomer hashed the steps it applied itself, after its catch-up: the founders' bits
     mine = s["client_step_hashes"][NEW]
     assert mine[-1] == founders[0][-1] and [h for h in mine if h is not None] == founders[0][-len(mine) :]
+
+
+def test_the_newcomer_takes_a_prefix_from_the_log_server_and_its_sponsor_sends_only_the_rest(joined):
+    """`churn.log_server` in a signed launched run: node 4 fetches and checks steps 0..p from
+    `seedflood serve-log` (which served the run's log.bin as the evaluator wrote it) before it
+    knocks; its sponsor, whose chain has the prefix's digest at p, sends the steps from p + 1
+    only, and the newcomer ends on everyone's hash (the test above)."""
+    run, out, said = joined
+    got = re.search(rf"node {NEW}: fetched steps 0\.\.(\d+) from the log server", said)
+    assert got is not None, said[-8000:]
+    p = int(got[1])
+    assert p >= PREFIX - 1, said[-8000:]  # the server served what the evaluator had logged by then
+    assert re.search(rf"sponsoring node {NEW} \(incarnation 1\): .*steps from {p + 1}: it holds 0\.\.{p}\)", said), (
+        said[-8000:]
+    )
+    assert re.search(
+        rf"node {NEW}: joined by replaying \d+ steps from node \d \(steps 0\.\.{p} from the log server\)", said
+    )
+    assert "Traceback" not in run[LOG_SERVER].stdout, run[LOG_SERVER].describe()
 
 
 def test_the_log_records_the_join_and_the_newcomer_counts_from_its_join_step(joined):

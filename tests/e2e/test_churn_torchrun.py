@@ -1,10 +1,13 @@
 """torchrun with per-process agents (launch/churn.sh): SIGKILL one client's worker mid-run and
 its own agent restarts it alone (MAX_RESTARTS); it rejoins by replay while the others train on,
-and the run ends with every client on the evaluator's hash (docs/churn-design.md, Supervisors)."""
+and the run ends with every client on the evaluator's hash (docs/churn-design.md, Supervisors).
+With LOG_SERVER_PORT churn.sh also starts `seedflood serve-log` on the run directory: the
+restarted worker takes the decided prefix there and its sponsor sends only the steps after it."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 
 import pytest
@@ -29,7 +32,7 @@ def test_a_killed_worker_is_restarted_by_its_own_agent_and_rejoins(entry, tmp_pa
     out = tmp_path / "run"
     port = sup.free_port()
     store = f"127.0.0.1:{port}"
-    env = sup.launcher_env(STORE_PORT=str(port), MAX_RESTARTS="2")
+    env = sup.launcher_env(STORE_PORT=str(port), MAX_RESTARTS="2", LOG_SERVER_PORT=str(sup.free_port()))
     argv = ["bash", str(CHURN), str(DEBUG), *sup.churn_sets(out, STEPS, PACE)]
     log = tmp_path / "churn.log"
     with sup.procs(tmp_path / "procs") as procs:
@@ -41,7 +44,11 @@ def test_a_killed_worker_is_restarted_by_its_own_agent_and_rejoins(entry, tmp_pa
         (code,) = procs.wait()
     text = sup.tail(log, 200)
     assert code == 0, text
-    assert "rejoined by replaying" in log.read_text(errors="replace"), text
+    said = log.read_text(errors="replace")
+    assert "rejoined by replaying" in said, text
+    fetched = re.search(rf"node {VICTIM_RANK - 1}: fetched steps 0\.\.(\d+) from the log server", said)
+    assert fetched is not None, text
+    assert f"steps from {int(fetched[1]) + 1}: it holds 0..{fetched[1]})" in said, text  # the sponsor's rest
     sup.check_churn_run(out, STEPS, text)
     reader = LogReader(out / "log.bin")
     _, records = reader.read()

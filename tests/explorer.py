@@ -7,8 +7,9 @@ step by recording (step, digest). Faults are data (`Fault`), so a program can en
 
 The world, one round = one hop of every running client (the global hop index of lockstep
 exchanges). A client of local step t originates its message at the first hop of t (from its
-JOIN step on), runs `hops` hops, then calls `Voter.after(t)` and applies every committed step
-due (t − delay); a step due but not committed (or whose messages are not all here) makes it hop
+JOIN step on), runs hops up to the next round that is a multiple of `hops` (`hops` of them
+unless it waited or joined mid-step: `Churn.step_hops`), then calls `Voter.after(t)` and applies
+every committed step due (t − delay); a step due but not committed (or whose messages are not all here) makes it hop
 on at t (no originating) until it is, at most `protocol.patience_hops` hops, then it stops with
 one line, as `Churn.apply_committed` does. After the last step it drains the same way and
 lingers for a vote's spread, then exits (its neighbours drop the edge).
@@ -242,7 +243,8 @@ class Node:
     flood: Flood = field(init=False)
     voter: Voter = field(init=False)
     t: int = 0
-    hop: int = 0  # hops run in step t (>= hops: waiting for a step due at t)
+    hop: int = 0  # hops run in step t (>= span: waiting for a step due at t)
+    span: int = 0  # hops of step t: to the next round that is a multiple of hops (`Churn.step_hops`)
     rounds: int = 0  # hops run in all
     waited: int = 0
     joined_at: int = 0
@@ -281,6 +283,8 @@ class Node:
     def begin_round(self) -> None:
         """Originate this client's message if this round is the first hop of a step it makes."""
         p = self.protocol
+        if self.hop == 0:  # a step's start: its hops end on the hop clock's phase (`Churn.step_hops`)
+            self.span = p.hops - self.rounds % p.hops
         if self.hop == 0 and self.joined_at <= self.t < p.steps and not self.leaving:
             seed = p.seed(self.i, self.t, 0)
             self.flood.originate([Message.make(self.i, self.t, seed, float(self.i + 1), 0)])
@@ -295,7 +299,7 @@ class Node:
             if self.linger < 0:
                 self.state = "done"
             return
-        if self.hop < p.hops:
+        if self.hop < self.span:
             return
         try:
             self.voter.after(self.t, self.rounds)

@@ -13,8 +13,10 @@ in-memory transport), in three figures:
    plus two delay windows, a window being (delay + 1) steps at the run's own step time.
 2. throughput — --steps steps with no event, with a new id joining every --every steps, and with a
    link of the ring cut and healed --heal-after steps later every --every steps; steps per second
-   of the whole run and the ratio to the run without events, the three taken in turn --repeats
-   times (a burst of load hits all three).
+   of the whole run and the ratio to the run without events, taken in turn --repeats times (a
+   burst of load hits all of them). A second baseline runs no event on a ring of as many clients
+   as the join run ends with (more clients' forwards share the cores: its ratio to the first is
+   what the extra clients cost by themselves).
 3. growth — a ring of --clients admits a new id every --grow-every steps until it has --grow-to
    members; the seconds per step at each roster size (between consecutive admissions on node 0).
 
@@ -169,11 +171,22 @@ def throughput(args: argparse.Namespace, base: list[str]) -> list[dict[str, Any]
         for e in (Event(s, a, "cut", (a + 1) % n), Event(s + args.heal_after, a, "heal", (a + 1) % n))
     ]
     cfg = config.load(args.config, [*base, f"run.steps={args.steps}", f"churn.max_nodes={n + len(joins)}"])
-    kinds = {"none": [], f"join every {every}": joins, f"cut + heal every {every}": heals}
+    # the second baseline: as many clients from the start as the join run ends with (their
+    # forwards share this machine's cores, so more clients are slower per step without any event)
+    wide = config.load(
+        args.config,
+        [*base, f"topology.nodes={n + len(joins)}", f"run.steps={args.steps}", f"churn.max_nodes={n + len(joins)}"],
+    )
+    kinds = {
+        "none": [],
+        f"none, {n + len(joins)} clients": [],
+        f"join every {every}": joins,
+        f"cut + heal every {every}": heals,
+    }
     walls: dict[str, list[float]] = {k: [] for k in kinds}
     for rep in range(args.repeats):
         for name, events in kinds.items():
-            walls[name].append(timed_run(cfg, events, args.forward_s)[1])
+            walls[name].append(timed_run(wide if name.endswith("clients") else cfg, events, args.forward_s)[1])
             print(f"  {name} (repeat {rep + 1}): {walls[name][-1]:.1f} s", flush=True)
     rate = {k: args.steps / statistics.median(w) for k, w in walls.items()}
     return [

@@ -12,8 +12,9 @@ import logging
 import re
 
 import pytest
-from test_churn import PACED, RING8_1HOP, cfg_for, check_one_history, check_survivors, joined, left
+from test_churn import PACED, RING8_1HOP, cfg_for, check_one_history, check_survivors, joined, left, protocol_of
 
+from seedflood.roles.churn import Churn
 from seedflood.roles.inprocess import Event, simulate
 
 
@@ -95,3 +96,28 @@ def test_a_restarted_client_cut_off_from_two_neighbours_is_sponsored_by_the_one_
     assert r.exits == {} and sorted(r.hashes) == list(range(8)), r.exits
     assert left(r) == {5: 3} and 5 in joined(r)
     check_survivors(cfg, r, tmp_path)
+
+
+def test_clients_that_waited_a_hop_through_a_cut_step_on_the_hop_clocks_phase_again(monkeypatch):
+    """The ring of 8 at 4 hops a step (diameter 4): while link 0-1 is cut the ring is a line of
+    diameter 7, and the clients near the cut wait a hop for the votes of the far end before they
+    apply a step. Each then begins its next step a hop off the shared hop clock's phase, and
+    before `Churn.step_hops` it stayed off for the rest of the run: its forwards ran while its
+    neighbours waited in an exchange, and theirs while it waited, every later step slower
+    (1.8x, docs/benchmarks.md). Now each step's hops end on the phase: once the link is back
+    every client begins every step on it."""
+    starts: dict[int, list[tuple[int, int]]] = {}
+    step = Churn.step
+
+    def watched(self: Churn, t: int) -> None:
+        starts.setdefault(self.host.node, []).append((t, self.host.hops_run))
+        step(self, t)
+
+    monkeypatch.setattr(Churn, "step", watched)
+    cfg = cfg_for("topology.kind=ring", "topology.nodes=8", steps=12)
+    hops = protocol_of(cfg).hops
+    r = simulate(cfg, hash_every_step=False, events=[Event(2, 0, "cut", 1), Event(4, 0, "heal", 1)])
+    assert r.exits == {} and len(set(r.hashes.values())) == 1
+    off = {n: [t for t, at in s if at % hops] for n, s in starts.items()}
+    assert any(off.values()), "no client waited a hop: the run does not show the drift"
+    assert all(t < 9 for ts in off.values() for t in ts), off

@@ -68,7 +68,7 @@ from seedflood.core.topology.graph import Topology
 from seedflood.core.zo.replay import state_hash
 from seedflood.ml.workload import Workload
 from seedflood.roles.audit import AuditStats
-from seedflood.roles.churn import Left
+from seedflood.roles.churnedges import Left
 from seedflood.roles.churnstart import ChurnStrategy, sponsored_catch_up
 from seedflood.roles.client import Client
 from seedflood.roles.identities import signing_of

@@ -36,7 +36,7 @@ import argparse
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -118,32 +118,50 @@ def _measure(args: argparse.Namespace) -> int:
         f"{args.factor:g}x slower (forward {f:g} s vs {f * args.factor:g} s), stride {args.stride}"
     )
     if args.launched:
-        figures = speedslaunched.measure(args, slow, base, stride)
+        with speedslaunched.Launcher(args.config, args.timeout) as launch:
+            figures = _runs(args, base, stride, equal, unequal, launch)
         return _report(args, figures, ["overlap", "steps_per_s", "of_equal_rate", "startup_s"], {})
     simulate(config.load(args.config, [*base, "run.steps=2"]), hash_every_step=False)  # warm-up, not timed
     setup = build_seconds(config.load(args.config, base))
     print(f"  building {n} workloads: {setup:.2f} s (subtracted from each run's wall time)", flush=True)
+
+    def in_process(sets: list[str], pace: dict[int, float]) -> dict[str, Any]:
+        return one_run(config.load(args.config, sets), pace, setup)
+
+    figures = _runs(args, base, stride, equal, unequal, in_process)
+    return _report(
+        args, figures, ["overlap", "steps_per_s", "of_equal_rate", "messages", "train_loss"], {"setup_s": setup}
+    )
+
+
+Run = Callable[[list[str], dict[int, float]], dict[str, Any]]
+"""One measured run of the config with these overrides, each client paced by its seconds."""
+
+
+def _runs(
+    args: argparse.Namespace,
+    base: list[str],
+    stride: str,
+    equal: dict[int, float],
+    unequal: dict[int, float],
+    run: Run,
+) -> list[dict[str, Any]]:
+    """The equal, slow and slow + stride runs, with flood.overlap off and on, each against the
+    equal run's rate with the same overlap; `slow` must hold `equal`'s bits."""
     figures: list[dict[str, Any]] = []
     for overlap in (False, True):
-        extra = [f"flood.overlap={str(overlap).lower()}"]
-        runs = [
-            ("equal", config.load(args.config, [*base, *extra]), equal),
-            ("slow", config.load(args.config, [*base, *extra]), unequal),
-            ("slow + stride", config.load(args.config, [*base, *extra, stride]), unequal),
-        ]
+        sets = [*base, f"flood.overlap={str(overlap).lower()}"]
         rows = []
-        for name, cfg, pace in runs:
-            row = {"run": name, "overlap": overlap, **one_run(cfg, pace, setup)}
-            print(f"  {name}, overlap {overlap}: {row['wall_s']:.1f} s", flush=True)
+        for name, extra, pace in [("equal", [], equal), ("slow", [], unequal), ("slow + stride", [stride], unequal)]:
+            row = {"run": name, "overlap": overlap, **run([*sets, *extra], pace)}
+            print(f"  {name}, overlap {overlap}: {row['steps_per_s']:.3f} steps/s, {row['wall_s']:.1f} s", flush=True)
             rows.append(row)
         if rows[0]["hash"] != rows[1]["hash"]:
             raise RuntimeError("a pace changed the bits")
         for row in rows:
             row["of_equal_rate"] = row["steps_per_s"] / rows[0]["steps_per_s"]
         figures += rows
-    return _report(
-        args, figures, ["overlap", "steps_per_s", "of_equal_rate", "messages", "train_loss"], {"setup_s": setup}
-    )
+    return figures
 
 
 def _report(args: argparse.Namespace, figures: list[dict[str, Any]], keys: list[str], extra: dict[str, Any]) -> int:

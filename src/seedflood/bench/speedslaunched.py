@@ -15,10 +15,8 @@ otherwise.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -73,34 +71,29 @@ def one_launched(config: Path, sets: list[str], out: Path, timeout_s: float) -> 
     }
 
 
-def measure(args: argparse.Namespace, slow: list[int], base: list[str], stride: str) -> list[dict[str, Any]]:
-    """The equal, slow and slow + stride runs, with flood.overlap off and on, in that order."""
-    f = args.forward_s
-    paced = [f"run.step_delay_s={f}", "run.node_delay_s={" + ", ".join(f"{o}: {f * args.factor:g}" for o in slow) + "}"]
-    figures: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="speeds-launched-") as tmp:
-        for overlap in (False, True):
-            extra = [f"flood.overlap={str(overlap).lower()}"]
-            extra = ["eval.every=0", "checkpoint.every=0", *extra]  # the evaluator only logs: it keeps up
-            runs = [
-                ("equal", [*base, *extra, f"run.step_delay_s={f}"]),
-                ("slow", [*base, *extra, *paced]),
-                ("slow + stride", [*base, *extra, *paced, stride]),
-            ]
-            rows = []
-            for i, (name, sets) in enumerate(runs):
-                out = Path(tmp) / f"run-{int(overlap)}-{i}"
-                row = {"run": name, "overlap": overlap, **one_launched(args.config, sets, out, args.timeout)}
-                print(
-                    f"  {name}, overlap {overlap}: {row['steps_per_s']:.3f} steps/s "
-                    f"(start-up {row['startup_s']:.1f} s, {row['wall_s']:.1f} s in all)",
-                    flush=True,
-                )
-                rows.append(row)
-            if rows[0]["hash"] != rows[1]["hash"]:
-                raise RuntimeError("a pace changed the bits")
-            for row in rows:
-                row["of_equal_rate"] = row["steps_per_s"] / rows[0]["steps_per_s"]
-            figures += rows
-    sys.stdout.flush()
-    return figures
+class Launcher:
+    """`Run`s of bench/speeds.py as launched runs, each in a fresh run directory of a temporary
+    folder (kept while the context is open). A client's pace becomes its run.node_delay_s (the
+    lowest pace is every client's run.step_delay_s), and the evaluator only logs: no scoring or
+    checkpoints, so it keeps up."""
+
+    def __init__(self, config: Path, timeout_s: float) -> None:
+        self.config, self.timeout_s = config, timeout_s
+        self._tmp = tempfile.TemporaryDirectory(prefix="speeds-launched-")
+        self._runs = 0
+
+    def __enter__(self) -> Launcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._tmp.cleanup()
+
+    def __call__(self, sets: list[str], pace: dict[int, float]) -> dict[str, Any]:
+        common = min(pace.values(), default=0.0)
+        own = {node: s for node, s in pace.items() if s != common}
+        paced = [f"run.step_delay_s={common:g}"]
+        if own:
+            paced.append("run.node_delay_s={" + ", ".join(f"{node}: {s:g}" for node, s in sorted(own.items())) + "}")
+        self._runs += 1
+        out = Path(self._tmp.name) / f"run-{self._runs}"
+        return one_launched(self.config, [*sets, "eval.every=0", "checkpoint.every=0", *paced], out, self.timeout_s)

@@ -13,9 +13,10 @@ import pytest
 from test_churn import PACED, cfg_for, check_survivors, protocol_of
 
 from seedflood.comm import logserve
+from seedflood.core.config.runconfig import Config
 from seedflood.core.flood.protocol import trajectory
 from seedflood.ml.workload import Workload
-from seedflood.roles.inprocess import Event, simulate
+from seedflood.roles.inprocess import Event, SimResult, simulate
 from seedflood.roles.logserver import LogSource
 from seedflood.rundir.logfile import LogWriter
 
@@ -44,6 +45,17 @@ def serve(tmp_path, steps) -> logserve.LogServer:
     return logserve.LogServer(source, source.describe, "127.0.0.1", 0).start()
 
 
+def restart_with(tmp_path, caplog, steps) -> tuple[Config, SimResult]:
+    """The run with node 5 killed and restarted, its restart given a log server of `steps`."""
+    server = serve(tmp_path, steps)
+    caplog.set_level(logging.WARNING, logger="seedflood.roles")
+    try:
+        cfg = cfg_for(PACED, f"churn.log_server={server.address}", steps=STEPS)
+        return cfg, simulate(cfg, events=KILL)
+    finally:
+        server.close()
+
+
 def said(caplog, pattern: str) -> list[re.Match]:
     return [m for r in caplog.records if (m := re.search(pattern, r.getMessage()))]
 
@@ -52,13 +64,7 @@ def said(caplog, pattern: str) -> list[re.Match]:
 def test_a_restart_replays_the_servers_prefix_and_its_sponsor_sends_only_the_steps_after_it(
     tmp_path, caplog, first_steps
 ):
-    server = serve(tmp_path, first_steps)
-    caplog.set_level(logging.WARNING, logger="seedflood.roles")
-    try:
-        cfg = cfg_for(PACED, f"churn.log_server={server.address}", steps=STEPS)
-        r = simulate(cfg, events=KILL)
-    finally:
-        server.close()
+    cfg, r = restart_with(tmp_path, caplog, first_steps)
     assert r.exits == {} and sorted(r.hashes) == list(range(8)), r.exits
     check_survivors(cfg, r, tmp_path)  # one hash, a replay of the decided steps gives it
     assert r.records[:3] == first_steps
@@ -75,13 +81,7 @@ def test_a_tampered_prefix_is_found_by_the_sponsors_chain_and_the_restart_takes_
     s, msgs = first_steps[1]
     msgs = sorted(msgs)
     tampered = [first_steps[0], (s, [dataclasses.replace(msgs[0], scalar=-msgs[0].scalar), *msgs[1:]]), first_steps[2]]
-    server = serve(tmp_path, tampered)  # well-formed steps, another history: only a chain can tell
-    caplog.set_level(logging.WARNING, logger="seedflood.roles")
-    try:
-        cfg = cfg_for(PACED, f"churn.log_server={server.address}", steps=STEPS)
-        r = simulate(cfg, events=KILL)
-    finally:
-        server.close()
+    cfg, r = restart_with(tmp_path, caplog, tampered)  # well-formed steps, another history: only a chain can tell
     assert r.exits == {} and sorted(r.hashes) == list(range(8)), r.exits
     check_survivors(cfg, r, tmp_path)
     assert r.records[:3] == first_steps  # the run's history, not the server's

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+import procs
 import runs
 from procs import World, free_port
 from seedflood.comm import identity
@@ -53,6 +54,16 @@ def logged(out: Path) -> int:
         return len(LogReader(out / "log.bin").read()[1])
     except (OSError, CheckpointError):
         return 0
+
+
+def joins_logged(out: Path) -> bool:
+    """The evaluator's log.bin holds a committed join."""
+    try:
+        reader = LogReader(out / "log.bin")
+        reader.read()
+    except (OSError, CheckpointError):
+        return False
+    return any(c.join for c in reader.changes.values())
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +99,14 @@ def joined(tmp_path_factory: pytest.TempPathFactory) -> tuple[World, Path, str]:
         for n in (NEW, BEYOND, KEYLESS):
             argv = [*run.argv, "--set", f"churn.log_server=127.0.0.1:{served}"] if n == NEW else run.argv
             run.start(f"node{n}", argv, env={**run.base, **store, "SEEDFLOOD_NODE": str(n)}, merge=True)
+        # `seedflood status` while the run goes on, once the log holds node 4's join
+        run.wait_for(lambda: joins_logged(out), "node 4's join in log.bin", alive=[str(r) for r in range(WORLD)])
+        live = procs.run([sys.executable, "-m", "seedflood", "status", str(out), "--json"], env=run.base)
         run.wait([p.name for p in run if p.name != LOG_SERVER])
         run.kill(LOG_SERVER)
         said = text(run)
+    (out / "status-live.json").write_text(live.stdout + live.stderr)
+    assert live.returncode == 0, live.stdout + live.stderr
     return run, out, said
 
 
@@ -131,6 +147,22 @@ def test_the_newcomer_takes_a_prefix_from_the_log_server_and_its_sponsor_sends_o
         rf"node {NEW}: joined by replaying \d+ steps from node \d \(steps 0\.\.{p} from the log server\)", said
     )
     assert "Traceback" not in run[LOG_SERVER].stdout, run[LOG_SERVER].describe()
+
+
+def test_seedflood_status_shows_the_running_run_with_the_newcomer_joined(joined):
+    """`seedflood status --json` taken while the run went on, once its log held the join: the
+    processes running, the log's roster with node 4 joined at its JOIN step, and the founders'
+    and the evaluator's records agreeing."""
+    run, out, said = joined
+    view = json.loads((out / "status-live.json").read_text().splitlines()[-1])
+    rows = {r["name"]: r for r in view["rows"]}
+    assert {"evaluator", "node-0", "node-1", "node-2", "node-3"} <= set(rows), sorted(rows)
+    assert all(rows[n]["state"] == "running" for n in ("evaluator", "node-0", "node-1")), view["rows"]
+    (change,) = view["membership"]["changes"]
+    e = int(re.search(rf"sponsoring node {NEW} \(incarnation 1\): joins at step (\d+)", said)[1])
+    assert change["step"] == e and change["join"] == [[NEW, 1]], change
+    assert view["membership"]["members"] == [0, 1, 2, 3, NEW] and view["problems"] == []
+    assert view["agree"] is not False, view["odd"]
 
 
 def test_the_log_records_the_join_and_the_newcomer_counts_from_its_join_step(joined):

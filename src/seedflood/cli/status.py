@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from seedflood.rundir.layout import CheckpointError, RunDir
 from seedflood.rundir.liveview import STALE_S, Row, View, merge
 from seedflood.rundir.logchanges import Membership, read_membership
+from seedflood.rundir.metrics import human_bytes
 from seedflood.rundir.status import EVALUATOR, RUNNING, read_statuses
 
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear the screen
@@ -204,9 +205,9 @@ def cells(row: Row) -> list[str]:
         "-" if s.members is None else members(s.members),
         str(s.incarnation) if client else "-",
         links(row) if client else "-",
-        f"{size(s.sent_per_s)}/s" if client else "-",
-        size(s.sent) if client else "-",
-        size(s.received) if client else "-",
+        f"{human_bytes(s.sent_per_s)}/s" if client else "-",
+        human_bytes(s.sent) if client else "-",
+        human_bytes(s.received) if client else "-",
         f"{row.age_s:.0f}s",
         f"{s.host}:{s.pid}",
     ]
@@ -235,14 +236,6 @@ def ids(nodes: Sequence[int]) -> str:
         else:
             parts.append(str(n))
     return ",".join(parts) or "none"
-
-
-def size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
 
 
 def short(n: float) -> str:

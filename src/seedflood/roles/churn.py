@@ -38,7 +38,7 @@ from seedflood.core.churn.agreement import Agreement
 from seedflood.core.churn.voter import Voter
 from seedflood.core.flood import membership, stepstream
 from seedflood.core.flood.growth import Growth
-from seedflood.core.flood.membership import AUDIT, JOIN, LEAVE, Change, Note, Roster
+from seedflood.core.flood.membership import AUDIT, JOIN, LEAVE, Change, Note
 from seedflood.core.flood.message import Message
 from seedflood.core.flood.transport import (
     EVALUATOR,
@@ -60,7 +60,7 @@ IDLE_S = 0.01  # a client waiting past its patience for an edge to heal hops at 
 
 class Churn(Joining, EdgeWork):
     """A churn client's schedule and membership (`host.Mode`); its joining and edge halves are
-    `churnjoin.Joining` and `churnedges.EdgeWork`."""
+    `churnjoin.Joining` and `churnedges.EdgeWork`, over their shared `churnbase.ChurnBase`."""
 
     def __init__(
         self,
@@ -110,12 +110,6 @@ class Churn(Joining, EdgeWork):
         self._seen: dict[int, int] = {}  # a knocking new id this member is linked to -> the hop it first saw it
         self._expected: dict[int, int] = {}  # a new id this member grew its end to, not yet admitted -> its JOIN step
         self._noted: set[int] = set()  # those whose JOIN step is the note's (else the knock's guess)
-
-    @property
-    def roster(self) -> Roster:
-        """The committed roster: members of the next step to commit; `roster.changes` holds every
-        committed change (step -> Change)."""
-        return self.agreement.roster
 
     @property
     def changes(self) -> Mapping[int, Change]:
@@ -198,10 +192,6 @@ class Churn(Joining, EdgeWork):
         log.warning(
             "node %d: the evaluator follows this node; %s", self.host.node, _catch_up_said(sent, needs, self.history)
         )
-
-    def _neighbours(self) -> tuple[int, ...]:
-        """Topology neighbours, connected or not (what a churn transport may connect)."""
-        return self.transport.neighbours
 
     # -- agreement --------------------------------------------------------------------------------
     def drain(self) -> None:

@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
-from seedflood.core.churn.agreement import Agreement
 from seedflood.core.flood import membership
-from seedflood.core.flood.growth import Growth
-from seedflood.core.flood.membership import Note, Roster
+from seedflood.core.flood.membership import Note
 from seedflood.core.flood.message import FrameError
-from seedflood.core.flood.transport import ChurnTransport, Healing
-from seedflood.roles.strategy import Host
+from seedflood.core.flood.transport import Healing
+from seedflood.roles.churnbase import ChurnBase
 
 log = logging.getLogger("seedflood.roles.churn")  # one logger for the churn client's lines
 
@@ -40,30 +37,15 @@ class Left(Exception):
         self.step = step
 
 
-class EdgeWork:
+class EdgeWork(ChurnBase):
     """The edge half of `churn.Churn` (a mixin: its state is Churn's)."""
 
-    host: Host
-    transport: ChurnTransport
-    agreement: Agreement
-    growth: Growth | None
     healer: Healing | None
-    leaving: bool
-    joined_at: int
     _links: dict[int, list[Note]]
     _heal_at: dict[int, int]
     _alone: int | None
     _unlink: dict[int, int]
     _parted: set[int]
-    _expected: dict[int, int]
-    _noted: set[int]
-
-    if TYPE_CHECKING:
-
-        @property
-        def roster(self) -> Roster: ...
-
-        def _neighbours(self) -> tuple[int, ...]: ...
 
     def leave(self) -> None:
         """Asked to leave (an in-process `leave` event, SIGTERM to a launched churn client): from

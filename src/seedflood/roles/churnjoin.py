@@ -19,46 +19,31 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from seedflood.core.churn import prefix
-from seedflood.core.churn.agreement import Agreement
 from seedflood.core.churn.prefix import Have
 from seedflood.core.churn.voter import Voter
 from seedflood.core.flood import membership, stepstream
 from seedflood.core.flood.flooding import FloodError
-from seedflood.core.flood.growth import Growth
-from seedflood.core.flood.membership import LEAVE, Roster
+from seedflood.core.flood.membership import LEAVE
 from seedflood.core.flood.message import FrameError, Message
 from seedflood.core.flood.transport import ChurnTransport, EvaluatorFeed, Growing, TransportError
 from seedflood.roles import rejoinproof
-from seedflood.roles.strategy import Host
+from seedflood.roles.churnbase import ChurnBase
 
 log = logging.getLogger("seedflood.roles.churn")  # one logger for the churn client's lines
 
 
-class Joining:
+class Joining(ChurnBase):
     """The joining half of `churn.Churn` (a mixin: its state is Churn's)."""
 
-    host: Host
-    transport: ChurnTransport
-    agreement: Agreement
     voter: Voter
     feed: EvaluatorFeed | None
     history: list[tuple[int, list[Message]]]
     certificates: dict[int, bytes]
-    joined_at: int
-    leaving: bool
-    growth: Growth | None
     grower: Growing | None
     _deferred: set[int]
     _seen: dict[int, int]
-    _expected: dict[int, int]
-    _noted: set[int]
 
     if TYPE_CHECKING:
-
-        @property
-        def roster(self) -> Roster: ...
-
-        def _neighbours(self) -> tuple[int, ...]: ...
 
         def follow(self, feed: EvaluatorFeed) -> None: ...
 

@@ -167,7 +167,8 @@ class ChurnConfig:
         require(not self.repair or self.settle, "churn.repair", "needs churn.settle >= 1 (a committed step repairs)")
         host, sep, port = self.log_server.rpartition(":")
         require(
-            not self.log_server or (bool(sep and host) and port.isdigit() and 0 < int(port) < 65536),
+            not self.log_server
+            or (bool(sep and host) and not any(c.isspace() for c in host) and port.isdigit() and 0 < int(port) < 65536),
             "churn.log_server",
             f"must be HOST:PORT (a `seedflood serve-log`), got {self.log_server!r}",
         )

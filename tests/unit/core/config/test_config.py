@@ -424,6 +424,7 @@ def test_flat():
         ("logs", "must be HOST:PORT"),
         (":29600", "must be HOST:PORT"),
         ("h:p", "HOST:PORT"),
+        ("log host:29600", "must be HOST:PORT"),
     ],
 )
 def test_a_log_server_that_is_not_host_port_or_outside_a_churn_run_is_refused_in_one_line(value, why):

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from seedflood.comm import memory
+from seedflood.comm.memorywires import Wires
 from seedflood.core.config import runconfig as config
 from seedflood.core.flood.membership import Change
 from seedflood.core.flood.protocol import Protocol, trajectory
@@ -422,6 +424,14 @@ def test_f5_harsh_chaos_with_a_cut_link_and_repeated_rejoins_keeps_one_history(s
     check_survivors(cfg, r, tmp_path)
 
 
+def cut_both(wires: Wires, a: int, b: int) -> None:
+    """Cut link a - b both ways from inside the wires (`InMemoryNetwork.cut` does the same): the
+    tests below subclass `Wires`, which the endpoints call, to strike at a hop of their choosing."""
+    for src, dst in ((a, b), (b, a)):
+        wires.faults.cut.add((src, dst))
+        wires.close_edge(src, dst, f"link {src} -> {dst} was cut")
+
+
 def test_f5_a_sponsor_cut_off_from_the_others_right_after_it_sponsors_reaches_them_through_the_newcomer(
     monkeypatch, tmp_path
 ):
@@ -433,29 +443,33 @@ def test_f5_a_sponsor_cut_off_from_the_others_right_after_it_sponsors_reaches_th
     boundary (the old rule) never come up and both stop ("not committed within N extra hops");
     edges connected at the hop index the JOIN note names come up while they wait, node 1's
     messages of step t + 2 still reach every voter in time, and all 8 finish on one history."""
-    from seedflood.comm.memory import InMemoryNetwork
-    from seedflood.roles import inprocess
 
-    class Network(InMemoryNetwork):
-        claimed_at: int | None = None  # node 1's hop index when it claimed node 0
+    class Cutting(Wires):
+        claimed = False
+        claimed_at: int | None = None  # node 1's hop index at its first send after it claimed node 0
+        cuts = 0
 
         def claim(self, sponsor: int, node: int) -> bool:
             if (sponsor, node) != (1, 0):
                 return False
-            if self.claimed_at is None:
-                self.claimed_at = self._endpoints[1].hop
-            return super().claim(sponsor, node)
+            if claimed := super().claim(sponsor, node):
+                self.claimed = True
+            return claimed
 
         def send(self, src: int, dst: int, hop: int, frame: bytes) -> None:
-            if src == 1 and self.claimed_at is not None and hop == self.claimed_at + 6 and (1, 2) not in self._cut:
-                for q in (2, 5):  # the JOIN note reached every node long ago (diameter 3)
-                    self.cut(1, q)
-                    self.cut(q, 1)
+            if src == 1 and self.claimed:
+                if self.claimed_at is None:
+                    self.claimed_at = hop
+                if hop == self.claimed_at + 6 and (1, 2) not in self.faults.cut:
+                    for q in (2, 5):  # the JOIN note reached every node long ago (diameter 3)
+                        cut_both(self, 1, q)
+                        Cutting.cuts += 1
             super().send(src, dst, hop, frame)
 
-    monkeypatch.setattr(inprocess, "InMemoryNetwork", Network)
+    monkeypatch.setattr(memory, "Wires", Cutting)
     cfg = cfg_for(PACED, steps=20)
     r = simulate(cfg, events=[Event(3, 0, "kill"), Event(6, 0, "restart")])
+    assert Cutting.cuts == 2  # the faults above struck (a hook the network no longer calls would not)
     assert r.exits == {} and sorted(r.hashes) == list(range(8)), r.exits
     assert left(r) == {0: 3} and 0 in joined(r)
     check_one_history(r)

@@ -573,8 +573,9 @@ class World:
     def _connect_joiners(self) -> None:
         """At the round its JOIN note names, a restarted node and each neighbour connect their
         edge, where both ends' rules agree (`Churn.link`: the newcomer connects its member
-        neighbours, a member connects the newcomer if it holds the note), whatever steps they
-        are at or wait in. A brand-new id's edges (but its sponsor's) heal instead (`_down`)."""
+        neighbours, a member connects the newcomer if it holds the note, and owes it the
+        committed messages of the steps since its catch-up: `Churn._since_catch_up`), whatever
+        steps they are at or wait in. A brand-new id's edges (but its sponsor's) heal instead (`_down`)."""
         for v, e, link in list(self._joining):
             if self.round < link:
                 continue
@@ -598,6 +599,9 @@ class World:
                     self.linked.append((self.round, edge(u, v)))
                     n.flood.add_peer(u)
                     m.flood.add_peer(v)
+                    # and what the newcomer may lack of steps u applied since its catch-up
+                    lo = self.p.owed_from(e)
+                    m.flood.owe(v, [x for step, msgs in m.history if step >= lo for x in msgs])
 
     def _cut_ok(self, a: int, b: int) -> bool:
         return edge(a, b) not in self._cut

@@ -12,6 +12,7 @@ from __future__ import annotations
 from seedflood.core.churn.agreement import Agreement
 from seedflood.core.flood.growth import Growth
 from seedflood.core.flood.membership import Roster
+from seedflood.core.flood.message import Message
 from seedflood.core.flood.transport import ChurnTransport
 from seedflood.roles.strategy import Host
 
@@ -23,6 +24,7 @@ class ChurnBase:
     transport: ChurnTransport
     agreement: Agreement
     growth: Growth | None
+    history: list[tuple[int, list[Message]]]  # every applied step from 0: (step, its committed messages)
     joined_at: int
     leaving: bool
     _expected: dict[int, int]  # a new id this member grew its end to, not yet admitted -> its JOIN step

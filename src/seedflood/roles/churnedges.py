@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 from seedflood.core.flood import membership
 from seedflood.core.flood.membership import Note
-from seedflood.core.flood.message import FrameError
+from seedflood.core.flood.message import FrameError, Message
 from seedflood.core.flood.transport import Healing
 from seedflood.roles.churnbase import ChurnBase
 
@@ -196,6 +196,7 @@ class EdgeWork(ChurnBase):
         for k in [k for k in self._links if k < h.hops_run]:
             del self._links[k]
         edges: list[int] = []
+        joining: dict[int, int] = {}  # newcomer this member connects -> its JOIN step
         for n in due:
             if self.growth is not None and self.growth.new(n.origin):
                 continue  # a brand-new id's edges heal (`_heal_ok`)
@@ -205,9 +206,25 @@ class EdgeWork(ChurnBase):
                 edges += [q for q in self._neighbours() if q in self.roster.members]
             elif h.node in self.roster.members:
                 edges.append(n.origin)
+                joining[n.origin] = n.step
         edges = sorted({q for q in edges if q != h.node and q not in h.flood.peers and q in self._neighbours()})
         for q in self.transport.connect(edges, h.meet_timeout_s) if edges else []:
             h.flood.add_peer(q)
+            if q in joining:
+                h.flood.owe(q, self._since_catch_up(joining[q]))
+
+    def _since_catch_up(self, e: int) -> list[Message]:
+        """The committed messages this member applied of the steps a newcomer joining at step e
+        may lack (`Protocol.owed_from`): until this hop it had them only through its sponsor,
+        which may have failed before it relayed them, and the flood forgets a step once applied
+        (`add_peer` owes none of them). At most 2·delay + 1 steps of N·K messages."""
+        lo = self.host.protocol.owed_from(e)
+        owed: list[Message] = []
+        for s, msgs in reversed(self.history):
+            if s < lo:
+                break
+            owed += msgs
+        return owed
 
     def after_exchange(self, t: int) -> None:
         """Drop the peers the transport lost in this exchange: the flood stops sending to them."""

@@ -37,7 +37,6 @@ class Joining(ChurnBase):
 
     voter: Voter
     feed: EvaluatorFeed | None
-    history: list[tuple[int, list[Message]]]
     certificates: dict[int, bytes]
     grower: Growing | None
     _deferred: set[int]

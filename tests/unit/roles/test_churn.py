@@ -476,6 +476,45 @@ def test_f5_a_sponsor_cut_off_from_the_others_right_after_it_sponsors_reaches_th
     check_survivors(cfg, r, tmp_path)
 
 
+def test_f5_a_sponsor_that_dies_before_relaying_a_step_leaves_its_newcomer_those_messages_from_the_others(
+    monkeypatch, tmp_path
+):
+    """Harsh seed 1's stop (CI), made deterministic. Node 1 sponsors restarted node 0 before its
+    step t, relays step t's hops and dies in the first hop of step t + 1, before it forwards what
+    reached it in step t's last hop: the message of step t of the origin farthest from it. The
+    newcomer's other edges connect at the JOIN step e = t + delay + 1, when its member
+    neighbours have applied step t and forgotten its messages: the flood owes a new peer only
+    what it still holds, so the newcomer waited out its patience at step t and stopped ("step t
+    was committed but 1 of its messages did not reach this client") while the others trained on;
+    under a supervisor its restart came after they had finished and nobody sponsored it. The
+    members that connect a newcomer now also owe it the committed messages of the steps since
+    its sponsor's catch-up (`Churn.link`), and it finishes on the others' history. (A sponsor
+    that dies in step t's second hop leaves the newcomer without step t − 1's votes too: it
+    commits late, its messages of step e miss the proposals, and its JOIN commits without it,
+    which stops it at once: A JOIN committed without the newcomer.)"""
+
+    class Dying(Wires):
+        doomed = False
+
+        def claim(self, sponsor: int, node: int) -> bool:
+            if (sponsor, node) != (1, 0):
+                return False
+            if (claimed := super().claim(sponsor, node)) and not Dying.doomed:
+                self.faults.dying[1] = (3, 0)  # step t's 3 hops go to every peer, the next to none
+                Dying.doomed = True
+            return claimed
+
+    monkeypatch.setattr(memory, "Wires", Dying)
+    cfg = cfg_for(PACED, steps=20)
+    r = simulate(cfg, events=[Event(3, 0, "kill"), Event(6, 0, "restart")])
+    assert Dying.doomed
+    assert sorted(r.hashes) == [0, 2, 3, 4, 5, 6, 7], r.exits
+    assert set(r.exits) == {1} and "crashed" in r.exits[1], r.exits
+    assert 0 in joined(r) and 1 in left(r)
+    check_one_history(r)
+    check_survivors(cfg, r, tmp_path)
+
+
 class _Connects:
     """What `Churn.rejoin` needs of a transport: `connect` (nothing is exchanged here)."""
 

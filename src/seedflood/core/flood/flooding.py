@@ -32,7 +32,8 @@ but are kept for `note_horizon` steps after their step is applied (a later decis
 except a LEAVE note, which travels one hop: its origin sends it to its neighbours, nobody relays
 it or owes it to a newcomer (only the leaver's neighbours act on it, and only on the leaver's own
 frame, so neither a relay nor a later incarnation of the leaver can close another edge with it);
-neighbours come and go (`drop_peer`, and `add_peer`, which owes the newcomer everything held);
+neighbours come and go (`drop_peer`, and `add_peer`, which owes the newcomer everything held;
+`owe` adds what a newcomer may lack of steps applied already);
 and `take_step(step, origins)` hands out a decided step's messages from the given origins only,
 without the completeness check (the caller decided the step by the churn rule).
 
@@ -366,6 +367,18 @@ class Flood:
                 owed[i] = item
                 self._known.get(i, set()).discard(peer)
         self._pending[peer] = owed
+
+    def owe(self, peer: int, messages: Iterable[Message]) -> None:
+        """Send `peer` messages of steps this node applied and forgot (the committed copies, from
+        its log): a newcomer whose sponsor failed before it relayed a step lacks them, and its
+        other neighbours, which connect it only after they applied that step, no longer hold them
+        (docs/churn-design.md, A sponsor that fails before it relays). Nothing is held here; the
+        peer drops what it holds or applied already."""
+        pending = self._pending.get(peer)
+        if pending is None:
+            raise FloodError(f"node {self.node}: peer {peer} is not connected")
+        for m in messages:
+            pending.setdefault(m.id, m)
 
     def pop_ready(self, upto: int) -> list[tuple[int, list[Message]]]:
         """Pop every consecutive complete step up to `upto` (for followers such as the evaluator)."""

@@ -212,6 +212,15 @@ class Protocol:
         """Frames a client accepts during the hops of `step`."""
         return self.limits(step - self.step_window, step + self.step_window)
 
+    def owed_from(self, join_step: int) -> int:
+        """The first step whose committed messages a member owes a newcomer it connects at the
+        hop its JOIN note (for `join_step` = e) names (docs/churn-design.md, A sponsor that fails
+        before it relays): its catch-up came before step t = e − delay − 1 and held the steps
+        from t − delay as its sponsor then did, so e − 2·delay − 1; none older than the
+        newcomer's wire window takes there (its local step is at most e + 1 at that hop: a
+        catch-up off the hop clock's phase shortens its first step)."""
+        return max(join_step - 2 * self.delay - 1, join_step + 2 - self.step_window)
+
     @property
     def per_step(self) -> int:
         """Messages in one complete step without a stride: N·K."""

@@ -292,3 +292,24 @@ def test_the_sorted_notes_cache_forgets_every_step_past_the_horizon():
         f.receive(1, [Message.make(0, s, 9, 1.0), Message.make(1, s, 9, 1.0)])
         assert len(f.take_step(s, [0, 1])) == 2
     assert {k[0] for k in f._sorted} <= set(range(17, 20))
+
+
+def test_owed_messages_of_an_applied_step_go_to_that_peer_only_and_the_newcomer_takes_what_it_lacks():
+    """`owe`: a member that applied (and forgot) step 0 sends a newcomer its committed messages;
+    nothing is held by the member, other neighbours get nothing, and the newcomer takes only the
+    ones it lacks (those it holds count as duplicates), so it can then apply the step."""
+    member = Flood(1, [0, 2], range(3), 1, tolerate_conflicts=True)
+    step0 = [msg(0, 0), msg(1, 0), msg(2, 0)]
+    member.receive(2, [step0[0], step0[2]])
+    member.originate([step0[1]])
+    member.outbox()
+    assert member.take_step(0, range(3)) == step0
+    member.owe(0, step0)
+    assert member.outbox() == {0: step0, 2: []}
+    assert member.messages(0, range(3)) == []  # nothing held again: the step stays applied
+    newcomer = Flood(0, [1], range(3), 1, tolerate_conflicts=True)
+    newcomer.restore([step0[0]])  # from its catch-up; its sponsor never relayed the rest
+    assert newcomer.receive(1, step0) == step0[1:]
+    assert newcomer.stats.duplicates == 1 and newcomer.is_complete(0)
+    with pytest.raises(FloodError, match="not connected"):
+        member.owe(5, step0)

@@ -43,6 +43,14 @@ def test_step_window_must_exceed_delay():
         proto("flood.hops_per_step=1", "flood.step_window=3", diameter=4)
 
 
+def test_a_newcomer_is_owed_the_steps_since_its_catch_up_that_its_wire_window_takes():
+    p = proto("flood.hops_per_step=1", diameter=4)  # delay 3: catch-up before step 20 - 3 - 1 = 16
+    assert p.owed_from(20) == 16 - p.delay == 13
+    narrow = proto("flood.hops_per_step=1", "flood.step_window=5", diameter=4)
+    assert narrow.owed_from(20) == 17  # at local step 21 it takes steps from 16 on; one more kept clear
+    assert narrow.limits(21 - 5, 21 + 5).min_step <= narrow.owed_from(20)
+
+
 @pytest.mark.parametrize(("diameter", "hops"), [(4, 0), (4, 1), (4, 2), (0, 0)])
 def test_overlap_adds_exactly_one_step_of_delay(diameter, hops):
     plain = proto(f"flood.hops_per_step={hops}", diameter=diameter)

@@ -101,7 +101,8 @@ def joined(tmp_path_factory: pytest.TempPathFactory) -> tuple[World, Path, str]:
             run.start(f"node{n}", argv, env={**run.base, **store, "SEEDFLOOD_NODE": str(n)}, merge=True)
         # `seedflood status` while the run goes on, once the log holds node 4's join
         run.wait_for(lambda: joins_logged(out), "node 4's join in log.bin", alive=[str(r) for r in range(WORLD)])
-        live = procs.run([sys.executable, "-m", "seedflood", "status", str(out), "--json"], env=run.base)
+        status = [sys.executable, "-m", "seedflood", "status", str(out), "--json", "--store", store["SEEDFLOOD_STORE"]]
+        live = procs.run(status, env=run.base)
         run.wait([p.name for p in run if p.name != LOG_SERVER])
         run.kill(LOG_SERVER)
         said = text(run)
@@ -150,9 +151,9 @@ def test_the_newcomer_takes_a_prefix_from_the_log_server_and_its_sponsor_sends_o
 
 
 def test_seedflood_status_shows_the_running_run_with_the_newcomer_joined(joined):
-    """`seedflood status --json` taken while the run went on, once its log held the join: the
-    processes running, the log's roster with node 4 joined at its JOIN step, and the founders'
-    and the evaluator's records agreeing."""
+    """`seedflood status --json --store` taken while the run went on, once its log held the join:
+    the processes running, the log's roster with node 4 joined at its JOIN step, the founders'
+    and the evaluator's records agreeing, and the store's view of the knock and its sponsor."""
     run, out, said = joined
     view = json.loads((out / "status-live.json").read_text().splitlines()[-1])
     rows = {r["name"]: r for r in view["rows"]}
@@ -163,6 +164,12 @@ def test_seedflood_status_shows_the_running_run_with_the_newcomer_joined(joined)
     assert change["step"] == e and change["join"] == [[NEW, 1]], change
     assert view["membership"]["members"] == [0, 1, 2, 3, NEW] and view["problems"] == []
     assert view["agree"] is not False, view["odd"]
+    # and the store (`--store`): every founder in its first life, node 4 the one knock, claimed by its sponsor
+    sponsor = int(re.search(rf"node (\d+): sponsoring node {NEW}", said)[1])
+    lives = {p["node"]: p for p in view["store"]["processes"]}
+    assert view["store"]["knocks"] == 1 and sorted(lives) == [0, 1, 2, 3, NEW], view["store"]
+    assert [lives[n]["incarnation"] for n in range(CLIENTS)] == [1] * CLIENTS, view["store"]
+    assert lives[NEW] == {"node": NEW, "incarnation": 1, "sponsor": sponsor, "knocked": True, "waiting": False}
 
 
 def test_the_log_records_the_join_and_the_newcomer_counts_from_its_join_step(joined):

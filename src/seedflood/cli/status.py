@@ -9,7 +9,10 @@ bytes), then the membership (the log's roster and its last joins and leaves, by 
 `--edges`, one line per client of its bytes per link. `status` prints it once; `--watch` (and
 `watch` without `--once`) redraws it in place with ANSI escapes on a terminal (successive
 tables elsewhere) until the evaluator's record is final (finished or failed) and every other
-record is final or stale, or Ctrl-C; `--json` prints one JSON object once.
+record is final or stale, or Ctrl-C; `--json` prints one JSON object once. `--store HOST:PORT`
+adds what the run's rendezvous store says (comm/storeview.py, read-only): each node's latest
+registered incarnation, and the restarts and new ids waiting for a sponsor or sponsored, which
+the store knows before their status records do.
 
 Exit status: 0 when every record and the log could be read; 1 when one could not (each is one
 line under the table, or in the JSON's "problems"); 2 (one line, from the CLI's dispatch) for a
@@ -18,7 +21,8 @@ path that is not a run directory (`RunDir.watched`).
 Plain text rather than `rich`: a dozen columns need no layout engine, and the output stays
 readable in a CI log or a pipe. Per-link bytes are a section of their own (`--edges`), not a
 column: at 32 clients of degree 4 to 8 a column would push every row past a screen's width.
-Imports only the stdlib, rundir and core.flood.membership (no torch): it starts fast.
+Imports only the stdlib, rundir and core.flood.membership (no torch) unless `--store` is given:
+it starts fast.
 
 Assumes: called by seedflood.cli's dispatch.
 """
@@ -30,12 +34,16 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from seedflood.rundir.layout import CheckpointError, RunDir
 from seedflood.rundir.liveview import STALE_S, Row, View, merge
 from seedflood.rundir.logchanges import Membership, read_membership
 from seedflood.rundir.metrics import human_bytes
 from seedflood.rundir.status import EVALUATOR, RUNNING, read_statuses
+
+if TYPE_CHECKING:
+    from seedflood.comm.storeview import StoreView
 
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear the screen
 COLUMNS = (
@@ -78,6 +86,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         p.add_argument("--edges", action="store_true", help="also show each client's bytes sent/received per link")
         p.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between redraws (default 1)")
         p.add_argument(
+            "--store",
+            metavar="HOST:PORT",
+            help="also read the run's rendezvous store (SEEDFLOOD_STORE, or MASTER_ADDR:MASTER_PORT): each node's "
+            "latest incarnation and the restarts and new ids waiting for a sponsor; read-only",
+        )
+        p.add_argument(
             "--stale",
             type=float,
             default=STALE_S,
@@ -101,21 +115,50 @@ def view_of(run: RunDir, stale_s: float) -> View:
     return merge(statuses, problems, time.time(), stale_s, membership)
 
 
+def store_of(address: str | None, view: View) -> StoreView | None:
+    """What the store at `address` says of the view's nodes and of every id that knocked; None
+    without `--store`, or when it cannot be read (then one line in the view's problems)."""
+    if address is None:
+        return None
+    from seedflood.comm.storeview import StoreViewError, read_store  # torch: only with --store
+
+    nodes = {r.status.node for r in view.rows if r.status.node is not None}
+    if view.membership is not None:
+        nodes |= {*view.membership.start, *view.membership.members}
+    try:
+        return read_store(address, nodes)
+    except StoreViewError as e:
+        view.problems.append(str(e))
+        return None
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from seedflood.core.config.configerror import ConfigError
 
     if args.interval <= 0 or args.stale <= 0:
         raise ConfigError("--interval and --stale take a number of seconds > 0")
+    if args.store is not None:
+        from seedflood.comm.storeview import StoreViewError, parse_address
+
+        try:
+            parse_address(args.store)
+        except StoreViewError as e:
+            raise ConfigError(str(e)) from None
     redraw = args.watch if args.watch is not None else not args.once  # `watch` redraws unless --once
     run = RunDir.watched(args.run_dir)
     if args.json:
         view = view_of(run, args.stale)
-        print(json.dumps({"run": str(run.root), **view.to_dict()}, sort_keys=True))
+        store = store_of(args.store, view)
+        seen = {"run": str(run.root), **view.to_dict()}
+        if args.store is not None:
+            seen["store"] = None if store is None else store.to_dict()
+        print(json.dumps(seen, sort_keys=True))
         return 0 if view.readable else 1
     tty = sys.stdout.isatty()
     while True:
         view = view_of(run, args.stale)
-        text = render(run, view, args.edges)
+        store = store_of(args.store, view)
+        text = render(run, view, args.edges, store)
         print(CLEAR + text if tty and redraw else text, flush=True)
         if not redraw or over(view):
             return 0 if view.readable else 1
@@ -132,9 +175,9 @@ def over(view: View) -> bool:
     return bool(ended) and all(r.status.state != RUNNING or r.stale for r in rows)
 
 
-def render(run: RunDir, view: View, edges: bool = False) -> str:
+def render(run: RunDir, view: View, edges: bool = False, store: StoreView | None = None) -> str:
     """The view as text: a heading line (the run, the agreement), one line per process, the
-    membership, the bytes per link (`edges`), then the problems."""
+    membership, the bytes per link (`edges`), what the store says (`store`), then the problems."""
     if view.agree is None:
         agreement = "agreement: nothing to compare yet"
     elif view.agree:
@@ -153,6 +196,8 @@ def render(run: RunDir, view: View, edges: bool = False) -> str:
         lines += membership_lines(view.membership, view.missing)
     if edges:
         lines += edge_lines(view.rows)
+    if store is not None:
+        lines += store_lines(store, view.rows)
     lines += [f"unreadable: {p}" for p in view.problems]
     lines += [f"{r.name}: {r.status.state}: {r.status.reason}" for r in view.rows if r.status.reason]
     return "\n".join(lines)
@@ -188,6 +233,21 @@ def edge_lines(rows: Iterable[Row]) -> list[str]:
         if to_evaluator is not None:
             links.append(f"ev:{short(to_evaluator[0])}")
         lines.append(f"  {r.name.ljust(width)}  {' '.join(links) or '-'}")
+    return lines
+
+
+def store_lines(store: StoreView, rows: Iterable[Row]) -> list[str]:
+    """The store's latest incarnation of each node, then a line for each life the status records
+    do not show yet (a restart or a new id that registered after the record was written)
+    and each one waiting for a sponsor."""
+    shown = {r.status.node: r.status.incarnation for r in rows if r.status.node is not None}
+    registered = [f"{p.node}:{p.incarnation}" for p in store.processes if p.incarnation]
+    knocks = f"{store.knocks} knock{'' if store.knocks == 1 else 's'} of new ids"
+    lines = [f"store {store.address}: latest incarnations {' '.join(registered) or 'none'}; {knocks}"]
+    for p in store.processes:
+        ahead = p.incarnation > shown.get(p.node, 0)
+        if p.waiting or (ahead and (p.knocked or p.incarnation > 1)):
+            lines.append(f"  {p.describe()}" + ("; no status record of it yet" if ahead else ""))
     return lines
 
 

@@ -57,7 +57,8 @@ _ABSENT = "\x00absent"  # compare_set's answer for a missing key (never a real v
 _TRIES = itertools.count(1)  # this process's connection attempts (unique per incarnation)
 
 
-def _inc_key(node: int) -> str:
+def inc_key(node: int) -> str:
+    """Where `node`'s latest incarnation is counted (`register`, `incarnation_of`)."""
     return f"seedflood/inc/{node}"
 
 
@@ -135,12 +136,12 @@ class Knocks:
 def register(store: dist.Store | BoundedStore, node: int) -> int:
     """Take the next incarnation of `node` (1, 2, ...) and publish it: one atomic store.add, so
     a restarted process gets a new one without asking anybody."""
-    return int(store.add(_inc_key(node), 1))
+    return int(store.add(inc_key(node), 1))
 
 
 def incarnation_of(store: dist.Store | BoundedStore, node: int) -> int:
     """The latest incarnation `node` registered (0 = none yet); one store read."""
-    return int(store.add(_inc_key(node), 0))
+    return int(store.add(inc_key(node), 0))
 
 
 def peek(store: dist.Store | BoundedStore, key: str) -> str | None:

@@ -376,6 +376,9 @@ def serve_store(host: str, port: int) -> None:
     del store  # pragma: no cover
 
 
+RUN_PREFIX = "seedflood/run"  # a churn run's keys in its store (rendezvous.py lists them; storeview.py reads them)
+
+
 def store_address(environ: Mapping[str, str] = os.environ) -> tuple[str, int] | None:
     """SEEDFLOOD_STORE=HOST:PORT: the external store of a churn run (None: rank 0 hosts it)."""
     text = environ.get("SEEDFLOOD_STORE", "").strip()
@@ -400,7 +403,7 @@ def store_group(world: World, cfg: TransportConfig) -> Iterator[StoreGroup]:
     if external is not None:
         log.info("connecting to the store at %s:%d (up to %g s)", *external, timeout.total_seconds())
         store = dist.TCPStore(external[0], external[1], is_master=False, timeout=timeout)
-        yield StoreGroup(world, dist.PrefixStore("seedflood/run", store), timeout, store)
+        yield StoreGroup(world, dist.PrefixStore(RUN_PREFIX, store), timeout, store)
         return
     port = world.master_port or free_port()
     if world.rank:
@@ -411,7 +414,7 @@ def store_group(world: World, cfg: TransportConfig) -> Iterator[StoreGroup]:
             timeout.total_seconds(),
         )
     store = _rendezvous_store(world, port, timeout, wait_for_workers=False)
-    yield StoreGroup(world, dist.PrefixStore("seedflood/run", store), timeout, store)
+    yield StoreGroup(world, dist.PrefixStore(RUN_PREFIX, store), timeout, store)
 
 
 @contextmanager

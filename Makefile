@@ -23,7 +23,7 @@ STAMP := $(VENV)/.installed
 
 LINT_PATHS ?= src tests
 
-.PHONY: install test durations test-all test-e2e-probe run bench clean compose-up compose-churn-up compose-join lint format gpu-kit gpu-check
+.PHONY: install test durations test-all test-e2e-probe run bench clean compose-up compose-churn-up compose-join compose-scale lint format gpu-kit gpu-check
 
 install: $(STAMP)
 
@@ -124,6 +124,10 @@ compose-join: install
 	test -n "$(MAX_NODES)" || { echo "make compose-join: MAX_NODES=M (the run's churn.max_nodes) is required" >&2; exit 2; }
 	test $$(( $(FIRST) + $(ADD) )) -le $(MAX_NODES) -a $(FIRST) -ge $(N) || { echo "make compose-join: new ids $(FIRST)..$$(( $(FIRST) + $(ADD) - 1 )) are outside the run's $(N)..$$(( $(MAX_NODES) - 1 ))" >&2; exit 2; }
 	$(CHURN_SCALE) | CONFIG=$(CONFIG) docker compose -p $(CHURN_PROJECT) -f - up -d --no-deps --no-recreate $(shell seq -f 'client%g' $$(( $(FIRST) + 1 )) $$(( $(FIRST) + $(ADD) )))
+
+# compose-scale: the same target under the name `docker compose up --scale` suggests (it adds
+# services with ids of their own, not replicas of one).
+compose-scale: compose-join
 
 test-e2e-probe: install
 	SEEDFLOOD_E2E_ENTRY=probe HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS) tests/e2e

@@ -202,6 +202,9 @@ def test_make_compose_join_starts_the_new_ids_services_in_the_running_project(tm
     r = make("N=4", "MAX_NODES=7", "ADD=1", "FIRST=6")  # a second batch: id 6 only
     assert r.returncode == 0 and (tmp_path / "argv").read_text().split()[-2:] == ["--no-recreate", "client7"], r.stderr
     (tmp_path / "argv").unlink()
+    r = make("N=4", "MAX_NODES=7", "ADD=1", "FIRST=6", target="compose-scale")  # the same under --scale's name
+    assert r.returncode == 0 and (tmp_path / "argv").read_text().split()[-2:] == ["--no-recreate", "client7"], r.stderr
+    (tmp_path / "argv").unlink()
     for args, said in [
         (("N=4", "MAX_NODES=7", "ADD=2", "FIRST=6"), "new ids 6..7 are outside the run's 4..6"),
         (("N=4", "MAX_NODES=7", "FIRST=3"), "new ids 3..3 are outside the run's 4..6"),

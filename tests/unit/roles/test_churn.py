@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seedflood.comm import memory
+from seedflood.comm import identity, memory
 from seedflood.comm.memorywires import Wires
 from seedflood.core.config import runconfig as config
 from seedflood.core.flood.membership import Change
@@ -476,8 +476,9 @@ def test_f5_a_sponsor_cut_off_from_the_others_right_after_it_sponsors_reaches_th
     check_survivors(cfg, r, tmp_path)
 
 
+@pytest.mark.parametrize("sign", [False, True], ids=["unsigned", "signed"])
 def test_f5_a_sponsor_that_dies_before_relaying_a_step_leaves_its_newcomer_those_messages_from_the_others(
-    monkeypatch, tmp_path
+    sign, monkeypatch, tmp_path
 ):
     """Harsh seed 1's stop (CI), made deterministic. Node 1 sponsors restarted node 0 before its
     step t, relays step t's hops and dies in the first hop of step t + 1, before it forwards what
@@ -488,7 +489,8 @@ def test_f5_a_sponsor_that_dies_before_relaying_a_step_leaves_its_newcomer_those
     was committed but 1 of its messages did not reach this client") while the others trained on;
     under a supervisor its restart came after they had finished and nobody sponsored it. The
     members that connect a newcomer now also owe it the committed messages of the steps since
-    its sponsor's catch-up (`Churn.link`), and it finishes on the others' history. (A sponsor
+    its sponsor's catch-up (`Churn.link`), and it finishes on the others' history; signed, with
+    every owed message its origin's signature (nothing counted as forged). (A sponsor
     that dies in step t's second hop leaves the newcomer without step t − 1's votes too: it
     commits late, its messages of step e miss the proposals, and its JOIN commits without it,
     which stops it at once: A JOIN committed without the newcomer.)"""
@@ -505,9 +507,14 @@ def test_f5_a_sponsor_that_dies_before_relaying_a_step_leaves_its_newcomer_those
             return claimed
 
     monkeypatch.setattr(memory, "Wires", Dying)
-    cfg = cfg_for(PACED, steps=20)
+    keys = ()
+    if sign:
+        identity.write_keys(tmp_path / "keys", 8)
+        keys = ("trust.sign=true", f"trust.keys={tmp_path / 'keys'}")
+    cfg = cfg_for(PACED, *keys, steps=20)
     r = simulate(cfg, events=[Event(3, 0, "kill"), Event(6, 0, "restart")])
     assert Dying.doomed
+    assert sum(s.forged for s in r.flood.values()) == 0
     assert sorted(r.hashes) == [0, 2, 3, 4, 5, 6, 7], r.exits
     assert set(r.exits) == {1} and "crashed" in r.exits[1], r.exits
     assert 0 in joined(r) and 1 in left(r)

@@ -8,7 +8,11 @@ vectors and the local steps live in baselines_core.py (its docstring defines eac
 Every client's tensors travel as `tensorwire` frames through real `Transport` endpoints
 (`memory.InMemoryNetwork`, one thread per node for each hop), so bytes are counted by the same
 `ByteCounter` rule as SeedFlood's messages: HEADER + frame per directed edge, at the sender, at
-the step the exchange belongs to. `frame_bytes` is that frame's size, analytically.
+the step the exchange belongs to. `frame_bytes` is that frame's size, analytically. With
+`algorithm.wire: counted` (dzsgd, dsgd and their -lora variants) a mixing round reads the
+neighbours' vectors in place and counts each directed edge that same HEADER + DENSE frame (on
+the CPU the same bits and bytes as over frames, `test_baselines.py`; faster where a frame's
+encode and decode dominate, as for a 135M model on a GPU host).
 
 lr = algorithm.lr, or DEFAULT_LR[name] when it is 0. With algorithm.lr = zo.lr, mezo is
 SeedFlood's one-client Gaussian run.
@@ -149,6 +153,8 @@ def check(cfg: Config) -> None:
         )
     if cfg.model.dtype != "float32":
         raise ConfigError("model.dtype: the baselines keep fp32 client vectors; use model.dtype=float32")
+    if a.wire == "counted" and base_name(a.name) not in ("dzsgd", "dsgd"):
+        raise ConfigError(f"algorithm.wire: counted is for dzsgd and dsgd (and their -lora variants), not {a.name}")
 
 
 def train(cfg: Config, progress: bool = True) -> Result:

@@ -28,7 +28,9 @@ Owns what `baselines.train` drives (baselines.py owns the run, its scoring and i
 
 Every client's tensors travel as `tensorwire` frames through real `Transport` endpoints
 (`memory.InMemoryNetwork`, one thread per node for each hop), so bytes are counted by the same
-`ByteCounter` rule as SeedFlood's messages.
+`ByteCounter` rule as SeedFlood's messages; with `algorithm.wire: counted` a gossip round reads
+the neighbours' vectors in place and counts each edge's frame into the same counters
+(`Gossip._mix_counted`).
 
 Assumes: model.dtype float32 (client vectors are fp32 views); one process; updates and forwards
 on one thread (the hop threads only move frames).
@@ -50,7 +52,7 @@ from seedflood.comm.memoryendpoint import MemoryTransport
 from seedflood.core.config import rng
 from seedflood.core.config.configerror import ConfigError
 from seedflood.core.config.runconfig import Config
-from seedflood.core.flood.transport import ByteCounter
+from seedflood.core.flood.transport import HEADER, ByteCounter
 from seedflood.core.topology.graph import Topology
 from seedflood.core.zo import estimate as zo
 from seedflood.core.zo.directions import Gaussian
@@ -233,6 +235,27 @@ class Gossip(Algorithm):
         return t + 1
 
     def mix(self, step: int) -> None:
+        """x_i ← Σ_j W_ij x_j, the vectors sent as frames (`algorithm.wire`: frames) or read in
+        place with their frames' bytes counted (counted)."""
+        if self.ctx.cfg.algorithm.wire == "counted":
+            self._mix_counted(step)
+        else:
+            self._mix_frames(step)
+
+    def _mix_counted(self, step: int) -> None:
+        """Every x_j read where it lies; each directed edge counted HEADER + its DENSE frame, as
+        the transport counts a frame it sends (at the sender, at this step). gossip.mix is the
+        same arithmetic on the same values as over the frames (lossless), so on the CPU the bits
+        are the same; peak 2N vectors (the old ones are read until every node has mixed)."""
+        top, n = self.ctx.top, self.ctx.n
+        assert top is not None
+        sent = HEADER + tensorwire.size("dense", self.xs[0].numel())
+        for i in range(n):
+            for p in top.neighbors(i):
+                self.ctx.endpoints[i].counter.add(step, i, p, sent)
+        self.xs = [gossip.mix(self.xs[i], {j: self.xs[j] for j in top.neighbors(i)}, self.rows[i], i) for i in range(n)]
+
+    def _mix_frames(self, step: int) -> None:
         """Send every x_i to the neighbours as a DENSE frame; x_i ← Σ_j W_ij x_j.
 
         The frame is lossless, so x_i itself is dropped once encoded and read back from its own

@@ -260,3 +260,27 @@ def test_diloco_one_client_is_torch_adamw_then_nesterov(tmp_path):
     flat.zero_grad()
     torch.testing.assert_close(r.algorithm.theta, theta, rtol=0, atol=1e-5)
     assert not torch.equal(theta, r.x0)
+
+
+@pytest.mark.parametrize("name", ["dzsgd", "dsgd"])
+def test_counted_wire_gives_the_frames_bits_and_bytes(tmp_path, name):
+    """`algorithm.wire: counted` (the neighbours' vectors read in place, each edge's frame
+    counted) against the frames through the transport, side by side: every client's vector
+    equal to the bit and the counter's table equal row for row, over gossip every step and every
+    third (the steps without a round count nothing)."""
+    for every in (1, 3):
+        sets = ("eval.every=0", "run.steps=4", f"algorithm.gossip_every={every}")
+        framed = baselines.train(cfg_for(tmp_path / f"f{every}", name, *sets), progress=False)
+        counted = baselines.train(
+            cfg_for(tmp_path / f"c{every}", name, *sets, "algorithm.wire=counted"), progress=False
+        )
+        for a, b in zip(framed.algorithm.clients(), counted.algorithm.clients(), strict=True):
+            assert torch.equal(a, b)
+        assert per_edge_step(counted) == per_edge_step(framed) != {}
+        assert counted.summary.bytes_per_edge_cumulative == framed.summary.bytes_per_edge_cumulative
+
+
+def test_counted_wire_is_refused_where_it_does_not_apply(tmp_path):
+    for name in ("choco", "diloco", "mezo"):
+        with pytest.raises(ConfigError, match="algorithm.wire: counted is for dzsgd and dsgd"):
+            baselines.train(cfg_for(tmp_path, name, "algorithm.wire=counted"), progress=False)

@@ -338,6 +338,7 @@ def test_every_setting_changed_round_trips(tmp_path):
         "algorithm.name=diloco",
         "algorithm.lr=1e-4",
         "algorithm.gossip_every=2",
+        "algorithm.wire=counted",
         "algorithm.gamma=0.25",
         "algorithm.topk=0.5",
         "algorithm.inner_steps=3",

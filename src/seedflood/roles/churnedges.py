@@ -6,7 +6,8 @@ leaves it out, then floods a LEAVE note and closes its edges with its neighbours
 note names, raising `Left`; `unlink`, the neighbours' side), healing down edges to live members
 and to a brand-new id before its admission (`heal`, `_heal_ok`, over a `transport.Healing`
 transport; a client alone holds its hop clock), connecting rejoined edges on the shared hop clock
-(`link`), and dropping lost peers and senders of bad frames (`after_exchange`, `on_bad_frame`).
+(`link`, with the committed messages a newcomer may lack since its catch-up: `_since_catch_up`),
+and dropping lost peers and senders of bad frames (`after_exchange`, `on_bad_frame`).
 
 Assumes: mixed into `churn.Churn`, which holds the state these methods read and write (declared
 below for the type checker); which edges come up changes no vote, so nothing here touches safety.

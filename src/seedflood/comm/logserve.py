@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from seedflood.core.config.hostport import host_port
+
 log = logging.getLogger(__name__)
 
 PATH = "/prefix"
@@ -81,10 +83,9 @@ class LogServer:
 
 def parse(address: str) -> tuple[str, int]:
     """(host, port) of "HOST:PORT"; ValueError (one line) otherwise."""
-    host, sep, port = address.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if (parsed := host_port(address)) is None:
         raise ValueError(f"{address!r} is not HOST:PORT")
-    return host, int(port)
+    return parsed
 
 
 def fetch(address: str, timeout_s: float) -> bytes:

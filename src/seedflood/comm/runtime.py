@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 from seedflood.comm.bounded import BoundedStore
+from seedflood.core.config.hostport import host_port
 from seedflood.core.config.systemsections import TransportConfig
 from seedflood.core.topology.resolve import node_of
 
@@ -384,10 +385,9 @@ def store_address(environ: Mapping[str, str] = os.environ) -> tuple[str, int] | 
     text = environ.get("SEEDFLOOD_STORE", "").strip()
     if not text:
         return None
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit():
+    if (address := host_port(text)) is None:
         raise WorldError(f"SEEDFLOOD_STORE={text!r} is not HOST:PORT")
-    return host, int(port)
+    return address
 
 
 @contextmanager

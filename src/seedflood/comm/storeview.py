@@ -5,7 +5,7 @@ store): each node's latest registered incarnation (a restarted process registers
 for a sponsor, so the store knows it before its status record does), which neighbour claimed
 each restart's and each knock's catch-up (or none yet: waiting for a sponsor), and the knocks of
 brand-new ids. Every call is a `peek` (a compare-and-set that never matches, so it writes
-nothing) or a `check`, each bounded (`bounded.BoundedStore`): a store that is down or hung costs
+nothing), each bounded (`bounded.BoundedStore`): a store that is down or hung costs
 one line, never a hang.
 
 Assumes: the run's processes keep their keys under `RUN_PREFIX` of the store at the address
@@ -24,6 +24,7 @@ import torch.distributed as dist
 from seedflood.comm.bounded import BoundedStore, StoreGone
 from seedflood.comm.rendezvous import KNOCKS_KEY, inc_key, knock_key, parse_greeting, peek, sponsor_key
 from seedflood.comm.runtime import RUN_PREFIX
+from seedflood.core.config.hostport import host_port
 
 READ_TIMEOUT_S = 5.0  # the bound on connecting and on each read (s)
 
@@ -68,10 +69,9 @@ class StoreView:
 
 def parse_address(text: str) -> tuple[str, int]:
     """'HOST:PORT' -> (host, port); StoreViewError for anything else."""
-    host, _, port = text.strip().rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if (address := host_port(text)) is None:
         raise StoreViewError(f"--store {text!r}: not HOST:PORT")
-    return host, int(port)
+    return address
 
 
 def read_store(address: str, nodes: Iterable[int], timeout_s: float | None = None) -> StoreView:

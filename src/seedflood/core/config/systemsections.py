@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from seedflood.core.config.configerror import require
+from seedflood.core.config.hostport import host_port
 
 
 @dataclass
@@ -165,10 +166,8 @@ class ChurnConfig:
             "needs churn.settle >= 1 (a new id is admitted by a committed step)",
         )
         require(not self.repair or self.settle, "churn.repair", "needs churn.settle >= 1 (a committed step repairs)")
-        host, sep, port = self.log_server.rpartition(":")
         require(
-            not self.log_server
-            or (bool(sep and host) and not any(c.isspace() for c in host) and port.isdigit() and 0 < int(port) < 65536),
+            not self.log_server or host_port(self.log_server) is not None,
             "churn.log_server",
             f"must be HOST:PORT (a `seedflood serve-log`), got {self.log_server!r}",
         )

@@ -115,7 +115,8 @@ def test_a_silent_store_costs_the_bound_once_then_every_call_fails_at_once() -> 
     for call in (lambda: s.get("k"), lambda: s.set("k", "w"), lambda: s.check(["k"]), s.clone):
         with pytest.raises(StoreGone):
             call()
-    assert time.monotonic() - t0 < 0.1 and raw.calls == calls  # never sent to the store again
+    # none waited the bound (0.2 s each) and none reached the store
+    assert time.monotonic() - t0 < 0.2 and raw.calls == calls
     raw.release.set()  # the blocked read ends: the store stays gone (its answer is out of order)
     time.sleep(0.05)
     with pytest.raises(StoreGone):

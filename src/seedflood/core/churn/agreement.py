@@ -472,7 +472,7 @@ class Agreement:
             if won is not None:
                 commits.append((s, self._commit(s, won[1], won[0])))
                 continue
-            if foreign := next((t.foreign for t in tallies.values() if t.foreign is not None), None):
+            if foreign := self._foreign(s, tallies, votes_of):
                 raise MembershipError(
                     f"node {self.node}: a majority committed step {s} on a history this client does not hold "
                     f"(their previous digest {foreign.prev:016x}, this client's {self.prev:016x}): it stops "
@@ -481,6 +481,18 @@ class Agreement:
             if self.node in self.roster.members and (note := self._advance(s, tallies, propose, now)) is not None:
                 out.append(note)
             return commits, out
+
+    def _foreign(self, s: int, tallies: Mapping[int, Tally], votes_of: _Votes) -> Value | None:
+        """A value a quorum of step s's ballot voted on another chain than this client's, which
+        it can never apply: the chain handed over to it differs from the one the others commit
+        on. Not a value built on one voted for step s − 1: that is a quorum of pipelined guesses
+        that lost (void: `basis`), which the roster shrinking at s − 1 (a leave) can make large
+        enough for R_s's quorum; their voters vote again on the committed step."""
+        foreign = [t.foreign for t in tallies.values() if t.foreign is not None]
+        if not foreign:
+            return None
+        guessed = {v.value.digest for v in votes_of(s - 1)}
+        return next((x for x in foreign if x.prev not in guessed), None)
 
     def _tally(self, s: int, ballot: int, votes: list[Vote]) -> Tally:
         """`tally` of one ballot of step s for the committed roster and chain, reused while none

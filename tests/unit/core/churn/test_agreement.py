@@ -193,6 +193,33 @@ def test_a_pipelined_vote_on_a_guess_that_lost_is_void_and_the_client_votes_agai
     assert [Vote.of(n, 3) for n in out] == [Vote(1, 1, 0, 0, fresh)]
 
 
+def test_a_quorum_of_void_guesses_after_a_leave_is_not_another_history():
+    """Both members left after node 2's leave guessed step 0 with node 2 in it and pipelined a
+    vote for step 1 on that guess; step 0 committed without node 2 in ballot 1. Their two void
+    votes are a quorum of the 2 members of R_1, on the guess's digest: not a chain some majority
+    committed (the explorer's line of 3 whose cut healed before the leave stopped every client
+    so). The client votes again on the committed step; a digest nobody voted for step 0 is
+    still another history."""
+    guess, won = value(0, {0, 1, 2}), value(0, {0, 1})
+    nxt, fresh = value(1, {0, 1}, prev=guess.digest), value(1, {0, 1}, prev=won.digest)
+
+    def client() -> Agreement:
+        ag = Agreement(0, 3, 1)
+        ag.mine[0], ag.mine[1] = Vote(0, 1, 0, 0, won), Vote(1, 0, 0, 0, nxt)
+        return ag
+
+    step0 = votes(0, 0, {0: guess, 1: guess}) + votes(0, 1, {0: won, 1: won})
+    held = {0: step0, 1: votes(1, 0, {0: nxt, 1: nxt})}
+    ag = client()
+    commits, out = ag.review(lambda s: held.get(s, []), lambda s: fresh if s == 1 else None, now=1)
+    assert [s for s, _ in commits] == [0] and ag.roster.members == {0, 1}
+    assert [Vote.of(n, 3) for n in out] == [Vote(1, 1, 0, 0, fresh)]
+    other = value(1, {0, 1}, prev=4242)  # built on nothing anyone voted for step 0
+    held[1] = votes(1, 0, {0: other, 1: other})
+    with pytest.raises(MembershipError, match="does not hold"):
+        client().review(lambda s: held.get(s, []), lambda s: fresh if s == 1 else None, now=1)
+
+
 def test_a_held_copy_that_hashes_to_another_digest_waits_for_the_committed_copy_or_stops_the_client():
     """A client whose copy of a committed step hashes to another digest never applies it: it
     waits (the committed copy may still come, as a COPY note) and, if it never does, `stuck`

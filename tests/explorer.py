@@ -433,7 +433,8 @@ class World:
         sponsors = [
             self.nodes[u]
             for u in sorted(self._adj(v))
-            if self.nodes[u].running
+            if u in self.nodes  # not a new id that knocks, not sponsored yet
+            and self.nodes[u].running
             and u in self.nodes[u].voter.agreement.roster.members
             and self.nodes[u].linger < 0
             and not self.nodes[u].leaving
@@ -505,21 +506,18 @@ class World:
         grows its own edges."""
         g, p = self.growth, self.p
         for j in list(self._knocking):
+            looking: list[Node] = []  # the members that look this round (`Churn._look`), in id order
             for n in (self.nodes[i] for i in sorted(self.nodes)):
-                a = n.voter.agreement
-                if not (n.running and n.linger < 0 and n.joined_at <= n.t < p.steps) or n.leaving:
+                if not self._looks(n, j):
+                    n.seen.pop(j, None)  # `_look` keeps a first sighting only while it looks
                     continue
-                if n.i not in a.roster.members or a.roster.incarnations.get(n.i, a.incarnation) != a.incarnation:
-                    continue
-                e = n.t + p.delay + 1
-                if g is None or a.through < e - g.lag or n.i not in g.edges(j, e, a.roster.changes):
-                    continue
+                looking.append(n)
                 self._grow(n, j)
                 n.seen.setdefault(j, self.round)
                 n.voter.expect(j, n.seen[j])
                 if j not in n.noted:
-                    n.expected[j] = e
-            for n in (self.nodes[i] for i in sorted(self.nodes)):
+                    n.expected[j] = n.t + p.delay + 1
+            for n in looking:
                 quiet = n.voter.agreement.quiet
                 if j in self._knocking and self.round - n.seen.get(j, self.round) > 2 * quiet:
                     assert g is not None
@@ -533,6 +531,18 @@ class World:
             for n in self.nodes.values():
                 if j not in self._knocking:
                     n.seen.pop(j, None)
+
+    def _looks(self, n: Node, j: int) -> bool:
+        """Whether member n looks for knocking new id j before this round (`Churn._knocking`): it
+        runs its steps, is a member under its own incarnation, has committed the join rule's
+        graph for e = t + delay + 1, and the rule links j to it there."""
+        g, p, a = self.growth, self.p, n.voter.agreement
+        if not (n.running and n.linger < 0 and n.joined_at <= n.t < p.steps) or n.leaving:
+            return False
+        if n.i not in a.roster.members or a.roster.incarnations.get(n.i, a.incarnation) != a.incarnation:
+            return False
+        e = n.t + p.delay + 1
+        return g is not None and a.through >= e - g.lag and n.i in g.edges(j, e, a.roster.changes)
 
     def _expect_noted(self) -> None:
         """Before this round: a running member that holds a brand-new id's JOIN note, has
@@ -583,7 +593,7 @@ class World:
             n = self.nodes[v]
             if not n.running or (self.growth is not None and self.growth.new(v)):
                 continue
-            for u in sorted(self._adj(v)):
+            for u in sorted(self._adj(v) & self.nodes.keys()):  # not a new id still knocking
                 m = self.nodes[u]
                 held = any(j.origin == v for j in m.flood.notes(e, JOIN))
                 if (
@@ -748,7 +758,7 @@ class World:
                 n.begin_round()
             sent = {n.i: n.flood.outbox() for n in running + parting}
             for v, reach in crashing.items():  # the last frame reaches only some neighbours
-                sent[v] = {p_: items for p_, items in sent[v].items() if p_ in reach}
+                sent[v] = {p_: items for p_, items in sent.get(v, {}).items() if p_ in reach}  # {}: it stalled too
             for v, reach in lying.items():  # another copy of its own messages to some neighbours
                 for p_ in reach & set(sent[v]):
                     sent[v][p_] = [
@@ -915,7 +925,8 @@ class World:
         cut: set[Edge] = set()
         stalled: set[Edge] = set()
         dead: set[Edge] = set()  # a crashed or lying node's links: no heal brings them back
-        for f in (f for f in self.faults if f.kind not in MEMBERSHIP):  # a leaver holds no node of `final`
+        # in round order (a schedule lists its faults in any order); a leaver holds no node of `final`
+        for f in sorted((f for f in self.faults if f.kind not in MEMBERSHIP), key=lambda f: f.round):
             links = {edge(a, b) for a, b in f.edges} or {edge(f.node, u) for u in self.g.neighbors(f.node)}
             if f.kind in ("crash", *FAULTY):
                 dead |= links
@@ -927,9 +938,9 @@ class World:
                 at = f.round + HEAL_AHEAD  # the first round its ends can connect at
                 back = {e for e in links if all(self.closed_at.get(x, at) >= at for x in e)}
                 if f.edges:
-                    cut -= back
-                back -= cut  # a woken node's cut links stay cut
-                stalled -= back
+                    cut -= back  # a healed cut link of a node still asleep stays down until it wakes
+                else:
+                    stalled -= back - cut  # a woken node's cut links stay cut
         return [edge(a, b) for a, b in self.g.edges if edge(a, b) not in cut | stalled | dead]
 
     def _majority(self, part: set[int]) -> bool:
@@ -945,12 +956,14 @@ class World:
         return 2 * len(part & roster) > len(roster)
 
     def _committed_out(self) -> set[int]:
-        """The clients that stopped and the finishing majority's last roster leaves out."""
-        done = [n for n in self.nodes.values() if n.state == "done"]
-        if not done:
-            return set()
-        members = max(done, key=lambda n: len(n.applied)).voter.agreement.roster.members
-        return {i for i, n in self.nodes.items() if n.state == "stopped" and i not in members}
+        """The members that stopped and the last committed roster (the most advanced client's:
+        there is one history) leaves out, whether or not anyone finished: members it excluded, and
+        new ids whose JOIN step it committed without them (a new id whose JOIN step is still
+        undecided is no member yet, and still counts)."""
+        ahead = max(self.nodes.values(), key=lambda n: n.voter.agreement.through).voter.agreement
+        out = set(self.base.nodes) | {j for c in ahead.roster.changes.values() for j, _ in c.join}
+        out |= {j for j, (_, _, e) in self.sponsored.items() if ahead.through >= e}
+        return {i for i, n in self.nodes.items() if n.state == "stopped" and i in out - ahead.roster.members}
 
     def _who(self, h: list[tuple[int, int]]) -> int:
         return next(i for i, n in self.nodes.items() if n.applied is h)
@@ -1119,6 +1132,14 @@ def random_schedule(g: nx.Graph, rounds: int, rnd: random.Random, faults: int) -
         else:
             out.append(Fault(r, "cut", edges=frozenset(rnd.sample(edges, rnd.randint(1, min(3, len(edges)))))))
     return out
+
+
+def left_behind(faults: list[Fault], out: Outcome) -> set[int]:
+    """The clients of a healed link (or the woken one) that stopped lacking the messages of a step
+    their neighbours had applied before the heal: a healed edge brings what its ends still hold,
+    and an applied step's messages are no longer held (docs/churn-design.md, Healed edges, Limits)."""
+    ends = {x for f in faults if f.kind == "heal" for x in (f.edges and set().union(*f.edges)) or {f.node}}
+    return {i for i in ends if out.states[i] == "stopped" and "did not reach this client" in out.why[i]}
 
 
 @dataclass

@@ -275,14 +275,6 @@ def heal_delays(p) -> tuple[int, ...]:
     return (1, 3, rounds_of(p), p.patience_hops + 2)
 
 
-def left_behind(faults: list[ex.Fault], out: ex.Outcome) -> set[int]:
-    """The clients of a healed link (or the woken one) that stopped lacking the messages of a step
-    their neighbours had applied before the heal: a healed edge brings what its ends still hold,
-    and an applied step's messages are no longer held (docs/churn-design.md, Healed edges, Limits)."""
-    ends = {x for f in faults if f.kind == "heal" for x in (f.edges and set().union(*f.edges)) or {f.node}}
-    return {i for i in ends if out.states[i] == "stopped" and "did not reach this client" in out.why[i]}
-
-
 def check_heals(report: ex.Report, behind: int) -> None:
     print(report.summary(), f"({behind} with a healed client left behind by an applied step)")
     assert report.schedules > 0
@@ -292,10 +284,10 @@ def check_heals(report: ex.Report, behind: int) -> None:
 
 def run_heals(name, g, p, faults, report: ex.Report) -> int:
     """Run one schedule into `report`; where the only clients of the connected majority that did
-    not finish are healed ones left behind by an applied step (`left_behind`), it counts as live.
+    not finish are healed ones left behind by an applied step (`ex.left_behind`), it counts as live.
     Returns 1 if a client was left behind so."""
     out = ex.World(g, p, faults).run()
-    behind = left_behind(faults, out)
+    behind = ex.left_behind(faults, out)
     if behind and out.safe and not out.live and out.laggards <= behind:
         out = dataclasses.replace(out, live=True, problem="")
     report.add(name, faults, out)

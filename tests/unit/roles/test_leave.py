@@ -155,6 +155,20 @@ def test_a_leave_and_a_crash_in_one_run(lines, tmp_path):
     assert lines.errors() == []
 
 
+@pytest.mark.parametrize("cut,leave", [(0, 1), (1, 3), (2, 3)], ids=["cut0-leave1", "cut1-leave3", "cut2-leave3"])
+def test_a_leave_after_its_link_was_cut_and_healed_leaves_the_other_two_training(cut, leave, tmp_path):
+    """A line of 3 (1 - 0 - 2), one hop a step: link 0-2 is cut and heals two steps later, and
+    node 2 leaves. The two left had both voted a guess with node 2 in it and a pipelined vote
+    on that guess; the guess lost, and their two void votes were a quorum of the roster of 2.
+    Each took them for a majority on another history and stopped (found by the schedule
+    explorer; each case here stopped both). Now they vote again and finish on one history."""
+    cfg = cfg_for("topology.kind=tree", "topology.nodes=3", "flood.hops_per_step=1", steps=12)
+    r = simulate(cfg, events=[Event(cut, 0, "cut", 2), Event(cut + 2, 0, "heal", 2), Event(leave, 2, "leave")])
+    assert r.exits == {2: f"node 2 left at step {leave}"} and left(r) == {2: leave}, r.exits
+    assert sorted(r.hashes) == [0, 1]
+    check_survivors(cfg, r, tmp_path)
+
+
 def test_a_signed_run_signs_the_leave_note_and_its_neighbours_take_it(tmp_path, lines):
     """With trust.sign the LEAVE note is signed by its origin like any note of its own: the
     neighbours authenticate it (no forgery counted) and close their edges without a lost peer,

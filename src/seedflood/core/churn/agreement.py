@@ -19,8 +19,7 @@ committed once a strict majority of R_s voted it in one ballot. A voter moves fr
 b + 1 only when its view of ballot b is closed: no value has a majority yet, fewer than a
 majority of R_s are still unheard (so no value nobody has voted yet can win b), and at most one
 value voted in b could still win (its votes + the unheard ≥ a majority). It votes that value in
-b + 1 if there is one (it may have been committed somewhere), else a free one: the value most
-voters already cast in b + 1 or later where it holds the copies, else its own proposal.
+b + 1 if there is one (it may have been committed somewhere), else a fresh proposal.
 
 Why at most one value is ever committed for a step (any timing, any crash, stall, cut or
 partition; non-Byzantine clients; lying voters below): two majorities of R_s share a voter, who votes once per
@@ -314,7 +313,6 @@ def _order(v: Value) -> tuple[int, int]:
 _Messages = Callable[[int, frozenset[int]], Sequence[Message]]
 """(step, origins) -> the held messages of those origins for that step."""
 _Votes = Callable[[int], Iterable["Vote"]]
-_Holds = Callable[[int, "Value"], bool]
 _Propose = Callable[[int], "Value | None"]
 
 
@@ -457,14 +455,10 @@ class Agreement:
         return v.note(self.n_origins)
 
     # -- review --------------------------------------------------------------------------------
-    def review(
-        self, votes_of: _Votes, propose: _Propose, now: int = 0, holds: _Holds | None = None
-    ) -> tuple[list[tuple[int, Change]], list[Note]]:
+    def review(self, votes_of: _Votes, propose: _Propose, now: int = 0) -> tuple[list[tuple[int, Change]], list[Note]]:
         """Commit every step the held votes prove, in order, and move this client's vote on the
         first undecided step to the next ballot where its view allows (module docstring).
-        `now`: this client's hop count (for `quiet`); `holds(s, value)`: whether this client holds
-        the copies a value of step s hashes (a free vote may take another's: `_fresh`; None:
-        only its own). Returns the commits (step, change) and the
+        `now`: this client's hop count (for `quiet`). Returns the commits (step, change) and the
         votes to flood."""
         commits: list[tuple[int, Change]] = []
         out: list[Note] = []
@@ -484,7 +478,7 @@ class Agreement:
                     f"(their previous digest {foreign.prev:016x}, this client's {self.prev:016x}): it stops "
                     "rather than apply another history"
                 )
-            if self.node in self.roster.members and (note := self._advance(s, ballots, tallies, propose, now, holds)):
+            if self.node in self.roster.members and (note := self._advance(s, tallies, propose, now)) is not None:
                 out.append(note)
             return commits, out
 
@@ -529,15 +523,7 @@ class Agreement:
         )
         return t
 
-    def _advance(
-        self,
-        s: int,
-        ballots: Mapping[int, list[Vote]],
-        tallies: Mapping[int, Tally],
-        propose: _Propose,
-        now: int,
-        holds: _Holds | None = None,
-    ) -> Note | None:
+    def _advance(self, s: int, tallies: Mapping[int, Tally], propose: _Propose, now: int) -> Note | None:
         """This client's next vote for step s, if its view lets it leave its ballot: the first
         ballot after its own whose predecessor is closed with at most one possible value and has
         been quiet (a void pipelined guess counts as its vote: it cannot vote twice in a ballot)."""
@@ -557,32 +543,7 @@ class Agreement:
         if nxt == mine.ballot:
             return None
         before = tallies[nxt - 1]
-        value = before.possible[0] if before.possible else self._fresh(s, nxt, ballots, propose(s), holds)
+        value = before.possible[0] if before.possible else propose(s)
         if value is None or value.prev != self.prev:
             return None
         return self.vote(s, nxt, value)
-
-    def _fresh(
-        self, s: int, nxt: int, ballots: Mapping[int, list[Vote]], own: Value | None, holds: _Holds | None = None
-    ) -> Value | None:
-        """A free vote for ballot `nxt` of step s (nothing was possible in the ballot before):
-        the value most voters already cast in ballot `nxt` or later, where this client holds its
-        messages (its origins and joins are among those of its own proposal `own`, and `holds`
-        says the copies it holds hash to it) and more than f voted it; else `own`. Any value is safe here; taking the one the others
-        moved on with lets voters that left the earlier ballot at different hops meet: each side
-        of a part that left every ballot before the other side's votes arrived would otherwise
-        vote its own value again, forced on one side and fresh on the other, and split 2–2 for
-        good (the explorer's ring of 5 whose two cuts healed)."""
-        if own is None or holds is None:
-            return own
-        later: dict[int, Vote] = {}
-        for b in sorted(b for b in ballots if b >= nxt):
-            later.update(counted(ballots[b], self.roster))  # each voter's latest ballot
-        counts = Counter(
-            v.value
-            for v in later.values()
-            if v.value.prev == self.prev and v.value.members <= own.members and set(v.value.joins) <= set(own.joins)
-        )
-        f = faults(len(self.roster.members)) if self.byzantine else 0
-        best = sorted((x for x, c in counts.items() if c > f), key=lambda x: (-counts[x], _order(x)))
-        return next((x for x in best if x == own or holds(s, x)), own)

@@ -88,7 +88,7 @@ class Voter:
         self.pace()
         if a.byzantine:  # signed: what it holds proof against (`tally`: their votes make nothing possible)
             a.proven = frozenset(self.flood.conflicts) | frozenset(self.liars)
-        commits, votes = a.review(self.votes, self.propose, now, self.holds)
+        commits, votes = a.review(self.votes, self.propose, now)
         self.flood.originate_notes(votes)
         if commits:  # forget decoded votes of committed steps
             self._decoded = {n: v for n, v in self._decoded.items() if n.step > a.through}
@@ -164,14 +164,6 @@ class Voter:
             excluded |= set(odd)
         joins = joins_in(self.flood.notes(s, JOIN))
         return self.agreement.propose(s, self.flood.held(s), self.flood.messages, joins, excluded)
-
-    def holds(self, s: int, value: Value) -> bool:
-        """Whether the copies this client holds of step s's messages hash to `value` (all of its
-        origins' messages here, the digest equal): a value another voter cast that it can vote."""
-        msgs = self.flood.messages(s, value.members)
-        if len(msgs) != self.expected(s, value):
-            return False
-        return step_digest(value.prev, s, msgs, value.joins) == value.digest
 
     def take(self, s: int) -> list[Message] | None:
         """The messages of committed step s, taken from the flood, once all are here; None while

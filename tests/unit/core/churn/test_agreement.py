@@ -220,29 +220,6 @@ def test_a_quorum_of_void_guesses_after_a_leave_is_not_another_history():
         client().review(lambda s: held.get(s, []), lambda s: fresh if s == 1 else None, now=1)
 
 
-def test_a_free_vote_takes_the_value_others_cast_in_the_later_ballot_where_it_holds_its_messages():
-    """Ballot 0 split 2-2 with every voter heard (nothing possible): node 0 is free in ballot 1.
-    Node 1 has voted {0, 1, 2} there already; node 0 holds those messages (they are among its own
-    proposal's), so it votes that value instead of its own again, and the two sides meet. A value
-    whose messages it lacks, or one on another chain, leaves it with its own."""
-    own, theirs = value(0, {0, 1, 2, 3}), value(0, {0, 1, 2})
-
-    def holds(s: int, v: Value) -> bool:  # this client's copies: msg(o, s) with scalar 1.0
-        return step_digest(v.prev, s, [msg(o, s) for o in sorted(v.members)], v.joins) == v.digest
-
-    def advance(later: Value) -> Vote:
-        ag = Agreement(0, 4, 1)
-        ag.mine[0] = Vote(0, 0, 0, 0, own)
-        held = votes(0, 0, {0: own, 1: theirs, 2: theirs, 3: own}) + votes(0, 1, {1: later})
-        commits, out = ag.review(lambda s: held if s == 0 else [], lambda s: own, now=1, holds=holds)
-        assert commits == [] and len(out) == 1
-        return Vote.of(out[0], 4)
-
-    assert advance(theirs) == Vote(0, 1, 0, 0, theirs)
-    assert advance(value(0, {1, 2, 3}, scalar=2.0)) == Vote(0, 1, 0, 0, own)  # a subset, but other copies
-    assert advance(value(0, {0, 1, 2}, prev=4242)) == Vote(0, 1, 0, 0, own)  # another chain
-
-
 def test_a_held_copy_that_hashes_to_another_digest_waits_for_the_committed_copy_or_stops_the_client():
     """A client whose copy of a committed step hashes to another digest never applies it: it
     waits (the committed copy may still come, as a COPY note) and, if it never does, `stuck`

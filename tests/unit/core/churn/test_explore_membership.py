@@ -265,14 +265,10 @@ def test_a_join_bridging_a_split_of_a_complete_graph_of_four_lets_the_majority_f
     it again: the ballots split 2-2 until every client stopped. Now its quiet time is a vote's
     spread over the committed graph with the newcomer whose JOIN note it holds (`Voter.pace`,
     `Growth.spread`: 3 hops), and all five finish on one history. With the spread of the
-    topology alone (`pace` off) the voters that leave first now take the value the others cast
-    in the later ballot (`Agreement._fresh`), which resolves it too; with both off the same
-    schedule still splits every ballot."""
+    topology alone (`pace` off) the same schedule still splits every ballot."""
     g = SMALL["complete4"]
     finishes(ex.World(g, protocol(g), faults), 4)
     monkeypatch.setattr(Voter, "pace", lambda self: None)
-    finishes(ex.World(g, protocol(g), faults), 4)
-    monkeypatch.setattr(agreement.Agreement, "_fresh", lambda self, s, nxt, ballots, own, holds=None: own)
     stuck_as(ex.World(g, protocol(g), faults), "spread")
 
 
@@ -539,17 +535,16 @@ def test_every_two_joins_leaves_or_heals_are_safe_and_a_connected_majority_finis
     check(report, problems)
 
 
-def test_a_ring_of_five_whose_two_cuts_heal_lets_the_majority_finish(monkeypatch):
-    """Found by the sample above at 120 schedules of each pair per graph (7,893 schedules; this was
-    the one stuck): one hop a step on a ring of 5, four links cut in round 7 (node 3 alone until
-    round 29, so it is committed out; node 4 too until then), links 0-1 and 1-2 cut again and
-    healed in rounds 17-18. Step 7's ballot 0 did not commit (node 2's vote was a void guess), and
-    from then on nodes 1 and 2 left every ballot before the votes of nodes 0 and 4 arrived (those
-    two, unheard, kept {0, 1, 2} possible, so it was forced) while 0 and 4 left it after and, with
-    nothing possible, voted their own {0, 1, 2, 4} afresh: 2-2 in every ballot until all stopped,
-    on one history. Now a free vote takes the value the others already cast in the later ballot
-    where the voter holds its messages (`Agreement._fresh`): 0, 1 and 2 finish (node 4, left out
-    of step 7, stops with one line and a restart rejoins it). With `_fresh` off it splits again."""
+@pytest.mark.xfail(
+    strict=True, reason="a connected majority's ballots split 2-2 for good after two cuts heal (untriaged)"
+)
+def test_a_ring_of_five_whose_two_cuts_heal_lets_the_four_members_left_finish():
+    """Found by the sample above at 120 schedules of each pair per graph (7,893 schedules; this is
+    the one stuck): one hop a step on a ring of 5, four links cut in round 7 (node 3 alone, cut
+    off until round 29, so it is committed out) and links 0-1, 1-2 cut again in rounds 17-18.
+    Every link is back by round 31 and members 0, 1, 2, 4 form a path, yet step 7's ballots split
+    2-2 until every client stops, on one history: nodes 1 and 2 vote {0, 1, 2}, nodes 0 and 4
+    vote {0, 1, 2, 4} in every later ballot. Known and not yet explained; strict, so a fix shows."""
     g = SMALL["ring5"]
     p = protocol(g, hops=1, new_ids=2)
     four = frozenset({(0, 4), (1, 2), (2, 3), (3, 4)})
@@ -557,8 +552,5 @@ def test_a_ring_of_five_whose_two_cuts_heal_lets_the_majority_finish(monkeypatch
     faults = [ex.Fault(7, "cut", edges=four), ex.Fault(29, "heal", edges=four)]
     faults += [ex.Fault(17, "cut", edges=two), ex.Fault(18, "heal", edges=two)]
     out = ex.World(g, p, faults).run()
-    assert out.safe and out.live, out.problem
-    assert {i for i, st in out.states.items() if st == "done"} == {0, 1, 2}, out.states
-    monkeypatch.setattr(agreement.Agreement, "_fresh", lambda self, s, nxt, ballots, own, holds=None: own)
-    out = ex.World(g, p, faults).run()
-    assert out.safe and not out.live and set(out.states.values()) == {"stopped"}, out.states
+    assert out.safe, out.problem
+    assert out.live, out.problem

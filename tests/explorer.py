@@ -704,7 +704,7 @@ class World:
         if self.healing:  # the heal waits, after the last fault
             limit += max(f.round for f in self.faults) + 2 * HEAL_FACTOR * p.patience_hops
         self.healed: list[tuple[int, Edge]] = []  # (round, link) of each heal that connected
-        pending = list(self.faults)
+        pending = sorted(self.faults, key=lambda f: f.round)  # a schedule may list them in any order
         self._cut: set[Edge] = set()
         self._joining: list[tuple[int, int, int]] = []  # (newcomer, JOIN step, link round)
         self._retry: list[int] = []  # restarts waiting for the old incarnation to leave

@@ -961,9 +961,9 @@ class World:
         new ids whose JOIN step it committed without them (a new id whose JOIN step is still
         undecided is no member yet, and still counts)."""
         ahead = max(self.nodes.values(), key=lambda n: n.voter.agreement.through).voter.agreement
-        out = set(self.base.nodes) | {j for c in ahead.roster.changes.values() for j, _ in c.join}
-        out |= {j for j, (_, _, e) in self.sponsored.items() if ahead.through >= e}
-        return {i for i, n in self.nodes.items() if n.state == "stopped" and i in out - ahead.roster.members}
+        decided = set(self.base.nodes) | {j for c in ahead.roster.changes.values() for j, _ in c.join}
+        decided |= {j for j, (_, _, e) in self.sponsored.items() if ahead.through >= e}
+        return {i for i, n in self.nodes.items() if n.state == "stopped" and i in decided - ahead.roster.members}
 
     def _who(self, h: list[tuple[int, int]]) -> int:
         return next(i for i, n in self.nodes.items() if n.applied is h)
@@ -1140,6 +1140,15 @@ def left_behind(faults: list[Fault], out: Outcome) -> set[int]:
     and an applied step's messages are no longer held (docs/churn-design.md, Healed edges, Limits)."""
     ends = {x for f in faults if f.kind == "heal" for x in (f.edges and set().union(*f.edges)) or {f.node}}
     return {i for i in ends if out.states[i] == "stopped" and "did not reach this client" in out.why[i]}
+
+
+def excuse_left_behind(faults: list[Fault], out: Outcome) -> tuple[Outcome, bool]:
+    """`out`, counted live where the only clients of the connected majority that did not finish
+    are healed ones `left_behind` (a stated limit); and whether any client was left behind so."""
+    behind = left_behind(faults, out)
+    if behind and out.safe and not out.live and out.laggards <= behind:
+        out = dataclasses.replace(out, live=True, problem="")
+    return out, bool(behind)
 
 
 @dataclass

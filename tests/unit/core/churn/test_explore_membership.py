@@ -508,9 +508,10 @@ def test_every_two_joins_leaves_or_heals_are_safe_and_a_connected_majority_finis
     sample of `SAMPLE` of each pair per graph and flooding (10 in CI; every pair with
     SEEDFLOOD_EXPLORE=deep):
     one history, the join checks, and the connected majority finishes but for a healed client
-    left behind by an applied step (`ex.left_behind`, as test_explore.py's heals). Found so: a
-    leave beside a cut that healed stopped every client of a line of 3 (a quorum of pipelined
-    guesses that lost, taken for another history: `Agreement._foreign`)."""
+    left behind by an applied step (`ex.excuse_left_behind`, as test_explore.py's heals). The CI
+    sample passes without the void-guess fix (`Agreement._foreign`: a random soak of every kind
+    found that stop; test_agreement.py and test_leave.py pin it); at 120 per kind it found the
+    ring of 5 below."""
     rnd = random.Random(20261130)
     report, problems, behind = ex.Report(), [], 0
     for name, g, p in cases(new_ids=2):
@@ -520,15 +521,12 @@ def test_every_two_joins_leaves_or_heals_are_safe_and_a_connected_majority_finis
             if not DEEP:
                 schedules = (rnd.choice(kinds[a]) + rnd.choice(kinds[b]) for _ in range(SAMPLE))
             for faults in schedules:
-                if len({(f.round, f.kind, f.node) for f in faults if f.kind == "leave"}) < sum(
-                    f.kind == "leave" for f in faults
-                ):
-                    continue  # one leave twice
+                leavers = [f.node for f in faults if f.kind == "leave"]
+                if len(set(leavers)) < len(leavers):
+                    continue  # one node leaves once
                 w = ex.World(g, p, faults)
-                out = w.run()
-                left = ex.left_behind(faults, out)
-                if left and out.safe and not out.live and out.laggards <= left:
-                    out, behind = dataclasses.replace(out, live=True, problem=""), behind + 1
+                out, left = ex.excuse_left_behind(faults, w.run())
+                behind += left
                 report.add(f"{name}/{a}+{b}", faults, out)
                 problems += [f"{name}: {[str(f) for f in faults]}: {x}" for x in join_problems(w, out)]
     print(f"({behind} with a healed client left behind by an applied step)")

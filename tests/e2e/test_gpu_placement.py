@@ -14,6 +14,7 @@ build with cuda:0 current), and the records of one placement fail against anothe
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -96,7 +97,8 @@ def launch(tmp: Path, name: str, gpus: int, *overrides: str, **extra: str) -> tu
     records and the launcher's log (it must exit 0)."""
     out, seen = tmp / name, tmp / f"{name}-cuda"
     seen.mkdir()
-    env = sup.launcher_env(PYTHONPATH=str(FAKE), FAKE_CUDA_GPUS=str(gpus), FAKE_CUDA_OUT=str(seen), **extra)
+    env = sup.launcher_env(FAKE_CUDA_GPUS=str(gpus), FAKE_CUDA_OUT=str(seen), **extra)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FAKE), env.get("PYTHONPATH")]))  # its sitecustomize first
     log = tmp / f"{name}.log"
     sets = sup.sets(f"run.out_dir={out}", "run.steps=6", "model.device=cuda", *overrides)
     sup.run_checked(["launch/torchrun.sh", str(sup.DEBUG_CONFIG), *sets], env=env, log=log, watch=[out / "log.bin"])

@@ -160,6 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     ws = sub.add_parser("world-size", help="check a config and print its process count (clients + evaluator)")
     with_config(ws)
+    ws.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        help="GPUs per host to plan for and check model.device against (default: this machine's, counted "
+        "when a GPU is used); the plan goes to stderr",
+    )
+    ws.add_argument(
+        "--hosts", type=int, default=None, help="hosts the processes are split over (default: $NNODES, else 1)"
+    )
     ws.set_defaults(fn=cmd_world_size)
 
     sw = sub.add_parser(

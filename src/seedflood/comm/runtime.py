@@ -369,8 +369,24 @@ def _rendezvous_store(world: World, port: int, timeout: timedelta, **options: An
 
 def serve_store(host: str, port: int) -> None:
     """Host a TCPStore on host:port until the process is killed (`seedflood store`): a store
-    that outlives every role, so the evaluator may die and restart, and rejoins keep working."""
-    store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timedelta(days=365))
+    that outlives every role, so the evaluator may die and restart, and rejoins keep working.
+
+    It listens on `host` only: TCPStore's server alone listens on every interface whatever its
+    host says, so the socket is bound here and handed to it (`master_listen_fd`); 0.0.0.0 is
+    every IPv4 interface. A port that cannot be had is a WorldError (one line)."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        listener = socket.create_server((host, port), family=family, backlog=4096)
+    except OSError as e:
+        raise WorldError(f"seedflood store: cannot listen on {host}:{port}: {e}") from None
+    store = dist.TCPStore(
+        host,
+        port,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=timedelta(days=365),
+        master_listen_fd=listener.fileno(),
+    )
     print(f"seedflood store listening on {host}:{port}", flush=True)
     while True:
         time.sleep(3600)

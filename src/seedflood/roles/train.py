@@ -41,7 +41,7 @@ from seedflood.core.flood.stepstream import decode_step, encode_step
 from seedflood.core.flood.transport import ByteCounter, Inbox
 from seedflood.core.topology.resolve import topology_of
 from seedflood.core.zo.replay import state_hash
-from seedflood.ml import machine
+from seedflood.ml import machine, modelcheck
 from seedflood.ml.workload import Workload
 from seedflood.roles.churnedges import Left
 from seedflood.roles.churnwiring import ChurnWiring
@@ -76,7 +76,8 @@ def run(cfg: Config, environ: dict[str, str] | None = None) -> RunSummary | None
     runtime.check_world(world, top.n, ids=protocol.ids)  # churn.max_nodes needs churn.settle
     role = "eval" if world.is_evaluator else f"client {world.client_node}"
     setup_logging(cfg.run.log_level, role)
-    workload = Workload.build(cfg, local_rank=world.local_rank, local_processes=world.local_world_size)
+    device = _device(cfg, world)  # this process's device is its current one before anything is built on it
+    workload = Workload.build(cfg, device=device, local_processes=world.local_world_size)
     if world.is_evaluator:
         log.info(
             "task %s, %s split, label counts per client:\n%s", cfg.task.name, cfg.task.split, workload.label_table()
@@ -86,6 +87,20 @@ def run(cfg: Config, environ: dict[str, str] | None = None) -> RunSummary | None
     if protocol.churn:
         return _serve(process, ChurnWiring(process), world, started)
     return _serve(process, StrictWiring(process), world, started)
+
+
+def _device(cfg: Config, world: runtime.World) -> str:
+    """This process's device (modelcheck.place: model.device, eval.device, its rank and local
+    rank), made its current CUDA device (modelcheck.use_device); the evaluator says in one line
+    when it shares a client's GPU on its host (its host's processes: LOCAL_WORLD_SIZE)."""
+    model, evaluator = cfg.model.device, cfg.eval.device
+    gpus = modelcheck.local_gpus() if modelcheck.needs_gpus(model, evaluator) else 0
+    device = modelcheck.place(model, evaluator, world.rank, world.local_rank, gpus)
+    modelcheck.use_device(device)
+    if world.is_evaluator and device != "cpu":
+        for notice in modelcheck.plan(model, evaluator, world.local_world_size, gpus).notices:
+            log.warning("%s", notice)
+    return device
 
 
 def _serve(p: Process, wiring: Wiring[G, T], world: runtime.World, started: float) -> RunSummary | None:

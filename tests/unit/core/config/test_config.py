@@ -330,6 +330,7 @@ def test_every_setting_changed_round_trips(tmp_path):
         "eval.batch_size=4",
         "eval.attach=8",
         "eval.client_logs=/elsewhere/logs",
+        "eval.device=own",
         "checkpoint.every=0",
         "checkpoint.hf_model=false",
         "checkpoint.resume=false",

@@ -139,16 +139,10 @@ def _warn_unproven(run: RunDir) -> None:
 
 def _writable_dir(path: Path) -> None:
     """Raise CheckpointError unless `path` can be created (or is a directory we can write)."""
-    import os
+    from seedflood.rundir.layout import CheckpointError, unwritable
 
-    from seedflood.rundir.layout import CheckpointError
-
-    p = path.resolve()
-    existing = next(a for a in (p, *p.parents) if a.exists())
-    if not existing.is_dir():
-        raise CheckpointError(f"cannot write {path}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise CheckpointError(f"cannot write {path}: {existing} is not writable")
+    if why := unwritable(path):
+        raise CheckpointError(f"cannot write {path}: {why}")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

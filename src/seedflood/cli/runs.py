@@ -33,12 +33,14 @@ def _preflight(cfg, full: bool = True) -> int:
     from seedflood.core.config import runconfig as config
 
     config.check_run(cfg)  # before the imports below load torch: this refusal answers at once
+    from seedflood.rundir.layout import RunDir
+
+    RunDir.of(cfg).check_writable()  # run.out_dir a file, or under one: refused before anything starts
     from seedflood.core.flood import protocol
     from seedflood.core.topology import resolve as topology
     from seedflood.core.zo import precision
     from seedflood.ml import modelcheck, sampling, tasks
     from seedflood.rundir import resume
-    from seedflood.rundir.layout import RunDir
 
     top = topology.topology_of(cfg)
     proto = protocol.Protocol.of(cfg, top.diameter)

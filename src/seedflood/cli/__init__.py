@@ -58,6 +58,7 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
         "seedflood.rundir.layout.CheckpointError",
         "seedflood.core.zo.precision.DirectionError",
         "seedflood.comm.identity.IdentityError",
+        "seedflood.comm.listen.ListenError",
         "seedflood.roles.train.RunError",
     )
 

@@ -74,6 +74,7 @@ def run(cfg: Config, environ: dict[str, str] | None = None) -> RunSummary | None
     protocol = Protocol.of(cfg, top.diameter)
     # a new id (SEEDFLOOD_NODE) joins only a churn run open to it (churn.max_nodes)
     runtime.check_world(world, top.n, ids=protocol.ids)  # churn.max_nodes needs churn.settle
+    runtime.check_store_port(world, protocol.churn)  # rank 0's MASTER_PORT taken: refused before the model loads
     role = "eval" if world.is_evaluator else f"client {world.client_node}"
     setup_logging(cfg.run.log_level, role)
     workload = Workload.build(cfg, local_rank=world.local_rank, local_processes=world.local_world_size)

@@ -56,6 +56,9 @@ def _preflight(cfg, full: bool = True) -> int:
                 f"trust.keys: the roster holds {len(roster)} public keys, the run has {top.n} clients{opened} "
                 f"(seedflood keys --nodes {proto.ids} --out DIR)"
             )
+        from seedflood.roles.identities import check_keys_here
+
+        check_keys_here(Path(cfg.trust.keys), roster)  # a key file here that is not its node's: refused now
     tasks.get(cfg.task)
     modelcheck.check_source(cfg.model)
     precision.check_precision(cfg.zo, cfg.model.dtype)

@@ -1,12 +1,15 @@
 """A process's signatures in a signed run (`trust.sign`): its key, the roster's, and the run's tag.
 
-Owns `signing_of`: the `flood.signing.Signing` a client floods with — its node's private key and
+Owns `check_own_key` and `check_keys_here`: a process's key, and every key file the preflight's
+machine holds, checked against the roster before anything loads a model; `signing_of`: the
+`flood.signing.Signing` a client floods with — its node's private key and
 the roster's public keys (comm/identity.py, from `trust.keys`), and the run tag that every
 signature covers (`run_tag`: a digest of the run's trajectory and the roster's public keys, so
 a signature is worth nothing in a run with other settings, another roster, or another base);
 `roster_record`, the roster's public keys as the run's log header records them; and
 `verifier_of`, the check of a signed run's steps against the roster its log header records
-(what the evaluator, `seedflood replay` and `seedflood check` verify: certificate.StepVerifier).
+(what the evaluator, `seedflood replay` and `seedflood check` verify: certificate.StepVerifier);
+`roster_differs`, that header's roster against one given from outside (`check --roster`).
 
 May import: seedflood.core, comm.identity.
 
@@ -20,12 +23,15 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seedflood.core.churn.certificate import StepVerifier
 from seedflood.core.config.runconfig import Config
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.signing import Signing
+
+if TYPE_CHECKING:
+    from seedflood.comm.identity import PublicRoster
 
 TAG_BYTES = 16
 
@@ -35,6 +41,32 @@ def run_tag(trajectory: Mapping[str, Any], public_keys: list[str]) -> bytes:
     setting that changes its bits, the train split's digest included) and the roster's keys."""
     blob = json.dumps({"trajectory": dict(trajectory), "public_keys": public_keys}, sort_keys=True)
     return hashlib.sha256(blob.encode()).digest()[:TAG_BYTES]
+
+
+def check_own_key(cfg: Config, node: int) -> None:
+    """A signed run's client process, before its model loads: IdentityError (one line) when its
+    node's key is missing, unreadable, readable by others or not the roster's entry for `node`
+    (another node's key, or one of another roster). Nothing when `trust.sign` is off."""
+    if cfg.trust.sign:
+        from seedflood.comm import identity
+
+        keys = Path(cfg.trust.keys)
+        identity.load_identity(keys, node, identity.load_roster(keys))
+
+
+def check_keys_here(keys: Path, roster: PublicRoster) -> int:
+    """The preflight's check of the private keys its machine holds under `keys` (trust.keys):
+    each node-<i>.key there must be node i's in `roster` (comm.identity.load_identity: readable
+    by its owner only, Ed25519, the roster's key for i); a key absent here is not looked for (it
+    lives on its node's machine). IdentityError (one line) for the first that is not; returns
+    how many were checked."""
+    from seedflood.comm import identity
+
+    keys = keys.parent if keys.suffix == ".json" else keys
+    present = [i for i in range(len(roster)) if identity.key_file(keys, i).exists()]
+    for i in present:
+        identity.load_identity(keys, i, roster)
+    return len(present)
 
 
 def signing_of(cfg: Config, trajectory: Mapping[str, Any], node: int) -> Signing | None:

@@ -47,7 +47,7 @@ from seedflood.roles.churnedges import Left
 from seedflood.roles.churnwiring import ChurnWiring
 from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Evaluator, Restored, restore_run
-from seedflood.roles.identities import signing_of, verifier_of
+from seedflood.roles.identities import check_own_key, signing_of, verifier_of
 from seedflood.roles.livestatus import SentCounter, client_status, evaluator_status
 from seedflood.roles.pace import paced as _paced  # tests/unit/roles/test_pace.py checks it here
 from seedflood.roles.strictwiring import StrictWiring
@@ -76,6 +76,8 @@ def run(cfg: Config, environ: dict[str, str] | None = None) -> RunSummary | None
     runtime.check_world(world, top.n, ids=protocol.ids)  # churn.max_nodes needs churn.settle
     runtime.check_store_port(world, protocol.churn)  # rank 0's MASTER_PORT taken: refused before the model loads
     role = "eval" if world.is_evaluator else f"client {world.client_node}"
+    if not world.is_evaluator:
+        check_own_key(cfg, world.client_node)  # signed: this node's key, before the model loads
     setup_logging(cfg.run.log_level, role)
     workload = Workload.build(cfg, local_rank=world.local_rank, local_processes=world.local_world_size)
     if world.is_evaluator:

@@ -14,6 +14,9 @@ Owns:
 - `process_group`: a gloo process group with the configured timeout, torn down in `finally`
   without anything that can block on a dead peer; it yields a `Group` for the run's only
   collective steps (the resume broadcast, the final reports).
+- `check_store_port`: rank 0 that hosts the rendezvous store refuses a MASTER_PORT another
+  process holds before its model loads (one line, comm/listen.py); `serve_store` (`seedflood
+  store`) the same for its --port.
 - `free_port`. (CPUs, threads and memory of this host are `ml.machine`'s.)
 - `quiet_cpp_warnings`: torch's C++ warnings off in a launched role (each failure is one line).
 

@@ -93,6 +93,34 @@ def roster_record(cfg: Config) -> dict[str, Any] | None:
     return {"scheme": identity.SCHEME, "public_keys": roster.hex(), "digest": roster.digest()}
 
 
+def roster_differs(header: Mapping[str, Any], roster: PublicRoster, name: str = "the roster given") -> str | None:
+    """How the roster a log's `header` records differs from `roster`, one given from outside
+    the log (`seedflood check --roster`; `name`: where it came from), in words; None when they hold the same public keys in
+    the same node order. A log whose header was rewritten and re-signed with other keys proves
+    its steps against its own roster, so only this comparison tells it apart."""
+    trust = header.get("trust")
+    if not trust:
+        return "the log is unsigned (its header records no roster)"
+    keys = trust.get("public_keys") if isinstance(trust, Mapping) else None
+    if not isinstance(keys, list):
+        return "the log header's roster is unreadable (no public_keys)"
+    if len(keys) != len(roster):
+        return f"the log header's roster holds {len(keys)} public keys, {name} {len(roster)}"
+
+    def same(text: object, key: bytes) -> bool:
+        try:
+            return isinstance(text, str) and bytes.fromhex(text) == key
+        except ValueError:
+            return False
+
+    differ = [i for i, (k, key) in enumerate(zip(keys, roster.keys)) if not same(k, key)]
+    if not differ:
+        return None
+    shown = ", ".join(map(str, differ[:4])) + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
+    which = f"node {shown}'s public key differs" if len(differ) == 1 else f"the public keys of nodes {shown} differ"
+    return f"the log header's roster is not {name}: {which} (its steps were signed with other keys)"
+
+
 class UnsignedLogError(ValueError):
     """A log header's roster cannot be read (one line)."""
 

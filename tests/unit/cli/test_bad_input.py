@@ -158,6 +158,18 @@ def test_an_out_dir_that_is_a_file_or_under_one_is_refused_by_the_preflight(here
     assert listing(here) == before
 
 
+@pytest.mark.parametrize("command", ["compare", "reproduce"])
+def test_an_out_that_is_a_file_is_refused_before_anything_runs(here, command):
+    args = {
+        "compare": ["compare", "--config", DEBUG, "--algorithms", "seedflood", "--steps", "1"],
+        "reproduce": ["reproduce", "--config", DEBUG, "--budget", "1"],
+    }[command]
+    before = listing(here)
+    line = one_error_line(seedflood(here, *args, "--out", "afile/out"))
+    assert f"--out afile/out: {here / 'afile'} is a file, not a directory" in line, line
+    assert listing(here) == before
+
+
 def test_client_logs_under_a_file_are_refused_and_a_fresh_out_dir_passes(here):
     churn = ("churn.settle=1", "run.out_dir=run")
     line = one_error_line(seedflood(here, "world-size", *config(*churn, f"eval.client_logs={here / 'afile' / 'c'}")))

@@ -72,9 +72,10 @@ def run(cfg: Config, environ: dict[str, str] | None = None) -> RunSummary | None
     world = runtime.World.from_env(environ if environ is not None else os.environ)
     top = topology_of(cfg)
     protocol = Protocol.of(cfg, top.diameter)
+    churn = protocol.churn  # strict or churn, decided once (below: the wiring)
     # a new id (SEEDFLOOD_NODE) joins only a churn run open to it (churn.max_nodes)
     runtime.check_world(world, top.n, ids=protocol.ids)  # churn.max_nodes needs churn.settle
-    runtime.check_store_port(world, protocol.churn)  # rank 0's MASTER_PORT taken: refused before the model loads
+    runtime.check_store_port(world, churn)  # rank 0's MASTER_PORT taken: refused before the model loads
     role = "eval" if world.is_evaluator else f"client {world.client_node}"
     if not world.is_evaluator:
         check_own_key(cfg, world.client_node)  # signed: this node's key, before the model loads
@@ -85,8 +86,8 @@ def run(cfg: Config, environ: dict[str, str] | None = None) -> RunSummary | None
             "task %s, %s split, label counts per client:\n%s", cfg.task.name, cfg.task.split, workload.label_table()
         )
     process = Process(cfg, top, protocol, workload)
-    # Strict or churn, decided once: from here on, what differs is the wiring's to say.
-    if protocol.churn:
+    # Strict or churn: from here on, what differs is the wiring's to say.
+    if churn:
         return _serve(process, ChurnWiring(process), world, started)
     return _serve(process, StrictWiring(process), world, started)
 

@@ -58,6 +58,7 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
         "seedflood.rundir.layout.CheckpointError",
         "seedflood.core.zo.precision.DirectionError",
         "seedflood.comm.identity.IdentityError",
+        "seedflood.comm.listen.ListenError",
         "seedflood.roles.train.RunError",
     )
 
@@ -124,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     ck = sub.add_parser("check", help="verify a run directory: settings, every log record, every checkpoint")
     ck.add_argument("run_dir")
+    ck.add_argument(
+        "--roster",
+        metavar="ROSTER",
+        help="a signed run: the roster.json `seedflood keys` wrote (or its directory); refuse a log whose "
+        "header records another (docs/trust.md)",
+    )
     ck.add_argument("--json", action="store_true", help=JSON_HELP)
     ck.set_defaults(fn=cmd_check)
 

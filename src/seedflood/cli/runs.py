@@ -34,12 +34,14 @@ def _preflight(cfg, full: bool = True, gpus: int | None = None) -> int:
     from seedflood.core.config import runconfig as config
 
     config.check_run(cfg)  # before the imports below load torch: this refusal answers at once
+    from seedflood.rundir.layout import RunDir
+
+    RunDir.of(cfg).check_writable()  # run.out_dir a file, or under one: refused before anything starts
     from seedflood.core.flood import protocol
     from seedflood.core.topology import resolve as topology
     from seedflood.core.zo import precision
     from seedflood.ml import modelcheck, sampling, tasks
     from seedflood.rundir import resume
-    from seedflood.rundir.layout import RunDir
 
     top = topology.topology_of(cfg)
     proto = protocol.Protocol.of(cfg, top.diameter)
@@ -55,6 +57,9 @@ def _preflight(cfg, full: bool = True, gpus: int | None = None) -> int:
                 f"trust.keys: the roster holds {len(roster)} public keys, the run has {top.n} clients{opened} "
                 f"(seedflood keys --nodes {proto.ids} --out DIR)"
             )
+        from seedflood.roles.identities import check_keys_here
+
+        check_keys_here(Path(cfg.trust.keys), roster)  # a key file here that is not its node's: refused now
     tasks.get(cfg.task)
     modelcheck.check_source(cfg.model, gpus=gpus)
     if modelcheck.needs_gpus(cfg.model.device, cfg.eval.device):  # eval.device=own on one GPU, cuda:K past the last

@@ -120,6 +120,7 @@ def main(args: argparse.Namespace) -> int:
     """0: every planned run finished; 1: a run failed or was not started; 2: bad input (one line)."""
     from seedflood.core.topology.resolve import TopologyError
     from seedflood.experiments import reproduce_report
+    from seedflood.rundir.layout import unwritable
 
     try:
         out = Path(args.out)
@@ -137,6 +138,8 @@ def main(args: argparse.Namespace) -> int:
         if args.max_steps < 1:
             raise ReproduceError(f"--max-steps must be >= 1, got {args.max_steps}")
         config_mod.load(base.config, list(base.sets))  # a bad config or --set: one line, before anything
+        if not args.dry_run and (why := unwritable(out)):  # before the calibration's minutes
+            raise ReproduceError(f"--out {out}: {why}")
         command = "seedflood " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""
         key = {
             "budget_min": budget_s / 60,

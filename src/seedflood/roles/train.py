@@ -47,7 +47,7 @@ from seedflood.roles.churnedges import Left
 from seedflood.roles.churnwiring import ChurnWiring
 from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Evaluator, Restored, restore_run
-from seedflood.roles.identities import signing_of, verifier_of
+from seedflood.roles.identities import check_own_key, signing_of, verifier_of
 from seedflood.roles.livestatus import SentCounter, client_status, evaluator_status
 from seedflood.roles.pace import paced as _paced  # tests/unit/roles/test_pace.py checks it here
 from seedflood.roles.strictwiring import StrictWiring
@@ -72,9 +72,13 @@ def run(cfg: Config, environ: dict[str, str] | None = None) -> RunSummary | None
     world = runtime.World.from_env(environ if environ is not None else os.environ)
     top = topology_of(cfg)
     protocol = Protocol.of(cfg, top.diameter)
+    churn = protocol.churn  # strict or churn, decided once (below: the wiring)
     # a new id (SEEDFLOOD_NODE) joins only a churn run open to it (churn.max_nodes)
     runtime.check_world(world, top.n, ids=protocol.ids)  # churn.max_nodes needs churn.settle
+    runtime.check_store_port(world, churn)  # rank 0's MASTER_PORT taken: refused before the model loads
     role = "eval" if world.is_evaluator else f"client {world.client_node}"
+    if not world.is_evaluator:
+        check_own_key(cfg, world.client_node)  # signed: this node's key, before the model loads
     setup_logging(cfg.run.log_level, role)
     device = _device(cfg, world)  # this process's device is its current one before anything is built on it
     workload = Workload.build(cfg, device=device, local_processes=world.local_world_size)
@@ -83,8 +87,8 @@ def run(cfg: Config, environ: dict[str, str] | None = None) -> RunSummary | None
             "task %s, %s split, label counts per client:\n%s", cfg.task.name, cfg.task.split, workload.label_table()
         )
     process = Process(cfg, top, protocol, workload)
-    # Strict or churn, decided once: from here on, what differs is the wiring's to say.
-    if protocol.churn:
+    # Strict or churn: from here on, what differs is the wiring's to say.
+    if churn:
         return _serve(process, ChurnWiring(process), world, started)
     return _serve(process, StrictWiring(process), world, started)
 

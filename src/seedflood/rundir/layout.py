@@ -29,6 +29,7 @@ source of truth: a run is a pure function of base weights + settings + log.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,6 +48,19 @@ STATUS = "status"  # one live record per process (status.py)
 
 class CheckpointError(ValueError):
     """A run directory, log or checkpoint is missing or malformed (one line, names the file)."""
+
+
+def unwritable(path: Path) -> str | None:
+    """Why this process could not create the directory `path` or write in it, in words; None
+    when it can. Only the nearest part of `path` that exists is looked at: it must be a
+    directory this process may write (a file there fails every mkdir below it)."""
+    p = path.resolve()
+    existing = next(a for a in (p, *p.parents) if a.exists())
+    if not existing.is_dir():
+        return f"{existing} is a file, not a directory" if existing.is_file() else f"{existing} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,13 @@ class RunDir:
         if not run.log.is_file():
             raise CheckpointError(f"{run.root} is not a run directory (no {LOG})")
         return run
+
+    def check_writable(self) -> None:
+        """CheckpointError (one line naming the key) unless the run directory, and its client
+        logs' directory, can be created or written here: a run refuses it before it starts."""
+        for key, path in (("run.out_dir", self.root), ("eval.client_logs", self.clients)):
+            if path is not None and (why := unwritable(path)):
+                raise CheckpointError(f"{key}: cannot write {path}: {why}")
 
     @classmethod
     def watched(cls, path: str | Path) -> RunDir:

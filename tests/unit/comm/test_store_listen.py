@@ -79,5 +79,5 @@ def test_a_port_in_use_is_one_line():
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        f"seedflood: error: seedflood store: cannot listen on 127.0.0.1:{port}"
+        f"seedflood: error: seedflood store cannot listen on 127.0.0.1:{port}: address already in use"
     )

@@ -59,6 +59,7 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
         "seedflood.core.zo.precision.DirectionError",
         "seedflood.comm.identity.IdentityError",
         "seedflood.roles.train.RunError",
+        "seedflood.rundir.trackers.TrackerError",
     )
 
 

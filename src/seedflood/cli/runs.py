@@ -1,7 +1,7 @@
 """The `seedflood` commands that start or size a run: train, simulate, world-size.
 
 Owns: loading the config from `--config`/`--set`, the preflight (everything checkable without
-loading weights), and the end-of-run summaries they print.
+loading weights, and that every tracker in eval.trackers is installed), and the end-of-run summaries they print.
 
 Assumes: called by seedflood.cli's dispatch, which maps a known bad input to exit status 2.
 """
@@ -33,6 +33,9 @@ def _preflight(cfg, full: bool = True) -> int:
     from seedflood.core.config import runconfig as config
 
     config.check_run(cfg)  # before the imports below load torch: this refusal answers at once
+    from seedflood.rundir import trackers
+
+    trackers.check_installed(cfg.eval.trackers)  # a tracker named but not installed: one line, before any process
     from seedflood.core.flood import protocol
     from seedflood.core.topology import resolve as topology
     from seedflood.core.zo import precision

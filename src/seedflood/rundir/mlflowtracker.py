@@ -53,14 +53,20 @@ class MlflowRun:
         self._client.set_terminated(self.run_id)
 
 
-def open_run(root: Path, settings: Mapping[str, str], resume: bool) -> MlflowRun:
+def client_of(root: Path) -> Any:
+    """mlflow's client over the store a run in `root` logs to (for writing, and reading back)."""
     uri = store_uri(root)
     if uri.startswith("file:"):
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-    from mlflow.entities import Param
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=uri)
+    return MlflowClient(tracking_uri=uri)
+
+
+def open_run(root: Path, settings: Mapping[str, str], resume: bool) -> MlflowRun:
+    from mlflow.entities import Param
+
+    client = client_of(root)
     run_id = read_run_id(root, NAME) if resume else None
     if run_id is not None:
         client.update_run(run_id, status="RUNNING")

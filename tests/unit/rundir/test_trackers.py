@@ -63,11 +63,9 @@ def test_mlflow_gets_metrics_settings_health_and_the_final_hash(tmp_path: Path, 
     pytest.importorskip("mlflow", reason="the trackers extra is not installed (pip install 'seedflood[trackers]')")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     write_run(tmp_path, ["mlflow"])
-    from mlflow.tracking import MlflowClient
+    from seedflood.rundir.mlflowtracker import client_of
 
-    from seedflood.rundir.mlflowtracker import store_uri
-
-    client = MlflowClient(tracking_uri=store_uri(tmp_path))
+    client = client_of(tmp_path)
     experiment = client.get_experiment_by_name("seedflood")
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.run_id == trackers.read_run_id(tmp_path, "mlflow") and run.info.status == "FINISHED"

@@ -1,4 +1,4 @@
-"""The `seedflood` commands that start or size a run: train, simulate, world-size.
+"""The `seedflood` commands that start, size or resolve a run: train, simulate, world-size, config.
 
 Owns: loading the config from `--config`/`--set`, the preflight (everything checkable without
 loading weights, and that every tracker in eval.trackers is installed), and the end-of-run summaries they print.
@@ -176,3 +176,32 @@ def _print_summary(s: RunSummary, f: FloodFigures) -> None:
 def cmd_world_size(args: argparse.Namespace) -> int:
     print(_preflight(_load_config(args)))
     return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """The resolved config as YAML: of a run directory (its config.yaml as recorded) or of a config
+    file (or the defaults), with every `--set` applied and every default filled in."""
+    from seedflood.core.config import runconfig as config
+    from seedflood.rundir.layout import CheckpointError, RunDir
+
+    source, recorded = args.source, False
+    if source is not None and Path(source).is_dir():
+        source, recorded = RunDir(Path(source)).config, True
+        if not source.is_file():
+            raise CheckpointError(f"{args.source}: a directory without config.yaml (not a run directory)")
+    print(config.dump(config.load(source, args.set or [], recorded=recorded)), end="")
+    return 0
+
+
+def version_line() -> str:
+    """`seedflood --version`: this package's version and the installed torch's (read from the
+    installed metadata: no torch import)."""
+    from importlib import metadata
+
+    def of(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return f"seedflood {of('seedflood')} (torch {of('torch')}, Python {sys.version.split()[0]})"

@@ -79,9 +79,7 @@ def missing(names: Sequence[str]) -> list[str]:
         if kind is None:
             out.append(f"eval.trackers: unknown tracker {name!r} (known: {', '.join(TRACKERS)})")
         elif importlib.util.find_spec(kind.package) is None:
-            out.append(
-                f"eval.trackers: {name} needs the {kind.package} package: pip install 'seedflood[{kind.extra}]'"
-            )
+            out.append(f"eval.trackers: {name} needs the {kind.package} package: pip install 'seedflood[{kind.extra}]'")
     return out
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -207,20 +206,26 @@ def test_preflight_refuses_a_tracker_whose_package_is_missing(monkeypatch, capsy
     monkeypatch.setitem(trackers.TRACKERS, "mlflow", trackers.Kind("x", "seedflood_no_such_package", "mlflow"))
     assert main(["world-size", "--set", "eval.trackers=[mlflow]"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["seedflood: error: eval.trackers: mlflow needs the seedflood_no_such_package package: "
-                   "pip install 'seedflood[mlflow]'"]
+    assert err == [
+        "seedflood: error: eval.trackers: mlflow needs the seedflood_no_such_package package: "
+        "pip install 'seedflood[mlflow]'"
+    ]
     assert main(["world-size", "--set", "eval.trackers=[]"]) == 0
 
 
 @pytest.mark.parametrize(
     "value, says",
-    [("[comet]", "eval.trackers[0]: must be one of mlflow, trackio, wandb; got 'comet'"),
-     ("[wandb,wandb]", "eval.trackers: names a tracker twice")],
+    [
+        ("[comet]", "eval.trackers[0]: must be one of mlflow, trackio, wandb; got 'comet'"),
+        ("[wandb,wandb]", "eval.trackers: names a tracker twice"),
+    ],
 )
 def test_an_unknown_tracker_is_one_line_exit_2(value: str, says: str) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "seedflood", "world-size", "--set", f"eval.trackers={value}"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and says in r.stderr, r.stderr
 

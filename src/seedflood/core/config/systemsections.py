@@ -97,7 +97,9 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         require(self.every >= 0, "eval.every", "must be >= 0")
-        require(len(set(self.trackers)) == len(self.trackers), "eval.trackers", f"names a tracker twice: {self.trackers}")
+        require(
+            len(set(self.trackers)) == len(self.trackers), "eval.trackers", f"names a tracker twice: {self.trackers}"
+        )
         require(self.batch_size >= 1, "eval.batch_size", "must be >= 1")
         require(self.attach >= 0, "eval.attach", "must be >= 0")
 

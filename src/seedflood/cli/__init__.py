@@ -3,8 +3,9 @@ run (train, simulate, world-size, config), inspect (status, replay, check, topol
 (compare, sweep, reproduce, bench, gpu-evidence), operate (store, serve-log, keys).
 
 Owns: argument parsing and dispatch, turning every known bad input into one line on stderr and
-exit status 2, `--version`, the old names kept for a release (`RENAMED`: each still works and
-says its new spelling in one line on stderr; `watch` stays an alias of `status --watch`), and the
+exit status 2, `--version`, the old names kept for a release (`RENAMED`: each still works and,
+once it succeeded, says its new spelling in one line on stderr, so a refusal stays one line;
+`watch` stays an alias of `status --watch`), and the
 console entry (`seedflood = seedflood.cli:console`, `python -m seedflood`).
 The subcommands live by what they own: runs (train, simulate, world-size, config), inspection
 (replay, check, eval), status (the roster of a run, running or finished; `watch` redraws it) and
@@ -267,15 +268,24 @@ def _sweep(args: argparse.Namespace) -> int:
     return cmd_sweep_summary(args) if args.summary else cmd_sweep(args)
 
 
-def _renamed(argv: list[str]) -> list[str]:
-    """An old command name as its new spelling, with one line on stderr saying so."""
+def _renamed(argv: list[str]) -> tuple[list[str], list[str]]:
+    """An old command name as its new spelling, and the one-line notice that says so."""
     if argv[:1] and argv[0] in RENAMED:
         new, head = RENAMED[argv[0]]
-        print(f"seedflood: notice: `{argv[0]}` is now `{new}`; the old name goes in the next release", file=sys.stderr)
+        notice = f"seedflood: notice: `{argv[0]}` is now `{new}`; the old name goes in the next release"
         if head[0] == "sweep":  # FILE stays first: sweep FILE --summary
-            return [head[0], *argv[1:], *head[1:]]
-        return [*head, *argv[1:]]
-    return argv
+            return [head[0], *argv[1:], *head[1:]], [notice]
+        return [*head, *argv[1:]], [notice]
+    return argv, []
+
+
+def _notices(said: list[str]) -> None:
+    """The notices of a command that succeeded, on stderr (after it: a refusal stays one line)."""
+    budget = sys.modules.get("seedflood.experiments.budget")
+    for line in [*said, *(budget.NOTICES if budget is not None else [])]:
+        print(line, file=sys.stderr)
+    if budget is not None:
+        budget.NOTICES.clear()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,9 +294,13 @@ def main(argv: list[str] | None = None) -> int:
         from seedflood.bench import cli as bench
 
         return bench.main(argv[1:])
-    args = build_parser().parse_args(_renamed(argv))
+    argv, said = _renamed(argv)
+    args = build_parser().parse_args(argv)
     try:
-        return args.fn(args)
+        code = args.fn(args)
+        if code == 0:
+            _notices(said)
+        return code
     except _bad_input_errors() as e:
         print(f"seedflood: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -185,8 +185,10 @@ def _budget(text: str | None) -> float:
     except ValueError:
         try:
             return budget.seconds(text) / 60
-        except budget.BudgetError as e:
-            raise ReproduceError(str(e)) from None
+        except budget.BudgetError:
+            raise ReproduceError(
+                f"--budget must be a number of minutes or a duration with its unit (30m, 1800s, 0.5h), got {text!r}"
+            ) from None
     if not math.isfinite(float(text)) or float(text) <= 0:
         raise ReproduceError(f"--budget must be > 0 minutes, got {text}")
     return budget.seconds(text, bare_minutes=True, command="reproduce") / 60

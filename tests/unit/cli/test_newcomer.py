@@ -75,10 +75,16 @@ def test_help_lists_every_command_once_under_its_group() -> None:
         (["replay", "RUN"], ["replay", "RUN"]),
     ],
 )
-def test_an_old_name_becomes_its_new_spelling_with_one_line(old, new, capsys) -> None:
-    assert cli._renamed(old) == new
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == (old[0] in cli.RENAMED) and all(line.startswith("seedflood: notice: `") for line in err)
+def test_an_old_name_becomes_its_new_spelling_with_one_line(old, new) -> None:
+    argv, said = cli._renamed(old)
+    assert argv == new
+    assert len(said) == (old[0] in cli.RENAMED) and all(line.startswith("seedflood: notice: `") for line in said)
+
+
+def test_an_old_name_refused_says_only_the_refusal(tmp_path: Path, capsys) -> None:
+    """Bad input stays one line: the notice comes only after a command that succeeded."""
+    assert cli.main(["eval", str(tmp_path), "--json"]) == 2
+    assert capsys.readouterr().err == f"seedflood: error: {tmp_path} is not a run directory (no log.bin)\n"
 
 
 def test_the_old_eval_still_scores_a_run_as_replay_score(tmp_path: Path) -> None:
@@ -107,11 +113,15 @@ def test_a_budget_is_seconds_with_units(text: str, s: float) -> None:
 
 
 def test_a_bare_budget_in_minutes_is_read_as_before_with_a_notice(capsys) -> None:
+    budget.NOTICES.clear()
     assert budget.seconds("30", bare_minutes=True, command="reproduce") == 1800.0
-    (line,) = capsys.readouterr().err.strip().splitlines()
+    (line,) = budget.NOTICES
     assert line.startswith("seedflood: notice: reproduce --budget 30 is read as minutes") and "30m" in line
     assert budget.seconds("30m", bare_minutes=True, command="reproduce") == 1800.0
-    assert capsys.readouterr().err == ""  # with its unit: no notice
+    assert budget.seconds("1800", command="gpu-evidence") == 1800.0
+    assert len(budget.NOTICES) == 1  # with its unit, or where seconds were the unit: no notice
+    cli._notices([])  # what the CLI does after a command that succeeded
+    assert capsys.readouterr().err == line + "\n" and budget.NOTICES == []
 
 
 @pytest.mark.parametrize("text", ["0", "-3", "soon", "5 minutes", "nan", "inf"])

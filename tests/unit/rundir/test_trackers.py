@@ -233,3 +233,20 @@ def test_an_unknown_tracker_is_one_line_exit_2(value: str, says: str) -> None:
 def test_the_missing_lines_name_each_problem() -> None:
     assert trackers.missing(["comet"]) == ["eval.trackers: unknown tracker 'comet' (known: mlflow, trackio, wandb)"]
     assert trackers.missing([]) == []
+
+
+def test_a_resumed_evaluator_continues_the_same_mlflow_run(tmp_path: Path, monkeypatch) -> None:
+    """The run id kept under trackers/ brings a resume back to its tracker run; the control: a
+    new run (resume=False) in the same directory opens a second one."""
+    pytest.importorskip("mlflow", reason="the trackers extra is not installed (pip install 'seedflood[trackers]')")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for step, resume in ((0, False), (5, True), (9, False)):
+        (t,) = trackers.open_trackers(["mlflow"], tmp_path, RECORDED, resume=resume)
+        t.log(step, {"accuracy": step / 10})
+        t.close()
+    from seedflood.rundir.mlflowtracker import client_of
+
+    client = client_of(tmp_path)
+    runs = client.search_runs([client.get_experiment_by_name("seedflood").experiment_id])
+    steps = sorted(sorted(m.step for m in client.get_metric_history(r.info.run_id, "accuracy")) for r in runs)
+    assert steps == [[0, 5], [9]]

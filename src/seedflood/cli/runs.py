@@ -1,7 +1,7 @@
-"""The `seedflood` commands that start or size a run: train, simulate, world-size.
+"""The `seedflood` commands that start, size or resolve a run: train, simulate, world-size, config.
 
 Owns: loading the config from `--config`/`--set`, the preflight (everything checkable without
-loading weights), and the end-of-run summaries they print.
+loading weights, and that every tracker in eval.trackers is installed), and the end-of-run summaries they print.
 
 Assumes: called by seedflood.cli's dispatch, which maps a known bad input to exit status 2.
 """
@@ -34,9 +34,11 @@ def _preflight(cfg, full: bool = True, gpus: int | None = None) -> int:
     from seedflood.core.config import runconfig as config
 
     config.check_run(cfg)  # before the imports below load torch: this refusal answers at once
+    from seedflood.rundir import trackers
     from seedflood.rundir.layout import RunDir
 
     RunDir.of(cfg).check_writable()  # run.out_dir a file, or under one: refused before anything starts
+    trackers.check_installed(cfg.eval.trackers)  # a tracker named but not installed: one line, before any process
     from seedflood.core.flood import protocol
     from seedflood.core.topology import resolve as topology
     from seedflood.core.zo import precision
@@ -215,3 +217,32 @@ def _env_hosts() -> int:
     if not text.isdigit():
         raise ModelError(f"NNODES={text!r} is not a host count")
     return int(text)
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """The resolved config as YAML: of a run directory (its config.yaml as recorded) or of a config
+    file (or the defaults), with every `--set` applied and every default filled in."""
+    from seedflood.core.config import runconfig as config
+    from seedflood.rundir.layout import CheckpointError, RunDir
+
+    source, recorded = args.source, False
+    if source is not None and Path(source).is_dir():
+        source, recorded = RunDir(Path(source)).config, True
+        if not source.is_file():
+            raise CheckpointError(f"{args.source}: a directory without config.yaml (not a run directory)")
+    print(config.dump(config.load(source, args.set or [], recorded=recorded)), end="")
+    return 0
+
+
+def version_line() -> str:
+    """`seedflood --version`: this package's version and the installed torch's (read from the
+    installed metadata: no torch import)."""
+    from importlib import metadata
+
+    def of(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return f"seedflood {of('seedflood')} (torch {of('torch')}, Python {sys.version.split()[0]})"

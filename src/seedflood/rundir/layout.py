@@ -7,6 +7,8 @@ The layout of a run directory:
                                     (logheader.py, logrecords.py, logfile.py)
   metrics.jsonl                     evaluator metrics (see metrics.py)
   tb/                               the same metrics as TensorBoard event files (metrics.py)
+  trackers/                         eval.trackers' local stores (mlruns/, trackio/, wandb/) and
+                                    run ids (trackers.py)
   checkpoints/step_000050/          state.pt (trainable tensors + direction state), meta.json
                                     (step, hashes, "state_sha256" of state.pt), log.bin (the log
                                     prefix), hf/ (save_pretrained model + tokenizer); checkpoints.py

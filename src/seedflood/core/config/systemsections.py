@@ -79,6 +79,12 @@ class TopologyConfig:
 class EvalConfig:
     every: int = 10
     """Score the consensus model every this many steps (0 = only at the end)."""
+    trackers: list[Literal["mlflow", "trackio", "wandb"]] = field(default_factory=list)
+    """Experiment trackers the evaluator also sends its metrics to, beside metrics.jsonl and
+    TensorBoard (always written, in tb/): each gets the run's settings, every score, a churn
+    run's health and the final state hash, in a local store under trackers/ of the run directory
+    (W&B offline). Each needs its package (`pip install 'seedflood[mlflow]'`, `[trackio]`,
+    `[wandb]`); the preflight refuses one that is missing. Reporting only: never in the trajectory."""
     batch_size: int = 32
     attach: int = 0
     """Topology node the evaluator attaches to as a leaf."""
@@ -100,6 +106,9 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         require(self.every >= 0, "eval.every", "must be >= 0")
+        require(
+            len(set(self.trackers)) == len(self.trackers), "eval.trackers", f"names a tracker twice: {self.trackers}"
+        )
         require(self.batch_size >= 1, "eval.batch_size", "must be >= 1")
         require(self.attach >= 0, "eval.attach", "must be >= 0")
         kind, colon, index = self.device.partition(":")

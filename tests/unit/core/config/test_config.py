@@ -327,6 +327,7 @@ def test_every_setting_changed_round_trips(tmp_path):
         "model.device=cuda:1",
         "model.tiny={hidden_size: 16}",
         "eval.every=0",
+        "eval.trackers=[mlflow, wandb]",
         "eval.batch_size=4",
         "eval.attach=8",
         "eval.client_logs=/elsewhere/logs",

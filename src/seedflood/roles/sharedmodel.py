@@ -56,6 +56,7 @@ from seedflood.ml import machine
 from seedflood.ml.batched import BatchedEstimator
 from seedflood.ml.workload import Workload
 from seedflood.roles.evaluator import Evaluator, Settings, restore_run
+from seedflood.rundir import build
 from seedflood.rundir.layout import RunDir
 from seedflood.rundir.logheader import log_header
 from seedflood.rundir.metrics import human_bytes
@@ -220,6 +221,7 @@ def run(cfg: Config, progress: bool = True) -> RunSummary:
     run_dir = RunDir.of(cfg)
     trajectory = proto.trajectory(cfg, protocol, w.train_digest())
     records = resume_records(run_dir, protocol, trajectory, w.loaded.base_hash, resume=cfg.checkpoint.resume)
+    build.settle(run_dir, build.current(cfg.model.device, cfg.model.dtype), len(records))  # as rank 0 does
     header = log_header(cfg, trajectory, w.loaded.identity, w.loaded.base_hash)
     sim = SharedModel(cfg, top, protocol, w)
     sim.resume(records, run_dir.root)

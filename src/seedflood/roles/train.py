@@ -52,6 +52,7 @@ from seedflood.roles.livestatus import SentCounter, client_status, evaluator_sta
 from seedflood.roles.pace import paced as _paced  # tests/unit/roles/test_pace.py checks it here
 from seedflood.roles.strictwiring import StrictWiring
 from seedflood.roles.wiring import G, Process, T, Wiring, client_key
+from seedflood.rundir import build
 from seedflood.rundir.layout import CheckpointError, RunDir
 from seedflood.rundir.logfile import Records
 from seedflood.rundir.metrics import human_bytes, setup_logging
@@ -109,12 +110,16 @@ def _resume(p: Process, wiring: Wiring[G, T], group: G) -> tuple[Records, dict[i
             records = resume_records(run_dir, protocol, p.trajectory, w.loaded.base_hash, resume=cfg.checkpoint.resume)
             records = wiring.completed(records)
             changes = logged_changes(run_dir) if records else {}
-            payload = {"records": [(s, encode_step(m, changes.get(s))) for s, m in records]}
+            # the run's build (recorded, or this one for a new run), which every other process must run
+            run_build = build.settle(run_dir, p.build, len(records))
+            payload = {"records": [(s, encode_step(m, changes.get(s))) for s, m in records], "build": run_build}
         except CheckpointError as e:
             payload = {"error": str(e)}
     payload = group.broadcast(payload)
     if "error" in payload:
         raise RunError(payload["error"])
+    if line := build.refusal(payload.get("build"), p.build, str(RunDir.of(cfg).root)):
+        raise RunError(line)  # a client, a restart or a new id on another build than the run's
     records, changes = [], {}
     roster = protocol.roster()
     for s, f in payload["records"]:  # rank 0 validated them; a broadcast is a wire like any other

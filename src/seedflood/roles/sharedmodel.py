@@ -17,7 +17,8 @@ workload (`apply=False`) follows each applied step exactly as the launched evalu
 attach client's stream: log, scores at eval.every, checkpoints, zero-shot at step 0, final score.
 
 Resume (as a relaunched run, §2): a run directory with a log for this config continues from its
-L steps (`rundir.resume.resume_records` decides or refuses, in one line): the shared model is brought to
+L steps (`rundir.resume.resume_records` decides or refuses, in one line, and `rundir.build.settle` refuses
+another build than the one build.json records): the shared model is brought to
 steps < L − delay (newest usable checkpoint plus log replay), the later logged steps are held
 complete by every node's flood, and the evaluator appends from step L.
 

@@ -4,8 +4,9 @@ Owns the composition of a process (docs/design.md, Processes and the step loop):
 topology checks before anything expensive, the workload (run.threads = 0: the machine's cores
 split over the launcher's local processes), the run's `Protocol`, the choice of strict or churn
 (made once, here: `strictwiring.StrictWiring` or `churnwiring.ChurnWiring`, behind
-`wiring.Wiring`), resume (rank 0 checks the run directory and broadcasts its log; every client
-catches up by replaying it, the evaluator from its newest intact checkpoint plus the log tail),
+`wiring.Wiring`), resume (rank 0 checks the run directory and broadcasts its log and the run's
+build, rundir/build.py: a process on another build exits 2 with one line; every client catches
+up by replaying the log, the evaluator from its newest intact checkpoint plus the log tail),
 the role's run, and the end of the run: each client posts its report (hash, byte counts, flood
 stats, threads, memory: RSS/PSS/USS) to the rendezvous store and exits; the evaluator collects
 them once it has scored its backlog and writes summary.json. No collective call waits on the

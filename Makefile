@@ -10,7 +10,8 @@
 #   make format    ruff format + the safe ruff fixes (import order, pyupgrade) over src and tests
 #   make gpu-kit   the offline kit for an air-gapped GPU host (.gpukit/): prints the host's commands
 #   make gpu-check the kit's dry mode here: build, stage into a fresh home, evidence plan on the CPU
-# On GPU machines `make install LOCK=cuda` (PyPI's Linux torch with its nvidia-* packages).
+# On GPU machines `make install LOCK=cuda` (PyPI's Linux torch with its nvidia-* packages), into a
+# fresh .venv (`make clean` first): an installed torch X+cpu satisfies the lock's torch==X.
 
 PYTHON     ?= python3
 VENV       ?= .venv

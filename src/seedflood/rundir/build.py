@@ -117,7 +117,7 @@ def refusal(run: dict[str, Any] | None, mine: dict[str, Any], what: str) -> str 
         f"or set {ALLOW}=1 to continue on this one"
     )
     if os.environ.get(ALLOW, "") not in ("", "0"):
-        log.warning("%s: continuing (%s is set)", line.split(";")[0], ALLOW)
+        log.warning("%s was made by another build (differs: %s): continuing (%s is set)", what, ", ".join(diff), ALLOW)
         return None
     return line
 

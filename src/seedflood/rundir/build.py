@@ -7,7 +7,7 @@ change the last bits of a loss, so a run continued on another build is no longer
 as (README, "What is exact and what depends on the CPU"). Owns:
 - `current`: this process's build: SeedFlood's version, Python's, the versions of the libraries
   whose kernels compute a scalar (`LIBRARIES`), a digest of every installed distribution
-  (`packages`: the first 16 hex of sha256 over the sorted "name==version" lines), torch's CPU
+  (`packages`: the first 16 hex of sha256 over their sorted NAME-VERSION.dist-info names), torch's CPU
   capability, its intra-op threads, model.device and model.dtype (and the GPU, on cuda);
 - build.json (`BUILD`) in the run directory: the build that made the run, written by rank 0 (or
   `seedflood simulate`) when a run starts, or when a run recorded before builds were
@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import platform
+import sysconfig
 from importlib import metadata
 from typing import Any
 
@@ -57,8 +58,13 @@ def _version(name: str) -> str | None:
 
 
 def _packages() -> str:
-    """The first 16 hex of sha256 over every installed distribution's "name==version", sorted."""
-    names = sorted({f"{(d.metadata['Name'] or '').lower()}=={d.version}" for d in metadata.distributions()})
+    """The first 16 hex of sha256 over the installed distributions' metadata folder names
+    (NAME-VERSION.dist-info) in the environment's site-packages, sorted: the whole installed set,
+    in ~1 ms where reading each one's metadata (importlib.metadata) took ~0.2 s a process."""
+    dirs = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    names = sorted(
+        e for d in dirs if os.path.isdir(d) for e in os.listdir(d) if e.endswith((".dist-info", ".egg-info"))
+    )
     return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
 
 

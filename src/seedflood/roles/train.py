@@ -4,8 +4,9 @@ Owns the composition of a process (docs/design.md, Processes and the step loop):
 topology checks before anything expensive, the workload (run.threads = 0: the machine's cores
 split over the launcher's local processes), the run's `Protocol`, the choice of strict or churn
 (made once, here: `strictwiring.StrictWiring` or `churnwiring.ChurnWiring`, behind
-`wiring.Wiring`), resume (rank 0 checks the run directory and broadcasts its log; every client
-catches up by replaying it, the evaluator from its newest intact checkpoint plus the log tail),
+`wiring.Wiring`), resume (rank 0 checks the run directory and broadcasts its log and the run's
+build, rundir/build.py: a process on another build exits 2 with one line; every client catches
+up by replaying the log, the evaluator from its newest intact checkpoint plus the log tail),
 the role's run, and the end of the run: each client posts its report (hash, byte counts, flood
 stats, threads, memory: RSS/PSS/USS) to the rendezvous store and exits; the evaluator collects
 them once it has scored its backlog and writes summary.json. No collective call waits on the
@@ -52,6 +53,7 @@ from seedflood.roles.livestatus import SentCounter, client_status, evaluator_sta
 from seedflood.roles.pace import paced as _paced  # tests/unit/roles/test_pace.py checks it here
 from seedflood.roles.strictwiring import StrictWiring
 from seedflood.roles.wiring import G, Process, T, Wiring, client_key
+from seedflood.rundir import build
 from seedflood.rundir.layout import CheckpointError, RunDir
 from seedflood.rundir.logfile import Records
 from seedflood.rundir.metrics import human_bytes, setup_logging
@@ -128,12 +130,16 @@ def _resume(p: Process, wiring: Wiring[G, T], group: G) -> tuple[Records, dict[i
             records = resume_records(run_dir, protocol, p.trajectory, w.loaded.base_hash, resume=cfg.checkpoint.resume)
             records = wiring.completed(records)
             changes = logged_changes(run_dir) if records else {}
-            payload = {"records": [(s, encode_step(m, changes.get(s))) for s, m in records]}
+            # the run's build (recorded, or this one for a new run), which every other process must run
+            run_build = build.settle(run_dir, p.build, len(records))
+            payload = {"records": [(s, encode_step(m, changes.get(s))) for s, m in records], "build": run_build}
         except CheckpointError as e:
             payload = {"error": str(e)}
     payload = group.broadcast(payload)
     if "error" in payload:
         raise RunError(payload["error"])
+    if line := build.refusal(payload.get("build"), p.build, str(RunDir.of(cfg).root)):
+        raise RunError(line)  # a client, a restart or a new id on another build than the run's
     records, changes = [], {}
     roster = protocol.roster()
     for s, f in payload["records"]:  # rank 0 validated them; a broadcast is a wire like any other

@@ -14,6 +14,8 @@ The layout of a run directory:
                                     prefix), hf/ (save_pretrained model + tokenizer); checkpoints.py
   checkpoints/LATEST                name of the newest complete checkpoint (atomic pointer)
   summary.json                      final figures and hashes (summary.py)
+  build.json                        the build (versions, CPU capability, threads) that computes
+                                    the run's scalars (build.py)
   clients/node-N/                   a churn client's own log (eval.client_logs; clientlog.py)
   status/node-N.json, evaluator.json   each process's live status record, rewritten about once a
                                     second while it runs, then its final state (status.py;

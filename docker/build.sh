@@ -9,7 +9,8 @@
 #   CA_BUNDLE  the CA bundle pip trusts (default: PIP_CERT, else pip's `cert` setting; none: pip's own)
 #   LOCK       a requirements lock pinning setup.cfg's dependencies (default: none: its ranges)
 # Build arguments: BASE (default: the offline base seedflood-base:bookworm of docker/base.sh when
-# that image exists, else python:3.11-slim), TORCH_SPEC, TORCH_INDEX, DATA_PKGS when set.
+# that image exists, else python:3.11-slim), TORCH_SPEC, TORCH_INDEX, DATA_PKGS when set;
+# BUILD_FLAGS: more `docker build` flags (e.g. --no-cache).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,5 +58,5 @@ t=$SECONDS
 tar -c --exclude=__pycache__ --exclude='*.egg-info' \
     setup.cfg pyproject.toml README.md src topologies launch docker/Dockerfile \
     -C "$stage" docker/inputs \
-    | docker build --force-rm "${args[@]}" -f docker/Dockerfile -t "$TAG" -
+    | docker build --force-rm ${BUILD_FLAGS:-} "${args[@]}" -f docker/Dockerfile -t "$TAG" -
 echo "build.sh: $TAG built in $((SECONDS - t)) s, $(docker image inspect -f '{{.Size}}' "$TAG") bytes" >&2

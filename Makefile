@@ -38,7 +38,7 @@ STAMP := $(VENV)/.installed
 
 LINT_PATHS ?= src tests
 
-.PHONY: install lock test durations test-all test-e2e-probe try run readme-figures bench clean compose-up compose-churn-up compose-join compose-scale lint format gpu-kit gpu-check
+.PHONY: install lock test durations test-all test-e2e-probe try run readme-figures bench clean image compose-up compose-down compose-churn-up compose-join compose-scale lint format gpu-kit gpu-check
 
 install: $(STAMP)
 
@@ -136,41 +136,68 @@ gpu-check: install
 	HF_HUB_OFFLINE=1 PYTHON=$(abspath $(BIN))/python launch/gpu/check.sh $(GPU_CHECK)
 
 N ?= 4
-# The config every service runs (a path inside the image, which has the repository's launch/).
-# Set on the make command line it also reaches compose (make exports command-line variables).
+# The config every service runs: a path inside the image (which has the repository's launch/)
+# that the preflight can also read here. Set on the make command line it also reaches compose.
 CONFIG ?= launch/configs/debug.yaml
+# The image the services run (docker/compose.yaml's ${IMAGE}); `make image` builds it from the
+# working tree (docker/build.sh: the offline base when present, the host's torch wheels and CA
+# bundle). The compose targets build it first unless BUILD=0 (an image built beforehand, e.g.
+# a CUDA one). A BuildKit or classic builder alike: compose itself never builds (--no-build).
+IMAGE ?= seedflood:cpu
+BUILD ?= 1
+# `docker compose` (v2) when the plugin answers, else `docker-compose` (v1, 1.29): the targets
+# use only what both have (no `ps --format`, no `wait`); the containers are found by compose's labels.
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+PROJECT ?= seedflood
+COMPOSE_ENV = IMAGE=$(IMAGE) CONFIG=$(CONFIG)
+# docker ps -aq of one project's containers [of one service]: compose v1 and v2 label them alike
+project_ps = docker ps -aq --filter label=com.docker.compose.project=$(1) $(if $(2),--filter label=com.docker.compose.service=$(2))
+
+image:
+	bash docker/build.sh $(IMAGE)
+
 # Preflight first, as launch/torchrun.sh does: a bad config stops here with its one-line error,
-# before any image is built or container started.
+# before any image is built or container started. The stopped containers and the runs volume stay
+# (outputs: launch/README.md, Docker compose); `make compose-down` removes them.
 compose-up: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m seedflood world-size --config $(CONFIG) --set topology.nodes=$(N) >/dev/null
-	$(BIN)/python docker/scale.py $(N) | CONFIG=$(CONFIG) docker compose -p seedflood -f - up --build --abort-on-container-exit --exit-code-from evaluator
+	$(if $(filter 1,$(BUILD)),bash docker/build.sh $(IMAGE))
+	$(BIN)/python docker/scale.py $(N) | $(COMPOSE_ENV) $(COMPOSE) -p $(PROJECT) -f - up --no-build --abort-on-container-exit --exit-code-from evaluator
+
+# The project's containers, network and runs volume (-v) of compose-up (or, with
+# PROJECT=$(CHURN_PROJECT), of compose-churn-up), whichever layout started them.
+compose-down:
+	$(BIN)/python docker/scale.py $(N) | $(COMPOSE_ENV) $(COMPOSE) -p $(PROJECT) -f - down -v --remove-orphans
 
 # The churn layout (docker/compose.churn.yaml's header): a `store` service, restart: on-failure:3.
 # Not --abort-on-container-exit (it stops the stack at the first restart): start detached, wait
-# until the evaluator and every client have exited for good, then `down` (the store never exits).
-# MAX_NODES=M opens the run to new node ids N..M-1 (churn.max_nodes; docker/scale.py --max-nodes):
-# `make compose-join` starts them in the running project, and this target waits for them too.
+# until the evaluator and every client have exited for good, then `down` (the store never exits;
+# the runs volume stays). MAX_NODES=M opens the run to new node ids N..M-1 (churn.max_nodes;
+# docker/scale.py --max-nodes): `make compose-join` starts them in the running project, and this
+# target waits for them too.
 CHURN_PROJECT ?= seedflood-churn
 MAX_NODES ?=
 CHURN_SCALE = $(BIN)/python docker/scale.py --churn $(if $(MAX_NODES),--max-nodes $(MAX_NODES)) $(N)
 CHURN_SETS = --set topology.nodes=$(N) --set churn.settle=1 $(if $(MAX_NODES),--set churn.max_nodes=$(MAX_NODES))
 compose-churn-up: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m seedflood world-size --config $(CONFIG) $(CHURN_SETS) >/dev/null
-	$(CHURN_SCALE) | CONFIG=$(CONFIG) docker compose -p $(CHURN_PROJECT) -f - up --build -d
-	while docker compose -p $(CHURN_PROJECT) ps -a --format '{{.Service}} {{.State}}' | grep -v '^store ' | grep -qv ' exited$$'; do sleep 5; done
-	status=$$(docker compose -p $(CHURN_PROJECT) ps -a --format '{{.ExitCode}}' evaluator); \
-	docker compose -p $(CHURN_PROJECT) down; exit $$status
+	$(if $(filter 1,$(BUILD)),bash docker/build.sh $(IMAGE))
+	$(CHURN_SCALE) | $(COMPOSE_ENV) $(COMPOSE) -p $(CHURN_PROJECT) -f - up --no-build -d
+	while ids=$$($(call project_ps,$(CHURN_PROJECT))); [ -n "$$ids" ] && docker inspect -f '{{index .Config.Labels "com.docker.compose.service"}} {{.State.Status}}' $$ids \
+	    | grep -v '^store ' | grep -qv ' exited$$'; do sleep 5; done
+	status=$$(docker inspect -f '{{.State.ExitCode}}' $$($(call project_ps,$(CHURN_PROJECT),evaluator))); \
+	$(CHURN_SCALE) | $(COMPOSE_ENV) $(COMPOSE) -p $(CHURN_PROJECT) -f - down; exit $$status
 
 # ADD more clients with brand-new node ids FIRST..FIRST+ADD-1 (FIRST defaults to N, the first new
 # id; a second batch sets FIRST past the first's) join the running compose-churn-up project of the
-# same N, MAX_NODES and CONFIG: their services (clientJ+1 for id J, the `join` profile) start, and
-# nothing else is touched (--no-deps --no-recreate). --scale cannot: its replicas share one id.
+# same N, MAX_NODES, CONFIG and IMAGE: their services (clientJ+1 for id J, the `join` profile)
+# start, and nothing else is touched (--no-deps --no-recreate). --scale cannot: its replicas share one id.
 ADD ?= 1
 FIRST ?= $(N)
 compose-join: install
 	test -n "$(MAX_NODES)" || { echo "make compose-join: MAX_NODES=M (the run's churn.max_nodes) is required" >&2; exit 2; }
 	test $$(( $(FIRST) + $(ADD) )) -le $(MAX_NODES) -a $(FIRST) -ge $(N) || { echo "make compose-join: new ids $(FIRST)..$$(( $(FIRST) + $(ADD) - 1 )) are outside the run's $(N)..$$(( $(MAX_NODES) - 1 ))" >&2; exit 2; }
-	$(CHURN_SCALE) | CONFIG=$(CONFIG) docker compose -p $(CHURN_PROJECT) -f - up -d --no-deps --no-recreate $(shell seq -f 'client%g' $$(( $(FIRST) + 1 )) $$(( $(FIRST) + $(ADD) )))
+	$(CHURN_SCALE) | $(COMPOSE_ENV) $(COMPOSE) -p $(CHURN_PROJECT) -f - up -d --no-build --no-deps --no-recreate $(shell seq -f 'client%g' $$(( $(FIRST) + 1 )) $$(( $(FIRST) + $(ADD) )))
 
 # compose-scale: the same target under the name `docker compose up --scale` suggests (it adds
 # services with ids of their own, not replicas of one).

@@ -56,19 +56,21 @@ CHURN_HEADER = """\
 # rendezvous store and is never restarted; the evaluator and every client run with
 # churn.settle=1 and SEEDFLOOD_STORE=store:{port} and are restarted on failure (at most {max}
 # times each): a restarted client rejoins by replay, a restarted evaluator resumes from its
-# checkpoint and log and catches up. From the repository root:
+# checkpoint and log and catches up. `make compose-churn-up` does the following; from the
+# repository root, with `docker compose` (v2) or `docker-compose` (1.29) alike:
 #   docker compose -p seedflood-churn -f docker/compose.churn.yaml up --build -d
 #   # wait until the evaluator and every client have exited for good (the store never exits):
-#   while docker compose -p seedflood-churn ps -a --format '{{{{.Service}}}} {{{{.State}}}}' \\
+#   ps="docker ps -aq --filter label=com.docker.compose.project=seedflood-churn"
+#   while docker inspect -f '{{{{index .Config.Labels "com.docker.compose.service"}}}} {{{{.State.Status}}}}' $($ps) \\
 #         | grep -v '^store ' | grep -qv ' exited$'; do sleep 5; done
-#   docker compose -p seedflood-churn ps -a --format '{{{{.ExitCode}}}}' evaluator   # the run's status
-#   docker compose -p seedflood-churn down     # stops the store; the runs volume stays
+#   docker inspect -f '{{{{.State.ExitCode}}}}' $($ps --filter label=com.docker.compose.service=evaluator)  # the run's status
+#   docker compose -p seedflood-churn -f docker/compose.churn.yaml down   # stops the store; the runs volume stays
 # Not --abort-on-container-exit / --exit-code-from (they stop the stack at the first container
 # exit, a restarted one included) and not `docker compose wait evaluator` (it returns at the
 # evaluator's first exit, even one the daemon restarts). A container stopped by `docker kill` or
 # `docker stop` is not restarted (the daemon treats it as stopped by hand); a crash is, e.g.
-# `kill -9 $(docker inspect -f '{{{{.State.Pid}}}}' seedflood-churn-client3-1)` on the host.
-# Any N: `python docker/scale.py --churn N | docker compose -p seedflood-churn -f - up --build -d`.
+# `kill -9 $(docker inspect -f '{{{{.State.Pid}}}}' $($ps --filter label=com.docker.compose.service=client3))`
+# on the host, as root. Any N: `python docker/scale.py --churn N | docker compose -p seedflood-churn -f - up -d`.
 """
 
 

@@ -12,6 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import docker_support  # noqa: E402
 import e2e_support as sup  # noqa: E402
 import slurm_cluster  # noqa: E402
 
@@ -48,6 +49,18 @@ def reference_hash(entry: str, request: pytest.FixtureRequest) -> str:
     if entry != "seedflood":
         return str(request.getfixturevalue("reference_run")["param_hash"])
     return sup.simulated_hash()
+
+
+@pytest.fixture(scope="session")
+def docker_image(entry: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The compose files' image, built from the working tree by docker/build.sh once per session
+    (and per worker: the later builds find every layer cached); skips without a daemon, fails
+    under CI=true (docker_support.require)."""
+    if entry != "seedflood":
+        pytest.skip("the image runs the real `seedflood`, not the probe")
+    docker_support.require()
+    docker_support.build_image(tmp_path_factory.mktemp("docker") / "build.log")
+    return docker_support.IMAGE
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,8 @@
 # docker/inputs/ gets, besides what is already there, the host's own (the build stage only):
 #   WHEELS     folders holding local torch wheels (default: pip's find-links; none: the index)
 #   CA_BUNDLE  the CA bundle pip trusts (default: PIP_CERT, else pip's `cert` setting; none: pip's own)
-#   LOCK       a requirements lock pinning setup.cfg's dependencies (default: none: its ranges)
+#   LOCK       a requirements lock pinning setup.cfg's dependencies (default: requirements/cpu.txt,
+#              what `make install` installs; LOCK= builds from setup.cfg's ranges)
 # Build arguments: BASE (default: the offline base seedflood-base:bookworm of docker/base.sh when
 # that image exists, else python:3.11-slim), TORCH_SPEC, TORCH_INDEX, DATA_PKGS when set;
 # BUILD_FLAGS: more `docker build` flags (e.g. --no-cache).
@@ -45,7 +46,8 @@ done
 if [[ -n $CA_BUNDLE && -f $CA_BUNDLE ]]; then
     cp "$CA_BUNDLE" "$inputs/ca.crt"
 fi
-if [[ -n ${LOCK:-} ]]; then
+LOCK=${LOCK-requirements/cpu.txt}
+if [[ -n $LOCK ]]; then
     cp "$LOCK" "$inputs/lock.txt"
 fi
 

@@ -70,7 +70,10 @@ def test_the_setting_is_a_loss_difference_shared_through_the_protocol_and_not_in
 @pytest.mark.parametrize(
     "sets, said",
     [
-        (["trust.audit=1", "trust.audit_tolerance=-1e-5"], "trust.audit_tolerance: must be >= 0 (loss units; 0 = exact)"),
+        (
+            ["trust.audit=1", "trust.audit_tolerance=-1e-5"],
+            "trust.audit_tolerance: must be >= 0 (loss units; 0 = exact)",
+        ),
         (["trust.audit_tolerance=1e-5"], "trust.audit_tolerance: needs trust.audit > 0"),
     ],
 )

@@ -19,7 +19,8 @@ strict. Every case checks what the clients end on, not only who was named:
 - with `trust.audit_tolerance` (a run mixing kinds of hardware) a liar that shifts each scalar
   by just over the scalar tolerance is excluded as any liar, and one that shifts it by just under
   passes: nobody is excluded, every client ends on one history that includes its lie; the same
-  shift without the tolerance is caught (the control), and an honest run's bits do not change.
+  shift without the tolerance is caught (the control), and an honest run's bits do not change;
+  a strict run stops on it with a line saying how far apart the scalars are.
 """
 
 from __future__ import annotations
@@ -175,3 +176,12 @@ def test_a_liar_just_above_the_tolerance_is_excluded_and_one_just_below_passes(f
     assert r.step_hashes != honest.step_hashes  # the lie was applied: it hid inside the tolerance
     exact = simulate(ring("trust.audit=1"), lies={LIAR: lie})  # control: the same shift, no tolerance
     excluded(ring("trust.audit=1"), exact, tmp_path / "exact")
+
+
+def test_in_a_strict_run_a_lie_beyond_the_tolerance_stops_it_saying_how_far_apart():
+    cfg = ring("churn.settle=0", "trust.audit=1", f"trust.audit_tolerance={TOLERANCE}")
+    with pytest.raises(AuditError) as e:
+        simulate(cfg, lies={LIAR: Lie("shift", 1.05 * protocol_of(cfg).scalar_tolerance)})
+    line = str(e.value)
+    assert line.startswith(f"node {LIAR}'s scalar of step 0 (k 0) is ") and "\n" not in line
+    assert "(0.00525 apart, the audit tolerance is 0.005): it did not follow the estimator" in line, line

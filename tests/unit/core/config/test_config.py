@@ -359,6 +359,7 @@ def test_every_setting_changed_round_trips(tmp_path):
         "trust.sign=true",
         "trust.keys=/keys",
         "trust.audit=0.5",
+        "trust.audit_tolerance=1e-5",
         "sim.batched=true",
         "sim.clients_per_forward=3",
     ]

@@ -17,7 +17,7 @@ The tolerance is set on the loss difference (scalar tolerance = it / 2ε): `--ma
 largest pair difference is printed as a suggestion. Nothing is asserted.
 
     HF_HUB_OFFLINE=1 .venv/bin/python -m seedflood.bench.auditkinds [--config launch/configs/debug.yaml]
-        [--steps 5] [--clients 4] [--margin 10] [--set KEY=VALUE ...]
+        [--steps 5] [--clients 4] [--margin 10] [--kinds native,default,...] [--set KEY=VALUE ...]
 
 Assumes: run from the repository root (or --config); a kind the CPU lacks is skipped (torch then
 falls back to a lower capability: the worker reports the one it used).
@@ -41,7 +41,7 @@ DEBUG = Path("launch/configs/debug.yaml")
 # name -> (environment, torch threads). avx2 is set the way the mixed run set it.
 KINDS: dict[str, tuple[dict[str, str], int]] = {
     "native": ({}, 1),
-    "native, 2 threads": ({}, 2),
+    "2 threads": ({}, 2),
     "avx512": ({"ATEN_CPU_CAPABILITY": "avx512"}, 1),
     "avx2": ({"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}, 1),
     "default": ({"ATEN_CPU_CAPABILITY": "default"}, 1),
@@ -115,7 +115,7 @@ def worker(
 
 def _run_kind(name: str, a: argparse.Namespace, reference: Path | None, tmp: Path) -> dict[str, Any]:
     env_extra, threads = KINDS[name]
-    out = tmp / f"{name.replace(' ', '_').replace(',', '')}.json"
+    out = tmp / f"{name.replace(' ', '_')}.json"
     argv = [sys.executable, "-m", "seedflood.bench.auditkinds", "--worker", str(out), "--threads", str(threads)]
     argv += ["--config", str(a.config), "--steps", str(a.steps), "--clients", str(a.clients)]
     argv += [x for s in a.set for x in ("--set", s)]
@@ -153,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--clients", type=int, default=4, help="topology.nodes: the origins whose scalars are computed")
     ap.add_argument("--margin", type=float, default=10.0)
+    ap.add_argument("--kinds", default=",".join(KINDS), help="a comma-separated subset; the first is the reference")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
@@ -180,9 +181,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import tempfile
 
+    asked = [k.strip() for k in a.kinds.split(",") if k.strip()]
+    if not asked or any(k not in KINDS for k in asked):
+        print(f"seedflood.bench.auditkinds: error: --kinds: a comma-separated subset of {', '.join(KINDS)}")
+        return 2
     flags = cpu_flags()
-    kinds = [k for k in KINDS if _NEEDS.get(k, "") in flags or k not in _NEEDS]
-    skipped = [k for k in KINDS if k not in kinds]
+    kinds = [k for k in asked if _NEEDS.get(k, "") in flags or k not in _NEEDS]
+    skipped = [k for k in asked if k not in kinds]
     print(f"seedflood.bench.auditkinds: {a.config}, {a.clients} origins, {a.steps} steps, kinds: {', '.join(kinds)}")
     if skipped:
         print(f"  skipped (the CPU lacks them): {', '.join(skipped)}")

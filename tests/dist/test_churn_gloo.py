@@ -264,6 +264,25 @@ def test_a_killed_client_restarts_and_rejoins_by_replay(tmp_path):
     assert rows[f"node-{VICTIM}"]["incarnation"] == 2 and rows[f"node-{VICTIM}"]["agrees"] is True
 
 
+def test_a_client_restarted_on_another_build_is_refused_and_the_run_ends_without_it(tmp_path):
+    """rundir/build.py: SIGKILL node 2 mid-run and start it again on 2 torch threads (the run's
+    build.json says 1): it exits 2 with one line naming both builds, before it asks to rejoin, and
+    the three others end the run on one hash. Its control is the rejoin above, on the run's build."""
+    out = tmp_path / "other-build"
+    name = str(VICTIM + 1)
+    with launch(tmp_path, churn_sets(out)) as run:
+        runs.wait_for_steps(run, out, 5)
+        run[name].argv = [*run[name].argv, "--set", "run.threads=2"]
+        run.restart(name)
+        text = finish(run)
+    assert run.codes() == [2 if n == name else 0 for n in run.procs], text
+    errors = [ln for ln in run[name].stdout.splitlines() if ln.startswith("seedflood: error:")]
+    assert len(errors) == 1 and "was made by another build" in errors[0] and "threads (1 -> 2)" in errors[0], text
+    assert "Traceback" not in run[name].stdout
+    s = json.loads((out / "summary.json").read_text())
+    assert s["left"] == [VICTIM] and s["consensus"] and s["client_hashes"][VICTIM] is None, text
+
+
 @dataclass
 class Store:
     address: str  # HOST:PORT, for SEEDFLOOD_STORE

@@ -6,7 +6,7 @@
 - a crashed run resumes from its log and ends with the uninterrupted run's bits, also with
   delayed flooding;
 - the end of a run never waits on a lagging evaluator; a killed peer is one line per survivor;
-- a resume whose settings differ is refused before anything is written;
+- a resume whose settings differ, or made on another build (build.json), is refused before anything is written;
 - signed (trust.sign) and audited (trust.audit) processes end on the plain run's bits.
 - `seedflood status` (and `watch --once`) over the finished ring run shows every process finished
   at the last step on the log's commit chain, its bytes per link adding up to its totals, and over the killed-peer run the survivors failed with their one line.
@@ -157,9 +157,18 @@ def resumed(run_world, procs_ok, tmp_path_factory) -> dict:
     first = train(run_world, procs_ok, out, "run.steps=3")
     before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     refused = run_world(runs.train(*overrides(out, "zo.eps=0.05")), nprocs=5)
+    # the same settings on another build: 2 torch threads, not the 1 the run was made with
+    other_build = run_world(runs.train(*overrides(out, "run.threads=2")), nprocs=5)
     after = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
-    second = train(run_world, procs_ok, out)  # same directory: resumes at step 3
-    return {"first": first, "refused": refused, "before": before, "after": after, "second": second}
+    second = train(run_world, procs_ok, out)  # same directory and build: resumes at step 3
+    return {
+        "first": first,
+        "refused": refused,
+        "other_build": other_build,
+        "before": before,
+        "after": after,
+        "second": second,
+    }
 
 
 def test_resume_from_the_log_reproduces_the_uninterrupted_run(resumed, reference_hash):
@@ -277,6 +286,19 @@ def test_a_resume_with_changed_settings_is_refused_and_changes_nothing(resumed):
         assert p.returncode == 2, p.describe()
         errors = [ln for ln in p.stderr.splitlines() if ln.startswith("seedflood: error:")]
         assert len(errors) == 1 and "zo.eps (0.001 -> 0.05)" in errors[0], p.stderr[-2000:]
+    assert resumed["after"] == resumed["before"]
+
+
+def test_a_resume_on_another_build_is_refused_in_one_line_naming_both(resumed):
+    """rundir/build.py: the run's build.json says 1 thread; every process of a resume at 2 threads
+    exits 2 with rank 0's line naming both builds, and nothing on disk changes. Its control is the
+    resume with the run's own build (test_resume_from_the_log_reproduces_the_uninterrupted_run)."""
+    for p in resumed["other_build"]:
+        assert p.returncode == 2, p.describe()
+        errors = [ln for ln in p.stderr.splitlines() if ln.startswith("seedflood: error:")]
+        assert len(errors) == 1 and "was made by another build" in errors[0], p.stderr[-2000:]
+        assert "1 thread, cpu float32; this process:" in errors[0] and "threads (1 -> 2)" in errors[0], errors[0]
+        assert "Traceback" not in p.stderr, p.stderr[-2000:]
     assert resumed["after"] == resumed["before"]
 
 

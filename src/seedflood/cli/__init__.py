@@ -1,10 +1,15 @@
-"""The `seedflood` command: train | simulate | compare | eval | replay | check | status (watch) | topology show | world-size | keys | store | serve-log | sweep | reproduce | gpu-evidence | bench.
+"""The `seedflood` command, its subcommands grouped by what a user is doing (`GROUPS`, `seedflood --help`):
+run (train, simulate, world-size, config), inspect (status, replay, check, topology), experiment
+(compare, sweep, reproduce, bench, gpu-evidence), operate (store, serve-log, keys).
 
 Owns: argument parsing and dispatch, turning every known bad input into one line on stderr and
-exit status 2, and the console entry (`seedflood = seedflood.cli:console`, `python -m seedflood`).
-The subcommands live by what they own: runs (train, simulate, world-size), inspection (replay,
-check, eval), status (the roster of a run, running or finished; `watch` redraws it) and tools
-(topology show, sweep, sweep-summary, store, serve-log, keys); `bench` has its own parser.
+exit status 2, `--version`, the old names kept for a release (`RENAMED`: each still works and,
+once it succeeded, says its new spelling in one line on stderr, so a refusal stays one line;
+`watch` stays an alias of `status --watch`), and the
+console entry (`seedflood = seedflood.cli:console`, `python -m seedflood`).
+The subcommands live by what they own: runs (train, simulate, world-size, config), inspection
+(replay, check, eval), status (the roster of a run, running or finished; `watch` redraws it) and
+tools (topology show, sweep, sweep-summary, store, serve-log, keys); `bench` has its own parser.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import threading
 
 from seedflood.cli import status
 from seedflood.cli.inspection import cmd_check, cmd_eval, cmd_replay
-from seedflood.cli.runs import cmd_simulate, cmd_train, cmd_world_size
+from seedflood.cli.runs import cmd_config, cmd_simulate, cmd_train, cmd_world_size, version_line
 from seedflood.cli.tools import (
     cmd_keys,
     cmd_serve_log,
@@ -58,7 +63,9 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
         "seedflood.rundir.layout.CheckpointError",
         "seedflood.core.zo.precision.DirectionError",
         "seedflood.comm.identity.IdentityError",
+        "seedflood.comm.listen.ListenError",
         "seedflood.roles.train.RunError",
+        "seedflood.rundir.trackers.TrackerError",
     )
 
 
@@ -75,9 +82,57 @@ def _run_errors() -> tuple[type[BaseException], ...]:
     )
 
 
+GROUPS: dict[str, tuple[str, ...]] = {
+    "run": ("train", "simulate", "world-size", "config"),
+    "inspect": ("status", "replay", "check", "topology"),
+    "experiment": ("compare", "sweep", "reproduce", "bench", "gpu-evidence"),
+    "operate": ("store", "serve-log", "keys"),
+}
+"""`seedflood --help` lists the commands under these headings, in this order."""
+
+ALIASES = {"watch": "status --watch"}
+"""Other spellings of a command, kept and listed beside it."""
+
+RENAMED: dict[str, tuple[str, list[str]]] = {
+    "eval": ("replay --score", ["replay", "--score"]),
+    "sweep-summary": ("sweep FILE --summary", ["sweep", "--summary"]),
+}
+"""Old command -> (its new spelling, the argv it becomes): still accepted for one release, with
+a one-line notice on stderr."""
+
+
+def _grouped(helps: dict[str, str]) -> str:
+    lines = []
+    for group, names in GROUPS.items():
+        lines.append(f"{group}:")
+        for name in names:
+            lines.append(f"  {name:<13} {helps.get(name, '')}")
+            lines += [f"  {alias:<13} = {target}" for alias, target in ALIASES.items() if target.split()[0] == name]
+    lines.append("")
+    lines.append("old names, for one release: " + "; ".join(f"{o} = {n}" for o, (n, _) in RENAMED.items()))
+    lines.append("seedflood COMMAND --help: that command's options.")
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="seedflood", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(
+        prog="seedflood",
+        description="Decentralized zeroth-order fine-tuning of LLMs by flooding (seed, scalar) updates.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=version_line())
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    helps: dict[str, str] = {}
+    add = sub.add_parser
+
+    def add_parser(name: str, help: str | None = None, **kw: object) -> argparse.ArgumentParser:
+        """A subcommand, its one line kept for the grouped listing (argparse's own list is off)."""
+        if help is not None:
+            helps[name] = help
+            kw.setdefault("description", help)
+        return add(name, **kw)  # type: ignore[arg-type]
+
+    sub.add_parser = add_parser  # type: ignore[method-assign]
 
     def with_config(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--config", required=False, help="run config YAML (defaults when omitted)")
@@ -96,14 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
     sim.set_defaults(fn=cmd_simulate)
 
     for name, fn, text in (
-        ("replay", cmd_replay, "rebuild the model from base + log and print its hash"),
-        ("eval", cmd_eval, "rebuild the model from base + log and score it"),
+        ("replay", _replay, "rebuild the model from base + log and print its hash (--score: and score it)"),
+        ("eval", cmd_eval, None),
     ):
         sp = sub.add_parser(name, help=text)
         sp.add_argument("run_dir")
         sp.add_argument("--step", type=int, help="number of logged steps to apply (default: all)")
         if name == "replay":
             sp.add_argument("--out", help="also write a save_pretrained model directory here")
+            sp.add_argument("--score", action="store_true", help="also score the rebuilt model (was `seedflood eval`)")
         sp.add_argument(
             "--exclude",
             type=int,
@@ -124,6 +180,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     ck = sub.add_parser("check", help="verify a run directory: settings, every log record, every checkpoint")
     ck.add_argument("run_dir")
+    ck.add_argument(
+        "--roster",
+        metavar="ROSTER",
+        help="a signed run: the roster.json `seedflood keys` wrote (or its directory); refuse a log whose "
+        "header records another (docs/trust.md)",
+    )
     ck.add_argument("--json", action="store_true", help=JSON_HELP)
     ck.set_defaults(fn=cmd_check)
 
@@ -160,6 +222,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     ws = sub.add_parser("world-size", help="check a config and print its process count (clients + evaluator)")
     with_config(ws)
+    ws.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        help="GPUs per host to plan for and check model.device against (default: this machine's, counted "
+        "when a GPU is used); the plan goes to stderr",
+    )
+    ws.add_argument(
+        "--hosts", type=int, default=None, help="hosts the processes are split over (default: $NNODES, else 1)"
+    )
     ws.set_defaults(fn=cmd_world_size)
 
     sw = sub.add_parser(
@@ -171,19 +243,17 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--index", default=None, help="grid point 0..K-1 (default: $SLURM_ARRAY_TASK_ID)")
     sw.add_argument("--out-root", default=None, help="directory for the run directories (default: the file's out_root)")
     sw.add_argument(
+        "--summary", action="store_true", help="gather the sweep's results into one table instead (was sweep-summary)"
+    )
+    sw.add_argument("--format", choices=["table", "tsv", "json"], default="table", help="--summary's format")
+    sw.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="SECTION.FIELD=VALUE",
         help="override applied to every run of the sweep",
     )
-    sw.set_defaults(fn=cmd_sweep)
-
-    ss = sub.add_parser("sweep-summary", help="gather a sweep's results into one table")
-    ss.add_argument("file")
-    ss.add_argument("--out-root", default=None, help="as given to `seedflood sweep`")
-    ss.add_argument("--format", choices=["table", "tsv", "json"], default="table")
-    ss.set_defaults(fn=cmd_sweep_summary)
+    sw.set_defaults(fn=_sweep)
 
     from seedflood.experiments import compare
 
@@ -195,7 +265,44 @@ def build_parser() -> argparse.ArgumentParser:
 
     gpuevidence.add_parser(sub)
     sub.add_parser("bench", help="measure the published figures (seedflood bench --help; docs/benchmarks.md)")
+
+    cf = sub.add_parser(
+        "config",
+        help="print the resolved config of a run directory, or of CONFIG (or the defaults) with --set, as YAML",
+    )
+    cf.add_argument("source", nargs="?", metavar="CONFIG|RUN_DIR", help="a config YAML or a run directory")
+    cf.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help="override a config value")
+    cf.set_defaults(fn=cmd_config)
+    p.epilog = _grouped(helps)
     return p
+
+
+def _replay(args: argparse.Namespace) -> int:
+    return cmd_eval(args) if args.score else cmd_replay(args)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    return cmd_sweep_summary(args) if args.summary else cmd_sweep(args)
+
+
+def _renamed(argv: list[str]) -> tuple[list[str], list[str]]:
+    """An old command name as its new spelling, and the one-line notice that says so."""
+    if argv[:1] and argv[0] in RENAMED:
+        new, head = RENAMED[argv[0]]
+        notice = f"seedflood: notice: `{argv[0]}` is now `{new}`; the old name goes in the next release"
+        if head[0] == "sweep":  # FILE stays first: sweep FILE --summary
+            return [head[0], *argv[1:], *head[1:]], [notice]
+        return [*head, *argv[1:]], [notice]
+    return argv, []
+
+
+def _notices(said: list[str]) -> None:
+    """The notices of a command that succeeded, on stderr (after it: a refusal stays one line)."""
+    budget = sys.modules.get("seedflood.experiments.budget")
+    for line in [*said, *(budget.NOTICES if budget is not None else [])]:
+        print(line, file=sys.stderr)
+    if budget is not None:
+        budget.NOTICES.clear()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,9 +311,13 @@ def main(argv: list[str] | None = None) -> int:
         from seedflood.bench import cli as bench
 
         return bench.main(argv[1:])
+    argv, said = _renamed(argv)
     args = build_parser().parse_args(argv)
     try:
-        return args.fn(args)
+        code = args.fn(args)
+        if code == 0:
+            _notices(said)
+        return code
     except _bad_input_errors() as e:
         print(f"seedflood: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from seedflood.comm.identity import PublicRoster
     from seedflood.rundir.layout import RunDir
     from seedflood.rundir.logfile import Records
 
@@ -139,16 +140,10 @@ def _warn_unproven(run: RunDir) -> None:
 
 def _writable_dir(path: Path) -> None:
     """Raise CheckpointError unless `path` can be created (or is a directory we can write)."""
-    import os
+    from seedflood.rundir.layout import CheckpointError, unwritable
 
-    from seedflood.rundir.layout import CheckpointError
-
-    p = path.resolve()
-    existing = next(a for a in (p, *p.parents) if a.exists())
-    if not existing.is_dir():
-        raise CheckpointError(f"cannot write {path}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise CheckpointError(f"cannot write {path}: {existing} is not writable")
+    if why := unwritable(path):
+        raise CheckpointError(f"cannot write {path}: {why}")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -184,12 +179,33 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _given_roster(path: str | None) -> PublicRoster | None:
+    """`check --roster`'s roster (None when not given); IdentityError (one line) when the file is
+    not one `seedflood keys` wrote."""
+    if path is None:
+        return None
+    from seedflood.comm import identity
+
+    return identity.load_roster(Path(path))
+
+
+def _roster_differs(run: RunDir, roster: PublicRoster, name: str) -> str | None:
+    """How the roster the log header records differs from `roster`, read from `name` (None: the
+    same keys)."""
+    from seedflood.roles.identities import roster_differs
+    from seedflood.rundir.logheader import read_header
+
+    return roster_differs(read_header(run.log), roster, name)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """Verify a run directory without loading weights: config.yaml against the log header, every
         log record, every checkpoint's checksum, and a log that ends whole and not short of the run
         (a torn tail, or a summary or checkpoint past its end, is refused with its line,
         rundir.torntail), and in a signed run every step's seals (roles/sealcheck.py: a step they do not
-    prove is refused with its line). Exit 2 naming the first problem."""
+    prove is refused with its line); with `--roster`, a log whose header records another roster
+    than that file's (or none) is refused first (identities.roster_differs: one line naming what
+    differs). Exit 2 naming the first problem."""
     from seedflood.core.flood.protocol import trajectory
     from seedflood.ml import sampling
     from seedflood.rundir import checkpoints as ckpt
@@ -199,8 +215,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     from seedflood.rundir.logheader import header_checked
     from seedflood.rundir.torntail import short_log_line, torn_tail_line
 
+    roster = _given_roster(args.roster)  # a malformed roster file: one line before the run is read
     run = _found(args.run_dir)
     cfg, proto = resume.recorded(run)
+    if roster is not None and (differs := _roster_differs(run, roster, args.roster)):
+        raise CheckpointError(f"{run.log}: {differs}")
     digest = sampling.train_digest(sampling.load_splits(cfg.task, cfg.run.seed))
     records, torn = resume.recorded_log(run, proto, trajectory(cfg, proto, digest))
     found = ckpt.checkpoints(run.root)
@@ -223,14 +242,21 @@ def cmd_check(args: argparse.Namespace) -> int:
     names = [c.name for c in found]
     if args.json:
         print(
-            json.dumps({"ok": True, "steps": len(records), "checkpoints": names} | ({"signed": True} if signed else {}))
+            json.dumps(
+                {"ok": True, "steps": len(records), "checkpoints": names}
+                | ({"signed": True} if signed else {})
+                | ({"roster": args.roster} if roster is not None else {})
+            )
         )
         return 0
+    against = (
+        f"{args.roster} (the log header records the same)" if roster is not None else "the roster in the log header"
+    )
     _print_fields(
         [
             ("run directory", str(run.root)),
             ("verdict", "OK: config.yaml matches the log header; every log record and checkpoint checksum is valid"),
-            *([("signatures", "every step proven against the roster in the log header")] if signed else []),
+            *([("signatures", f"every step proven against {against}")] if signed else []),
             ("steps logged", str(len(records))),
             ("checkpoints", f"{len(names)}" + (f" ({', '.join(names)})" if names else "")),
         ]

@@ -1,7 +1,7 @@
-"""The `seedflood` commands that start or size a run: train, simulate, world-size.
+"""The `seedflood` commands that start, size or resolve a run: train, simulate, world-size, config.
 
 Owns: loading the config from `--config`/`--set`, the preflight (everything checkable without
-loading weights), and the end-of-run summaries they print.
+loading weights, and that every tracker in eval.trackers is installed), and the end-of-run summaries they print.
 
 Assumes: called by seedflood.cli's dispatch, which maps a known bad input to exit status 2.
 """
@@ -23,22 +23,27 @@ def _load_config(args: argparse.Namespace):
     return config.load(args.config, args.set or [])
 
 
-def _preflight(cfg, full: bool = True) -> int:
+def _preflight(cfg, full: bool = True, gpus: int | None = None) -> int:
     """Check everything that can be checked without loading weights; returns the world size.
 
     `full` (the launchers' `world-size`) also loads the task's data and checks the run
     directory a resume would continue (settings, log integrity, checkpoints), so a bad run stops
-    here, before any process starts and before anything is written.
+    here, before any process starts and before anything is written. `gpus`: the GPU count per
+    host to check model.device against (None: this machine's, counted only for a cuda device).
     """
     from seedflood.core.config import runconfig as config
 
     config.check_run(cfg)  # before the imports below load torch: this refusal answers at once
+    from seedflood.rundir import trackers
+    from seedflood.rundir.layout import RunDir
+
+    RunDir.of(cfg).check_writable()  # run.out_dir a file, or under one: refused before anything starts
+    trackers.check_installed(cfg.eval.trackers)  # a tracker named but not installed: one line, before any process
     from seedflood.core.flood import protocol
     from seedflood.core.topology import resolve as topology
     from seedflood.core.zo import precision
     from seedflood.ml import modelcheck, sampling, tasks
     from seedflood.rundir import resume
-    from seedflood.rundir.layout import RunDir
 
     top = topology.topology_of(cfg)
     proto = protocol.Protocol.of(cfg, top.diameter)
@@ -54,8 +59,14 @@ def _preflight(cfg, full: bool = True) -> int:
                 f"trust.keys: the roster holds {len(roster)} public keys, the run has {top.n} clients{opened} "
                 f"(seedflood keys --nodes {proto.ids} --out DIR)"
             )
+        from seedflood.roles.identities import check_keys_here
+
+        check_keys_here(Path(cfg.trust.keys), roster)  # a key file here that is not its node's: refused now
     tasks.get(cfg.task)
-    modelcheck.check_source(cfg.model)
+    modelcheck.check_source(cfg.model, gpus=gpus)
+    if modelcheck.needs_gpus(cfg.model.device, cfg.eval.device):  # eval.device=own on one GPU, cuda:K past the last
+        count = gpus if gpus is not None else modelcheck.local_gpus()
+        modelcheck.plan(cfg.model.device, cfg.eval.device, topology.world_size(top), count)
     precision.check_precision(cfg.zo, cfg.model.dtype)
     if full:
         train = sampling.check(cfg.task, cfg.run.seed, top.n)
@@ -171,5 +182,67 @@ def _print_summary(s: RunSummary, f: FloodFigures) -> None:
 
 
 def cmd_world_size(args: argparse.Namespace) -> int:
-    print(_preflight(_load_config(args)))
+    """The preflight; prints the process count (stdout: what the launchers read) and, when a
+    GPU is used or `--gpus` is given, the GPU plan on stderr (modelcheck.plan: which rank on which
+    device on which host, a notice where the evaluator shares a client's GPU, a warning where two
+    clients share one that model.device did not pin)."""
+    from seedflood.ml import modelcheck
+    from seedflood.ml.sources import ModelError  # a bad count is one line, exit 2, as the plan's own errors
+
+    if args.gpus is not None and args.gpus < 0:
+        raise ModelError(f"--gpus must be >= 0, got {args.gpus}")
+    hosts = args.hosts if args.hosts is not None else _env_hosts()
+    if hosts < 1:
+        raise ModelError(f"--hosts must be >= 1, got {hosts}")
+    cfg = _load_config(args)
+    world = _preflight(cfg, gpus=args.gpus)
+
+    model, evaluator = cfg.model.device, cfg.eval.device
+    if args.gpus is not None or modelcheck.needs_gpus(model, evaluator):
+        gpus = args.gpus if args.gpus is not None else modelcheck.local_gpus()
+        plan = modelcheck.plan(model, evaluator, world, gpus, hosts)
+        for line in plan.lines():
+            print(f"seedflood: {line}", file=sys.stderr)
+    print(world)
     return 0
+
+
+def _env_hosts() -> int:
+    """NNODES (launch/torchrun.sh's host count, and SLURM's run.sbatch exports it), else 1."""
+    import os
+
+    from seedflood.ml.sources import ModelError
+
+    text = os.environ.get("NNODES", "").strip() or "1"
+    if not text.isdigit():
+        raise ModelError(f"NNODES={text!r} is not a host count")
+    return int(text)
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """The resolved config as YAML: of a run directory (its config.yaml as recorded) or of a config
+    file (or the defaults), with every `--set` applied and every default filled in."""
+    from seedflood.core.config import runconfig as config
+    from seedflood.rundir.layout import CheckpointError, RunDir
+
+    source, recorded = args.source, False
+    if source is not None and Path(source).is_dir():
+        source, recorded = RunDir(Path(source)).config, True
+        if not source.is_file():
+            raise CheckpointError(f"{args.source}: a directory without config.yaml (not a run directory)")
+    print(config.dump(config.load(source, args.set or [], recorded=recorded)), end="")
+    return 0
+
+
+def version_line() -> str:
+    """`seedflood --version`: this package's version and the installed torch's (read from the
+    installed metadata: no torch import)."""
+    from importlib import metadata
+
+    def of(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return f"seedflood {of('seedflood')} (torch {of('torch')}, Python {sys.version.split()[0]})"

@@ -34,8 +34,19 @@ def cmd_sweep_summary(args: argparse.Namespace) -> int:
     return 0 if sweep.all_done(rows) else 1
 
 
+def _port(port: int) -> int:
+    """`--port` as given, or ConfigError (one line) when it is no TCP port (0 = any free one)."""
+    from seedflood.core.config.configerror import ConfigError
+
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port {port}: not a TCP port (0..65535)")
+    return port
+
+
 def cmd_store(args: argparse.Namespace) -> int:
-    """Host a churn run's rendezvous store until killed (launch/README.md, The store)."""
+    """Host a churn run's rendezvous store until killed (launch/README.md, The store); a port
+    another process holds is refused in one line (comm.listen.ListenError)."""
+    _port(args.port)
     from seedflood.comm import runtime
 
     runtime.serve_store(args.host, args.port)
@@ -43,7 +54,9 @@ def cmd_store(args: argparse.Namespace) -> int:
 
 
 def cmd_serve_log(args: argparse.Namespace) -> int:
-    """Serve a churn run's decided prefix read-only until killed (launch/README.md, A log server)."""
+    """Serve a churn run's decided prefix read-only until killed (launch/README.md, A log server);
+    a port another process holds is refused in one line (comm.listen.ListenError)."""
+    _port(args.port)
     from seedflood.roles import logserver
 
     logserver.serve(args.run_dir, args.host, args.port)

@@ -189,5 +189,6 @@ def load_identity(keys: Path, node: int, roster: PublicRoster) -> Identity:
         raise IdentityError(f"{path} is not an Ed25519 key")
     me = Identity(node, key)
     if me.public != roster.keys[node]:
-        raise IdentityError(f"{path.name} is not the key of node {node} in {ROSTER}")
+        whose = f" (it is node {roster.keys.index(me.public)}'s)" if me.public in roster.keys else ""
+        raise IdentityError(f"{path.name} is not the key of node {node} in {ROSTER}{whose}")
     return me

@@ -6,7 +6,7 @@ GET of the prefix, bounded in total time, not only per socket call: a server tha
 bytes must not hold a rejoin up). What the bytes mean is core/churn/prefix.py's; which log they
 come from is roles/logserver.py's.
 
-May import: seedflood.core (nothing here needs it).
+May import: seedflood.core (its host:port parser), comm.listen.
 
 Assumes: the server only reads (nothing a client sends changes anything); a source that cannot
 say anything now raises `Unavailable`, answered 503 with its one line.
@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from seedflood.comm.listen import listen_error
 from seedflood.core.config.hostport import host_port
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,8 @@ class Unavailable(Exception):
 
 class LogServer:
     """Serves `source()` at `GET /prefix` and `describe()` at `GET /` on (host, port); port 0
-    picks a free one (`address` says which). `start` runs it on a daemon thread, `serve` here."""
+    picks a free one (`address` says which). `start` runs it on a daemon thread, `serve` here.
+    ListenError (one line) when it cannot listen there (the port is taken)."""
 
     def __init__(self, source: Callable[[], bytes], describe: Callable[[], str], host: str, port: int) -> None:
         self.source = source
@@ -61,7 +63,10 @@ class LogServer:
             def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's name)
                 log.info("serve-log: %s %s", self.address_string(), format % args)
 
-        self.http = ThreadingHTTPServer((host, port), Handler)
+        try:
+            self.http = ThreadingHTTPServer((host, port), Handler)
+        except OSError as e:  # the port is taken, or the host is not this machine's: one line
+            raise listen_error("serve-log", host, port, e, "--port") from None
         self.http.daemon_threads = True
 
     @property

@@ -14,6 +14,9 @@ Owns:
 - `process_group`: a gloo process group with the configured timeout, torn down in `finally`
   without anything that can block on a dead peer; it yields a `Group` for the run's only
   collective steps (the resume broadcast, the final reports).
+- `check_store_port`: rank 0 that hosts the rendezvous store refuses a MASTER_PORT another
+  process holds before its model loads (one line, comm/listen.py); `serve_store` (`seedflood
+  store`) the same for its --port.
 - `free_port`. (CPUs, threads and memory of this host are `ml.machine`'s.)
 - `quiet_cpp_warnings`: torch's C++ warnings off in a launched role (each failure is one line).
 
@@ -42,6 +45,7 @@ import torch
 import torch.distributed as dist
 
 from seedflood.comm.bounded import BoundedStore
+from seedflood.comm.listen import listen_error
 from seedflood.core.config.hostport import host_port
 from seedflood.core.config.systemsections import TransportConfig
 from seedflood.core.topology.resolve import node_of
@@ -353,25 +357,70 @@ class StoreGroup(Group):
         return pickle.loads(self._store.get(key))  # only for trusted peers of one run
 
 
+def _hosts_store(world: World) -> bool:
+    """Whether this process hosts the rendezvous store: rank 0, unless torchrun's agent already
+    does (TORCHELASTIC_USE_AGENT_STORE)."""
+    return world.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+
+
+def check_store_port(world: World, churn: bool) -> None:
+    """ListenError (one line) now, before the model loads, when this process is to host the
+    rendezvous store on MASTER_PORT (`_hosts_store`; a churn run with SEEDFLOOD_STORE has its
+    store elsewhere) and another process already listens there. The test bind is let go at once
+    (SO_REUSEADDR, as TCPStore binds): the store binds the port for good later."""
+    if not world.master_port or not _hosts_store(world) or (churn and store_address() is not None):
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", world.master_port))
+        except OSError as e:
+            raise listen_error(STORE_HOST, "", world.master_port, e, "MASTER_PORT") from None
+
+
+STORE_HOST = "rank 0 (the rendezvous store's host)"
+
+
 def _rendezvous_store(world: World, port: int, timeout: timedelta, **options: Any) -> dist.TCPStore:
     """The TCPStore at master_addr:port: rank 0 hosts it, unless torchrun's agent already does
-    (TORCHELASTIC_USE_AGENT_STORE)."""
-    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    return dist.TCPStore(
-        world.master_addr,
-        port,
-        world.world_size or None,  # a new id (world_size 0) is a client of the store, never its host
-        is_master=world.rank == 0 and not agent_store,
-        timeout=timeout,
-        **options,
-    )
+    (`_hosts_store`)."""
+    host = _hosts_store(world)
+    try:
+        return dist.TCPStore(
+            world.master_addr,
+            port,
+            world.world_size or None,  # a new id (world_size 0) is a client of the store, never its host
+            is_master=host,
+            timeout=timeout,
+            **options,
+        )
+    except dist.DistNetworkError as e:
+        if host and "listen" in str(e):  # a port another process holds: one line, not a C++ trace
+            raise listen_error(STORE_HOST, "", port, e, "MASTER_PORT") from None
+        raise
 
 
 def serve_store(host: str, port: int) -> None:
     """Host a TCPStore on host:port until the process is killed (`seedflood store`): a store
-    that outlives every role, so the evaluator may die and restart, and rejoins keep working."""
-    store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timedelta(days=365))
-    print(f"seedflood store listening on {host}:{port}", flush=True)
+    that outlives every role, so the evaluator may die and restart, and rejoins keep working.
+
+    It listens on `host` only: TCPStore's server alone listens on every interface whatever its
+    host says, so the socket is bound here and handed to it (`master_listen_fd`); 0.0.0.0 is
+    every IPv4 interface. A port that cannot be had is a ListenError (one line naming it)."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        listener = socket.create_server((host, port), family=family, backlog=4096)
+    except OSError as e:
+        raise listen_error("seedflood store", host, port, e, "--port") from None
+    store = dist.TCPStore(
+        host,
+        port,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=timedelta(days=365),
+        master_listen_fd=listener.fileno(),
+    )
+    print(f"seedflood store listening on {host}:{store.port}", flush=True)
     while True:
         time.sleep(3600)
     del store  # pragma: no cover

@@ -67,6 +67,7 @@ from seedflood.rundir.metrics import (
     truncate_metrics,
 )
 from seedflood.rundir.summary import RunSummary
+from seedflood.rundir.trackers import open_trackers
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +201,10 @@ def train(cfg: Config, progress: bool = True) -> Result:
     out.root.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out.config, config_mod.dump(cfg))
     truncate_metrics(out.metrics, -1)  # no resume: a fresh history
-    writer = MetricsWriter(out.metrics, tensorboard=out.tensorboard)
+    sinks = open_trackers(
+        cfg.eval.trackers, out.root, cfg.to_dict(), resume=False
+    )  # eval.trackers, as a SeedFlood run's
+    writer = MetricsWriter(out.metrics, tensorboard=out.tensorboard, trackers=sinks)
     bar = Progress(cfg.run.steps, enabled=progress)
     bar.bar.set_description(name)
     edges = 2 * len(top.edges) if top is not None else 0

@@ -280,6 +280,10 @@ def _main(args: argparse.Namespace) -> int:
     from seedflood.core.topology.resolve import topology_of
 
     topology_of(cfg)  # a bad topology is one line now, not the same failure in every row
+    from seedflood.rundir.layout import unwritable
+
+    if why := unwritable(out):  # a file there: one line now, not a traceback from the first row
+        raise CompareError(f"--out {out}: {why}")
     outcomes = run(cfg, algorithms, out, runner=dispatch, force=args.force, command=_command())
     rows = report(out, algorithms)
     _print(out, rows)

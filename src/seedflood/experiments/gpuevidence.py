@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from seedflood.experiments import budget
 from seedflood.experiments.gpuevidence_report import consensus, normalise, plot, report, reproduce_rows
 from seedflood.experiments.gpuevidence_run import Clock, Evidence, Ran, last_step, logged_steps, run, summary, worker
 
@@ -329,7 +330,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="the output folder (at most 8 files)")
     p.add_argument("--work", default=None, help="run directories and full logs (default OUT/../gpu-evidence-work)")
     p.add_argument("--launch", default=None, help="the launch/ folder (default: $SEEDFLOOD_LAUNCH, else ./launch)")
-    p.add_argument("--budget", type=float, default=540.0, help="seconds for the whole plan (default 540)")
+    p.add_argument("--budget", default="540", help="time for the whole plan: seconds, or 9m, 0.15h (default 540)")
     p.add_argument("--only", default="a,b,c", help="comma-separated items to run (default a,b,c)")
     p.add_argument("--dry", action="store_true", help="CPU, tiny model, small sizes: the plan end to end in minutes")
     p.set_defaults(fn=main)
@@ -385,8 +386,10 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if not math.isfinite(args.budget) or args.budget <= 0:
-        print(f"seedflood: error: --budget must be > 0 seconds, got {args.budget}", file=sys.stderr)
+    try:
+        args.budget = budget.seconds(args.budget)
+    except budget.BudgetError as e:
+        print(f"seedflood: error: {e}", file=sys.stderr)
         return 2
     launch = Path(args.launch or os.environ.get("SEEDFLOOD_LAUNCH") or "launch").resolve()
     if not (launch / "torchrun.sh").is_file():

@@ -30,7 +30,7 @@ from typing import Any
 
 from seedflood.core.config import runconfig as config_mod
 from seedflood.core.config.runconfig import Config, ConfigError
-from seedflood.experiments import compare
+from seedflood.experiments import budget, compare
 from seedflood.experiments.reproduce_plan import (
     ALGS16,
     GROUPS,
@@ -94,14 +94,18 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Add `reproduce` to the `seedflood` subcommands."""
     p = sub.add_parser(
         "reproduce",
-        help="plan the paper's grid to fit --budget minutes here, run it, write docs/results.md's tables",
+        help="plan the paper's grid to fit --budget (e.g. 30m) here, run it, write docs/results.md's tables",
         description="Calibrate a step's cost on this machine, plan the largest part of the paper's grid "
         "(16 clients ring/torus against the baselines, 16-128 clients, hops per step, SubCGE rank and "
         "refresh) that fits the budget, print the plan, run it (finished runs are skipped), then write "
         "the generated section of --results-md and a plot.",
     )
     p.error = compare.one_line_error(p)  # type: ignore[method-assign]
-    p.add_argument("--budget", help="minutes of wall time to plan for (required unless --report-only)")
+    p.add_argument(
+        "--budget",
+        help="wall time to plan for, e.g. 30m, 1800s or 0.5h (required unless --report-only; a bare number is "
+        "still minutes for this release)",
+    )
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--out", default="runs/reproduce", help="directory of the plan and the runs")
     p.add_argument("--config", default=DEFAULT_CONFIG, help=f"base config (default {DEFAULT_CONFIG})")
@@ -120,6 +124,7 @@ def main(args: argparse.Namespace) -> int:
     """0: every planned run finished; 1: a run failed or was not started; 2: bad input (one line)."""
     from seedflood.core.topology.resolve import TopologyError
     from seedflood.experiments import reproduce_report
+    from seedflood.rundir.layout import unwritable
 
     try:
         out = Path(args.out)
@@ -137,6 +142,8 @@ def main(args: argparse.Namespace) -> int:
         if args.max_steps < 1:
             raise ReproduceError(f"--max-steps must be >= 1, got {args.max_steps}")
         config_mod.load(base.config, list(base.sets))  # a bad config or --set: one line, before anything
+        if not args.dry_run and (why := unwritable(out)):  # before the calibration's minutes
+            raise ReproduceError(f"--out {out}: {why}")
         command = "seedflood " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else ""
         key = {
             "budget_min": budget_s / 60,
@@ -173,15 +180,21 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _budget(text: str | None) -> float:
+    """Minutes: a duration with its unit (budget.seconds), or a bare number of minutes (the old unit, for a release)."""
     if text is None:
         raise ReproduceError("--budget MINUTES is required (or --report-only)")
     try:
-        value = float(text)
+        float(text)
     except ValueError:
-        raise ReproduceError(f"--budget must be a number of minutes, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
+        try:
+            return budget.seconds(text) / 60
+        except budget.BudgetError:
+            raise ReproduceError(
+                f"--budget must be a number of minutes or a duration with its unit (30m, 1800s, 0.5h), got {text!r}"
+            ) from None
+    if not math.isfinite(float(text)) or float(text) <= 0:
         raise ReproduceError(f"--budget must be > 0 minutes, got {text}")
-    return value
+    return budget.seconds(text, bare_minutes=True, command="reproduce") / 60
 
 
 def _device(text: str) -> str:

@@ -1,9 +1,10 @@
 """Model: a loaded base model (frozen, on its device), its hash, saving, and shared weight pages.
 
 Owns:
-- `load(cfg, local_rank)`: the base model from its source (sources.py), frozen, in eval mode, on
-  this process's device (modelcheck.local_device) in cfg.dtype, with its tokenizer (pad token
-  set, right padding), an identity string and the sha256 of its weights (`weights_hash`);
+- `load(cfg, local_rank, device)`: the base model from its source (sources.py), frozen, in eval
+  mode, on this process's device (the one given, else modelcheck.local_device) in cfg.dtype,
+  with its tokenizer (pad token set, right padding), an identity string and the sha256 of its
+  weights (`weights_hash`);
 - `save`: model + tokenizer as a HF directory, with pending updates folded in;
 - `map_weights(model, directory)`: parameters loaded from a directory (and the SmolLM2 cache)
   point into a private, copy-on-write memory map of its safetensors files, so the pages training
@@ -66,10 +67,11 @@ def save(loaded: Loaded, path: Path, tensors: Mapping[str, torch.Tensor] | None 
         loaded.tokenizer.save_pretrained(path)
 
 
-def load(cfg: ModelConfig, local_rank: int = 0) -> Loaded:
+def load(cfg: ModelConfig, local_rank: int = 0, device: str | None = None) -> Loaded:
     """The base model and tokenizer named by cfg (see the module docstring for the sources), on
+    `device` (a launched process's placement, modelcheck.place), else on
     modelcheck.local_device(cfg.device, local_rank) (this process's GPU, or the CPU)."""
-    device = modelcheck.local_device(cfg.device, local_rank)
+    device = device or modelcheck.local_device(cfg.device, local_rank)
     src = sources.source(cfg)
     dtype = getattr(torch, cfg.dtype)
     identity = src.identity

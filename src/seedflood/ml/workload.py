@@ -46,13 +46,14 @@ class Workload:
     _tokens: dict[int, dict[int, encoding.Tokens]] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def build(cls, cfg: Config, local_rank: int = 0, local_processes: int = 1) -> Workload:
-        """Everything one process needs; `local_rank` picks this process's GPU for model.device=cuda,
-        `local_processes` (how many the launcher started on this machine) sizes run.threads = 0."""
+    def build(cls, cfg: Config, device: str | None = None, local_processes: int = 1) -> Workload:
+        """Everything one process needs; `device`: where its model goes (a launched process's
+        modelcheck.place; None: model.device as for local rank 0), `local_processes` (how many the
+        launcher started on this machine) sizes run.threads = 0."""
         machine.set_threads(cfg.run.threads, local_processes)
         spec = tasks.get(cfg.task)  # the config's template/verbalizer overrides; table is built from it
         splits = sampling.load_splits(cfg.task, cfg.run.seed)
-        loaded = model.load(cfg.model, local_rank=local_rank)
+        loaded = model.load(cfg.model, device=device)
         direction = family.build(loaded.model, cfg.zo, cfg.subspace, cfg.run.seed)
         return cls(
             cfg.task,

@@ -50,6 +50,7 @@ from seedflood.core.flood.transport import (
     TransportError,
 )
 from seedflood.roles.churnedges import EdgeWork
+from seedflood.roles.churnhealth import Health
 from seedflood.roles.churnjoin import Joining, step_payload
 from seedflood.roles.strategy import Host, Records
 
@@ -79,6 +80,7 @@ class Churn(Joining, EdgeWork):
             raise ValueError(f"node {host.node}: the protocol audits every {p.audit_every} steps: pass state_hash")
         self.host = host
         self.transport = transport
+        self.health = Health()  # counts for the sinks (churnhealth.py): nothing decides on them
         self.agreement = Agreement(host.node, p.ids, p.perturbations, incarnation, p.roster(attach=attach), due=p.due)
         """The committed chain and roster, and this client's votes."""
         self.voter = Voter(p, host.flood, self.agreement, lambda line: log.error("node %d: %s", host.node, line))
@@ -125,6 +127,7 @@ class Churn(Joining, EdgeWork):
     def step(self, t: int) -> None:
         h = self.host
         self.boundary(t)
+        self.health.begin(t, h.hops_run)
         if t >= self.joined_at and not self.leaving:  # a rejoining client originates from its JOIN step
             h.flood.originate(h.estimate(t))
         self.step_hops(t)
@@ -219,7 +222,9 @@ class Churn(Joining, EdgeWork):
             if not self.leaving or self.host.node in self.roster.members:
                 raise
             raise self._goodbye(t) from None
-        for _, change in commits:
+        for s, change in commits:
+            mine = self.agreement.mine.get(s)
+            self.health.commit(s, self.host.hops_run, None if mine is None else mine.ballot)
             if change:
                 log.warning("node %d: membership %s", self.host.node, change.describe())
             for j, _ in change.join:

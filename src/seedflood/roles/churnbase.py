@@ -14,6 +14,7 @@ from seedflood.core.flood.growth import Growth
 from seedflood.core.flood.membership import Roster
 from seedflood.core.flood.message import Message
 from seedflood.core.flood.transport import ChurnTransport
+from seedflood.roles.churnhealth import Health
 from seedflood.roles.strategy import Host
 
 
@@ -27,6 +28,7 @@ class ChurnBase:
     history: list[tuple[int, list[Message]]]  # every applied step from 0: (step, its committed messages)
     joined_at: int
     leaving: bool
+    health: Health  # counts for the sinks (churnhealth.py)
     _expected: dict[int, int]  # a new id this member grew its end to, not yet admitted -> its JOIN step
     _noted: set[int]  # those whose JOIN step is the note's (else the knock's guess)
 

@@ -162,6 +162,7 @@ class EdgeWork(ChurnBase):
                 self.transport.drop(q, "committed out since the heal was agreed")
                 continue
             h.flood.add_peer(q)
+            self.health.heals += 1
             log.warning("node %d: edge to node %d healed at hop %d", h.node, q, at)
 
     def _jump(self, want: Mapping[int, int | None], first: int) -> int:
@@ -233,6 +234,7 @@ class EdgeWork(ChurnBase):
         for peer, why in sorted(self.transport.take_lost().items()):
             log.warning("node %d: lost peer %d at step %d: %s", h.node, peer, t, why)
             h.flood.drop_peer(peer)
+            self.health.drops += 1
 
     def on_bad_frame(self, peer: int, t: int, error: FrameError) -> None:
         """Nothing of the frame is taken; the edge to its sender closes, as if the sender had
@@ -243,3 +245,4 @@ class EdgeWork(ChurnBase):
         log.warning("node %d: dropped peer %d at step %d: bad frame: %s", h.node, peer, t, error)
         self.transport.drop(peer, f"bad frame at step {t}: {error}")
         h.flood.drop_peer(peer)
+        self.health.drops += 1

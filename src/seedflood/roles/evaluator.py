@@ -62,6 +62,7 @@ from seedflood.ml.workload import Workload
 from seedflood.rundir import checkpoints as ckpt
 from seedflood.rundir.atomic import atomic_dir, atomic_write_text
 from seedflood.rundir.clientlog import steps_from_clients
+from seedflood.rundir.health import HealthReader
 from seedflood.rundir.layout import LOG, CheckpointError, RunDir
 from seedflood.rundir.logfile import LogReader, LogWriter, Records
 from seedflood.rundir.metrics import (
@@ -72,11 +73,16 @@ from seedflood.rundir.metrics import (
     human_bytes,
     truncate_metrics,
 )
+from seedflood.rundir.trackers import open_trackers
 
 log = logging.getLogger(__name__)
 
 KEEP = 2
 """Checkpoints kept on disk: the newest, and one to fall back to if it is found corrupt."""
+
+HEALTH_EVERY_S = 1.0
+"""A churn run's health goes to the sinks at most this often (seconds; the clients' status
+records it is read from are rewritten about once a second), and after the last step."""
 
 
 class EvaluatorError(RuntimeError):
@@ -198,7 +204,12 @@ class Evaluator:
         rescored = start_step == 0 or start_step >= protocol.steps
         # A membership line of a step it takes again (step >= start_step) goes too: it is written again.
         truncate_metrics(self.run_dir.metrics, start_step - 1 if rescored else start_step, events_before=start_step)
-        self.metrics = MetricsWriter(self.run_dir.metrics, tensorboard=self.run_dir.tensorboard)
+        trackers = open_trackers(settings.eval.trackers, self.run_dir.root, settings.recorded, resume=start_step > 0)
+        self.metrics = MetricsWriter(self.run_dir.metrics, tensorboard=self.run_dir.tensorboard, trackers=trackers)
+        self.health = HealthReader(self.run_dir) if protocol.churn else None
+        """A churn run's health (rundir/health.py), to TensorBoard and the trackers as steps are taken."""
+        self._health_at = 0.0  # time.monotonic() of the last health written
+        self.joins = self.exclusions = 0  # members the committed changes of this evaluator's steps added, left out
         self.progress = Progress(protocol.steps, initial=start_step, enabled=progress)
         self.show_progress = progress
         """Also show each scoring's progress over its examples (PhaseProgress)."""
@@ -253,9 +264,12 @@ class Evaluator:
         self.log_bytes += self.log.append(step, msgs, change, seals)
         if change:
             self.metrics.write(membership_record(step, change, len(self.roster.members)))
+            self.joins += len(change.join)
+            self.exclusions += len(change.leave)
         self.next_step += 1
         for listener in self.listeners:
             listener(step, msgs, change)
+        self.report_health(step)
         done = self.next_step
         self.progress.show(log=human_bytes(self.log_bytes))
         every, save_every = self.settings.eval.every, self.settings.checkpoint.every
@@ -263,6 +277,18 @@ class Evaluator:
             self.score(done)
         if save_every and done % save_every == 0 and done < self.protocol.steps:
             self.save(done)
+
+    def report_health(self, step: int, force: bool = False) -> None:
+        """A churn run's health at `step` to the sinks (never metrics.jsonl), at most every
+        HEALTH_EVERY_S unless `force`: the clients' summed counters and the roster's changes."""
+        if self.health is None or step < 0:
+            return
+        now = time.monotonic()
+        if not force and now - self._health_at < HEALTH_EVERY_S:
+            return
+        self._health_at = now
+        scalars = {**self.health.read(), "joins": float(self.joins), "exclusions": float(self.exclusions)}
+        self.metrics.health(step, scalars)
 
     def _verify(self, step: int, msgs: list[Message], change: Change | None, certificate: bytes | None) -> None:
         """A signed run: refuse (count, and stop in one line) a step its sender cannot prove."""
@@ -344,6 +370,7 @@ class Evaluator:
         if self.next_step != self.protocol.steps:
             raise EvaluatorError(f"evaluator: finished after step {self.next_step - 1} of {self.protocol.steps}")
         self.progress.close()
+        self.report_health(self.next_step - 1, force=True)
         final = self.score(self.next_step, final=True, param_hash=state_hash(self.w.model, self.w.direction))
         self.save(self.next_step)
         return final

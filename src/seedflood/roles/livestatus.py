@@ -124,6 +124,7 @@ class Reading:
     sent: int
     received: int
     edges: dict[int, tuple[int, int]] = field(default_factory=dict)  # peer -> (sent, received) bytes
+    health: dict[str, int] = field(default_factory=dict)  # a churn client's counters (churnhealth.py)
 
 
 def client_reading(client: Client, counter: SentCounter, chain: Chain | None) -> Callable[[], Reading]:
@@ -132,7 +133,9 @@ def client_reading(client: Client, counter: SentCounter, chain: Chain | None) ->
 
     def read() -> Reading:
         mode = client.mode
+        health: dict[str, int] = {}
         if isinstance(mode, Churn):
+            health = mode.health.snapshot()
             agreement = mode.agreement
             through = agreement.through
             window = range(max(0, through - DIGEST_WINDOW + 1), through + 1)
@@ -153,6 +156,7 @@ def client_reading(client: Client, counter: SentCounter, chain: Chain | None) ->
             sent=sent,
             received=client.received_bytes,
             edges=edge_bytes(sent_to, client.received_from),
+            health=health,
         )
 
     return read
@@ -243,6 +247,7 @@ class StatusLoop:
             sent=r.sent,
             received=r.received,
             edges=r.edges,
+            health=r.health,
             steps_per_s=round(steps_per_s, 3),
             sent_per_s=round(sent_per_s, 1),
             updated=time.time(),

@@ -17,7 +17,8 @@ workload (`apply=False`) follows each applied step exactly as the launched evalu
 attach client's stream: log, scores at eval.every, checkpoints, zero-shot at step 0, final score.
 
 Resume (as a relaunched run, §2): a run directory with a log for this config continues from its
-L steps (`rundir.resume.resume_records` decides or refuses, in one line): the shared model is brought to
+L steps (`rundir.resume.resume_records` decides or refuses, in one line, and `rundir.build.settle` refuses
+another build than the one build.json records): the shared model is brought to
 steps < L − delay (newest usable checkpoint plus log replay), the later logged steps are held
 complete by every node's flood, and the evaluator appends from step L.
 
@@ -56,6 +57,7 @@ from seedflood.ml import machine
 from seedflood.ml.batched import BatchedEstimator
 from seedflood.ml.workload import Workload
 from seedflood.roles.evaluator import Evaluator, Settings, restore_run
+from seedflood.rundir import build
 from seedflood.rundir.layout import RunDir
 from seedflood.rundir.logheader import log_header
 from seedflood.rundir.metrics import human_bytes
@@ -220,6 +222,7 @@ def run(cfg: Config, progress: bool = True) -> RunSummary:
     run_dir = RunDir.of(cfg)
     trajectory = proto.trajectory(cfg, protocol, w.train_digest())
     records = resume_records(run_dir, protocol, trajectory, w.loaded.base_hash, resume=cfg.checkpoint.resume)
+    build.settle(run_dir, build.current(cfg.model.device, cfg.model.dtype), len(records))  # as rank 0 does
     header = log_header(cfg, trajectory, w.loaded.identity, w.loaded.base_hash)
     sim = SharedModel(cfg, top, protocol, w)
     sim.resume(records, run_dir.root)

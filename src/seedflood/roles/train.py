@@ -4,8 +4,9 @@ Owns the composition of a process (docs/design.md, Processes and the step loop):
 topology checks before anything expensive, the workload (run.threads = 0: the machine's cores
 split over the launcher's local processes), the run's `Protocol`, the choice of strict or churn
 (made once, here: `strictwiring.StrictWiring` or `churnwiring.ChurnWiring`, behind
-`wiring.Wiring`), resume (rank 0 checks the run directory and broadcasts its log; every client
-catches up by replaying it, the evaluator from its newest intact checkpoint plus the log tail),
+`wiring.Wiring`), resume (rank 0 checks the run directory and broadcasts its log and the run's
+build, rundir/build.py: a process on another build exits 2 with one line; every client catches
+up by replaying the log, the evaluator from its newest intact checkpoint plus the log tail),
 the role's run, and the end of the run: each client posts its report (hash, byte counts, flood
 stats, threads, memory: RSS/PSS/USS) to the rendezvous store and exits; the evaluator collects
 them once it has scored its backlog and writes summary.json. No collective call waits on the
@@ -41,17 +42,18 @@ from seedflood.core.flood.stepstream import decode_step, encode_step
 from seedflood.core.flood.transport import ByteCounter, Inbox
 from seedflood.core.topology.resolve import topology_of
 from seedflood.core.zo.replay import state_hash
-from seedflood.ml import machine
+from seedflood.ml import machine, modelcheck
 from seedflood.ml.workload import Workload
 from seedflood.roles.churnedges import Left
 from seedflood.roles.churnwiring import ChurnWiring
 from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Evaluator, Restored, restore_run
-from seedflood.roles.identities import signing_of, verifier_of
+from seedflood.roles.identities import check_own_key, signing_of, verifier_of
 from seedflood.roles.livestatus import SentCounter, client_status, evaluator_status
 from seedflood.roles.pace import paced as _paced  # tests/unit/roles/test_pace.py checks it here
 from seedflood.roles.strictwiring import StrictWiring
 from seedflood.roles.wiring import G, Process, T, Wiring, client_key
+from seedflood.rundir import build
 from seedflood.rundir.layout import CheckpointError, RunDir
 from seedflood.rundir.logfile import Records
 from seedflood.rundir.metrics import human_bytes, setup_logging
@@ -72,20 +74,39 @@ def run(cfg: Config, environ: dict[str, str] | None = None) -> RunSummary | None
     world = runtime.World.from_env(environ if environ is not None else os.environ)
     top = topology_of(cfg)
     protocol = Protocol.of(cfg, top.diameter)
+    churn = protocol.churn  # strict or churn, decided once (below: the wiring)
     # a new id (SEEDFLOOD_NODE) joins only a churn run open to it (churn.max_nodes)
     runtime.check_world(world, top.n, ids=protocol.ids)  # churn.max_nodes needs churn.settle
+    runtime.check_store_port(world, churn)  # rank 0's MASTER_PORT taken: refused before the model loads
     role = "eval" if world.is_evaluator else f"client {world.client_node}"
+    if not world.is_evaluator:
+        check_own_key(cfg, world.client_node)  # signed: this node's key, before the model loads
     setup_logging(cfg.run.log_level, role)
-    workload = Workload.build(cfg, local_rank=world.local_rank, local_processes=world.local_world_size)
+    device = _device(cfg, world)  # this process's device is its current one before anything is built on it
+    workload = Workload.build(cfg, device=device, local_processes=world.local_world_size)
     if world.is_evaluator:
         log.info(
             "task %s, %s split, label counts per client:\n%s", cfg.task.name, cfg.task.split, workload.label_table()
         )
     process = Process(cfg, top, protocol, workload)
-    # Strict or churn, decided once: from here on, what differs is the wiring's to say.
-    if protocol.churn:
+    # Strict or churn: from here on, what differs is the wiring's to say.
+    if churn:
         return _serve(process, ChurnWiring(process), world, started)
     return _serve(process, StrictWiring(process), world, started)
+
+
+def _device(cfg: Config, world: runtime.World) -> str:
+    """This process's device (modelcheck.place: model.device, eval.device, its rank and local
+    rank), made its current CUDA device (modelcheck.use_device); the evaluator says in one line
+    when it shares a client's GPU on its host (its host's processes: LOCAL_WORLD_SIZE)."""
+    model, evaluator = cfg.model.device, cfg.eval.device
+    gpus = modelcheck.local_gpus() if modelcheck.needs_gpus(model, evaluator) else 0
+    device = modelcheck.place(model, evaluator, world.rank, world.local_rank, gpus)
+    modelcheck.use_device(device)
+    if world.is_evaluator and device != "cpu":
+        for notice in modelcheck.plan(model, evaluator, world.local_world_size, gpus).notices:
+            log.warning("%s", notice)
+    return device
 
 
 def _serve(p: Process, wiring: Wiring[G, T], world: runtime.World, started: float) -> RunSummary | None:
@@ -109,12 +130,16 @@ def _resume(p: Process, wiring: Wiring[G, T], group: G) -> tuple[Records, dict[i
             records = resume_records(run_dir, protocol, p.trajectory, w.loaded.base_hash, resume=cfg.checkpoint.resume)
             records = wiring.completed(records)
             changes = logged_changes(run_dir) if records else {}
-            payload = {"records": [(s, encode_step(m, changes.get(s))) for s, m in records]}
+            # the run's build (recorded, or this one for a new run), which every other process must run
+            run_build = build.settle(run_dir, p.build, len(records))
+            payload = {"records": [(s, encode_step(m, changes.get(s))) for s, m in records], "build": run_build}
         except CheckpointError as e:
             payload = {"error": str(e)}
     payload = group.broadcast(payload)
     if "error" in payload:
         raise RunError(payload["error"])
+    if line := build.refusal(payload.get("build"), p.build, str(RunDir.of(cfg).root)):
+        raise RunError(line)  # a client, a restart or a new id on another build than the run's
     records, changes = [], {}
     roster = protocol.roster()
     for s, f in payload["records"]:  # rank 0 validated them; a broadcast is a wire like any other

@@ -35,6 +35,7 @@ from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Settings
 from seedflood.roles.identities import roster_record
 from seedflood.roles.strategy import Strategy
+from seedflood.rundir import build
 from seedflood.rundir.logfile import Records
 from seedflood.rundir.logheader import log_header
 
@@ -53,6 +54,11 @@ class Process:
     def trajectory(self) -> dict[str, Any]:
         """Every setting that changes the bits of the run's steps (`protocol.trajectory`)."""
         return proto.trajectory(self.cfg, self.protocol, self.workload.train_digest())
+
+    @functools.cached_property
+    def build(self) -> dict[str, Any]:
+        """This process's build (rundir/build.py), measured once its threads are set (Workload.build)."""
+        return build.current(self.cfg.model.device, self.cfg.model.dtype)
 
     @functools.cached_property
     def header(self) -> dict[str, Any]:

@@ -7,11 +7,15 @@ The layout of a run directory:
                                     (logheader.py, logrecords.py, logfile.py)
   metrics.jsonl                     evaluator metrics (see metrics.py)
   tb/                               the same metrics as TensorBoard event files (metrics.py)
+  trackers/                         eval.trackers' local stores (mlruns/, trackio/, wandb/) and
+                                    run ids (trackers.py)
   checkpoints/step_000050/          state.pt (trainable tensors + direction state), meta.json
                                     (step, hashes, "state_sha256" of state.pt), log.bin (the log
                                     prefix), hf/ (save_pretrained model + tokenizer); checkpoints.py
   checkpoints/LATEST                name of the newest complete checkpoint (atomic pointer)
   summary.json                      final figures and hashes (summary.py)
+  build.json                        the build (versions, CPU capability, threads) that computes
+                                    the run's scalars (build.py)
   clients/node-N/                   a churn client's own log (eval.client_logs; clientlog.py)
   status/node-N.json, evaluator.json   each process's live status record, rewritten about once a
                                     second while it runs, then its final state (status.py;
@@ -29,6 +33,7 @@ source of truth: a run is a pure function of base weights + settings + log.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,6 +52,19 @@ STATUS = "status"  # one live record per process (status.py)
 
 class CheckpointError(ValueError):
     """A run directory, log or checkpoint is missing or malformed (one line, names the file)."""
+
+
+def unwritable(path: Path) -> str | None:
+    """Why this process could not create the directory `path` or write in it, in words; None
+    when it can. Only the nearest part of `path` that exists is looked at: it must be a
+    directory this process may write (a file there fails every mkdir below it)."""
+    p = path.resolve()
+    existing = next(a for a in (p, *p.parents) if a.exists())
+    if not existing.is_dir():
+        return f"{existing} is a file, not a directory" if existing.is_file() else f"{existing} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
 
 
 @dataclass(frozen=True)
@@ -74,6 +92,13 @@ class RunDir:
         if not run.log.is_file():
             raise CheckpointError(f"{run.root} is not a run directory (no {LOG})")
         return run
+
+    def check_writable(self) -> None:
+        """CheckpointError (one line naming the key) unless the run directory, and its client
+        logs' directory, can be created or written here: a run refuses it before it starts."""
+        for key, path in (("run.out_dir", self.root), ("eval.client_logs", self.clients)):
+            if path is not None and (why := unwritable(path)):
+                raise CheckpointError(f"{key}: cannot write {path}: {why}")
 
     @classmethod
     def watched(cls, path: str | Path) -> RunDir:

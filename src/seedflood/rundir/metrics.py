@@ -3,14 +3,17 @@
 Owns: the per-process logging setup, the `metrics.jsonl` writer (one flushed JSON object per
 line, so a crash loses at most the line being written: a score, or an event such as a committed
 roster change, `MEMBERSHIP`), its optional TensorBoard sink (the same
-records' scalars as event files in `<run dir>/tb`, written synchronously with tensorboardX),
+records' scalars as event files in `<run dir>/tb`, written synchronously with tensorboardX), the
+experiment trackers it hands the same scalars to (trackers.py: MLflow, Trackio, W&B offline),
+a churn run's health scalars for those sinks only (`MetricsWriter.health`),
 `truncate_metrics` (cut the file back to one history when a run resumes from an earlier step),
 the evaluator's progress bar over steps, and `PhaseProgress` for a counted phase inside it
 (scoring's examples).
 
 metrics.jsonl is the record of a run and does not depend on the sink: with or without it, the
-same records give the same bytes (the sink adds nothing to a line), so SeedFlood's metrics stay
-byte-comparable between runs. The event files are a view for `tensorboard --logdir`.
+same records give the same bytes (the sinks add nothing to a line), so SeedFlood's metrics stay
+byte-comparable between runs. The event files are a view for `tensorboard --logdir`; a churn
+run's health (`HEALTH`: timing, so different in every run) goes to the sinks only.
 
 Assumes: library code logs through `logging.getLogger(__name__)`; only the CLI prints.
 tensorboardX is imported only when a sink is opened; without it the sink is skipped with one
@@ -19,18 +22,20 @@ warning and metrics.jsonl is written as always.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from seedflood.rundir.atomic import atomic_write_text  # stdlib-only at import time (no torch)
 from seedflood.rundir.layout import TENSORBOARD
+from seedflood.rundir.trackers import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +64,10 @@ MEMBERSHIP = "membership"
 """The `event` of a metrics line that records a committed roster change, not a score (the
 evaluator's `membership_record`: step, members, joins, leaves, change); a line without `event`
 is a score."""
+
+HEALTH = "health/"
+"""The tag prefix of a churn run's health scalars (rundir/health.py): TensorBoard and the trackers
+only, never metrics.jsonl."""
 
 _EVENTS_PREFIX = "events.out.tfevents."
 
@@ -132,11 +141,16 @@ class TensorBoardSink:
     def write(self, record: dict[str, Any], wall_time: float | None = None) -> bool:
         """Write the record's scalars; False (nothing written) when it has no step or no scalar."""
         step = _step(record)
-        values = [(k, v) for k in TENSORBOARD_SCALARS if (v := _scalar(record.get(k))) is not None]
-        if step is None or not values:
+        tags = scalars_of(record)
+        if step is None or not tags:
             return False
-        tags = [(TENSORBOARD_TAGS.get(k, k), v) for k, v in values]
-        summary = self._summary(value=[self._summary.Value(tag=t, simple_value=v) for t, v in tags])
+        return self.scalars(step, tags, wall_time)
+
+    def scalars(self, step: int, tags: dict[str, float], wall_time: float | None = None) -> bool:
+        """Write `tags` (tag -> value) as one event at `step`; False when there is none."""
+        if not tags:
+            return False
+        summary = self._summary(value=[self._summary.Value(tag=t, simple_value=v) for t, v in tags.items()])
         t = time.time() if wall_time is None else wall_time
         self._w.write_event(self._event(wall_time=t, step=step, summary=summary))
         self._w.flush()
@@ -144,6 +158,11 @@ class TensorBoardSink:
 
     def close(self) -> None:
         self._w.close()
+
+
+def scalars_of(record: dict[str, Any]) -> dict[str, float]:
+    """The `TENSORBOARD_SCALARS` of a metrics record, by their tags (what every sink plots)."""
+    return {TENSORBOARD_TAGS.get(k, k): v for k in TENSORBOARD_SCALARS if (v := _scalar(record.get(k))) is not None}
 
 
 def event_files(log_dir: Path) -> list[Path]:
@@ -168,10 +187,12 @@ class MetricsWriter:
     `tensorboard` (a directory, by convention `<run dir>/tb`): also write each record's scalars
     there (`TensorBoardSink`). When that directory already holds event files (a resume), the
     sink purges the steps after the last line left in `path`, so TensorBoard shows the same one
-    history as metrics.jsonl after `truncate_metrics`.
+    history as metrics.jsonl after `truncate_metrics`. `trackers` (trackers.open_trackers): each
+    also gets each record's scalars, and the final state hash (`param_hash`) as a summary; one
+    that fails is one warning and closed, the run goes on.
     """
 
-    def __init__(self, path: Path, tensorboard: Path | None = None) -> None:
+    def __init__(self, path: Path, tensorboard: Path | None = None, trackers: Sequence[Tracker] = ()) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.tensorboard: TensorBoardSink | None = None
@@ -181,6 +202,7 @@ class MetricsWriter:
                 steps = [s for r in read_metrics(path) if isinstance(r, dict) and (s := _step(r)) is not None]
                 purge = steps[-1] + 1 if steps else 0
             self.tensorboard = open_tensorboard(tensorboard, purge)
+        self.trackers: list[Tracker] = list(trackers)
         self._f: TextIO = open(path, "a")
 
     def write(self, record: dict[str, Any]) -> None:
@@ -189,12 +211,39 @@ class MetricsWriter:
         self._f.flush()
         if self.tensorboard is not None:
             self.tensorboard.write(clean)
+        step, tags = _step(clean), scalars_of(clean)
+        if step is not None and tags:
+            self._each(lambda t: t.log(step, tags))
+        if isinstance(h := clean.get("param_hash"), str):
+            self._each(lambda t: t.summary({"param_hash": h}))
+
+    def health(self, step: int, scalars: Mapping[str, float]) -> None:
+        """A churn run's health at `step` (tags under `HEALTH`), to TensorBoard and the trackers
+        only: timing, so it stays out of metrics.jsonl."""
+        tags = {f"{HEALTH}{k}": v for k, raw in scalars.items() if (v := _scalar(raw)) is not None}
+        if not tags or step < 0:
+            return
+        if self.tensorboard is not None:
+            self.tensorboard.scalars(step, tags)
+        self._each(lambda t: t.log(step, tags))
+
+    def _each(self, call: Callable[[Tracker], None]) -> None:
+        for t in list(self.trackers):
+            try:
+                call(t)
+            except Exception as e:  # noqa: BLE001 - an outside library's failure: warn, drop it, train on
+                log.warning("tracker %s left out: %s", t.name, (str(e).splitlines() or [type(e).__name__])[0])
+                self.trackers.remove(t)
+                with contextlib.suppress(Exception):
+                    t.close()
 
     def close(self) -> None:
         self._f.close()
         if self.tensorboard is not None:
             self.tensorboard.close()
             self.tensorboard = None
+        self._each(lambda t: t.close())
+        self.trackers = []
 
 
 def export_tensorboard(records: Iterable[dict[str, Any]], log_dir: Path) -> int:

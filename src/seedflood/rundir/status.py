@@ -42,7 +42,7 @@ rules stopped it (`reason`: their one line); failed: an error ended it (`reason`
 EVALUATOR = "evaluator"
 CLIENT = "client"
 
-OPTIONAL = frozenset({"started", "reason", "state", "state_hash", "edges"})
+OPTIONAL = frozenset({"started", "reason", "state", "state_hash", "edges", "health"})
 """Fields a record may lack (added after the first records were written): their defaults."""
 
 
@@ -84,6 +84,9 @@ class Status:
     edges: dict[int, tuple[int, int]] = field(default_factory=dict)
     """A client's bytes per edge: neighbour -> (sent to it, hop frames received from it); -1: the
     stream to the evaluator (sent only). Empty: the evaluator, or a record from before the field."""
+    health: dict[str, int] = field(default_factory=dict)
+    """A churn client's health counters (roles/churnhealth.py: commits, commit_hops, voted,
+    ballots, drops, heals), summed by rundir/health.py for the sinks. Empty: not a churn client."""
     version: int = VERSION
 
     @property
@@ -120,6 +123,7 @@ class Status:
         try:
             d["digests"] = {int(s): str(h) for s, h in d["digests"].items()}
             d["edges"] = {int(p): (int(sent), int(got)) for p, (sent, got) in d.get("edges", {}).items()}
+            d["health"] = {str(k): int(v) for k, v in d.get("health", {}).items()}
             status = cls(**{k: v for k, v in d.items() if k in names})
         except (AttributeError, TypeError, ValueError) as e:
             raise StatusError(f"{where}: malformed status record ({e})") from None

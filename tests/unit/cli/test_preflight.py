@@ -108,7 +108,34 @@ def test_a_cuda_device_still_asks_torch_for_its_gpus():
     machine and the one-line CUDA error without one."""
     p, modules, errors = world_size("model.device=cuda")
     assert loaded(modules, "torch")
-    if p.returncode == 0:
-        assert p.stdout.strip() == "5" and errors == []
+    if p.returncode == 0:  # stderr: the GPU plan of this machine's GPUs
+        assert p.stdout.strip() == "5" and errors[0].startswith("seedflood: GPU plan: 5 processes on 1 host of ")
     else:
         assert p.returncode == 2 and errors == ["seedflood: error: model.device is cuda but CUDA is not available"]
+
+
+def test_a_gpu_plan_for_a_given_count_stays_torch_free():
+    """`--gpus N` plans for N GPUs without asking torch: stdout is still the process count alone
+    (what the launchers read), the plan is on stderr; a placement that cannot be is one line."""
+    p, modules, errors = seedflood(
+        "world-size", "--config", DEBUG, "--gpus", "4", "--set", "model.device=cuda", "--set", "eval.device=own"
+    )
+    assert (p.returncode, p.stdout.strip()) == (0, "5"), p.stderr[-2000:]
+    assert errors[:2] == [
+        "seedflood: GPU plan: 5 processes on 1 host of 4 GPUs (client n is rank n+1)",
+        "seedflood:   cuda:0: evaluator",
+    ]
+    assert not loaded(modules, "torch")
+    p, modules, errors = seedflood("world-size", "--config", DEBUG, "--gpus", "4")  # model.device=cpu
+    assert (p.returncode, p.stdout.strip()) == (0, "5") and errors[1:] == ["seedflood:   cpu: evaluator, clients 0-3"]
+    for args, words in (
+        (
+            ["--gpus", "1", "--set", "model.device=cuda", "--set", "eval.device=own"],
+            "eval.device=own needs at least 2 GPUs, 1 visible",
+        ),
+        (["--gpus", "-1"], "--gpus must be >= 0, got -1"),
+        (["--gpus", "2", "--hosts", "9"], "5 processes cannot fill 9 hosts"),
+    ):
+        p, modules, errors = seedflood("world-size", "--config", DEBUG, *args)
+        assert (p.returncode, errors) == (2, [f"seedflood: error: {words}"]), p.stderr[-2000:]
+        assert not loaded(modules, "torch")

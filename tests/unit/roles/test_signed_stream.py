@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import struct
+import subprocess
+import sys
 import zlib
 from dataclasses import replace
 from pathlib import Path
@@ -191,6 +194,114 @@ def test_a_tampered_record_of_a_signed_log_is_named_by_check_and_replay(honest, 
     assert cli.main(["replay", str(run_dir)]) == 0
     warned = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(warned) == 1 and warned[0].startswith("seedflood: warning: ") and "step 2 fails" in warned[0]
+
+
+def check_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """`seedflood ARGV` refused: exit status 2 and one line on stderr."""
+    assert cli.main(argv) == 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("seedflood: error: "), lines
+    return lines[0]
+
+
+def test_check_with_the_roster_keys_wrote_passes_an_untouched_signed_log(honest, capsys):
+    run_dir, roster = honest[1], honest[0].cfg.trust.keys  # the roster.json `seedflood keys` wrote
+    assert cli.main(["check", str(run_dir), "--roster", roster, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "ok": True,
+        "steps": 6,
+        "checkpoints": ["step_000006", "step_000003"],
+        "signed": True,
+        "roster": roster,
+    }
+    assert cli.main(["check", str(run_dir), "--roster", str(Path(roster).parent)]) == 0  # or its directory
+    assert (
+        f"every step proven against {Path(roster).parent} (the log header records the same)" in capsys.readouterr().out
+    )
+
+
+@pytest.fixture(scope="module")
+def forged(honest, tmp_path_factory):
+    """The honest run's log rewritten by someone without the run's keys: node 1's scalar of step 3
+    made 10x, its header's roster swapped for the attacker's own keys, and every message and vote
+    of every step re-signed with them (CRCs, digests and certificates all valid)."""
+    root = tmp_path_factory.mktemp("forged")
+    attacker = identity.write_keys(root / "attacker", N)
+    records = [
+        (s, [replace(m, scalar=m.scalar * 10) if s == 3 and m.origin == 1 else m for m in msgs])
+        for s, msgs in honest[2]
+    ]
+    run = Run(root / "run", attacker)
+    run.evaluate(run.stream(records))
+    assert steps_logged(root / "run") == records
+    return root / "run"
+
+
+def test_a_log_re_signed_with_an_attackers_keys_passes_check_alone_and_fails_with_the_roster(honest, forged, capsys):
+    """Control: `check` alone proves the forged log against the roster in its own header, so it
+    passes; with --roster (the roster.json `seedflood keys` wrote) it is refused, naming what differs."""
+    assert cli.main(["check", str(forged)]) == 0
+    assert "every step proven against the roster in the log header" in capsys.readouterr().out
+    roster = honest[0].cfg.trust.keys
+    line = check_error(capsys, ["check", str(forged), "--roster", roster])
+    assert f"{forged / 'log.bin'}: the log header's roster is not {roster}: " in line, line
+    assert "the public keys of nodes 0, 1, 2, 3 differ (its steps were signed with other keys)" in line, line
+
+
+def test_check_names_a_roster_that_differs_in_one_key_or_in_size(honest, tmp_path, capsys):
+    run_dir, keys = honest[1], json.loads(Path(honest[0].cfg.trust.keys).read_text())
+    other = identity.load_roster(identity.write_keys(tmp_path / "other", N))
+    one = tmp_path / "one.json"
+    one.write_text(
+        json.dumps(keys | {"public_keys": [*keys["public_keys"][:2], other.hex()[2], keys["public_keys"][3]]})
+    )
+    line = check_error(capsys, ["check", str(run_dir), "--roster", str(one)])
+    assert f"the log header's roster is not {one}: node 2's public key differs" in line, line
+    five = identity.write_keys(tmp_path / "five", N + 1)
+    line = check_error(capsys, ["check", str(run_dir), "--roster", str(five)])
+    assert f"the log header's roster holds 4 public keys, {five} 5" in line, line
+
+
+def test_an_unsigned_header_differs_from_any_roster(honest):
+    from seedflood.roles.identities import roster_differs
+
+    roster = identity.load_roster(Path(honest[0].cfg.trust.keys))
+    unsigned = {k: v for k, v in honest[0].header.items() if k != "trust"}
+    assert roster_differs(unsigned, roster) == "the log is unsigned (its header records no roster)"
+    assert roster_differs(honest[0].header, roster) is None  # control: its own roster is the same
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        (None, "cannot read the roster"),
+        ("{not json", "is not JSON"),
+        ('{"scheme": "rsa", "nodes": 0, "public_keys": []}', "is not a roster `seedflood keys` wrote"),
+        ('{"scheme": "ed25519", "nodes": 5, "public_keys": []}', "says 5 nodes but holds 0 public keys"),
+        ('{"scheme": "ed25519", "nodes": 1, "public_keys": ["zz"]}', "a public key is not hex"),
+    ],
+    ids=["missing", "not-json", "not-a-roster", "wrong-count", "not-hex"],
+)
+def test_a_malformed_roster_file_is_one_line(honest, tmp_path, capsys, text, words):
+    roster = tmp_path / "roster.json"
+    if text is not None:
+        roster.write_text(text)
+    assert words in check_error(capsys, ["check", str(honest[1]), "--roster", str(roster)])
+
+
+def test_a_malformed_roster_file_is_one_line_without_a_traceback_from_the_command(honest, tmp_path):
+    roster = tmp_path / "roster.json"
+    roster.write_text("{not json")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    p = subprocess.run(
+        [sys.executable, "-m", "seedflood", "check", str(honest[1]), "--roster", str(roster)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**env, "HF_HUB_OFFLINE": "1"},
+    )
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert (p.returncode, len(lines)) == (2, 1) and f"{roster} is not JSON" in lines[0], p.stderr[-2000:]
 
 
 def test_a_certificate_costs_a_quorum_of_72_byte_votes_beside_the_signed_messages(honest):

@@ -38,7 +38,7 @@ from seedflood.core.config.systemsections import (
 )
 from seedflood.core.config.trainsections import ModelConfig, RunConfig, SubspaceConfig, TaskConfig, ZOConfig
 from seedflood.core.config.validation import build_section
-from seedflood.core.config.yamlread import DuplicateKey, parse_yaml, read_yaml
+from seedflood.core.config.yamlread import DuplicateKey, parse_yaml, read_yaml, where
 
 
 @dataclass
@@ -168,7 +168,7 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     except DuplicateKey as e:
         raise ConfigError(f"{key}: value {raw!r} has duplicate key '{e.key}'") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{key}: value {raw!r} is not valid YAML ({e.__class__.__name__})") from None
+        raise ConfigError(f"{key}: value {raw!r} is not valid YAML{where(e, raw)}") from None
     return section, name, value
 
 
@@ -195,11 +195,10 @@ def load(path: str | Path | None = None, overrides: list[str] | None = None, rec
     source = ""
     if path is not None:
         p = Path(path)
-        loaded = read_yaml(p)
-        if loaded is None:
-            loaded = {}
+        loaded = read_yaml(p)  # an empty file is refused there: it is a mistake, never "all defaults"
         if not isinstance(loaded, Mapping):
-            raise ConfigError(f"{p}: must be a mapping of sections")
+            got = "an empty document" if loaded is None else type(loaded).__name__
+            raise ConfigError(f"{p}: must be a mapping of sections, got {got}")
         data = dict(loaded)
         source = str(p.resolve())
     data = apply_overrides(data, overrides or [])

@@ -79,6 +79,12 @@ class TopologyConfig:
 class EvalConfig:
     every: int = 10
     """Score the consensus model every this many steps (0 = only at the end)."""
+    trackers: list[Literal["mlflow", "trackio", "wandb"]] = field(default_factory=list)
+    """Experiment trackers the evaluator also sends its metrics to, beside metrics.jsonl and
+    TensorBoard (always written, in tb/): each gets the run's settings, every score, a churn
+    run's health and the final state hash, in a local store under trackers/ of the run directory
+    (W&B offline). Each needs its package (`pip install 'seedflood[mlflow]'`, `[trackio]`,
+    `[wandb]`); the preflight refuses one that is missing. Reporting only: never in the trajectory."""
     batch_size: int = 32
     attach: int = 0
     """Topology node the evaluator attaches to as a leaf."""
@@ -88,11 +94,29 @@ class EvalConfig:
     evaluator that could not get a step from the stream (restarted after the clients finished)
     takes it from the longest client log it can read here; any copy replays (`seedflood replay
     DIR/node-N`). "" = none: a step the evaluator misses is then on no disk once the clients exit."""
+    device: str = ""
+    """Where the evaluator (rank 0) computes. "" = as model.device says for every process (with
+    cuda: GPU 0 of its host, shared with the client of local rank GPUs, i.e. client 7 on 8 GPUs
+    with 8 clients); "own" = a GPU of its own, cuda:0, the clients of its host spread over the
+    others (needs model.device=cuda, 2 GPUs); "cpu" = off the GPUs, the clients of its host
+    spread over all of them from cuda:0; "cuda:K" = GPU K, shared with the client placed there.
+    `seedflood world-size` prints the plan. Same algorithm, other hardware: the evaluator's bits
+    equal the clients' only where both devices compute the update alike (its hash is checked
+    against theirs at the end: summary.json's consensus)."""
 
     def __post_init__(self) -> None:
         require(self.every >= 0, "eval.every", "must be >= 0")
+        require(
+            len(set(self.trackers)) == len(self.trackers), "eval.trackers", f"names a tracker twice: {self.trackers}"
+        )
         require(self.batch_size >= 1, "eval.batch_size", "must be >= 1")
         require(self.attach >= 0, "eval.attach", "must be >= 0")
+        kind, colon, index = self.device.partition(":")
+        require(
+            self.device in ("", "own", "cpu") or (kind == "cuda" and colon == ":" and index.isdigit()),
+            "eval.device",
+            f'must be "", own, cpu or cuda:K, got {self.device!r}',
+        )
 
 
 @dataclass

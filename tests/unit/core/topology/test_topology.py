@@ -350,8 +350,9 @@ def test_yaml_round_trip(n: int, seed: int) -> None:
         ("nodes: 4\nedges: [[0, 1], [2, 3]]\n", r"topology bad.yaml: not connected \(2 components"),
         ("nodes: 3\nedges: {0: 1}\n", r"edges must be a list"),
         ("name: 5\nnodes: 1\nedges: []\n", r"name must be a non-empty string"),
-        ("nodes: [3\n", r"topology bad.yaml: not valid YAML"),
-        ("", r"must be a mapping"),
+        ("nodes: [3\n", r"topology bad.yaml: not valid YAML at line 2, column 1: expected ',' or '\]'"),
+        ("", r"topology bad.yaml: the file is empty"),
+        ("# no edges yet\n", r"topology bad.yaml: the file is empty"),
     ],
 )
 def test_malformed_yaml(tmp_path: Path, text: str, match: str) -> None:

@@ -5,7 +5,8 @@ with `ATEN_CPU_CAPABILITY=default` (no vector kernels) and the others with the m
 - With `trust.audit_tolerance` set, nobody is excluded: every client recomputed its peers' scalars,
   found nothing, and all end on the evaluator's hash, which the log replays to.
 - The control: the same kinds at tolerance 0 (exact, a strict run: it stops on the first
-  mismatch) accuse across kinds at step 0, so the two kinds' scalars really differ.
+  mismatch; SEEDFLOOD_ANY_BUILD=1, else the build check refuses the other kind at start) accuse
+  across kinds at step 0, so the two kinds' scalars really differ.
 - A liar (node 2, native) that shifts each scalar by 1.2 × the scalar tolerance is excluded from
   step 0 with the evidence; node 1 stays. One that shifts by 0.8 × passes (the in-process
   threshold cases at 1.05 and 0.95: tests/unit/roles/test_recompute.py).
@@ -83,7 +84,11 @@ def test_a_signed_run_mixing_kinds_of_cpu_excludes_only_a_liar_beyond_the_tolera
 
 def test_control_the_same_kinds_at_tolerance_0_accuse_each_other(run_world, tmp_path):
     out = tmp_path / "run"
-    procs = run_world(mixed(runs.train(*signed_sets(tmp_path, out, "churn.settle=0"))), nprocs=WORLD)
+    # at tolerance 0 the run's build check refuses the other kind at start (rundir/build.py); let it
+    # through, so that the audit itself shows what it would find
+    procs = run_world(
+        mixed(runs.train(*signed_sets(tmp_path, out, "churn.settle=0"))), nprocs=WORLD, env={"SEEDFLOOD_ANY_BUILD": "1"}
+    )
     said = "".join(p.stderr for p in procs)
     across = rf"node {MIXED}'s scalar of step 0 \(k 0\) is \S+, node [023] recomputed|node [023]'s scalar of step 0 \(k 0\) is \S+, node {MIXED} recomputed"
     assert re.search(across, said), said[-3000:]

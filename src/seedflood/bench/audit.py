@@ -17,7 +17,8 @@ hash of each step's messages), --seeds averages over run seeds.
     HF_HUB_OFFLINE=1 .venv/bin/python -m seedflood.bench.audit [--clients 8] [--steps 30]
         [--rates 1,0.5,0.25,0.1] [--seeds 1] [--liar 1] [--config launch/configs/debug.yaml]
 
-Nothing is asserted: these are measurements, printed.
+Nothing is asserted: these are measurements, printed. What a run mixing kinds of CPU needs for
+`trust.audit_tolerance` is measured by `python -m seedflood.bench.auditkinds`.
 
 Assumes: run from the repository root (or --config).
 """

@@ -5,15 +5,16 @@ Owns one client's side of `trust.audit`:
   same state when it estimates step t), it recomputes the K scalars of step t of each origin the
   draw gives it (`core/flood/audits.py`): that origin's batch (`loss_of(origin, t)`) and
   direction, through `zo.two_point`, the code path of its own estimate (2 forwards a scalar);
-- when that origin's message arrives it compares the scalars: f32 equality (same hardware and
-  software give the same bits). A mismatch stops a strict run with one line naming the origin
+- when that origin's message arrives it compares the scalars (`audits.agrees`): f32 equality
+  (same hardware and software give the same bits), or, with `trust.audit_tolerance` (a run
+  mixing kinds of hardware), agreement within `Protocol.scalar_tolerance`. A mismatch stops a strict run with one line naming the origin
   and the step; under churn the origin becomes this client's evidence (`liars`, which the
   voter proposes against, exactly as two copies of one id) and a RECOMPUTE note floods;
 - under churn, on a RECOMPUTE note, it re-checks: it recomputes the scalar itself on its
   snapshot of the state step s was estimated on (a CPU copy of the trainable parameters and the
   direction's extra state, kept for the last `keep` steps only while trust.audit > 0), and takes
-  the evidence only if its own recomputation equals the note's and differs from the scalar the
-  origin sent; otherwise the note is dropped and counted against its signer (`stats.false`), and
+  the evidence only if its own recomputation agrees with the note's and not with the scalar the
+  origin sent (`audits.confirms`; without a tolerance: equals and differs); otherwise the note is dropped and counted against its signer (`stats.false`), and
   that signer's later notes are dropped unchecked (so false notes cost each client at most one
   re-check, 2 forwards, per sender; true ones one per accused origin).
 
@@ -187,12 +188,14 @@ class Auditor:
     def _compare(self, key: Id, scalar: float, t: int) -> None:
         """The origin's scalar against this client's recomputation of it (lock held)."""
         mine = self._due.pop(key)
-        if scalar == mine:
+        tolerance = self.protocol.scalar_tolerance
+        if audits.agrees(scalar, mine, tolerance):
             return
         o, s, k = key
+        beyond = f" ({abs(scalar - mine):.3g} apart, the audit tolerance is {tolerance:.3g})" if tolerance else ""
         line = (
             f"node {o}'s scalar of step {s} (k {k}) is {scalar!r}, node {self.node} recomputed {mine!r} "
-            "on the same state and batch: it did not follow the estimator"
+            f"on the same state and batch{beyond}: it did not follow the estimator"
         )
         if not self.churn:
             raise AuditError(f"{line}; a strict run has no exclusion, so it stops")
@@ -233,7 +236,7 @@ class Auditor:
             self.stats.rechecked += 1
             self.stats.seconds += time.perf_counter() - began
             sent = self._sent[key]
-            if mine == claimed and mine != sent:
+            if audits.confirms(sent, claimed, mine, self.protocol.scalar_tolerance):
                 self._take(
                     accused,
                     note.step,

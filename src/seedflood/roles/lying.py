@@ -1,7 +1,8 @@
 """A lying origin, for the in-process runs (`inprocess.simulate(lies=...)`) and the audit bench.
 
-Owns `Lie` (what a lying origin sends in place of its honest scalar: ×F, a random draw, or an
-estimate with another zo.eps, on every step or on a fraction of them) and `LyingClient`, a
+Owns `Lie` (what a lying origin sends in place of its honest scalar: ×F, the honest scalar plus
+a set amount, a random draw, or an estimate with another zo.eps, on every step or on a fraction
+of them) and `LyingClient`, a
 `Client` whose own messages carry the lie. The lie is made before the flood seals the message,
 so in a signed run the liar signs it: a well-formed, authentic, wrong scalar (docs/trust.md).
 
@@ -19,14 +20,16 @@ from seedflood.core.flood.message import Message
 from seedflood.core.zo import estimate as zo
 from seedflood.roles.client import Client
 
-KINDS = ("scale", "random", "eps")
+KINDS = ("scale", "shift", "random", "eps")
 _KEY = struct.Struct("<III")
 
 
 @dataclass(frozen=True)
 class Lie:
     kind: str
-    """scale: F × the honest scalar; random: uniform in ±arg; eps: the estimate with zo.eps = arg."""
+    """scale: F × the honest scalar; shift: the honest scalar + arg (a liar hiding inside an audit
+    tolerance: docs/trust.md, Mixed hardware); random: uniform in ±arg; eps: the estimate with
+    zo.eps = arg."""
     arg: float
     rate: float = 1.0
     """The fraction of its steps it lies on: a deterministic draw per (origin, step)."""
@@ -45,6 +48,8 @@ class Lie:
         """What `client` (the liar) sends for its honest message `m`."""
         if self.kind == "scale":
             return self.arg * m.scalar
+        if self.kind == "shift":
+            return m.scalar + self.arg
         if self.kind == "random":
             return self._draw(m.origin, m.step, m.k).uniform(-self.arg, self.arg)
         return zo.two_point(lambda: client.loss_at(m.step), client.direction, m.seed, m.step, self.arg)

@@ -123,6 +123,7 @@ def _resume(p: Process, wiring: Wiring[G, T], group: G) -> tuple[Records, dict[i
     """Rank 0 decides what the run continues from and tells every rank (or why it cannot): the
     logged steps and their membership changes."""
     cfg, protocol, w = p.cfg, p.protocol, p.workload
+    mixed = bool(protocol.audit_tolerance)  # the run's audits tolerate other kinds of CPU (build.KIND)
     payload: dict[str, Any] | None = None
     if group.world.is_evaluator:
         run_dir = RunDir.of(cfg)
@@ -131,14 +132,14 @@ def _resume(p: Process, wiring: Wiring[G, T], group: G) -> tuple[Records, dict[i
             records = wiring.completed(records)
             changes = logged_changes(run_dir) if records else {}
             # the run's build (recorded, or this one for a new run), which every other process must run
-            run_build = build.settle(run_dir, p.build, len(records))
+            run_build = build.settle(run_dir, p.build, len(records), mixed)
             payload = {"records": [(s, encode_step(m, changes.get(s))) for s, m in records], "build": run_build}
         except CheckpointError as e:
             payload = {"error": str(e)}
     payload = group.broadcast(payload)
     if "error" in payload:
         raise RunError(payload["error"])
-    if line := build.refusal(payload.get("build"), p.build, str(RunDir.of(cfg).root)):
+    if line := build.refusal(payload.get("build"), p.build, str(RunDir.of(cfg).root), mixed):
         raise RunError(line)  # a client, a restart or a new id on another build than the run's
     records, changes = [], {}
     roster = protocol.roster()

@@ -17,7 +17,8 @@ as (README, "What is exact and what depends on the CPU"). Owns:
 - `refusal`: the same comparison for any other process (a client at start, a restart rejoining,
   a new id joining) against the run's build that rank 0 broadcasts.
 Only `COMPARED` can refuse: `python` and `packages` are recorded for the reader (a new tqdm
-changes no bit). `ALLOW` (SEEDFLOOD_ANY_BUILD=1) turns a refusal into a one-line warning.
+changes no bit); a run that mixes kinds of CPU (`mixed`: trust.audit_tolerance > 0) lets `KIND`
+differ. `ALLOW` (SEEDFLOOD_ANY_BUILD=1) turns a refusal into a one-line warning.
 
 May import: seedflood (its version); rundir's atomic and layout. torch is imported by `current`
 only.
@@ -48,6 +49,9 @@ LIBRARIES = ("torch", "numpy", "transformers", "gguf")
 COMPARED = ("seedflood", *LIBRARIES, "cpu_capability", "threads", "device", "dtype", "gpu")
 """What a resume or rejoin must match: each changes the scalars' last bits (threads too: docs/trust.md)."""
 ALLOW = "SEEDFLOOD_ANY_BUILD"
+KIND = ("cpu_capability", "threads")
+"""What a run that mixes kinds of CPU (trust.audit_tolerance > 0, docs/trust.md, Mixed hardware)
+lets differ between its processes: its audits are measured to tolerate exactly these."""
 
 
 def _version(name: str) -> str | None:
@@ -101,21 +105,22 @@ def show(build: dict[str, Any]) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def differs(run: dict[str, Any], mine: dict[str, Any]) -> list[str]:
+def differs(run: dict[str, Any], mine: dict[str, Any], mixed: bool = False) -> list[str]:
     """One "key (run's -> mine)" per `COMPARED` key the two builds hold different values of (a key
-    absent on either side, from an older or newer record, is unknown: not a difference)."""
+    absent on either side, from an older or newer record, is unknown: not a difference; with
+    `mixed`, the `KIND` keys are not compared)."""
     return [
         f"{k} ({run[k]} -> {mine[k]})"
         for k in COMPARED
-        if k in run and k in mine and json.dumps(run[k]) != json.dumps(mine[k])
+        if k in run and k in mine and json.dumps(run[k]) != json.dumps(mine[k]) and not (mixed and k in KIND)
     ]
 
 
-def refusal(run: dict[str, Any] | None, mine: dict[str, Any], what: str) -> str | None:
+def refusal(run: dict[str, Any] | None, mine: dict[str, Any], what: str, mixed: bool = False) -> str | None:
     """The one line refusing a process whose build differs from the run's (None: the same build, a
     run recorded before builds were, or ALLOW set, which logs the line as a warning). `what` names
     the run in the line."""
-    if run is None or not (diff := differs(run, mine)):
+    if run is None or not (diff := differs(run, mine, mixed)):
         return None
     line = (
         f"{what} was made by another build: {show(run)}; this process: {show(mine)} "
@@ -146,7 +151,7 @@ def write(run: RunDir, build: dict[str, Any]) -> None:
     atomic_write_text(run.root / BUILD, json.dumps(build, indent=1, sort_keys=True) + "\n")
 
 
-def settle(run: RunDir, mine: dict[str, Any], logged: int) -> dict[str, Any]:
+def settle(run: RunDir, mine: dict[str, Any], logged: int, mixed: bool = False) -> dict[str, Any]:
     """Rank 0's decision, once its log's settings are accepted (resume.resume_records): the run's
     build, which every other process is checked against. A new run (no log) records `mine`; a run
     with a log must have been made by `mine` (CheckpointError, one line, nothing written); one
@@ -166,6 +171,6 @@ def settle(run: RunDir, mine: dict[str, Any], logged: int) -> dict[str, Any]:
         recorded = {**mine, "from_step": logged}
         write(run, recorded)
         return recorded
-    if line := refusal(recorded, mine, str(run.root)):
+    if line := refusal(recorded, mine, str(run.root), mixed):
         raise CheckpointError(line)
     return recorded

@@ -15,7 +15,12 @@ strict. Every case checks what the clients end on, not only who was named:
 - a RECOMPUTE note against an honest origin does not re-check: every client that re-checks
   drops it and counts it against its sender, and the run has the honest bits;
 - in a strict run the auditor stops the run with one line naming the origin and the step;
-- a RECOMPUTE note about a step older than the snapshots kept is dropped as stale.
+- a RECOMPUTE note about a step older than the snapshots kept is dropped as stale;
+- with `trust.audit_tolerance` (a run mixing kinds of hardware) a liar that shifts each scalar
+  by just over the scalar tolerance is excluded as any liar, and one that shifts it by just under
+  passes: nobody is excluded, every client ends on one history that includes its lie; the same
+  shift without the tolerance is caught (the control), and an honest run's bits do not change;
+  a strict run stops on it with a line saying how far apart the scalars are.
 """
 
 from __future__ import annotations
@@ -149,3 +154,34 @@ def test_evidence_about_a_step_older_than_the_snapshots_kept_is_dropped_as_stale
     for n in (0, 3):
         assert r.audits[n].stale >= 1 and r.audits[n].rechecked == 0, r.audits[n]
         assert not r.audits[n].false and r.audits[n].found == {}
+
+
+TOLERANCE = 1e-5  # nats on L+ − L−: 5e-3 on a scalar at the debug config's zo.eps 1e-3
+
+
+@pytest.mark.parametrize("factor", [1.05, 0.95], ids=["above", "below"])
+def test_a_liar_just_above_the_tolerance_is_excluded_and_one_just_below_passes(factor, tmp_path):
+    cfg = ring("trust.audit=1", f"trust.audit_tolerance={TOLERANCE}")
+    lie = Lie("shift", factor * protocol_of(cfg).scalar_tolerance)
+    r = simulate(cfg, lies={LIAR: lie})
+    if factor > 1:
+        excluded(cfg, r, tmp_path)
+        assert list(r.changes) == [0]  # not even its first lie was applied
+        return
+    assert r.exits == {} and r.changes == {} and len(set(r.hashes.values())) == 1, (r.exits, r.changes)
+    assert not any(a.found or a.sent or a.false for a in r.audits.values())
+    check_survivors(cfg, r, tmp_path)  # one history, the log and its replay
+    honest = simulate(ring("trust.audit=1"))
+    assert simulate(cfg).step_hashes == honest.step_hashes  # the tolerance changes no honest bit
+    assert r.step_hashes != honest.step_hashes  # the lie was applied: it hid inside the tolerance
+    exact = simulate(ring("trust.audit=1"), lies={LIAR: lie})  # control: the same shift, no tolerance
+    excluded(ring("trust.audit=1"), exact, tmp_path / "exact")
+
+
+def test_in_a_strict_run_a_lie_beyond_the_tolerance_stops_it_saying_how_far_apart():
+    cfg = ring("churn.settle=0", "trust.audit=1", f"trust.audit_tolerance={TOLERANCE}")
+    with pytest.raises(AuditError) as e:
+        simulate(cfg, lies={LIAR: Lie("shift", 1.05 * protocol_of(cfg).scalar_tolerance)})
+    line = str(e.value)
+    assert line.startswith(f"node {LIAR}'s scalar of step 0 (k 0) is ") and "\n" not in line
+    assert "(0.00525 apart, the audit tolerance is 0.005): it did not follow the estimator" in line, line

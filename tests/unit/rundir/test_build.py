@@ -138,3 +138,16 @@ def test_simulate_refuses_an_edited_build_and_resumes_the_same_or_an_unrecorded_
     assert [r.getMessage() for r in caplog.records if "records no build" in r.getMessage()], caplog.text
     assert json.loads((old / "summary.json").read_text())["param_hash"] == want
     assert build.read(RunDir(old)) == {**mine(), "from_step": 3}
+
+
+def test_a_run_that_mixes_kinds_of_cpu_lets_only_the_kind_differ(tmp_path):
+    """trust.audit_tolerance > 0 (docs/trust.md, Mixed hardware): another CPU capability or
+    thread count is not refused, another library still is; without it both are (the control)."""
+    run = run_with_log(tmp_path)
+    build.write(run, mine())
+    kind = {**mine(), "cpu_capability": "DEFAULT", "threads": 2}
+    assert build.refusal(build.read(run), kind, "x", mixed=True) is None
+    assert build.settle(run, kind, 3, mixed=True) == mine()
+    assert "cpu_capability (" in (build.refusal(build.read(run), kind, "x") or "")
+    line = build.refusal(build.read(run), {**kind, "torch": "other"}, "x", mixed=True)
+    assert line is not None and "torch (" in line and "cpu_capability" not in line

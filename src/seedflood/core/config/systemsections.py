@@ -211,8 +211,16 @@ class TrustConfig:
     audit: float = 0.0
     """Verification by recomputation: the expected fraction of the other origins' scalars each
     client recomputes per step (0 = off; 1 = every scalar). Costs rate × (N−1) × K × 2 forwards
-    per client per step; a scalar that does not recompute bit for bit is evidence against its
-    origin (docs/trust.md, Verification by recomputation). Changes no bit while nobody lies."""
+    per client per step; a scalar that does not recompute bit for bit (or within
+    audit_tolerance) is evidence against its origin (docs/trust.md, Verification by recomputation). Changes no bit while nobody lies."""
+    audit_tolerance: float = 0.0
+    """What the audit may assume of the clients' hardware. 0 = one kind (same CPU instruction
+    set, libraries and thread count): a recomputed scalar must equal the sent one bit for bit.
+    Otherwise a run that mixes kinds: the largest difference in loss units (nats) allowed between
+    two clients' L(θ+εz) − L(θ−εz), so a scalar passes within this / (2·zo.eps) of its
+    recomputation and a liar may shift each scalar that much unseen (docs/trust.md, Mixed
+    hardware: 2e-5 for a run mixing CPU instruction sets; `python -m seedflood.bench.auditkinds`
+    measures it). Every client must use the same value. Needs trust.audit > 0."""
 
     def __post_init__(self) -> None:
         require(
@@ -221,6 +229,12 @@ class TrustConfig:
             "needed when trust.sign is true: the directory `seedflood keys --nodes N --out DIR` writes",
         )
         require(0.0 <= self.audit <= 1.0, "trust.audit", f"must be a rate in [0, 1] (0 = off), got {self.audit}")
+        require(
+            self.audit_tolerance >= 0.0,
+            "trust.audit_tolerance",
+            f"must be >= 0 (loss units; 0 = exact), got {self.audit_tolerance}",
+        )
+        require(not self.audit_tolerance or self.audit > 0.0, "trust.audit_tolerance", "needs trust.audit > 0")
 
 
 AlgorithmName = Literal[

@@ -10,12 +10,18 @@ hash of
   deterministic but which nobody without the auditor's key can compute, so nobody else can
   predict its sample.
 
+Owns, too, the verdict on one recomputed scalar (`agrees`, `confirms`): exact f32 equality by
+default (`trust.audit_tolerance` 0, clients of one kind of hardware and software), or, for a run
+that mixes kinds, agreement within an absolute tolerance on the scalar (`Protocol.scalar_tolerance`).
+
 Limits (stated in docs/trust.md): without signatures every origin computes the same hash at step
 s and knows whether it is audited, so it can lie exactly on the steps nobody audits (only rate 1
 leaves no such step); with signatures it cannot predict the sample, and each lie is caught with
 probability 1 − (1 − rate)^(honest auditors).
 
-Assumes: pure Python (the core); every client applies the same messages in canonical order.
+Assumes: pure Python (the core); every client applies the same messages in canonical order;
+with a tolerance, it bounds the difference between any two honest clients' f32 scalars of one
+(origin, step, k) (docs/trust.md, Mixed hardware).
 """
 
 from __future__ import annotations
@@ -54,3 +60,20 @@ def chosen(basis: bytes, secret: bytes, auditor: int, origin: int, step: int, ra
         return False
     h = hashlib.blake2b(basis + secret + _DRAW.pack(auditor, origin, step), digest_size=8).digest()
     return int.from_bytes(h, "little") / _SCALE < rate
+
+
+def agrees(scalar: float, recomputed: float, tolerance: float) -> bool:
+    """Whether `scalar` passes as `recomputed` (its recomputation here): equal, or at most
+    `tolerance` apart (absolute, scalar units; 0 = exact equality, the bits of every run before
+    the tolerance existed). Not finite or NaN apart: never within a tolerance."""
+    return scalar == recomputed or abs(scalar - recomputed) <= tolerance
+
+
+def confirms(sent: float, claimed: float, mine: float, tolerance: float) -> bool:
+    """Whether another auditor's evidence re-checks here: `claimed`, its recomputation of a scalar
+    the origin sent as `sent`, agrees with `mine`, this client's own recomputation on the same
+    state (so the note's recomputation is an honest one), and `sent` does not agree with `mine`
+    (this client's own verdict: a note alone can never convict an origin whose scalar agrees
+    with this client's recomputation, whatever value it claims). Tolerance 0: mine == claimed
+    and mine != sent."""
+    return agrees(claimed, mine, tolerance) and not agrees(sent, mine, tolerance)

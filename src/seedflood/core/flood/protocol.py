@@ -98,6 +98,10 @@ class Protocol:
     audit: float = 0.0
     """trust.audit: the expected fraction of the other origins' scalars a client recomputes per
     step (0 = off). Changes no bit of an honest run, so it is not in the trajectory."""
+    audit_tolerance: float = 0.0
+    """trust.audit_tolerance: how far apart two honest clients' L(θ+εz) − L(θ−εz) may be, in loss
+    units (0 = exact: one kind of hardware). Every client must hold the same value (it decides
+    who is a liar); not in the trajectory, like `audit`."""
     max_nodes: int = 0
     """churn.max_nodes: node ids 0..max_nodes-1 may take part (0 = the founders 0..N-1 only)."""
     stride: tuple[tuple[int, int], ...] = ()
@@ -146,6 +150,14 @@ class Protocol:
         (it cannot reach a majority that agrees): four delay windows, at least 16 steps' worth."""
         return self.hops * max(16, 4 * (self.delay + 1))
 
+    @property
+    def scalar_tolerance(self) -> float:
+        """The audit's tolerance on a scalar (absolute, scalar units): `audit_tolerance` / 2ε. The
+        scalar is (L+ − L−) / 2ε and another kind of hardware rounds each loss differently by an
+        amount of the order of an ulp of L, whatever ε and whatever the scalar's size: so its error
+        is absolute, that over 2ε; a relative test would accuse honest scalars near zero."""
+        return self.audit_tolerance / (2.0 * self.eps) if self.audit_tolerance else 0.0
+
     def audits(self, step: int) -> bool:
         """Each client floods an AUDIT note of its state after applying `step`."""
         return bool(self.audit_every) and (step + 1) % self.audit_every == 0
@@ -187,6 +199,7 @@ class Protocol:
             audit_every=cfg.churn.audit_every,
             clip=cfg.zo.clip,
             audit=cfg.trust.audit,
+            audit_tolerance=cfg.trust.audit_tolerance,
             max_nodes=cfg.churn.max_nodes,
             stride=tuple(sorted((o, m) for o, m in cfg.zo.stride.items() if m > 1)),
             mean=cfg.zo.aggregate == "mean",

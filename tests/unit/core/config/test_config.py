@@ -216,7 +216,9 @@ def test_signing_needs_the_keys_directory_and_the_config_layer_reads_no_file():
     )
     with pytest.raises(ConfigError, match=r"^trust.sign: must be true or false, got 'yes please'$"):
         config.load(None, ["trust.sign='yes please'"])
-    with pytest.raises(ConfigError, match=r"^unknown key 'trust.key' \(allowed in trust: audit, keys, sign\)$"):
+    with pytest.raises(
+        ConfigError, match=r"^unknown key 'trust.key' \(allowed in trust: audit, audit_tolerance, keys, sign\)$"
+    ):
         config.load(None, ["trust.key=/k"])
     cfg = config.load(None, ["trust.sign=true", "trust.keys=/no/such/dir"])  # the preflight reads it
     assert cfg.trust.sign is True and cfg.trust.keys == "/no/such/dir"
@@ -359,6 +361,7 @@ def test_every_setting_changed_round_trips(tmp_path):
         "trust.sign=true",
         "trust.keys=/keys",
         "trust.audit=0.5",
+        "trust.audit_tolerance=1e-5",
         "sim.batched=true",
         "sim.clients_per_forward=3",
     ]

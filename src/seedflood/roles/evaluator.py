@@ -206,8 +206,9 @@ class Evaluator:
         truncate_metrics(self.run_dir.metrics, start_step - 1 if rescored else start_step, events_before=start_step)
         trackers = open_trackers(settings.eval.trackers, self.run_dir.root, settings.recorded, resume=start_step > 0)
         self.metrics = MetricsWriter(self.run_dir.metrics, tensorboard=self.run_dir.tensorboard, trackers=trackers)
-        self.health = HealthReader(self.run_dir) if protocol.churn else None
-        """A churn run's health (rundir/health.py), to TensorBoard and the trackers as steps are taken."""
+        self.health = HealthReader(self.run_dir)
+        """A churn run's health (rundir/health.py), to TensorBoard and the trackers as steps are taken:
+        its clients' status records carry it (a strict run's carry none, and it writes nothing)."""
         self._health_at = 0.0  # time.monotonic() of the last health written
         self.joins = self.exclusions = 0  # members the committed changes of this evaluator's steps added, left out
         self.progress = Progress(protocol.steps, initial=start_step, enabled=progress)
@@ -281,14 +282,16 @@ class Evaluator:
     def report_health(self, step: int, force: bool = False) -> None:
         """A churn run's health at `step` to the sinks (never metrics.jsonl), at most every
         HEALTH_EVERY_S unless `force`: the clients' summed counters and the roster's changes."""
-        if self.health is None or step < 0:
+        if step < 0:
             return
         now = time.monotonic()
         if not force and now - self._health_at < HEALTH_EVERY_S:
             return
         self._health_at = now
-        scalars = {**self.health.read(), "joins": float(self.joins), "exclusions": float(self.exclusions)}
-        self.metrics.health(step, scalars)
+        read = self.health.read()
+        if not read["clients"] and not (self.joins or self.exclusions):
+            return  # no client reports health (a strict run), and the roster has not changed
+        self.metrics.health(step, {**read, "joins": float(self.joins), "exclusions": float(self.exclusions)})
 
     def _verify(self, step: int, msgs: list[Message], change: Change | None, certificate: bytes | None) -> None:
         """A signed run: refuse (count, and stop in one line) a step its sender cannot prove."""

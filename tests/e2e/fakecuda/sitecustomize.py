@@ -53,6 +53,7 @@ def _patch(torch) -> None:
     torch.cuda.device_count = lambda: GPUS
     torch.cuda.set_device = set_device
     torch.cuda.current_device = lambda: state["current"]
+    torch.cuda.get_device_name = lambda device=None: "fake GPU"  # the run's build record names it
     torch.nn.Module.to = module_to
 
     def report() -> None:

@@ -114,7 +114,7 @@ def test_replay_of_a_log_cut_short_applies_its_whole_steps_and_says_it_ends_torn
 
 def test_a_tear_earlier_names_every_checkpoint_past_the_end_and_eval_says_it_too(run_dir, capsys):
     """Torn inside step 2's record (as after a crash, with later files from elsewhere): both
-    checkpoints lie past the 2 whole steps. eval scores those steps and says the same line."""
+    checkpoints lie past the 2 whole steps. `replay --score` scores those steps and says the same line."""
     log = run_dir / "log.bin"
     ends = record_ends(log)
     cut_to(log, ends[2] - 1)
@@ -127,7 +127,7 @@ def test_a_tear_earlier_names_every_checkpoint_past_the_end_and_eval_says_it_too
     )
     assert cli.main(["check", str(run_dir)]) == 2
     assert err_lines(capsys.readouterr().err) == [f"seedflood: error: {want}"]
-    assert cli.main(["eval", str(run_dir), "--json"]) == 0
+    assert cli.main(["replay", str(run_dir), "--score", "--json"]) == 0
     got = capsys.readouterr()
     assert json.loads(got.out)["steps"] == 2
     assert [ln for ln in err_lines(got.err) if ln.startswith("seedflood: ")] == [f"seedflood: warning: {want}"]

@@ -25,6 +25,7 @@ import pytest
 
 import procs
 import runs
+from seedflood.ml.machine import cpu_model
 from seedflood.rundir import build
 
 README = procs.REPO / "README.md"
@@ -43,15 +44,6 @@ def tables() -> dict[str, dict[str, tuple[str, str]]]:
     for cpu, level, reported, h in ROW.findall(block.group(1)):
         out.setdefault(cpu.strip(), {})[level] = (reported, h)
     return out
-
-
-def cpu_model() -> str:
-    """/proc/cpuinfo's first `model name` (the README's CPU column), "" where there is none."""
-    try:
-        found = re.search(r"^model name\s*:\s*(.+)$", open("/proc/cpuinfo").read(), re.M)
-    except OSError:
-        return ""
-    return found.group(1).strip() if found else ""
 
 
 def clean_env(**extra: str) -> dict[str, str]:

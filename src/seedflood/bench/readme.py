@@ -33,18 +33,15 @@ SHOWN = ("step ", "steps ", "zero-shot:", "final:", "bytes per edge", "consensus
 
 def machine() -> str:
     """'AMD EPYC, 2 cores, 23 GiB, torch CPU capability AVX512' from what this host reports."""
-    model = platform.processor() or platform.machine()
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        found = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
-        model = found.group(1).strip() if found else model
-    except OSError:
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    import torch  # noqa: PLC0415 (only for the capability; keeps `--help` light)
+    import torch  # noqa: PLC0415 (keeps `--help` light)
 
-    return f"{model}, {cores} cores, {gib:.0f} GiB, torch CPU capability {torch.backends.cpu.get_cpu_capability()}"
+    from seedflood.ml import machine as host  # noqa: PLC0415 (imports torch)
+
+    gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    model = host.cpu_model() or platform.machine()
+    return (
+        f"{model}, {host.cpus()} cores, {gib:.0f} GiB, torch CPU capability {torch.backends.cpu.get_cpu_capability()}"
+    )
 
 
 def commit() -> str:

@@ -1,6 +1,6 @@
 """This host's compute as a process sees it: CPUs, torch intra-op threads, memory.
 
-Owns `cpus` (the affinity mask), `threads_for` / `set_threads` (run.threads: 0 splits the CPUs
+Owns `cpus` (the affinity mask), `cpu_model` (/proc/cpuinfo's `model name`), `threads_for` / `set_threads` (run.threads: 0 splits the CPUs
 evenly over the processes a launcher starts on this machine), `threads`, and `memory` (this
 process's RSS / PSS / USS from /proc). Assumes Linux for `memory` (else None).
 """
@@ -10,6 +10,18 @@ from __future__ import annotations
 import os
 
 import torch
+
+
+def cpu_model() -> str:
+    """The CPU's model as /proc/cpuinfo names it ("AMD EPYC"), "" where it names none."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
 
 
 def cpus() -> int:

@@ -19,9 +19,7 @@ replaced whole, so a torn snapshot is at most one count behind.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-FIELDS = ("commits", "commit_hops", "voted", "ballots", "drops", "heals")
+from dataclasses import dataclass, field, fields
 
 
 @dataclass
@@ -52,4 +50,4 @@ class Health:
             self.ballots += ballot + 1
 
     def snapshot(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in FIELDS}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.repr}  # the counters, not _began

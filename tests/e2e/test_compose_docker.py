@@ -117,6 +117,15 @@ def assert_nothing_left(project: str) -> None:
     assert left == [], f"`down -v` left {left}"
 
 
+def down(argv: list[str], env: dict[str, str], tmp_path: Path, project: str) -> None:
+    """Run the command that takes `project` down with its volume; assert it did, leaving nothing."""
+    with sup.procs(tmp_path / "down") as procs:
+        procs.start("down", argv, env=env, log=tmp_path / "down.log")
+        (code,) = procs.wait()
+    assert code == 0, sup.tail(tmp_path / "down.log")
+    assert_nothing_left(project)
+
+
 def report(project: str) -> str:
     """Every container's state and the tail of its output, for assertion messages."""
     parts = []
@@ -237,11 +246,7 @@ def test_a_killed_client_container_is_restarted_by_its_policy_and_rejoins(
         (leave, rejoin) = sorted(reader.changes.items())
         assert leave[1].leave == (node,) and rejoin[1].join == ((node, 2),), reader.changes
         assert len(records) == STEPS
-        with sup.procs(tmp_path / "down") as procs:
-            procs.start("down", [*compose, "down", "-v"], env=env, log=tmp_path / "down.log")
-            (code,) = procs.wait()
-        assert code == 0, sup.tail(tmp_path / "down.log")
-        assert_nothing_left(project)
+        down([*compose, "down", "-v"], env, tmp_path, project)
     finally:
         dk.remove_project(project)
         dk.remove_image(image)
@@ -287,13 +292,7 @@ def test_make_compose_join_adds_a_new_id_to_the_running_churn_project(
         origins = [{m.origin for m in msgs} for _, msgs in records]
         assert [4 in o for o in origins] == [s >= step for s in range(STEPS)]  # counted from its join step
         assert summary["param_hash"] == sup.replay(out)["param_hash"]
-        with sup.procs(tmp_path / "down") as procs:
-            procs.start(
-                "down", make("compose-down", f"PROJECT={project}", f"IMAGE={image}"), env=env, log=tmp_path / "down.log"
-            )
-            (code,) = procs.wait()
-        assert code == 0, sup.tail(tmp_path / "down.log")
-        assert_nothing_left(project)
+        down(make("compose-down", f"PROJECT={project}", f"IMAGE={image}"), env, tmp_path, project)
     finally:
         dk.remove_project(project)
         dk.remove_image(image)

@@ -141,8 +141,10 @@ class EdgeWork(ChurnBase):
             # a client whose neighbours all stalled, committed out so over gloo)
             self._alone = h.hops_run if self._alone is None else self._alone
             h.hops_run = self._alone
-        if want:
-            self._heal_at.update(healer.heal(want, h.hops_run))
+        # asked even when nothing is wanted: a proposal of this end to a peer committed out since
+        # is withdrawn there, or handed back if the peer took it first (then it is connected and
+        # closed below, so the taker's receive fails at once instead of after the late bound)
+        self._heal_at.update(healer.heal(want, h.hops_run))
         if not self._heal_at:
             return
         first = min(self._heal_at.values())

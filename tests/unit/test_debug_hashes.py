@@ -98,7 +98,9 @@ def test_the_debug_run_ends_on_the_readme_hash_at_every_level_the_cpu_offers(tmp
         got[level] = json.loads((out / "summary.json").read_text())["param_hash"][:16]  # as printed
     want = {level: rows[level][1] for level in offered}
     assert got == want, f"README's table: {want}; measured: {got} with {build.show(last)} (the locked versions?)"
-    if "avx2" in offered[1:]:  # replay is exact: the best level's log on avx2 (same base weights) gives its hash
+    # replay is exact: the best level's log on avx2 (same base weights) gives its hash; where avx2 is
+    # the best level this CPU offers (an EPYC VM without AVX-512) there is no other level to replay on
+    if top != "avx2" and "avx2" in offered:
         rep = subprocess.run(
             [sys.executable, "-m", "seedflood", "replay", str(tmp_path / top), "--json"],
             capture_output=True,

@@ -64,6 +64,7 @@ GRAPHS: dict[str, tuple[str, ...]] = {
     "torus4x4": ("topology.kind=torus", "topology.nodes=16", "topology.rows=4"),
 }
 SCHEDULES = ("none", "cut", "join", "kill", "mixed")
+FAILURES = ("cut", "join", "kill", "stall")  # the actions counted as one failure each
 GOALS = {"cut": 0.95, "join": 0.95, "kill": 0.90, "mixed": 0.90}
 STEPS = 150  # steps per run, as issue 41's measurements
 QUICK = {"steps": 30, "every": 8, "period": 20}  # --quick: a smoke run (every event kind), not a figure
@@ -253,10 +254,13 @@ def measure(graph: Graph, steps: int, repeats: int, out: TextIO) -> dict[str, An
 
 
 def goodput(graph: Graph, runs: Mapping[str, Sequence[Mapping[str, Any]]], steps: int) -> dict[str, dict[str, Any]]:
-    """Per schedule: the goodput of every repeat whose runs all finished, and their spread."""
+    """Per schedule: the goodput of every repeat whose runs all finished, and their spread; and
+    what one failure cost, in seconds and in steps of its base (its extra stepping time over the
+    failures: a cut and its heal, a join, a kill and its restart, a stall are one each)."""
     out: dict[str, dict[str, Any]] = {}
     for name in SCHEDULES[1:]:
-        ratios = []
+        failures = sum(e.action in FAILURES for e in graph.schedules[name])
+        ratios, costs, costs_in_steps = [], [], []
         for rep, run in enumerate(runs[name]):
             setup, none = runs["setup"][rep]["wall_s"], runs["none"][rep]
             if "wall_s" not in run or "wall_s" not in none:
@@ -269,11 +273,14 @@ def goodput(graph: Graph, runs: Mapping[str, Sequence[Mapping[str, Any]]], steps
                 walls = {graph.top.n: base, **{m: b["wall_s"] for m, b in zip(graph.bases, bases, strict=True)}}
                 base = equivalent_wall(member_steps(graph.top.n, run["joins"], steps), walls)
             ratios.append(ratio(base, run["wall_s"], setup))
-        events = len(graph.schedules[name])
+            costs.append((run["wall_s"] - base) / max(failures, 1))
+            costs_in_steps.append(costs[-1] / ((base - setup) / steps))
         out[name] = {
-            "events": events,
+            "failures": failures,
             "ratios": ratios,
             "goodput": spread(ratios) if ratios else None,
+            "cost_s": spread(costs) if costs else None,
+            "cost_steps": spread(costs_in_steps) if costs else None,
             "failed": sum("failed" in r for r in runs[name]),
             "goal": GOALS[name],
         }
@@ -307,12 +314,13 @@ def print_goodput(fig: Mapping[str, Any], graphs: Sequence[str], out: TextIO) ->
         for sched, g in fig[name]["goodput"].items():
             s = g["goodput"]
             cell = "-" if s is None else f"{s['median']:.3f} ({s['min']:.3f}–{s['max']:.3f}, ×{s['n']})"
+            cost = "-" if s is None else f"{g['cost_s']['median']:.2f} s = {g['cost_steps']['median']:.1f} steps"
             stops = sum(r.get("rule_stops", 0) for r in fig[name]["runs"][sched])
-            rows.append([name, sched, g["events"], cell, f">= {g['goal']:.2f}", g["failed"], stops])
+            rows.append([name, sched, g["failures"], cell, f">= {g['goal']:.2f}", cost, g["failed"], stops])
     table(
         out,
         f"goodput: steps/s under a schedule / steps/s with none ({fig['steps']} steps, forward "
         f"{fig['forward_s']} s, timeout {fig['timeout_s']} s; median (min–max) of the repeats)",
-        ["graph", "schedule", "events", "goodput", "goal", "failed runs", "rule stops"],
+        ["graph", "schedule", "failures", "goodput", "goal", "per failure", "failed runs", "rule stops"],
         rows,
     )

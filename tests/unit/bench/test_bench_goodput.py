@@ -111,7 +111,12 @@ def test_goodput_pairs_each_repeat_with_its_own_none_and_leaves_failed_runs_out(
     assert out["cut"]["failed"] == 1 and out["cut"]["goodput"]["n"] == 2
     assert out["kill"]["goodput"]["median"] == pytest.approx(40 / 44)
     assert out["mixed"]["goodput"] is None and out["mixed"]["failed"] == 3
-    assert out["cut"]["events"] == 4 and out["cut"]["goal"] == 0.95 and out["kill"]["goal"] == 0.90
+    assert out["cut"]["failures"] == 2 and out["cut"]["goal"] == 0.95 and out["kill"]["goal"] == 0.90
+    assert out["mixed"]["failures"] == 4  # two stalls, a kill and its restart, a cut and its heal
+    # a failure's cost: the extra wall over the failures, and that in steps of its base
+    assert out["cut"]["cost_s"]["max"] == pytest.approx((51 - 41) / 2)
+    assert out["cut"]["cost_steps"]["max"] == pytest.approx(5 / (40 / 150))
+    assert out["kill"]["cost_s"]["min"] == 0.0
     base = (56 * 41 + 50 * 46 + 44 * 51) / 150  # none's wall for 8 members, the bases for 9 and 10
     assert out["join"]["ratios"][0] == pytest.approx((base - 1) / 49)
     assert out["join"]["ratios"][1] == pytest.approx(((56 * 62 + 50 * 46 + 44 * 51) / 150 - 2) / 48)

@@ -244,13 +244,21 @@ def measure(graph: Graph, steps: int, repeats: int, out: TextIO) -> dict[str, An
             runs[name].append(one_run(graph.cfg, graph.schedules[name]))
         for m, (cfg, top) in graph.bases.items():
             runs[str(m)].append(one_run(cfg, [], top))
-        walls = {k: (f"{v[-1]['wall_s']:.1f}" if "wall_s" in v[-1] else "FAILED") for k, v in runs.items()}
+        walls = {k: _cell(v[-1]) for k, v in runs.items()}
         print(
             f"   goodput {graph.name} repeat {rep + 1}/{repeats}: " + ", ".join(f"{k} {w}" for k, w in walls.items()),
             file=out,
             flush=True,
         )
     return {"runs": runs, "goodput": goodput(graph, runs, steps), "delay": graph.delay, "steps": steps}
+
+
+def _cell(run: Mapping[str, Any]) -> str:
+    """A run's wall seconds, its clients stopped by the churn rules and restarted, or FAILED."""
+    if "wall_s" not in run:
+        return "FAILED"
+    stops = run.get("rule_stops", 0)
+    return f"{run['wall_s']:.1f}" + (f" ({stops} restarted by the rules)" if stops else "")
 
 
 def goodput(graph: Graph, runs: Mapping[str, Sequence[Mapping[str, Any]]], steps: int) -> dict[str, dict[str, Any]]:

@@ -20,6 +20,8 @@ Figures (docs/benchmarks.md explains each; one module per figure):
   overlap  overlap.py   real gloo processes with slowed hops: flood.overlap off vs on
   sim      sim.py       client-steps per second of simulate's estimates, sequential vs batched
                         beside the batched floor, N = 1, 16, 64, 128 (--sim-clients)
+  goodput  goodput.py   churn runs in process: steps/s under a failure schedule (cut + heal, join,
+                        kill + restart, mixed) / steps/s with none, ring of 8 and 4×4 torus
 
 The timing rules every figure follows are in bench/common.py. torch runs one intra-op thread by
 default (--threads).
@@ -49,7 +51,7 @@ from seedflood.bench.step import fig_step
 from seedflood.bench.tradeoff import fig_tradeoff
 from seedflood.bench.traffic import fig_bytes
 
-FIGURES = ("bytes", "apply", "step", "catchup", "hop", "tradeoff", "hops", "overlap", "sim")
+FIGURES = ("bytes", "apply", "step", "catchup", "hop", "tradeoff", "hops", "overlap", "sim", "goodput")
 
 
 def fig_hops(opts: Options) -> dict[str, Any]:
@@ -90,6 +92,16 @@ def fig_sim(opts: Options) -> dict[str, Any]:
     )
 
 
+def fig_goodput(opts: Options) -> dict[str, Any]:
+    """Churn runs in process: goodput under four failure schedules (bench/goodput.py)."""
+    from seedflood.bench import goodput
+
+    quick = goodput.QUICK if opts.quick else {"steps": goodput.STEPS, "every": goodput.EVERY, "period": goodput.PERIOD}
+    steps = opts.goodput_steps or quick["steps"]
+    graphs = opts.goodput_graphs or (("ring8",) if opts.quick else tuple(goodput.GRAPHS))
+    return goodput.fig_goodput(steps, opts.repeats("goodput"), graphs, opts.out, quick["every"], quick["period"])
+
+
 RUNNERS: dict[str, Callable[[Options], dict[str, Any]]] = {
     "bytes": fig_bytes,
     "apply": fig_apply,
@@ -100,6 +112,7 @@ RUNNERS: dict[str, Callable[[Options], dict[str, Any]]] = {
     "hops": fig_hops,
     "overlap": fig_overlap,
     "sim": fig_sim,
+    "goodput": fig_goodput,
 }
 
 
@@ -141,6 +154,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-direction", choices=("subcge", "gaussian"), default="subcge", help="sim: direction family")
     p.add_argument("--sim-device", default="cpu", help="sim: model.device (cpu, cuda, cuda:N)")
     p.add_argument(
+        "--goodput-steps",
+        type=int,
+        default=0,
+        metavar="N",
+        help="goodput: steps per run (default 150; 30 with --quick)",
+    )
+    p.add_argument(
+        "--goodput-graphs",
+        nargs="+",
+        choices=("ring8", "torus4x4"),
+        metavar="G",
+        help="goodput: graphs (default ring8 torus4x4; ring8 with --quick)",
+    )
+    p.add_argument(
         "--threads",
         type=int,
         default=1,
@@ -154,8 +181,11 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--"]:  # `seedflood bench -- --quick`: the separator the CLI may pass through
         argv = argv[1:]
     args = build_parser().parse_args(argv)
-    if args.repeats < 0 or args.threads < 0 or args.gaussian_budget < 0:
-        print("seedflood bench: error: --repeats, --threads and --gaussian-budget must be >= 0", file=sys.stderr)
+    if args.repeats < 0 or args.threads < 0 or args.gaussian_budget < 0 or args.goodput_steps < 0:
+        print(
+            "seedflood bench: error: --repeats, --threads, --gaussian-budget and --goodput-steps must be >= 0",
+            file=sys.stderr,
+        )
         return 2
     opts = Options(args)
     names = [n for n in FIGURES if n in (args.only or FIGURES)]

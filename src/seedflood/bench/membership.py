@@ -108,14 +108,17 @@ def captured() -> Iterator[Lines]:
         logger.propagate = propagate
 
 
-def timed_run(cfg: Config, events: Sequence[Event], forward_s: float = 0.0) -> tuple[SimResult, float, Lines]:
+def timed_run(
+    cfg: Config, events: Sequence[Event], forward_s: float = 0.0, supervise: bool = False
+) -> tuple[SimResult, float, Lines]:
     """One simulate run: its result, wall seconds and log lines; every client on one hash.
     `forward_s`: every client (new ids too) sleeps that long before each forward, its emulated
-    device, so the figure measures the protocol rather than threads sharing this machine's cores."""
+    device, so the figure measures the protocol rather than threads sharing this machine's cores.
+    `supervise`: a client the churn rules stop is restarted (simulate's `supervise`)."""
     pace = {i: forward_s for i in range(max(cfg.churn.max_nodes, cfg.topology.nodes))} if forward_s else None
     with captured() as lines:
         t0 = time.perf_counter()
-        r = simulate(cfg, hash_every_step=False, events=events, pace=pace)
+        r = simulate(cfg, hash_every_step=False, events=events, pace=pace, supervise=supervise)
         wall = time.perf_counter() - t0
     if r.exits or len(set(r.hashes.values())) != 1:
         raise RuntimeError(f"the run did not end on one hash: exits {r.exits}, {len(set(r.hashes.values()))} hashes")

@@ -40,7 +40,6 @@ from seedflood.core.zo.directions import Direction, StepUpdate
 from seedflood.core.zo.precision import DirectionError
 
 
-
 @dataclass
 class _Basis:
     epoch: int

@@ -83,7 +83,10 @@ def coefficients(protocol: Protocol, cols: StepColumns) -> np.ndarray:
     `protocol.coefficients(messages)` (−lr(step)·w times the scalar, clamped first when the clip
     is on)."""
     steps, bounds = cols.record_steps, cols.record_bounds
-    lr_w = np.array([-protocol.lr_at(s) * protocol.weight_at(s) for s in steps.tolist()], dtype=np.float64)
+    if protocol.schedule == "constant" and not protocol.warmup_steps and not (protocol.stride and protocol.mean):
+        lr_w = np.full(len(steps), -protocol.lr_at(0) * protocol.weight_at(0))  # the same for every step
+    else:
+        lr_w = np.array([-protocol.lr_at(s) * protocol.weight_at(s) for s in steps.tolist()], dtype=np.float64)
     x = cols.field("scalar").astype(np.float64)
     if protocol.clip:
         x = x.copy()

@@ -98,18 +98,15 @@ class Applier:
         out_of_order = np.flatnonzero(cols.record_steps != want)
         n = int(out_of_order[0]) if len(out_of_order) else len(cols)
         steps = cols.record_steps[:n].tolist()
-        b_arr = cols.record_bounds[: n + 1]
-        bounds = b_arr.tolist()
+        steps = cols.record_steps[:n]
+        bounds = cols.record_bounds[: n + 1]
         seeds = cols[:n].field("seed")
         coefs = columnrules.coefficients(self.protocol, cols[:n])
         i = 0
         while i < n:  # batches of at least BATCH_MESSAGES messages, as apply_all's
-            j = min(n, max(i + 1, int(np.searchsorted(b_arr, bounds[i] + self.BATCH_MESSAGES))))
-            batch = [
-                (steps[t], seeds[bounds[t] : bounds[t + 1]], coefs[bounds[t] : bounds[t + 1]]) for t in range(i, j)
-            ]
-            self.direction.apply_steps(batch)
-            self.last_step, self.last_messages = steps[j - 1], cols.messages(j - 1)
+            j = min(n, max(i + 1, int(np.searchsorted(bounds, bounds[i] + self.BATCH_MESSAGES))))
+            self.direction.apply_arrays(steps[i:j], bounds[i : j + 1], seeds, coefs)
+            self.last_step, self.last_messages = int(steps[j - 1]), cols.messages(j - 1)
             i = j
         if n < len(cols):
             raise ReplayError(f"step {int(cols.record_steps[n])} applied out of order (last applied {self.last_step})")

@@ -304,24 +304,34 @@ class SubCGE(Direction):
             np.add.at(flat_S, idx.numpy().reshape(-1), vals.numpy().reshape(-1))  # message-major order
 
     def apply_steps(self, steps: Sequence[StepUpdate]) -> None:
-        """O(messages) between merges: each run of steps up to the next merge point is accumulated
-        in one vectorised pass, then committed (merging where the schedule says)."""
-        i = 0
-        while i < len(steps):
-            j = i  # steps[i..j] end at a merge point, at an epoch change or at the end
-            while (
-                j + 1 < len(steps)
-                and not self._merges_after(steps[j][0])
-                and self.epoch(steps[j + 1][0]) == self.epoch(steps[i][0])
-            ):
-                j += 1
-            run = steps[i : j + 1]
-            seeds = np.concatenate([s for _, s, _ in run])
-            coefs = np.concatenate([c for _, _, c in run])
-            self._accumulate_many(run[-1][0], seeds, coefs)
-            for step, _, _ in run:
-                self.commit(step)  # only the last of the run can merge
-            i = j + 1
+        """O(messages) between merges (`apply_arrays` of the steps concatenated)."""
+        if not steps:
+            return
+        bounds = np.zeros(len(steps) + 1, dtype=np.int64)
+        np.cumsum([len(s) for _, s, _ in steps], out=bounds[1:])
+        self.apply_arrays(
+            np.array([step for step, _, _ in steps], dtype=np.int64),
+            bounds,
+            np.concatenate([s for _, s, _ in steps]),
+            np.concatenate([c for _, _, c in steps]),
+        )
+
+    def apply_arrays(self, steps: np.ndarray, bounds: np.ndarray, seeds: np.ndarray, coefs: np.ndarray) -> None:
+        """Each run of steps up to a merge point, an epoch change or the end is accumulated in
+        one vectorised pass, then committed (merging where the schedule says): a step inside a
+        run is never a merge point, so its commit would do nothing."""
+        if not len(steps):
+            return
+        ends = ((steps + 1) % self.cfg.merge_period == 0) | ((steps + 1) % self.cfg.refresh == 0)
+        epochs = steps // self.cfg.refresh
+        ends[:-1] |= epochs[1:] != epochs[:-1]
+        ends[-1] = True
+        first = 0
+        for j in np.flatnonzero(ends).tolist():
+            a, b = int(bounds[first]), int(bounds[j + 1])
+            self._accumulate_many(int(steps[j]), seeds[a:b], coefs[a:b])
+            self.commit(int(steps[j]))
+            first = j + 1
 
     def commit(self, step: int) -> None:
         if self.S_epoch is not None and self._merges_after(step):

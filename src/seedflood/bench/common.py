@@ -211,6 +211,9 @@ class NullDirection:
     def apply_steps(self, steps: Sequence[Any]) -> None:
         pass
 
+    def apply_arrays(self, steps: Any, bounds: Any, seeds: Any, coefs: Any) -> None:
+        pass
+
 
 def netns_unavailable(tools: Sequence[str], install: str) -> str | None:
     """Why this host cannot make network namespaces with `tools` (None: it can): root, the

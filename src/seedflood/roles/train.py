@@ -128,8 +128,8 @@ def _resume(p: Process, wiring: Wiring[G, T], group: G) -> tuple[Records, dict[i
     if group.world.is_evaluator:
         run_dir = RunDir.of(cfg)
         try:
-            records = resume_records(run_dir, protocol, p.trajectory, w.loaded.base_hash, resume=cfg.checkpoint.resume)
-            records = wiring.completed(records)
+            logged = resume_records(run_dir, protocol, p.trajectory, w.loaded.base_hash, resume=cfg.checkpoint.resume)
+            records = wiring.completed(list(logged))  # broadcast as frames below: built once here
             changes = logged_changes(run_dir) if records else {}
             # the run's build (recorded, or this one for a new run), which every other process must run
             run_build = build.settle(run_dir, p.build, len(records), mixed)

@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from seedflood.core.flood import message
+from seedflood.core.flood.columns import StepColumns
 from seedflood.core.flood.membership import Change
 from seedflood.core.flood.message import Message
 from seedflood.rundir.atomic import atomic_write_bytes
 from seedflood.rundir.layout import CheckpointError
 from seedflood.rundir.logheader import LogFormat, encode_header, header_mismatch, read_header_at
-from seedflood.rundir.logrecords import CHANGE_FLAG, REC, SEAL_FLAG, RecordCheck, scan_records
+from seedflood.rundir.logrecords import CHANGE_FLAG, REC, SEAL_FLAG, RecordCheck, StepsCheck, scan_records
 
 Records = list[tuple[int, list[Message]]]
 """A log's whole step records, in order: (step, the step's messages)."""
@@ -46,13 +47,20 @@ class LogReader:
     seals: dict[int, bytes] = field(default_factory=dict, init=False)
     """Set by `read`: a signed run's seals of each step (logrecords.py, seal records)."""
 
-    def read(self, check: RecordCheck | None = None) -> tuple[dict[str, Any], Records]:
+    def read(self, check: RecordCheck | StepsCheck | None = None) -> tuple[dict[str, Any], Records]:
         """The header and every whole step record (steps 0, 1, ...); a torn tail is left out and
         its length set in `torn`.
 
         `check(step, messages)` is called for each whole record; a ValueError from it, or any
-        corruption, raises CheckpointError naming the record's byte offset and step.
+        corruption, raises CheckpointError naming the record's byte offset and step. A
+        `StepsCheck` (the run's Protocol) checks them all at once, to the same effect.
         """
+        header, cols = self.read_columns(check)
+        return header, list(cols)
+
+    def read_columns(self, check: RecordCheck | StepsCheck | None = None) -> tuple[dict[str, Any], StepColumns]:
+        """`read`, the records as arrays (no Python object per message until one is indexed):
+        what replay and catch-up apply (`Applier.apply_all` takes them as they are)."""
         if not self.path.is_file():
             raise CheckpointError(f"message log {self.path} does not exist")
         with open(self.path, "rb") as f:
@@ -74,7 +82,7 @@ class LogWriter:
     the integer trajectory "run.seed" the reader derives seeds from.
     """
 
-    def __init__(self, path: Path, header: dict[str, Any], check: RecordCheck | None = None) -> None:
+    def __init__(self, path: Path, header: dict[str, Any], check: RecordCheck | StepsCheck | None = None) -> None:
         self.path = path
         self.dropped_tail = 0
         if path.exists():

@@ -57,6 +57,11 @@ class LogFormat:
     max_nodes: int = 0  # trajectory "churn.max_nodes" (open membership): ids 0..max_nodes-1 may join
     signed: bool = False  # the header records a roster ("trust"): its records have seal records
 
+    @property
+    def run_seed(self) -> int | None:
+        """The run seed a v2 log's seeds derive from (None: v1, its frames carry their seeds)."""
+        return self.seed_of.args[0] if isinstance(self.seed_of, functools.partial) else None
+
     @classmethod
     def of(cls, version: int, header: dict[str, Any], path: Path) -> LogFormat:
         traj = header.get("trajectory") or {}

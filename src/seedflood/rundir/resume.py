@@ -26,18 +26,19 @@ from typing import Any
 
 from seedflood.core.config import runconfig as config_mod
 from seedflood.core.config.runconfig import Config
+from seedflood.core.flood.columns import StepColumns
 from seedflood.core.flood.membership import Change
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.topology.resolve import topology_of
 from seedflood.rundir import checkpoints as ckpt
 from seedflood.rundir.layout import CONFIG, LOG, CheckpointError, RunDir
-from seedflood.rundir.logfile import LogReader, Records
+from seedflood.rundir.logfile import LogReader
 from seedflood.rundir.logheader import header_mismatch, read_header
 
 
 def resume_records(
     run: RunDir, protocol: Protocol, trajectory: dict[str, Any], base_hash: str | None, *, resume: bool
-) -> Records:
+) -> StepColumns:
     """The logged steps this run continues from ([] for a new run directory); see the module doc.
 
     `base_hash` None (the preflight, which loads no weights) skips the base model comparison;
@@ -45,7 +46,7 @@ def resume_records(
     """
     path = run.log
     if not path.is_file():
-        return []
+        return StepColumns.empty()
     if not resume:
         raise CheckpointError(
             f"{run.root} already holds a run and checkpoint.resume is false: choose another run.out_dir or delete it"
@@ -57,7 +58,7 @@ def resume_records(
             f"{path} belongs to a different run: settings differ: {', '.join(diff)}; "
             "use a new run.out_dir or delete the directory"
         )
-    _, records = LogReader(path).read(check=protocol.check_step)
+    _, records = LogReader(path).read_columns(check=protocol)
     if len(records) > protocol.steps:
         raise CheckpointError(
             f"{path} already holds {len(records)} steps, more than run.steps={protocol.steps}: "
@@ -88,7 +89,7 @@ def recorded(run: RunDir) -> tuple[Config, Protocol]:
 
 def recorded_steps(
     run: RunDir, protocol: Protocol, trajectory: dict[str, Any], base_hash: str | None = None
-) -> Records:
+) -> StepColumns:
     """Every logged step, each validated like a frame from the wire, once config.yaml is shown to
     describe the `trajectory` the log header recorded (an edited config.yaml names the keys).
     `base_hash` None skips the base model comparison (no weights loaded)."""
@@ -97,7 +98,7 @@ def recorded_steps(
 
 def recorded_log(
     run: RunDir, protocol: Protocol, trajectory: dict[str, Any], base_hash: str | None = None
-) -> tuple[Records, int]:
+) -> tuple[StepColumns, int]:
     """`recorded_steps`, and the bytes of a torn tail past the last whole record (0: none)."""
     header = read_header(run.log)
     mine = {"trajectory": trajectory, "base_hash": base_hash or header.get("base_hash")}
@@ -106,5 +107,5 @@ def recorded_log(
             f"{run.root}/{CONFIG} does not match the settings {LOG} was written with: {', '.join(diff)}"
         )
     reader = LogReader(run.log)
-    records = reader.read(check=protocol.check_step)[1]
+    records = reader.read_columns(check=protocol)[1]
     return records, reader.torn

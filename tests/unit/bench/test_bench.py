@@ -174,6 +174,10 @@ def test_catchup_replay_matches_loaded_state(report):
     assert c["size_ratio"] == pytest.approx(c["state_bytes"] / c["log_bytes"], rel=1e-12)
     assert [v["merge_every"] for v in c["variants"]] == [0]  # the default: merge once per epoch
     assert c["clients"] == 16 and c["messages"] <= 10_000 and c["target_s"] == 10.0
+    v = c["variants"][0]
+    assert 0 < v["replay_s"]["read"]["median"] < v["floor_s"]
+    assert v["ratio_to_floor"] == pytest.approx(v["replay_s"]["total"]["median"] / v["floor_s"], rel=1e-12)
+    assert v["ratio_to_floor_cpu"] == pytest.approx(v["replay_s"]["total_cpu"]["median"] / v["floor_cpu_s"], rel=1e-12)
     assert c["gaussian_per_message_s"] > 0
     assert c["gaussian_projected_s"] == pytest.approx(c["gaussian_per_message_s"] * c["messages"], rel=1e-12)
     assert c["speedup_vs_gaussian"] == pytest.approx(
@@ -184,9 +188,10 @@ def test_catchup_replay_matches_loaded_state(report):
         assert _wall_ok(v["replay_s"]["total"]) and _wall_ok(v["load_s"]["total"])
         assert v["ratio"] == pytest.approx(_quotient(v["replay_s"]["total"], v["load_s"]["total"]), rel=1e-12)
         assert v["ratio_cpu"] == pytest.approx(_quotient(v["replay_s"]["cpu"], v["load_s"]["cpu"]), rel=1e-12)
-        # Read, basis and apply are consecutive parts of each timed replay: per run they add up to
-        # its total, so the sum of their minima cannot exceed the longest total.
-        parts = [v["replay_s"][k] for k in ("read", "basis", "apply")]
+        # Read, check, accumulate (with building the direction) and merge are consecutive parts of
+        # each timed replay: per run they add up to its total, so the sum of their minima cannot
+        # exceed the longest total.
+        parts = [v["replay_s"][k] for k in ("read", "check", "accumulate", "merge")]
         assert sum(p["min"] for p in parts) <= v["replay_s"]["total"]["max"] + 1e-9
         if v["replay_s"]["total"]["n"] == 1:  # one run: the parts are exactly that run's
             assert sum(p["median"] for p in parts) == pytest.approx(v["replay_s"]["total"]["median"], abs=1e-9)

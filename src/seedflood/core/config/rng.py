@@ -1,9 +1,11 @@
 """Every random choice of a run, derived from explicit integer keys; never a global RNG.
 
 Owns:
-- `derive(run_seed, origin, step, k)`: the 64-bit seed of one message;
+- `derive(run_seed, origin, step, k)`: the 64-bit seed of one message (`derive_many`: of arrays
+  of messages at once, same bits);
 - `hash_u64(key, counters)`: a counter-based integer hash (SplitMix64 finaliser over a keyed
-  counter), vectorised with numpy uint64 so it gives the same bits on any machine and device;
+  counter), vectorised with numpy uint64 so it gives the same bits on any machine and device
+  (`hash_u64_many_torch`: the same bits from torch int64 ops, which AVX2 vectorises: ~4x numpy);
 - `generator(*keys)`: a numpy Generator (PCG64) for CPU-side draws such as batch sampling;
 - `orthonormal_basis(run_seed, epoch, matrix, rows, rank)`: the SubCGE basis, drawn in float64 on
   the CPU from a fixed torch generator, orthonormalised by QR with a sign convention and rounded
@@ -81,6 +83,16 @@ def derive(run_seed: int, origin: int, step: int, k: int = 0) -> int:
     return h
 
 
+def derive_many(run_seed: int, origin: np.ndarray, step: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """`derive(run_seed, origin[i], step[i], k[i])` for every i, as uint64 (same bits, tested);
+    the keys are non-negative integer arrays of one shape."""
+    h = np.full(np.shape(origin), _message_prefix(run_seed), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for key in (origin, step, k):
+            h = _mix_array(h ^ _mix_array(np.asarray(key, dtype=np.uint64) + np.uint64(_GOLDEN))) + np.uint64(_GOLDEN)
+    return h
+
+
 def _mix_array(x: np.ndarray) -> np.ndarray:
     """SplitMix64's finaliser (`_mix`) elementwise on a uint64 array (wraps mod 2**64)."""
     with np.errstate(over="ignore"):
@@ -106,6 +118,30 @@ def hash_u64_many(keys: np.ndarray, counters: np.ndarray) -> np.ndarray:
     c = np.asarray(counters, dtype=np.uint64)
     with np.errstate(over="ignore"):
         return _mix_array(c[None] * np.uint64(_GOLDEN) + k[(...,) + (None,) * c.ndim])
+
+
+def _signed(v: int) -> int:
+    """The int64 with the bits of the uint64 `v`."""
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def hash_u64_many_torch(keys: np.ndarray, counters: np.ndarray) -> torch.Tensor:
+    """`hash_u64_many(keys, counters)` as an int64 tensor holding the same 64 bits: shape
+    (len(keys), counters.size), counters flattened. Integer ops wrap alike in int64 and uint64;
+    the logical right shifts are arithmetic shifts masked to the bits a logical one keeps."""
+    import torch
+
+    x = torch.from_numpy(_mix_array(np.asarray(keys, dtype=np.uint64)).view(np.int64))[:, None]
+    c = torch.from_numpy(np.asarray(counters, dtype=np.uint64).reshape(-1).view(np.int64))
+    x = x + c[None, :] * _signed(_GOLDEN)  # (n, C)
+    t = torch.empty_like(x)
+    for shift, mul in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB), (31, None)):
+        torch.bitwise_right_shift(x, shift, out=t)
+        t.bitwise_and_((1 << (64 - shift)) - 1)
+        x.bitwise_xor_(t)
+        if mul is not None:
+            x.mul_(_signed(mul))
+    return x
 
 
 def generator(*keys: int) -> np.random.Generator:

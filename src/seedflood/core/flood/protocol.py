@@ -41,6 +41,8 @@ from typing import Any
 from seedflood.core.config import rng
 from seedflood.core.config.configerror import ConfigError
 from seedflood.core.config.runconfig import Config
+from seedflood.core.flood import columnrules
+from seedflood.core.flood.columns import StepColumns
 from seedflood.core.flood.membership import Roster
 from seedflood.core.flood.message import FrameError, Limits, Message
 from seedflood.core.topology.resolve import EVALUATOR_RANK, node_of, rank_of  # the rank map (rank 0: evaluator)
@@ -252,6 +254,11 @@ class Protocol:
                 f"step {step} holds {len(messages)} messages ({len(ids)} distinct), a complete step has "
                 f"{len(want)}" + (f" (members {sorted(members)})" if members is not None else "")
             )
+
+    def first_bad(self, cols: StepColumns, members: Sequence[frozenset[int] | None]) -> int | None:
+        """The first record of `cols` that `check_step` (with `members[i]`) rejects, or None:
+        the same rule as arrays (columnrules.py), for a log's whole records at once."""
+        return columnrules.first_bad(self, cols, members)
 
     # -- the update rule -------------------------------------------------------------------------
     def lr_at(self, step: int) -> float:

@@ -90,6 +90,12 @@ class Direction(ABC):
                 self.accumulate(step, seed, coef)
             self.commit(step)
 
+    def apply_arrays(self, steps: np.ndarray, bounds: np.ndarray, seeds: np.ndarray, coefs: np.ndarray) -> None:
+        """`apply_steps` of consecutive steps given as arrays: step steps[i]'s messages are
+        seeds[bounds[i]:bounds[i+1]] with their coefs (bounds: len(steps) + 1 indices)."""
+        b = bounds.tolist()
+        self.apply_steps([(s, seeds[b[i] : b[i + 1]], coefs[b[i] : b[i + 1]]) for i, s in enumerate(steps.tolist())])
+
     def current(self) -> contextlib.AbstractContextManager[None]:
         """Forwards see the canonical state (including anything pending)."""
         return contextlib.nullcontext()

@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from seedflood.core.flood import columnrules
+from seedflood.core.flood.columns import StepColumns
 from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.zo.directions import Direction, StepUpdate
@@ -61,7 +63,10 @@ class Applier:
 
     def apply_all(self, steps: Iterable[tuple[int, Sequence[Message]]]) -> int:
         """Apply (step, messages) pairs in order; returns the number of steps applied. A bad step
-        raises ReplayError after every step before it has been applied (as one by one would)."""
+        raises ReplayError after every step before it has been applied (as one by one would).
+        `StepColumns` (a log read as arrays) are applied without building their messages."""
+        if isinstance(steps, StepColumns):
+            return self._apply_columns(steps)
         n = 0
         batch: list[StepUpdate] = []
         held = 0
@@ -84,6 +89,27 @@ class Applier:
                     flush()
         finally:
             flush()
+        return n
+
+    def _apply_columns(self, cols: StepColumns) -> int:
+        """`apply_all` of validated columns (each record's messages of its step, in canonical
+        order): coefficients and seeds as arrays, the same StepUpdates as `_prepare` makes."""
+        want = self.last_step + 1 + np.arange(len(cols))
+        out_of_order = np.flatnonzero(cols.record_steps != want)
+        n = int(out_of_order[0]) if len(out_of_order) else len(cols)
+        steps = cols.record_steps[:n].tolist()
+        steps = cols.record_steps[:n]
+        bounds = cols.record_bounds[: n + 1]
+        seeds = cols[:n].field("seed")
+        coefs = columnrules.coefficients(self.protocol, cols[:n])
+        i = 0
+        while i < n:  # batches of at least BATCH_MESSAGES messages, as apply_all's
+            j = min(n, max(i + 1, int(np.searchsorted(bounds, bounds[i] + self.BATCH_MESSAGES))))
+            self.direction.apply_arrays(steps[i:j], bounds[i : j + 1], seeds, coefs)
+            self.last_step, self.last_messages = int(steps[j - 1]), cols.messages(j - 1)
+            i = j
+        if n < len(cols):
+            raise ReplayError(f"step {int(cols.record_steps[n])} applied out of order (last applied {self.last_step})")
         return n
 
 

@@ -39,8 +39,6 @@ from seedflood.core.config.trainsections import SubspaceConfig
 from seedflood.core.zo.directions import Direction, StepUpdate
 from seedflood.core.zo.precision import DirectionError
 
-_CHUNK = 4096  # messages per vectorised pass: ~20 MB of uint64 temporaries per 200 matrices
-
 
 @dataclass
 class _Basis:
@@ -277,38 +275,63 @@ class SubCGE(Direction):
         """`accumulate` for n messages of one epoch in canonical order, vectorised, same bits:
         np.add.at is unbuffered and adds its (index, value) pairs in order, so every cell of S
         receives the same fp32 additions in the same order as the per-message loop, and each
-        value is float32(coef)·(±1) exactly, as there."""
+        value is float32(coef)·(±1) exactly, as there. The hash runs in torch int64
+        (`rng.hash_u64_many_torch`, same bits as `coordinates_many`), in chunks of ~2**16 hashes
+        so its temporaries stay in cache."""
         n = len(seeds)
         if n == 0:
             return
         self._open(step)
         r = self.cfg.rank
+        J = len(self.params)
         flat_S = self.S.numpy().reshape(-1)  # a view: S is a contiguous CPU fp32 tensor
-        base = (np.arange(len(self.params), dtype=np.int64) * r * r)[None, :]  # (1, J)
-        for lo in range(0, n, _CHUNK):  # bounded temporaries: (chunk, J, 3) uint64
-            a, b, sign = self.coordinates_many(seeds[lo : lo + _CHUNK])
-            vals = sign * coefs[lo : lo + _CHUNK].astype(np.float32)[:, None]  # (c, J) fp32, exact
-            np.add.at(flat_S, (base + a * r + b).reshape(-1), vals.reshape(-1))  # message-major order
+        base = torch.arange(J, dtype=torch.int64)[None, :] * (r * r)  # (1, J)
+        ranks = torch.from_numpy(self.ranks)
+        pow2 = bool(((self.ranks & (self.ranks - 1)) == 0).all())  # h % r_j is h & (r_j - 1)
+        c32 = torch.from_numpy(np.ascontiguousarray(coefs, dtype=np.float64)).to(torch.float32)
+        chunk = max(1, (1 << 16) // (3 * J))
+        for lo in range(0, n, chunk):  # bounded temporaries: (chunk, J, 3) int64
+            h = rng.hash_u64_many_torch(seeds[lo : lo + chunk], self._counters).view(-1, J, 3)
+            if pow2:
+                a, b = h[..., 0] & (ranks - 1), h[..., 1] & (ranks - 1)
+            else:  # an unsigned remainder: through numpy's uint64 view of the same bits
+                hu = h.numpy().view(np.uint64)
+                a = torch.from_numpy((hu[..., 0] % self.ranks.astype(np.uint64)).astype(np.int64))
+                b = torch.from_numpy((hu[..., 1] % self.ranks.astype(np.uint64)).astype(np.int64))
+            odd = (h[..., 2] & 1).bool()
+            vals = torch.where(odd, c32[lo : lo + chunk, None], -c32[lo : lo + chunk, None])  # (c, J) fp32, exact
+            idx = base + a * r + b
+            np.add.at(flat_S, idx.numpy().reshape(-1), vals.numpy().reshape(-1))  # message-major order
 
     def apply_steps(self, steps: Sequence[StepUpdate]) -> None:
-        """O(messages) between merges: each run of steps up to the next merge point is accumulated
-        in one vectorised pass, then committed (merging where the schedule says)."""
-        i = 0
-        while i < len(steps):
-            j = i  # steps[i..j] end at a merge point, at an epoch change or at the end
-            while (
-                j + 1 < len(steps)
-                and not self._merges_after(steps[j][0])
-                and self.epoch(steps[j + 1][0]) == self.epoch(steps[i][0])
-            ):
-                j += 1
-            run = steps[i : j + 1]
-            seeds = np.concatenate([s for _, s, _ in run])
-            coefs = np.concatenate([c for _, _, c in run])
-            self._accumulate_many(run[-1][0], seeds, coefs)
-            for step, _, _ in run:
-                self.commit(step)  # only the last of the run can merge
-            i = j + 1
+        """O(messages) between merges (`apply_arrays` of the steps concatenated)."""
+        if not steps:
+            return
+        bounds = np.zeros(len(steps) + 1, dtype=np.int64)
+        np.cumsum([len(s) for _, s, _ in steps], out=bounds[1:])
+        self.apply_arrays(
+            np.array([step for step, _, _ in steps], dtype=np.int64),
+            bounds,
+            np.concatenate([s for _, s, _ in steps]),
+            np.concatenate([c for _, _, c in steps]),
+        )
+
+    def apply_arrays(self, steps: np.ndarray, bounds: np.ndarray, seeds: np.ndarray, coefs: np.ndarray) -> None:
+        """Each run of steps up to a merge point, an epoch change or the end is accumulated in
+        one vectorised pass, then committed (merging where the schedule says): a step inside a
+        run is never a merge point, so its commit would do nothing."""
+        if not len(steps):
+            return
+        ends = ((steps + 1) % self.cfg.merge_period == 0) | ((steps + 1) % self.cfg.refresh == 0)
+        epochs = steps // self.cfg.refresh
+        ends[:-1] |= epochs[1:] != epochs[:-1]
+        ends[-1] = True
+        first = 0
+        for j in np.flatnonzero(ends).tolist():
+            a, b = int(bounds[first]), int(bounds[j + 1])
+            self._accumulate_many(int(steps[j]), seeds[a:b], coefs[a:b])
+            self.commit(int(steps[j]))
+            first = j + 1
 
     def commit(self, step: int) -> None:
         if self.S_epoch is not None and self._merges_after(step):

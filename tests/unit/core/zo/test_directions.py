@@ -279,6 +279,38 @@ def test_coordinates_many_equals_per_seed_coordinates():
         assert (a[i] == a1).all() and (b[i] == b1).all() and (sign[i] == s1).all()
 
 
+def test_torch_hash_and_derive_many_have_the_bits_of_the_scalar_ones():
+    """hash_u64_many_torch is hash_u64_many bit for bit (int64 holding the uint64), derive_many is
+    derive, over keys that exercise the top bit."""
+    keys = np.array([0, 1, 2**63, 2**64 - 1] + [rng.derive(9, o, s) for o in range(9) for s in range(30)], np.uint64)
+    counters = np.arange(3 * 11, dtype=np.uint64).reshape(-1, 3)
+    want = rng.hash_u64_many(keys, counters).reshape(len(keys), -1)
+    assert (rng.hash_u64_many_torch(keys, counters).numpy().view(np.uint64) == want).all()
+    o, s, k = np.meshgrid(np.arange(0, 300, 37), np.array([0, 5, 2**32 - 1]), np.arange(3), indexing="ij")
+    got = rng.derive_many(77, o.ravel(), s.ravel(), k.ravel())
+    assert [int(x) for x in got] == [rng.derive(77, *map(int, t)) for t in zip(o.ravel(), s.ravel(), k.ravel())]
+
+
+@pytest.mark.parametrize("rank", [4, 3])  # power of two (masked) and not (unsigned remainder)
+def test_apply_steps_equals_one_accumulate_per_message(rank):
+    """The vectorised accumulate leaves S and W with the bits of the per-message loop."""
+    cfg = SubspaceConfig(rank=rank, refresh=6, merge_every=3)
+    one, many = Quadratic(), Quadratic()
+    d1 = SubCGE(one, select_trainable(one, ["*"]), 3, cfg)
+    d2 = SubCGE(many, select_trainable(many, ["*"]), 3, cfg)
+    steps = []
+    for step in range(8):
+        seeds = np.array([rng.derive(3, o, step) for o in range(40)], np.uint64)
+        coefs = np.linspace(-1e-2, 1e-2, 40) * (step + 1)
+        steps.append((step, seeds, coefs))
+        for sd, c in zip(seeds, coefs):
+            d1.accumulate(step, int(sd), float(c))
+        d1.commit(step)
+    d2.apply_steps(steps)
+    assert torch.equal(d1.S, d2.S) and d1.S.any()
+    assert all(torch.equal(p, q) for p, q in zip(one.parameters(), many.parameters()))
+
+
 def pending_direction(mode: str, merge_every: int = 4) -> tuple[Quadratic, SubCGE]:
     model = Quadratic()
     d = SubCGE(model, select_trainable(model, ["*"]), 5, SubspaceConfig(rank=3, refresh=8, merge_every=merge_every))

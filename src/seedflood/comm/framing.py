@@ -61,6 +61,32 @@ class HeadBuffer:
         return self._view[HEADER : HEADER + n].tobytes()
 
 
+class OutBuffer:
+    """One preallocated send buffer (inline_bytes) for a channel whose sends are all waited for
+    before it sends again (a hop): a frame that fits is copied in behind its length and sent as
+    a cached view of the buffer, so a hop allocates no tensor per edge."""
+
+    MAX_VIEWS = 256  # distinct message lengths kept as views (a run uses a handful)
+
+    def __init__(self, inline_bytes: int) -> None:
+        self.tensor = torch.empty(inline_bytes, dtype=torch.uint8)
+        self._view = memoryview(self.tensor.numpy())
+        self._views: dict[int, torch.Tensor] = {}  # message length -> tensor[:length]
+
+    def fill(self, frame: bytes) -> torch.Tensor:
+        """The head message of `frame` (at most inline_bytes - HEADER long), ready to send; valid
+        until the next `fill`."""
+        n = HEADER + len(frame)
+        self._view[:HEADER] = LENGTH.pack(len(frame))
+        self._view[HEADER:n] = frame
+        t = self._views.get(n)
+        if t is None:
+            if len(self._views) >= self.MAX_VIEWS:
+                self._views.clear()
+            t = self._views[n] = self.tensor[:n]
+        return t
+
+
 @functools.cache
 def device() -> object:
     """One gloo TCP device for every edge group of this process (one event loop thread, not one

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 import torch.distributed as dist
 
-from seedflood.comm.framing import END, LENGTH, TAG_EVAL, TAG_HOP, HeadBuffer, encode, reason
+from seedflood.comm.framing import END, LENGTH, TAG_EVAL, TAG_HOP, HeadBuffer, OutBuffer, encode, reason
 from seedflood.core.flood.transport import (
     EOS,
     EVALUATOR,
@@ -94,6 +94,7 @@ class GlooTransport:
         self._max_frame = max_frame_bytes
         self._max_pending = max_pending
         self._heads = {p: HeadBuffer(inline_bytes) for p in self.peers}
+        self._outs = {p: OutBuffer(inline_bytes) for p in self.peers}  # every hop's sends end within it
         self._peer_set = frozenset(self.peers)
         self._group = dist.group.WORLD  # the default group: node ranks are its ranks
         self._pending: deque[tuple[dist.Work, torch.Tensor]] = deque()  # pushes in flight
@@ -160,7 +161,11 @@ class GlooTransport:
         for p in self.peers:
             frame = frames.get(p, b"")
             sizes.append((p, HEADER + len(frame)))
-            head, tail = encode(frame, self._inline)
+            if len(frame) <= inline:
+                head = self._outs[p].fill(frame)
+                sends.append((p, post(True, head, p), head))
+                continue
+            head, tail = encode(frame, self._inline)  # a long frame: a head and a tail
             sends.append((p, post(True, head, p), head))
             if tail is not None:
                 sends.append((p, post(True, tail, p), tail))

@@ -230,7 +230,7 @@ def encode(messages: Iterable[Message], version: int = VERSION) -> bytes:
     if not msgs:
         return b""
     # One pass per column and one struct call for the whole body (the hot path of every hop):
-    # the bytes are those of `encode_reference`, which spells the format out (tested equal).
+    # the bytes are those the format spells out field by field (test_message: a reference encoder).
     steps = [m.step for m in msgs]
     origins = [m.origin for m in msgs]
     ks = [m.k for m in msgs]
@@ -242,23 +242,6 @@ def encode(messages: Iterable[Message], version: int = VERSION) -> bytes:
     cols.append([m.scalar for m in msgs])
     body = body_struct.pack(*[x for row in zip(*cols) for x in row]) if len(cols) > 1 else body_struct.pack(*cols[0])
     head = prefix + count.to_bytes(WIDTHS[lay >> 6], "little") + _U32.pack(base)
-    return head + _U32.pack(zlib.crc32(body, zlib.crc32(head[2:]))) + body
-
-
-def encode_reference(messages: Sequence[Message]) -> bytes:
-    """The v2 frame of `messages` built field by field from the format (module docstring): the
-    definition `encode` is tested against."""
-    if not messages:
-        return b""
-    base = min(m.step for m in messages)
-    offsets = [m.step - base for m in messages]
-    origins = [m.origin for m in messages]
-    ks = [m.k for m in messages]
-    lay = _layout_of(max(offsets), max(origins), max(ks), len(messages))
-    cols = [col for w, col in zip(lay.fields, (offsets, origins, ks)) if w] + [[m.scalar for m in messages]]
-    rec = lay.record
-    body = b"".join(rec.pack(*row) for row in zip(*cols))
-    head = MAGIC_2 + bytes((VERSION_2, lay.byte)) + len(messages).to_bytes(lay.count, "little") + _U32.pack(base)
     return head + _U32.pack(zlib.crc32(body, zlib.crc32(head[2:]))) + body
 
 
@@ -348,41 +331,51 @@ def _decode_v2_fast(frame: bytes, limits: Limits | None, seed_of: SeedOf | None)
     if zlib.crc32(view[header_size:], zlib.crc32(view[2 : header_size - 4])) != crc:
         return None
     flat = _body(frame[3], count).unpack_from(frame, header_size)
-    stride = (c_off > 0) + (c_org > 0) + (c_k > 0) + 1
-    at = 0
-    cols: list[Sequence[int]] = []
-    for c in (c_off, c_org, c_k):
-        if c:
-            col = flat[at::stride]
-            at += 1
-            if _code(max(col)) != c:  # not the narrowest width
-                return None
-            cols.append(col)
-        else:
-            cols.append((0,) * count)
-    offs, origins, ks = cols
-    scalars = flat[stride - 1 :: stride]
-    if c_off and min(offs) != 0:  # base is not the smallest step
-        return None
-    last = base + (max(offs) if c_off else 0)
+    if count == 1:  # a ring's frame: the record's fields as they are (its offset is 0: 0 bytes)
+        origin = flat[0] if c_org else 0
+        k = flat[-2] if c_k else 0
+        if c_off or _code(origin) != c_org or _code(k) != c_k:
+            return None
+        steps: Sequence[int] = (base,)
+        origins: Sequence[int] = (origin,)
+        ks: Sequence[int] = (k,)
+        last, max_org, max_k, scalars = base, origin, k, flat[-1:]
+    else:
+        stride = (c_off > 0) + (c_org > 0) + (c_k > 0) + 1
+        at = 0
+        cols: list[Sequence[int]] = []
+        for c in (c_off, c_org, c_k):
+            if c:
+                col = flat[at::stride]
+                at += 1
+                if _code(max(col)) != c:  # not the narrowest width
+                    return None
+                cols.append(col)
+            else:
+                cols.append((0,) * count)
+        offs, origins, ks = cols
+        scalars = flat[stride - 1 :: stride]
+        if c_off and min(offs) != 0:  # base is not the smallest step
+            return None
+        last = base + (max(offs) if c_off else 0)
+        steps = [base + o for o in offs] if c_off else (base,) * count
+        max_org, max_k = (max(origins) if c_org else 0), (max(ks) if c_k else 0)
     if last >= 1 << 32:
         return None
-    steps = [base + o for o in offs] if c_off else (base,) * count
     if limits is not None:
         bound = limits.max_scalar
         if (
             (limits.seed_of is not None and limits.seed_of is not seed_of)
             or not math.isfinite(bound)
-            or (c_org and max(origins) >= limits.n_origins)
-            or limits.n_origins <= 0
+            or max_org >= limits.n_origins
             or base < limits.min_step
             or last > limits.max_step
-            or (max(ks) if c_k else 0) >= limits.max_k
-            or not all(-bound <= x <= bound for x in scalars)
+            or max_k >= limits.max_k
+            or not (-bound <= scalars[0] <= bound if count == 1 else all(-bound <= x <= bound for x in scalars))
         ):
             return None
         due = limits.due
-        if due is not None and not all(map(due, origins, steps)):
+        if due is not None and not (due(origins[0], base) if count == 1 else all(map(due, origins, steps))):
             return None
     if count > 1 and len(set(zip(origins, steps, ks))) != count:
         return None

@@ -116,8 +116,16 @@ class _OverBudget(Exception):
     pass
 
 
-def fig_scaling(clients: Sequence[int], graphs: Sequence[str], steps: int, budget_s: float) -> dict[str, Any]:
-    rows = [measure(g, n, steps, budget_s) for g in graphs for n in clients]
+def fig_scaling(
+    clients: Sequence[int], graphs: Sequence[str], steps: int, budget_s: float, progress: bool = False
+) -> dict[str, Any]:
+    """Every (graph, N) row; `progress`: print each row (JSON) to stderr as it is measured."""
+    rows = []
+    for n in clients:  # the small sizes of every graph first: a cut-off run still has them
+        for g in graphs:
+            rows.append(measure(g, n, steps, budget_s))
+            if progress:
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return {"steps": steps, "budget_s": budget_s, "rows": rows}
 
 
@@ -177,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", metavar="OUT")
     p.add_argument("--plot", metavar="OUT.svg")
     a = p.parse_args(argv)
-    fig = fig_scaling(a.clients, a.graphs, a.steps, a.budget)
+    fig = fig_scaling(a.clients, a.graphs, a.steps, a.budget, progress=True)
     print_scaling(fig)
     if a.json:
         Path(a.json).write_text(json.dumps(fig, indent=1) + "\n")

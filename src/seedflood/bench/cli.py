@@ -58,7 +58,7 @@ def fig_hops(opts: Options) -> dict[str, Any]:
     """Real gloo processes, N = 4…32: our flood hop against a bare exchange (bench/hops.py)."""
     from seedflood.bench import hops as bench_hops
 
-    fig = bench_hops.fig_hops(opts.quick)
+    fig = bench_hops.fig_hops(opts.quick, repeats=opts.repeats("hops"))
     bench_hops.print_hops(fig, opts.out)
     return fig
 

@@ -43,7 +43,7 @@ class Options:
     """What the command line chose; every figure reads only what it needs."""
 
     # Timed repeats per figure when --repeats is not given (sized for a run of a few minutes).
-    DEFAULT_REPEATS = {"apply": 5, "step": 3, "catchup": 3, "goodput": 5}
+    DEFAULT_REPEATS = {"apply": 5, "step": 3, "catchup": 3, "goodput": 5, "hops": 5}
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.quick: bool = args.quick

@@ -12,7 +12,9 @@ step, times
 Per configuration it prints the median (min–max) hop time of both over every (process, hop),
 their ratio (target ≤ 1.5), the flood step (slowest process) against 1.5 × diameter × bare hop,
 and the wall time per step (first process in to last process out, over the processes' shared
-monotonic clock).
+monotonic clock). The timed steps run as `repeats` consecutive blocks of `steps` (default 5 × 5)
+in the same processes; the CPU ratio (ours / bare, goal ≤ 1.2) and the hop wall ratio (goal
+≤ 1.1) are each computed per block and printed as the median (min–max) over the blocks.
 
 Rules: nothing here asserts a timing; `fig_hops` returns JSON-friendly figures and
 `print_hops` prints them (`seedflood bench` registers both). Alternating puts a burst of foreign
@@ -57,7 +59,7 @@ def _stats(xs: Sequence[float]) -> dict[str, float]:
 
 # -- the worker: one process of a configuration ----------------------------------------------------
 def _worker(kind: str, n: int, steps: int, warmup: int, rank: int, port: int) -> dict[str, Any]:
-    """Run `warmup` + `steps` alternating (ours, bare) steps as node `rank`; return its timings."""
+    """Run `warmup` + `steps` (every repeat's) alternating (ours, bare) steps as node `rank`; return its timings."""
     import torch
     import torch.distributed as dist
 
@@ -208,8 +210,17 @@ def _run_config(kind: str, n: int, steps: int, warmup: int, timeout_s: float) ->
     return reports
 
 
-def _reduce(kind: str, n: int, reports: list[dict[str, Any]]) -> dict[str, Any]:
+def _reduce(kind: str, n: int, reports: list[dict[str, Any]], repeats: int = 1) -> dict[str, Any]:
     diameter, steps = reports[0]["diameter"], len(reports[0]["steps_ours"])
+    per_block = len(reports[0]["ours"]["hop"]) // max(1, repeats)  # hops of one repeat, per process
+
+    def block(side: str, key: str, b: int) -> list[float]:
+        return [x for r in reports for x in r[side][key][b * per_block : (b + 1) * per_block]]
+
+    cpu_blocks = [_ratio(block("ours", "hop_cpu", b), block("bare", "hop_cpu", b)) for b in range(repeats)]
+    wall_blocks = [_ratio(block("ours", "hop", b), block("bare", "hop", b)) for b in range(repeats)]
+    cpu_known = [x for x in cpu_blocks if x is not None]
+    wall_known = [x for x in wall_blocks if x is not None]
 
     def every(side: str, key: str) -> list[float]:
         return [x for r in reports for x in r[side][key]]
@@ -235,8 +246,13 @@ def _reduce(kind: str, n: int, reports: list[dict[str, Any]]) -> dict[str, Any]:
         "ours_hop_cpu_s": _stats(every("ours", "hop_cpu")),
         "bare_hop_cpu_s": _stats(every("bare", "hop_cpu")),
         "hop_ratio": ours["median"] / bare["median"],
-        # CPU time this process spent in a hop: what the code costs, whatever the scheduler does
-        "hop_cpu_ratio": _ratio(every("ours", "hop_cpu"), every("bare", "hop_cpu")),
+        # CPU time this process spent in a hop: what the code costs, whatever the scheduler does;
+        # the median over the repeats of each repeat's ratio (medians over its processes and hops)
+        "repeats": repeats,
+        "cpu_ratio_repeats": cpu_blocks,
+        "wall_ratio_repeats": wall_blocks,
+        "hop_cpu_ratio": statistics.median(cpu_known) if cpu_known else None,
+        "hop_wall_ratio": statistics.median(wall_known) if wall_known else None,
         "ours_step_s": ours_step,
         "bare_step_s": bare_step,
         "step_vs_hops": ours_step["median"] / (hops * ours["median"]),
@@ -251,14 +267,23 @@ def _ratio(a: Sequence[float], b: Sequence[float]) -> float | None:
     return statistics.median(a) / mb if mb > 0 else None
 
 
-def fig_hops(quick: bool, steps: int = 0, timeout_s: float = 600.0) -> dict[str, Any]:
-    """The figure: one row per (graph, N). quick: ring, N = 4 and 8, 3 timed steps; else every
-    graph and N = 4…32, 5 timed steps (`steps` overrides). One warm-up step is not reported."""
+def fig_hops(
+    quick: bool,
+    steps: int = 0,
+    timeout_s: float = 600.0,
+    repeats: int = 0,
+    kinds: Sequence[str] = (),
+    sizes: Sequence[int] = (),
+) -> dict[str, Any]:
+    """The figure: one row per (graph, N). quick: ring, N = 4 and 8, 1 repeat of 3 timed steps;
+    else every graph and N = 4…32, 5 repeats of 5 timed steps (`steps`, `repeats`, `kinds`,
+    `sizes` override). One warm-up step is not reported."""
     from seedflood.core.topology import resolve as topo
     from seedflood.core.topology.graph import TopologyError
 
-    kinds, sizes = (("ring",), QUICK_SIZES) if quick else (KINDS, SIZES)
+    kinds, sizes = tuple(kinds) or (("ring",) if quick else KINDS), tuple(sizes) or (QUICK_SIZES if quick else SIZES)
     steps = steps or (3 if quick else 5)
+    repeats = repeats or (1 if quick else 5)
     rows = []
     for kind in kinds:
         for n in sizes:
@@ -267,8 +292,8 @@ def fig_hops(quick: bool, steps: int = 0, timeout_s: float = 600.0) -> dict[str,
             except TopologyError as e:
                 rows.append({"kind": kind, "nodes": n, "skipped": str(e)})
                 continue
-            rows.append(_reduce(kind, n, _run_config(kind, n, steps, 1, timeout_s)))
-    return {"quick": quick, "bare_bytes": BARE_BYTES, "rows": rows}
+            rows.append(_reduce(kind, n, _run_config(kind, n, steps * repeats, 1, timeout_s), repeats))
+    return {"quick": quick, "bare_bytes": BARE_BYTES, "repeats": repeats, "steps": steps, "rows": rows}
 
 
 def _topology_cfg(kind: str, n: int):
@@ -279,6 +304,13 @@ def _topology_cfg(kind: str, n: int):
 
 def _fmt(s: float) -> str:
     return f"{s * 1e3:.3f} ms" if s < 1e-3 else f"{s * 1e3:.2f} ms"
+
+
+def _spread(mid: float | None, xs: Sequence[float | None]) -> str:
+    known = [x for x in xs if x is not None]
+    if mid is None:
+        return "–"
+    return f"{mid:.2f}" + (f" ({min(known):.2f}–{max(known):.2f})" if len(known) > 1 else "")
 
 
 def _ms(s: dict[str, float]) -> str:
@@ -297,6 +329,7 @@ def print_hops(fig: dict[str, Any], out: IO[str] | None = None) -> None:
         "ratio",
         "exchange",
         "cpu ratio",
+        "wall ratio",
         "step ours",
         "1.5×D×bare",
         "step/(D×bare)",
@@ -318,7 +351,8 @@ def print_hops(fig: dict[str, Any], out: IO[str] | None = None) -> None:
                 _ms(r["bare_hop_s"]),
                 f"{r['hop_ratio']:.2f}{'' if r['hop_ratio'] <= 1.5 else ' !'}",
                 _fmt(r["ours_exchange_s"]["median"]),
-                "–" if r["hop_cpu_ratio"] is None else f"{r['hop_cpu_ratio']:.2f}",
+                _spread(r["hop_cpu_ratio"], r.get("cpu_ratio_repeats", [])),
+                _spread(r.get("hop_wall_ratio"), r.get("wall_ratio_repeats", [])),
                 _ms(r["ours_step_s"]),
                 _fmt(1.5 * d * r["bare_hop_s"]["median"]),
                 f"{r['step_floor_ratio']:.2f}",
@@ -335,7 +369,9 @@ def print_hops(fig: dict[str, Any], out: IO[str] | None = None) -> None:
     for note in (
         "hop = median (min–max) over every process and timed hop; ratio = ours / bare (target ≤ 1.5; ! above)",
         "exchange = GlooTransport.exchange inside our hop (the rest: encode, decode, Flood bookkeeping)",
-        "cpu ratio = median process CPU time of our hop / of the bare hop (insensitive to the scheduler)",
+        "cpu ratio = median process CPU time of our hop / of the bare hop (insensitive to the scheduler; goal ≤ 1.2)",
+        f"cpu, wall ratio: median (min–max) over {fig.get('repeats', 1)} repeats of {fig.get('steps', '?')} steps,"
+        " each repeat's ratio of medians over every process and hop (wall goal ≤ 1.1)",
         f"bare = irecv + isend of {fig['bare_bytes']} B to / from each neighbour, wait all",
         "step ours = Client.step (diameter hops, no model), slowest process; target ≤ 1.5 × D × bare hop",
         "wall/step = first process in to last out; with more processes than cores every hop waits on the scheduler",
@@ -350,10 +386,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _worker_main(argv)
     p = argparse.ArgumentParser(prog="python -m seedflood.bench.hops", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="ring only, N = 4 and 8")
-    p.add_argument("--steps", type=int, default=0, help="timed steps per configuration")
+    p.add_argument("--steps", type=int, default=0, help="timed steps per repeat")
+    p.add_argument("--repeats", type=int, default=0, help="repeats per configuration (default 5; 1 with --quick)")
+    p.add_argument("--kinds", nargs="+", choices=KINDS, default=(), help="graphs (default: all)")
+    p.add_argument("--sizes", nargs="+", type=int, default=(), help="N (default 4 8 16 32)")
     p.add_argument("--json", metavar="OUT", help="also write the figure as JSON")
     a = p.parse_args(argv)
-    fig = fig_hops(a.quick, a.steps)
+    fig = fig_hops(a.quick, a.steps, repeats=a.repeats, kinds=a.kinds, sizes=a.sizes)
     print_hops(fig)
     if a.json:
         Path(a.json).write_text(json.dumps(fig, indent=1, sort_keys=True) + "\n")

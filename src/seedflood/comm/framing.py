@@ -52,13 +52,39 @@ class HeadBuffer:
 
     def __init__(self, inline_bytes: int) -> None:
         self.tensor = torch.empty(inline_bytes, dtype=torch.uint8)
-        self._np = self.tensor.numpy()
+        self._view = memoryview(self.tensor.numpy())  # slicing a memoryview is cheaper than numpy's
 
     def length(self) -> int:
-        return int(self._np[:HEADER].view("<u4")[0])
+        return int.from_bytes(self._view[:HEADER], "little")
 
     def payload(self, n: int) -> bytes:
-        return self._np[HEADER : HEADER + n].tobytes()
+        return self._view[HEADER : HEADER + n].tobytes()
+
+
+class OutBuffer:
+    """One preallocated send buffer (inline_bytes) for a channel whose sends are all waited for
+    before it sends again (a hop): a frame that fits is copied in behind its length and sent as
+    a cached view of the buffer, so a hop allocates no tensor per edge."""
+
+    MAX_VIEWS = 256  # distinct message lengths kept as views (a run uses a handful)
+
+    def __init__(self, inline_bytes: int) -> None:
+        self.tensor = torch.empty(inline_bytes, dtype=torch.uint8)
+        self._view = memoryview(self.tensor.numpy())
+        self._views: dict[int, torch.Tensor] = {}  # message length -> tensor[:length]
+
+    def fill(self, frame: bytes) -> torch.Tensor:
+        """The head message of `frame` (at most inline_bytes - HEADER long), ready to send; valid
+        until the next `fill`."""
+        n = HEADER + len(frame)
+        self._view[:HEADER] = LENGTH.pack(len(frame))
+        self._view[HEADER:n] = frame
+        t = self._views.get(n)
+        if t is None:
+            if len(self._views) >= self.MAX_VIEWS:
+                self._views.clear()
+            t = self._views[n] = self.tensor[:n]
+        return t
 
 
 @functools.cache

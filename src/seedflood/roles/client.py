@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from seedflood.core.flood import membership
 from seedflood.core.flood.flooding import Flood, FloodError
 from seedflood.core.flood.membership import Change, Note
-from seedflood.core.flood.message import FrameError, Message
+from seedflood.core.flood.message import FrameError, Limits, Message
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.signing import Signing
 from seedflood.core.flood.transport import Transport
@@ -107,6 +107,7 @@ class Client:
         self.received_bytes = 0  # bytes of hop frames received (payloads): the live status record's
         self.received_from: dict[int, int] = {}  # the same per peer; replaced whole, read by another thread
         self.hop_timeout_s = hop_timeout_s
+        self._limits = (0, protocol, protocol.wire_limits(0))  # (step, protocol, its wire limits): `_wire_limits`
         self.meet_timeout_s = hop_timeout_s if meet_timeout_s is None else meet_timeout_s
         self.mode: Mode = strategy.mode(self)
         """When each step is applied: the one place a strict and a churn client part ways."""
@@ -237,31 +238,45 @@ class Client:
         self.mode.before_hop()
         self.hops_run += 1
         frames = {}
-        signed = self.flood.signing is not None
-        for p, items in self.flood.outbox().items():
+        flood = self.flood
+        signed = flood.signing is not None
+        encode = membership.encode_hop
+        for p, items in flood.outbox().items():
             if signed:  # what a resume restored from the log carries no signature: nobody could check it
                 items = [i for i in items if i.sig]
-            msgs = [m for m in items if isinstance(m, Message)]
-            frames[p] = membership.encode_hop(msgs, [n for n in items if isinstance(n, Note)], signed)
+            if items and isinstance(items[-1], Note):  # the outbox lists messages, then notes
+                frames[p] = encode(
+                    [m for m in items if isinstance(m, Message)], [n for n in items if isinstance(n, Note)], signed
+                )
+            else:
+                frames[p] = encode(items, (), signed)  # type: ignore[arg-type]  # messages only
         incoming = self.transport.exchange(frames, t)
-        self.received_bytes += sum(len(f) for f in incoming.values())
         if incoming:
+            self.received_bytes += sum(map(len, incoming.values()))
             got = dict(self.received_from)
             for peer, f in incoming.items():
                 got[peer] = got.get(peer, 0) + len(f)
             self.received_from = got
         self.mode.after_exchange(t)
-        limits = self.protocol.wire_limits(t)
+        limits = self._wire_limits(t)
         for peer in sorted(incoming):
-            if peer not in self.flood.peers:
+            if peer not in flood.peers:
                 continue
             try:
                 msgs, notes = membership.decode_hop(incoming[peer], limits)
             except FrameError as e:
                 self.mode.on_bad_frame(peer, t, e)
                 continue
-            new = self.flood.receive(peer, [*msgs, *notes])
+            new = flood.receive(peer, [*msgs, *notes] if notes else msgs)
             if self.audit is not None and new:
                 self.audit.received(new, t)
             if notes:
                 self.mode.on_notes(new, peer)
+
+    def _wire_limits(self, t: int) -> Limits:
+        """`protocol.wire_limits(t)`, made once per step (a step has `hops` hops)."""
+        step, protocol, limits = self._limits
+        if step != t or protocol is not self.protocol:
+            limits = self.protocol.wire_limits(t)
+            self._limits = (t, self.protocol, limits)
+        return limits

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from seedflood.core.flood.membership import COPY, LEAVE, VOTE, Note, copied, copy_note
 from seedflood.core.flood.message import Message
@@ -56,6 +57,7 @@ from seedflood.core.flood.signing import Signing
 MessageId = tuple[int, int, int]  # (origin, step, k)
 NoteId = tuple  # (kind, origin, step[, ballot or k[, the copy]]): membership.Note.id
 Item = Message | Note
+_canonical = attrgetter("step", "origin", "k", "seed", "scalar")  # Message's order, as a sort key
 MAX_COPIES = 2  # distinct copies of one message id (or signed votes of one ballot) a node keeps and forwards
 
 
@@ -172,22 +174,48 @@ class Flood:
     def outbox(self) -> dict[int, list[Item]]:
         """What to send each neighbour this hop (messages, then notes, each canonically
         ordered); clears it."""
-        out = {}
+        out: dict[int, list[Item]] = {}
+        known_of = self._known
         for peer, pending in self._pending.items():
-            items = pending.values()
-            msgs: list[Item] = sorted(m for m in items if isinstance(m, Message))
-            msgs += sorted(n for n in items if isinstance(n, Note))
-            for m in msgs:
-                known = self._known.get(m.id)
+            for i in pending:
+                known = known_of.get(i)
                 if known is not None:
                     known.add(peer)
+            items: list[Item] = list(pending.values())
+            if len(items) > 1:
+                msgs: list[Item] = sorted((m for m in items if isinstance(m, Message)), key=_canonical)
+                msgs += sorted(n for n in items if isinstance(n, Note))
+                items = msgs
             pending.clear()
-            out[peer] = msgs
-            self.stats.forwarded += len(msgs)
+            out[peer] = items
+            self.stats.forwarded += len(items)
         return out
 
     def _add(self, m: Item, source: int | None) -> bool:
         """Record m; True if it is new. Queues it for every neighbour not known to have it."""
+        if type(m) is Message:  # the hot path: `_add_note`'s rules for a plain message
+            step = m.step
+            if step <= self.applied_through:
+                return False  # its step is complete and applied: we have seen it
+            held = self._store.get(step)
+            if held is None:
+                held = self._store[step] = {}
+            mid = (m.origin, step, m.k)
+            old = held.get(mid)
+            if old is not None or mid in self._copies:
+                return self._add_note(m, source)  # a second copy, or one a COPY note named: the full rules
+            held[mid] = m
+            known = {source} if source is not None else set()
+            self._known[mid] = known
+            pending = self._pending
+            for p in self.peers if self.routes is None else self.routes.get(m.origin, ()):
+                if p not in known:
+                    pending[p][mid] = m
+            return True
+        return self._add_note(m, source)
+
+    def _add_note(self, m: Item, source: int | None) -> bool:
+        """`_add` for a note, a message subclass, or a message id seen before."""
         if isinstance(m, Note):
             if m.step < self.applied_through - self.note_horizon:
                 return False  # too old to matter, and forgotten
@@ -387,6 +415,11 @@ class Flood:
             s = self.applied_through + 1
             out.append((s, self.pop_step(s)))
         return out
+
+    @property
+    def held_count(self) -> int:
+        """Messages held (of steps not applied yet)."""
+        return sum(map(len, self._store.values()))
 
     @property
     def idle(self) -> bool:

@@ -248,6 +248,12 @@ class ByteCounter:
         with self._lock:
             self._bytes[(step, src, dst)] += nbytes
 
+    def add_many(self, step: int, src: int, sizes: Sequence[tuple[int, int]]) -> None:
+        """`add(step, src, dst, nbytes)` for each (dst, nbytes), under one lock (a hop's edges)."""
+        with self._lock:
+            for dst, nbytes in sizes:
+                self._bytes[(step, src, dst)] += nbytes
+
     def rows(self) -> list[tuple[int, int, int, int]]:
         """(step, src, dst, bytes), sorted: the raw table, JSON-friendly."""
         with self._lock:

@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from seedflood.core.flood import audits, membership
+from seedflood.core.flood import audits
 from seedflood.core.flood.flooding import Flood, FloodError
-from seedflood.core.flood.membership import RECOMPUTE, Note
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.signing import Signing
+from seedflood.core.membership.notes import RECOMPUTE, Note, recompute_note, recomputed
+from seedflood.core.wire.message import Message
 from seedflood.core.zo import estimate as zo
 from seedflood.core.zo.directions import Direction
 from seedflood.core.zo.replay import Applier
@@ -200,7 +200,7 @@ class Auditor:
         if not self.churn:
             raise AuditError(f"{line}; a strict run has no exclusion, so it stops")
         self._take(o, s, t, line)
-        self.flood.originate_notes([membership.recompute_note(self.node, o, s, k, mine)])
+        self.flood.originate_notes([recompute_note(self.node, o, s, k, mine)])
         self.stats.sent += 1
 
     def _take(self, origin: int, step: int, t: int, line: str) -> None:
@@ -214,7 +214,7 @@ class Auditor:
         while their step is recent."""
         waiting, self._waiting = self._waiting, []
         for note in waiting:
-            accused, k, claimed = membership.recomputed(note)
+            accused, k, claimed = recomputed(note)
             key = (accused, note.step, k)
             if accused in self.liars or accused == self.node:
                 continue  # already evidence here; or about this client, which knows what it sent

@@ -14,13 +14,13 @@ and no step is applied until a strict majority of its roster committed its conte
 local step t the client votes on step t − vote_lag (what it holds), reviews the votes it holds
 (commits, next ballots), and applies step t − delay once committed and held; until then it keeps
 hopping without originating (bounded by `protocol.patience_hops`, then it stops with one line;
-over a healing transport up to `transport.HEAL_FACTOR` timeouts more, whatever its own edges: an
+over a healing transport up to `Protocol.HEAL_FACTOR` timeouts more, whatever its own edges: an
 edge anywhere in its part may heal and bring a majority, which the schedule explorer showed a
 wait tied to its own down edges stops too early for).
 Every `audit_every` steps the client floods an AUDIT note of its state hash; a client whose hash
 differs from the majority's is left out of the proposals of the others and excluded once that
 commits. A client that cannot reach an agreeing majority, or is excluded, raises
-`membership.MembershipError` (one line) and stops, having applied only committed steps.
+`MembershipError` (one line) and stops, having applied only committed steps.
 
 Assumes: the client floods to every neighbour (shortest-path routes break when a relay dies) and
 tolerates conflicting copies until a commit settles them (`churnstart.ChurnStrategy` says so to
@@ -36,19 +36,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 from seedflood.core.churn.agreement import Agreement
 from seedflood.core.churn.voter import Voter
-from seedflood.core.flood import membership, stepstream
-from seedflood.core.flood.growth import Growth
-from seedflood.core.flood.membership import AUDIT, JOIN, LEAVE, Change, Note
-from seedflood.core.flood.message import Message
-from seedflood.core.flood.transport import (
-    EVALUATOR,
-    HEAL_FACTOR,
-    ChurnTransport,
-    EvaluatorFeed,
-    Growing,
-    Healing,
-    TransportError,
-)
+from seedflood.core.flood import stepstream
+from seedflood.core.flood.protocol import Protocol
+from seedflood.core.flood.transport import EVALUATOR, ChurnTransport, EvaluatorFeed, Growing, Healing, TransportError
+from seedflood.core.membership.growth import Growth
+from seedflood.core.membership.notes import AUDIT, JOIN, LEAVE, Note, audit_value, link_hop
+from seedflood.core.membership.roster import Change, ExcludedError, check_admitted
+from seedflood.core.wire.message import Message
 from seedflood.roles.churnedges import EdgeWork
 from seedflood.roles.churnhealth import Health
 from seedflood.roles.churnjoin import Joining, step_payload
@@ -160,8 +154,8 @@ class Churn(Joining, EdgeWork):
         for n in new:
             if isinstance(n, Note) and n.kind == JOIN:
                 self._grow(n.origin, n.step)
-            if isinstance(n, Note) and n.kind == JOIN and membership.link_hop(n) >= self.host.hops_run:
-                self._links.setdefault(membership.link_hop(n), []).append(n)
+            if isinstance(n, Note) and n.kind == JOIN and link_hop(n) >= self.host.hops_run:
+                self._links.setdefault(link_hop(n), []).append(n)
             if isinstance(n, Note) and n.kind == LEAVE and n.origin == sender and sender in self.host.flood.peers:
                 self._unlink[n.origin] = n.value
 
@@ -218,7 +212,7 @@ class Churn(Joining, EdgeWork):
         client that a committed step left out says goodbye and raises `Left`."""
         try:
             commits = self.voter.after(t, self.host.hops_run)
-        except membership.ExcludedError:
+        except ExcludedError:
             if not self.leaving or self.host.node in self.roster.members:
                 raise
             raise self._goodbye(t) from None
@@ -268,7 +262,7 @@ class Churn(Joining, EdgeWork):
                 # link comes back) and bring a majority: wait for it, paced, before stopping
                 now = time.monotonic()
                 if heal_by is None:
-                    heal_by = now + HEAL_FACTOR * (h.meet_timeout_s or 0.0)
+                    heal_by = now + Protocol.HEAL_FACTOR * (h.meet_timeout_s or 0.0)
                 if now > heal_by:
                     raise self.voter.stuck(s, waited)
                 time.sleep(IDLE_S)
@@ -286,9 +280,9 @@ class Churn(Joining, EdgeWork):
             if feed is not None and self.roster.attach == h.node and feed.attach:
                 feed.push(stepstream.encode_push(s, step_payload(self, s, msgs)), s)
             if h.protocol.audits(s) and self.state_hash is not None:
-                value = membership.audit_value(self.state_hash())
+                value = audit_value(self.state_hash())
                 h.flood.originate_notes([Note(s, AUDIT, h.node, value)])
-        membership.check_admitted(h.node, s, self.joined_at, self.roster)
+        check_admitted(h.node, s, self.joined_at, self.roster)
 
     def poll(self) -> None:
         pass  # nothing runs beside the estimate

@@ -10,10 +10,10 @@ Assumes: `Churn.__init__` sets every attribute declared here.
 from __future__ import annotations
 
 from seedflood.core.churn.agreement import Agreement
-from seedflood.core.flood.growth import Growth
-from seedflood.core.flood.membership import Roster
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.transport import ChurnTransport
+from seedflood.core.membership.growth import Growth
+from seedflood.core.membership.roster import Roster
+from seedflood.core.wire.message import Message
 from seedflood.roles.churnhealth import Health
 from seedflood.roles.strategy import Host
 

@@ -18,10 +18,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from seedflood.core.flood import membership
-from seedflood.core.flood.membership import Note
-from seedflood.core.flood.message import FrameError, Message
 from seedflood.core.flood.transport import Healing
+from seedflood.core.membership.notes import Note, leave_note
+from seedflood.core.wire.message import FrameError, Message
 from seedflood.roles.churnbase import ChurnBase
 
 log = logging.getLogger("seedflood.roles.churn")  # one logger for the churn client's lines
@@ -75,7 +74,7 @@ class EdgeWork(ChurnBase):
         before the same next exchange: `unlink`) and return the one line it stops with."""
         h = self.host
         step = self.agreement.through
-        h.flood.originate_notes([membership.leave_note(step, h.node, h.hops_run + 1)])
+        h.flood.originate_notes([leave_note(step, h.node, h.hops_run + 1)])
         h.hop(t)
         for q in sorted(h.flood.peers):
             self.transport.part(q)

@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING
 from seedflood.core.churn import prefix
 from seedflood.core.churn.prefix import Have
 from seedflood.core.churn.voter import Voter
-from seedflood.core.flood import membership, stepstream
+from seedflood.core.flood import stepstream
 from seedflood.core.flood.flooding import FloodError
-from seedflood.core.flood.membership import LEAVE
-from seedflood.core.flood.message import FrameError, Message
+from seedflood.core.flood.hop import decode_hop, encode_hop
 from seedflood.core.flood.transport import ChurnTransport, EvaluatorFeed, Growing, TransportError
+from seedflood.core.membership.notes import LEAVE, join_note
+from seedflood.core.wire.message import FrameError, Message
 from seedflood.roles import rejoinproof
 from seedflood.roles.churnbase import ChurnBase
 
@@ -134,7 +135,7 @@ class Joining(ChurnBase):
         # may both wait before e for votes that only those edges can bring (F5)
         e = t + h.protocol.delay + 1
         link = h.hops_run + h.protocol.hops * (h.protocol.delay + 1)
-        note = membership.join_note(e, p, inc, link)
+        note = join_note(e, p, inc, link)
         h.flood.originate_notes([note])
         self.on_notes([note])
         blob = self.catch_up(t, e, inc, have)
@@ -179,7 +180,7 @@ class Joining(ChurnBase):
         base = self._base(have)
         msgs, notes = h.flood.held_items()
         steps = [(s, step_payload(self, s, m)) for s, m in self.history if s >= base]
-        held = membership.encode_hop(msgs, notes, signed=h.flood.signing is not None)  # signatures kept
+        held = encode_hop(msgs, notes, signed=h.flood.signing is not None)  # signatures kept
         return stepstream.CatchUp(h.node, t, e, inc, steps, held, h.hops_run, base).to_bytes()
 
     def _base(self, have: Have) -> int:
@@ -234,7 +235,7 @@ class Joining(ChurnBase):
         h.applier.apply_all(steps)
         self.history = steps
         h.flood.applied_through = len(steps) - 1
-        msgs, notes = membership.decode_hop(d.held, h.protocol.limits(0, 2**32 - 1))
+        msgs, notes = decode_hop(d.held, h.protocol.limits(0, 2**32 - 1))
         notes = [n for n in notes if n.kind != LEAVE]  # one hop: an earlier life's goodbye is not this one's
         h.flood.restore(msgs)
         h.flood.originate_notes(notes)

@@ -36,10 +36,10 @@ from typing import Any
 
 from seedflood.comm import runtime
 from seedflood.core.config.runconfig import Config
-from seedflood.core.flood.membership import Change, MembershipError
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.stepstream import decode_step, encode_step
 from seedflood.core.flood.transport import ByteCounter, Inbox
+from seedflood.core.membership.roster import Change, MembershipError
 from seedflood.core.topology.resolve import topology_of
 from seedflood.core.zo.replay import state_hash
 from seedflood.ml import machine, modelcheck

@@ -40,10 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from seedflood.core.flood import message
-from seedflood.core.flood.membership import SIG_SIZE, Change, Roster
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.stepstream import decode_seals
+from seedflood.core.membership.notes import SIG_SIZE
+from seedflood.core.membership.roster import Change, Roster
+from seedflood.core.wire import message
+from seedflood.core.wire.message import Message
 from seedflood.rundir.layout import CheckpointError
 from seedflood.rundir.logheader import LogFormat
 

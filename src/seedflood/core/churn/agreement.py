@@ -77,9 +77,10 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from seedflood.core.flood import message
-from seedflood.core.flood.membership import VOTE, Change, ExcludedError, MembershipError, Note, Roster
-from seedflood.core.flood.message import FrameError, Message
+from seedflood.core.membership.notes import VOTE, Note
+from seedflood.core.membership.roster import Change, ExcludedError, MembershipError, Roster
+from seedflood.core.wire import message
+from seedflood.core.wire.message import FrameError, Message
 
 GENESIS = 0
 """The digest before step 0."""

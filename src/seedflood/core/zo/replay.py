@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
+from seedflood.core.wire.message import Message
 from seedflood.core.zo.directions import Direction, StepUpdate
 
 

@@ -112,6 +112,7 @@ class Auditor:
         churn: bool,
         targets: Callable[[], Collection[int]],
         signing: Signing | None = None,
+        liars: dict[int, str] | None = None,
     ) -> None:
         self.node = node
         self.protocol = protocol
@@ -125,7 +126,7 @@ class Auditor:
         self.keep = 2 * (protocol.delay + 1)
         """Steps a recomputation, a received scalar and (churn) a snapshot are kept: a message
         arrives within delay + 1 steps of its step, and the evidence about it as long again."""
-        self.liars: dict[int, str] = {}
+        self.liars: dict[int, str] = {} if liars is None else liars  # under churn: the voter's evidence
         """origin -> the one line of evidence against it held here (the voter proposes against it)."""
         self.stats = AuditStats()
         self._due: dict[Id, float] = {}  # recomputed here, the message not yet seen

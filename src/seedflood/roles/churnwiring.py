@@ -310,7 +310,7 @@ def _started(t: EdgeTransport, bound_s: float) -> bool:
 
 
 def _leave_on_sigterm(client: Client) -> None:
-    """SIGTERM asks this churn client to leave gracefully: it stops with `churnedges.Left` once a
+    """SIGTERM asks this churn client to leave gracefully: it stops with `core.churn.member.Left` once a
     committed step leaves it out; a second SIGTERM is the default again (the process dies)."""
 
     def leave(signum: int, _frame: object) -> None:

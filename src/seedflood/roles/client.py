@@ -125,9 +125,8 @@ class Client:
                 churn=churn,
                 targets=(lambda: self.churn.roster.members) if churn else (lambda: range(protocol.n_origins)),
                 signing=signing,
+                liars=self.churn.voter.liars if churn else None,  # its evidence is the voter's
             )
-            if churn:
-                self.churn.voter.liars = self.audit.liars  # its evidence is the voter's
 
     @property
     def churn(self) -> Churn:

@@ -54,6 +54,7 @@ import torch
 
 from seedflood.comm.memory import InMemoryNetwork, Mutator
 from seedflood.core.churn import prefix
+from seedflood.core.churn.member import Left
 from seedflood.core.config.runconfig import Config
 from seedflood.core.flood import protocol as proto
 from seedflood.core.flood.flooding import FloodStats
@@ -68,7 +69,6 @@ from seedflood.core.wire.message import Message
 from seedflood.core.zo.replay import state_hash
 from seedflood.ml.workload import Workload
 from seedflood.roles.audit import AuditStats
-from seedflood.roles.churnedges import Left
 from seedflood.roles.churnstart import ChurnStrategy, sponsored_catch_up
 from seedflood.roles.client import Client
 from seedflood.roles.identities import signing_of

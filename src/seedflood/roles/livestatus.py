@@ -124,7 +124,7 @@ class Reading:
     sent: int
     received: int
     edges: dict[int, tuple[int, int]] = field(default_factory=dict)  # peer -> (sent, received) bytes
-    health: dict[str, int] = field(default_factory=dict)  # a churn client's counters (churnhealth.py)
+    health: dict[str, int] = field(default_factory=dict)  # a churn client's counters (core/churn/health.py)
 
 
 def client_reading(client: Client, counter: SentCounter, chain: Chain | None) -> Callable[[], Reading]:

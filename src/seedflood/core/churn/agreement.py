@@ -399,6 +399,12 @@ class Agreement:
         if pending:
             self.pending[step] = value
 
+    def rejoin(self, incarnation: int, join_step: int) -> None:
+        """A sponsor's catch-up admits this process as `incarnation`, counted from `join_step` (its
+        JOIN step: an earlier life's leave committed before it is not this life's exclusion)."""
+        self.incarnation = incarnation
+        self.rejoins_at = join_step
+
     def _commit(self, step: int, value: Value, ballot: int = 0) -> Change:
         before = self.roster.members
         if self.byzantine:

@@ -47,7 +47,16 @@ class Voter:
     committed step s, taken from the flood, once they are all here.
     """
 
-    def __init__(self, protocol: Protocol, flood: Flood, agreement: Agreement, on_error: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        protocol: Protocol,
+        flood: Flood,
+        agreement: Agreement,
+        on_error: Callable[[str], None],
+        *,
+        growth: Growth | None = None,
+        liars: dict[int, str] | None = None,
+    ) -> None:
         self.protocol = protocol
         self.flood = flood
         self.agreement = agreement
@@ -55,21 +64,26 @@ class Voter:
         self.logged = 0  # steps before this came from a log or a catch-up: never voted on
         self.spread = (protocol.delay - protocol.vote_lag) * protocol.hops  # a vote's spread over the topology
         agreement.quiet = self.spread
-        self.growth: Growth | None = None
-        """The join rule of a run open to new ids or with graph repair (the client sets it): its
-        committed graph, widened by joins, sets how long a ballot's view must stay quiet."""
+        self.growth = growth
+        """The join rule of a run open to new ids or with graph repair: its committed graph,
+        widened by joins, sets how long a ballot's view must stay quiet."""
         self._paced: tuple[int, frozenset[tuple[int, int]], int] | None = None  # (through, pending, quiet)
         self._expected: dict[int, int] = {}  # brand-new id whose knock the client saw -> the hop its edges are up by
         agreement.byzantine = flood.signing is not None  # signed votes: count against f liars
         self._named: set[int] = set()
         self.differs: set[int] = set()  # committed steps whose held copies hash to another digest
-        self.liars: dict[int, str] = {}
+        self.liars: dict[int, str] = {} if liars is None else liars
         """origin -> why: a scalar of it that this client recomputed (or re-checked) and that
-        differs from what it sent (verification by recomputation, roles/audit.py)."""
+        differs from what it sent (verification by recomputation, roles/audit.py, which fills
+        the dict it was handed)."""
         self._decoded: dict[Note, Vote] = {}
         self.certificates: dict[int, bytes] = {}
         """Signed votes only: step -> the certificate of a committed step taken (certificate.py),
         until the client takes it for the evaluator (`roles/churn.py`)."""
+
+    def skip(self, logged: int) -> None:
+        """Steps 0..logged-1 came from a log or a catch-up: never voted on."""
+        self.logged = logged
 
     def after(self, t: int, now: int) -> list[tuple[int, Change]]:
         """`now`: hops this client has run (its clock for a ballot's quiet time)."""

@@ -140,7 +140,10 @@ class Churn:
 
     # -- running the member's commands ----------------------------------------------------------
     def _run(self, steps: Generator[c.Command, Any, Any]) -> Any:
-        """Run the commands `steps` yields, in order, sending each its result; return its value."""
+        """Run the commands `steps` yields, in order, sending each its result; return its value.
+        The member sees the transport's neighbours as they are now (a newcomer's transport adds its
+        sponsor when it is claimed; `Grow` adds the rest)."""
+        self.member.neighbours = tuple(self.transport.neighbours)
         result: Any = None
         while True:
             try:

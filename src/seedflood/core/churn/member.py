@@ -86,7 +86,8 @@ class Member:
         self.grows = growth is not None and grows
         self.healing = healing
         self.neighbours: tuple[int, ...] = tuple(neighbours)
-        """Topology neighbours, connected or not (what its transport may connect): grown by `Grow`."""
+        """Topology neighbours, connected or not (what its transport may connect): an input, as
+        the driver's transport holds them when it enters the member, and after each `Grow`."""
         self.history: list[tuple[int, list[Message]]] = []
         """Every decided step from 0, what a sponsor hands a rejoining neighbour."""
         self.certificates: dict[int, bytes] = {}  # signed: step -> the certificate of its commit

@@ -85,7 +85,6 @@ class Churn:
             host.node,
             incarnation=incarnation,
             attach=attach,
-            neighbours=transport.neighbours,
             growth=growth,
             grows=self.grower is not None,
             healing=self.healer is not None,
@@ -140,10 +139,7 @@ class Churn:
 
     # -- running the member's commands ----------------------------------------------------------
     def _run(self, steps: Generator[c.Command, Any, Any]) -> Any:
-        """Run the commands `steps` yields, in order, sending each its result; return its value.
-        The member sees the transport's neighbours as they are now (a newcomer's transport adds its
-        sponsor when it is claimed; `Grow` adds the rest)."""
-        self.member.neighbours = tuple(self.transport.neighbours)
+        """Run the commands `steps` yields, in order, sending each its result; return its value."""
         result: Any = None
         while True:
             try:
@@ -253,6 +249,9 @@ class Churn:
 
     def before_hop(self) -> None:
         h, m = self.host, self.member
+        # the edge work reads the transport's neighbours as they are now (a newcomer's transport
+        # adds its sponsor when it is claimed; the member's `Grow`s add the rest)
+        m.neighbours = tuple(self.transport.neighbours)
         if self.grower is not None and h.next_step < h.protocol.steps:
             self._knock(h.next_step)
         self._run(edges.unlink(m, h.hops_run))

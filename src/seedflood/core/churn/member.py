@@ -64,7 +64,7 @@ class Member:
         *,
         incarnation: int,
         attach: int,
-        neighbours: Sequence[int],
+        neighbours: Sequence[int] = (),
         growth: Growth | None = None,
         grows: bool = False,
         healing: bool = False,
@@ -87,7 +87,7 @@ class Member:
         self.healing = healing
         self.neighbours: tuple[int, ...] = tuple(neighbours)
         """Topology neighbours, connected or not (what its transport may connect): an input, as
-        the driver's transport holds them when it enters the member, and after each `Grow`."""
+        the driver's transport holds them before each hop (`Churn.before_hop`) and after each `Grow`."""
         self.history: list[tuple[int, list[Message]]] = []
         """Every decided step from 0, what a sponsor hands a rejoining neighbour."""
         self.certificates: dict[int, bytes] = {}  # signed: step -> the certificate of its commit

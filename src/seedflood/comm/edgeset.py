@@ -361,6 +361,11 @@ class EdgeSet:
                 break
             if at is not None:
                 out[peer] = at
+        if self._store_ok:
+            try:
+                out.update(self.heals.forgo(want))
+            except Exception as e:
+                self.store_gone(e)
         if not self.peers and self._store_ok:  # alone: the client's clock jumps to the lowest agreed index
             try:
                 out.update(self.heals.settle())

@@ -19,7 +19,9 @@ only while this clock is below its index; else, once the other end asks, propose
 max(both clocks) + Protocol.HEAL_AHEAD by compare_set over the deal seen, which replaces (withdraws) an
 open proposal that can no longer be taken (its index reached by either clock), so a withdrawal
 and an acceptance exclude each other; a proposal is also withdrawn before this end's clock jumps
-past it (`settle`). Whichever end asks more often (one with no edge hops every few ms) proposes
+past it (`settle`) and once this end no longer wants the edge (`forgo`: the peer was committed
+out; had the peer taken it first, this end connects at its index and closes the edge, so the
+taker is not left waiting on it). Whichever end asks more often (one with no edge hops every few ms) proposes
 first, so the other takes it at its next exchange. Each side starts building the round's group in
 a thread as soon as it knows the deal is accepted, and installs it right before the agreed
 exchange (`take`). Store traffic: a few round trips per hop per down edge, none while every edge
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -203,6 +206,20 @@ class Heals:
         out = {}
         for peer, o in sorted(self._open.items()):
             if o.deal.at > jump:
+                continue
+            del self._open[peer]
+            got = Deal.parse(self.store.compare_set(f"{o.key}/deal", str(o.deal), str(o.deal.to("w"))))
+            if got == o.deal.to("a"):
+                out[peer] = self._agreed(peer, o.incarnation, got)
+        return out
+
+    def forgo(self, want: Mapping[int, int | None]) -> dict[int, int]:
+        """Withdraw this end's open proposals to peers not in `want` (committed out since it
+        proposed); returns those the peer took first (peer -> index): agreed after all, so this
+        end connects and closes that edge rather than leave the taker waiting on it."""
+        out = {}
+        for peer, o in sorted(self._open.items()):
+            if peer in want:
                 continue
             del self._open[peer]
             got = Deal.parse(self.store.compare_set(f"{o.key}/deal", str(o.deal), str(o.deal.to("w"))))

@@ -276,8 +276,11 @@ class Wires:
         when it accepts, the proposer on its next ask, which comes at the latest right before
         that exchange). Never waits. One proposes an index `Protocol.HEAL_AHEAD` past both clocks; the
         other accepts it only while its clock is below it, and fresh queues are made then, before
-        either end has sent on them; a proposer that reaches its index unaccepted withdraws it.
-        So both ends connect at one exchange index or neither does, whatever the timing."""
+        either end has sent on them; a proposer that reaches its index unaccepted withdraws it,
+        and so does one that no longer wants the edge (its peer was committed out), unless the
+        peer took it first: then that index is returned all the same, for the proposer to connect
+        and close the edge (the taker is not left waiting on an end that never comes). So both
+        ends connect at one exchange index or neither does, whatever the timing."""
         out: dict[int, int] = {}
         mine = self.faults.incarnations.get(node, 0)
         with self._lock:
@@ -307,6 +310,14 @@ class Wires:
                     h.at = h.by = None  # not taken in time (or too late to take): withdrawn
                 if theirs is not None:  # both ask: propose an index ahead of both clocks
                     h.at, h.by = max(hop, theirs[1]) + Protocol.HEAL_AHEAD, node
+            for key, h in list(self._heals.items()):  # proposals to peers no longer wanted
+                peer = key[0] if key[1] == node else key[1]
+                if node in key and h.by == node and h.at is not None and peer not in want:
+                    if h.accepted:
+                        if node in h.asked:  # not yet connected at this end (`healed`)
+                            out[peer] = h.at
+                    else:
+                        h.at = h.by = None  # withdrawn: the peer can no longer take it
         return out
 
     def healed(self, node: int, peer: int) -> None:

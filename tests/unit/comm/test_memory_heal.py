@@ -89,3 +89,24 @@ def test_a_revived_neighbour_is_sponsored_only_over_a_link_that_works():
     assert e2.revived() == [1] and e2.claim(1) == 1
     net.heal(0, 1)
     assert e0.revived() == [1] and e0.claim(1) is None  # reported once the link works; 2 won the claim
+
+
+def test_a_proposer_that_no_longer_wants_the_edge_learns_it_was_taken_or_withdraws_it():
+    """Seen in CI (chaos seed 1): node 1 proposed a heal to a stalled node 0, committed 0 out
+    before its next ask and stopped asking; node 0 took the proposal, connected and waited the
+    late bound on an edge node 1 never connected. The proposer's next ask hands the index back
+    (it connects and closes the edge at once), or withdraws the proposal nobody took."""
+    net, a, b = pair()
+    a.heal({1: None}, 10)
+    assert b.heal({0: None}, 12) == {}  # b proposes 14
+    assert a.heal({1: None}, 11) == {1: 14}  # a takes it
+    assert b.heal({}, 13) == {0: 14}  # b wants it no more: told it was taken all the same
+    b.restore(0)
+    assert b.heal({}, 14) == {}  # connected: not handed back again
+    # withdrawn when not taken: the other end's later asks can no longer take it
+    net, a, b = pair()
+    a.heal({1: None}, 10)
+    assert b.heal({0: None}, 12) == {}  # b proposes 14
+    assert b.heal({}, 13) == {}  # withdrawn
+    assert a.heal({1: None}, 13) == {}  # nothing to take: a proposes itself (b no longer asks)
+    assert a.heal({1: None}, 14) == {}

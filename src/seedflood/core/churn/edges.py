@@ -121,8 +121,10 @@ def heal(m: Member, hop: int, connected: bool) -> Generator[Command, Any, int]:
         if hop != e.alone:
             hop = e.alone
             yield Clock(hop)
-    if want:
-        e.heal_at.update((yield AskHeal(want, hop)))
+    # asked even when nothing is wanted: a proposal of this end to a peer committed out since is
+    # withdrawn there, or handed back if the peer took it first (then it is connected and closed
+    # below, so the taker's receive fails at once instead of after the late bound)
+    e.heal_at.update((yield AskHeal(want, hop)))
     if not e.heal_at:
         return hop
     first = min(e.heal_at.values())

@@ -158,7 +158,9 @@ class Healing(Protocol):
     def heal(self, want: Mapping[int, int | None], hop: int) -> dict[int, int]:
         """Right before exchange `hop`, never waiting: ask to heal the down edges to `want`
         (peer -> the incarnation it must run as); returns peer -> the exchange index both ends
-        agreed to connect at (the same one at both ends), for each heal agreed so far."""
+        agreed to connect at (the same one at both ends), for each heal agreed so far. A
+        proposal of this end to a peer no longer in `want` is withdrawn, or, where the peer took
+        it first, its index is returned all the same (connect, then close the edge)."""
         ...
 
     def restore(self, peer: int) -> None:

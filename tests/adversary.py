@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from seedflood.cli import console
-from seedflood.core.flood import membership
-from seedflood.core.flood.message import Message
+from seedflood.core.flood.hop import decode_hop, encode_hop
 from seedflood.core.flood.signing import Signing
+from seedflood.core.wire.message import Message
 from seedflood.roles.client import Client
 from seedflood.roles.lying import Lie
 
@@ -77,9 +77,9 @@ def _own(change: Callable[[Message], Message]) -> Rewrite:
 
     def rewrite(client: Client, peer: int, step: int, frame: bytes) -> bytes:
         signed = client.flood.signing is not None
-        msgs, notes = membership.decode_hop(frame, client.protocol.wire_limits(step))
+        msgs, notes = decode_hop(frame, client.protocol.wire_limits(step))
         msgs = [change(m) if m.origin == client.node else m for m in msgs]
-        return membership.encode_hop(msgs, notes, signed)
+        return encode_hop(msgs, notes, signed)
 
     return rewrite
 
@@ -124,7 +124,7 @@ def impersonate(node: int, flag: Path) -> None:
 def _bogus_ids(client: Client, peer: int, step: int, frame: bytes) -> bytes:
     far = [10**6 + k for k in range(64)]
     msgs = [Message.make(client.node, s, client.protocol.seed(client.node, s), 0.5) for s in far]
-    return membership.encode_hop(msgs, [])
+    return encode_hop(msgs, [])
 
 
 REWRITES: dict[str, Rewrite] = {

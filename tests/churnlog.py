@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from seedflood.core.config import rng
-from seedflood.core.flood.membership import Change
-from seedflood.core.flood.message import Message
+from seedflood.core.membership.roster import Change
+from seedflood.core.wire.message import Message
 from seedflood.rundir.logfile import LogWriter
 
 SEED = 7

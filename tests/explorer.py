@@ -69,16 +69,16 @@ Faults (`Fault.kind`), each at a round:
   connected by the fault: before every round each running client asks to heal its down edges
   to the neighbours that are members of its committed roster (as the incarnation it admitted),
   while it is an admitted member itself (`Churn._healable`), and the real negotiation
-  (`memorywires.Wires.heal`: one end proposes an index `HEAL_AHEAD` rounds ahead, the other takes
+  (`memorywires.Wires.heal`: one end proposes an index `Protocol.HEAL_AHEAD` rounds ahead, the other takes
   it on its next ask) hands both ends one round to connect right before; both connect then
   (`Flood.add_peer`: each owes the other everything it holds). In a world with heals a client
-  past its patience waits on, a hop a round, `HEAL_FACTOR` × patience hops more before it stops
+  past its patience waits on, a hop a round, `Protocol.HEAL_FACTOR` × patience hops more before it stops
   with the same line, as `Churn.apply_committed` does over a healing transport (it waits so
   whether or not an edge is down then: an edge healed just before still needs hops to bring
   the votes).
   Where the model simplifies: rounds are the shared hop clock, so a woken node is back on it at
   once (the real one has no edge left and jumps its clock to the agreed index, which lands it on
-  the same exchange); the heal wait is counted in hops (the real client waits `HEAL_FACTOR` ×
+  the same exchange); the heal wait is counted in hops (the real client waits `Protocol.HEAL_FACTOR` ×
   `meet_timeout_s` seconds, paced); only links a `heal` names heal (every other down link stays
   down, as over gloo: a stall without a wake-up, a newcomer's link that did not meet); an end
   that learns of an agreed heal too late connects nothing (the real one restores its end alone
@@ -117,28 +117,18 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from seedflood.comm.memorywires import HEAL_AHEAD, Wires
 from seedflood.comm.memorywires import Faults as WireFaults
+from seedflood.comm.memorywires import Wires
 from seedflood.core.churn.agreement import Agreement, Value, Vote, step_digest
 from seedflood.core.churn.voter import Voter
 from seedflood.core.flood.flooding import Flood
-from seedflood.core.flood.growth import Growth
-from seedflood.core.flood.membership import (
-    JOIN,
-    LEAVE,
-    VOTE,
-    ExcludedError,
-    MembershipError,
-    Note,
-    check_admitted,
-    join_note,
-    leave_note,
-)
-from seedflood.core.flood.message import FrameError, Message
 from seedflood.core.flood.protocol import Protocol, schedule
 from seedflood.core.flood.signing import Signing
 from seedflood.core.flood.stepstream import StepSequence
-from seedflood.core.flood.transport import HEAL_FACTOR
+from seedflood.core.membership.growth import Growth
+from seedflood.core.membership.notes import JOIN, LEAVE, VOTE, Note, join_note, leave_note
+from seedflood.core.membership.roster import ExcludedError, MembershipError, check_admitted
+from seedflood.core.wire.message import FrameError, Message
 
 Edge = tuple[int, int]
 
@@ -333,10 +323,10 @@ class Node:
                 self.state = "done"
 
     def _may_heal(self) -> bool:
-        """Past its patience, where edges heal: wait `HEAL_FACTOR` × patience hops more before
+        """Past its patience, where edges heal: wait `Protocol.HEAL_FACTOR` × patience hops more before
         stopping (`Churn.apply_committed`'s `heal_by`, counted in hops: the module docstring)."""
         if self.heal_by < 0 and self.heals:
-            self.heal_by = self.waited + HEAL_FACTOR * self.protocol.patience_hops
+            self.heal_by = self.waited + Protocol.HEAL_FACTOR * self.protocol.patience_hops
         return self.waited < self.heal_by
 
 
@@ -702,7 +692,7 @@ class World:
         p = self.p
         limit = max_rounds or (p.steps + p.delay + 2) * p.hops + 2 * p.patience_hops + 8 * p.hops * (p.delay + 1)
         if self.healing:  # the heal waits, after the last fault
-            limit += max(f.round for f in self.faults) + 2 * HEAL_FACTOR * p.patience_hops
+            limit += max(f.round for f in self.faults) + 2 * Protocol.HEAL_FACTOR * p.patience_hops
         self.healed: list[tuple[int, Edge]] = []  # (round, link) of each heal that connected
         pending = sorted(self.faults, key=lambda f: f.round)  # a schedule may list them in any order
         self._cut: set[Edge] = set()
@@ -935,7 +925,7 @@ class World:
             elif f.kind == "stall":
                 stalled |= links
             elif f.kind == "heal":
-                at = f.round + HEAL_AHEAD  # the first round its ends can connect at
+                at = f.round + Protocol.HEAL_AHEAD  # the first round its ends can connect at
                 back = {e for e in links if all(self.closed_at.get(x, at) >= at for x in e)}
                 if f.edges:
                     cut -= back  # a healed cut link of a node still asleep stays down until it wakes

@@ -25,7 +25,7 @@ import procs as harness
 import runs
 from procs import Procs, World
 from seedflood.comm import identity
-from seedflood.core.flood.membership import Change
+from seedflood.core.membership.roster import Change
 from seedflood.rundir.logfile import LogReader
 
 # Every wait below is bounded by the run's progress (procs.Procs.wait_for); this is the outer bound.

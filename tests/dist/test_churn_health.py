@@ -1,4 +1,4 @@
-"""A launched churn run's health reaches TensorBoard and a tracker (roles/churnhealth.py, the
+"""A launched churn run's health reaches TensorBoard and a tracker (core/churn/health.py, the
 clients' status records, rundir/health.py, the evaluator's `report_health`).
 
 1 evaluator + 4 clients over gloo, `churn.settle: 1`; node 2 is SIGKILLed after a few steps. The

@@ -12,7 +12,7 @@ hop timeout. Nodes 1 and 3 (the ring's two non-adjacent clients) are stopped (SI
 nodes 0 and 2 have dropped both (their heartbeats silent past the timeout, so gloo closed every
 edge of the ring for good); 0 and 2, each alone now, are stopped too, and 1.3 timeouts after the
 first stop all four continue together. No part holds a quorum meanwhile (2 of 4; 3 are needed),
-so nothing commits anyone out; past their patience the four wait `transport.HEAL_FACTOR`
+so nothing commits anyone out; past their patience the four wait `Protocol.HEAL_FACTOR`
 timeouts for an edge to heal. With healing every edge comes back over a new gloo pair at an
 exchange index both ends agreed on through the store, and all four finish on one hash, the
 stopped clients in their first life; with healing made impossible (the control, this module run

@@ -64,9 +64,9 @@ def worker(
     import torch
 
     from seedflood.core.config import runconfig
-    from seedflood.core.flood.message import Message
     from seedflood.core.flood.protocol import Protocol
     from seedflood.core.topology.resolve import topology_of
+    from seedflood.core.wire.message import Message
     from seedflood.core.zo import estimate as zo
     from seedflood.core.zo.replay import Applier, state_hash
     from seedflood.ml.workload import Workload

@@ -57,9 +57,9 @@ from seedflood.bench.common import figure_process, write_json
 from seedflood.core.config import rng
 from seedflood.core.config import runconfig as config
 from seedflood.core.config.runconfig import Config
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.topology import resolve as topo
+from seedflood.core.wire.message import Message
 from seedflood.core.zo.replay import Applier, state_hash
 from seedflood.ml.workload import Workload
 from seedflood.roles.churnstart import ChurnStrategy

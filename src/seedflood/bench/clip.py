@@ -45,9 +45,9 @@ import torch
 from seedflood.bench.common import add_run_args, figure_process, train_loss, write_json
 from seedflood.core.config import runconfig as config
 from seedflood.core.config.runconfig import Config
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.topology import resolve as topo
+from seedflood.core.wire.message import Message
 from seedflood.ml.workload import Workload
 from seedflood.roles.sharedmodel import SharedModel
 

@@ -132,7 +132,7 @@ def scalars(n: int, key: int) -> np.ndarray:
 
 def step_messages(step: int, n_origins: int, run_seed: int, key: int):
     from seedflood.core.config import rng
-    from seedflood.core.flood.message import Message
+    from seedflood.core.wire.message import Message
 
     xs = scalars(n_origins, key * 1_000_003 + step)
     return [Message.make(o, step, rng.derive(run_seed, o, step, 0), float(xs[o])) for o in range(n_origins)]

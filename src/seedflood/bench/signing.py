@@ -38,8 +38,8 @@ from seedflood.comm import identity
 from seedflood.core.churn.agreement import GENESIS, Proof, Value, Vote, byzantine_quorum, step_digest
 from seedflood.core.churn.certificate import certify
 from seedflood.core.config import runconfig as config
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.stepstream import encode_step
+from seedflood.core.wire.message import Message
 from seedflood.roles.inprocess import SimResult, simulate
 
 DEBUG = Path("launch/configs/debug.yaml")

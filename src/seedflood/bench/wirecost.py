@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from seedflood.core.flood import message
 from seedflood.core.flood.lockstep import Graph, Lockstep, as_topology
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import schedule as protocol_schedule
 from seedflood.core.flood.transport import ByteCounter
 from seedflood.core.topology.graph import Topology
+from seedflood.core.wire import message
+from seedflood.core.wire.message import Message
 
 
 def schedule(top: Topology, hops_per_step: int) -> tuple[int, int]:

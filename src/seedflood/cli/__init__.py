@@ -74,11 +74,11 @@ def _run_errors() -> tuple[type[BaseException], ...]:
     return _raisable(
         "seedflood.core.flood.transport.TransportError",
         "seedflood.core.flood.flooding.FloodError",
-        "seedflood.core.flood.message.FrameError",
+        "seedflood.core.wire.message.FrameError",
         "seedflood.roles.evaluator.EvaluatorError",
         "seedflood.core.zo.estimate.EstimateError",
         "seedflood.core.zo.replay.ReplayError",
-        "seedflood.core.flood.membership.MembershipError",
+        "seedflood.core.membership.roster.MembershipError",
     )
 
 

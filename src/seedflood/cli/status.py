@@ -21,7 +21,7 @@ path that is not a run directory (`RunDir.watched`).
 Plain text rather than `rich`: a dozen columns need no layout engine, and the output stays
 readable in a CI log or a pipe. Per-link bytes are a section of their own (`--edges`), not a
 column: at 32 clients of degree 4 to 8 a column would push every row past a screen's width.
-Imports only the stdlib, rundir and core.flood.membership (no torch) unless `--store` is given:
+Imports only the stdlib, rundir and core.membership (no torch) unless `--store` is given:
 it starts fast.
 
 Assumes: called by seedflood.cli's dispatch.

@@ -58,9 +58,9 @@ from seedflood.comm.rendezvous import (
     peek,
     register,
 )
-from seedflood.core.flood.message import FrameError
 from seedflood.core.flood.stepstream import StepSequence, decode_push, decode_pushes
 from seedflood.core.flood.transport import EOS, EVALUATOR, INLINE_BYTES, MAX_FRAME_BYTES, Inbox, TransportError
+from seedflood.core.wire.message import FrameError
 
 log = logging.getLogger(__name__)
 

@@ -48,11 +48,11 @@ from seedflood.comm.rendezvous import (
     register,
     sponsor_key,
 )
+from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.transport import (
     EVALUATOR,
     HEADER,
     INLINE_BYTES,
-    LATE_FACTOR,
     MAX_FRAME_BYTES,
     MAX_PENDING,
     ByteCounter,
@@ -96,7 +96,7 @@ class EdgeSet:
     node: it also keeps the evaluator edge (node -1, not a peer) for `push`. `incarnation`
     defaults to a new one from `register`. `timeout_s`: the heartbeat's silence bound (both ends
     of an edge must use the same), the default bound of blobs and of poll's connects; a hop
-    waits up to LATE_FACTOR × timeout_s for a peer that beats. `joinable`: the brand-new ids
+    waits up to Protocol.LATE_FACTOR × timeout_s for a peer that beats. `joinable`: the brand-new ids
     that may knock (churn.max_nodes: topology.nodes..max_nodes-1; `newcomers`), none by default.
     See the module docstring.
     """
@@ -150,7 +150,7 @@ class EdgeSet:
         self.in_flight: deque[tuple[dist.Work, torch.Tensor]] = deque()  # pushes in flight
         self.heals = Heals(node, self.incarnation, self.store, timeout_s, inline_bytes)
         self.joinable = joinable  # a range, usually: `in` is O(1)
-        self._knocks = Knocks(LATE_FACTOR * timeout_s)  # the most a newcomer waits for its sponsor
+        self._knocks = Knocks(Protocol.LATE_FACTOR * timeout_s)  # the most a newcomer waits for its sponsor
         self._knocked: dict[int, int] = {}  # new id -> newest incarnation of it seen knocking
         self._knocking: dict[int, tuple[int, float]] = {}  # new id -> (incarnation, first seen) unclaimed
         self._store_ok = True
@@ -289,7 +289,7 @@ class EdgeSet:
 
     def newcomers(self) -> list[int]:
         """Brand-new ids (of `joinable`) that knocked and wait for a sponsor: not claimed yet,
-        knocking for less than LATE_FACTOR × timeout_s (the most a newcomer waits for its
+        knocking for less than Protocol.LATE_FACTOR × timeout_s (the most a newcomer waits for its
         sponsor), and not a later life of a neighbour (that restart is `revived`'s). The life a
         neighbour had when `grow` made it one stays listed: a member the join rule links a
         newcomer to grows its end at once and claims it only some exchanges later
@@ -306,7 +306,7 @@ class EdgeSet:
                     self._knocked[j] = inc
                     self._knocking[j] = (inc, now)
             for j, (inc, since) in sorted(self._knocking.items()):
-                late = now - since > LATE_FACTOR * self.timeout_s
+                late = now - since > Protocol.LATE_FACTOR * self.timeout_s
                 # `check`, not `peek`: a compare_set on a missing key wakes the newcomer's wait
                 restart = j in self.neighbours and inc > self._seen.get(j, 0)
                 if late or restart or self.store.check([sponsor_key(j, inc)]):

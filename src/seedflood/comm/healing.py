@@ -16,7 +16,7 @@ new key space, so an edge never heals into a process as its old incarnation):
   seedflood/edge/{a}-{b}/{ia}-{ib}/heal-{round}/...   the healed edge's gloo rendezvous
 The rule, at each ask: post this end's clock; take the other end's proposal (compare_set p -> a)
 only while this clock is below its index; else, once the other end asks, propose round r + 1 at
-max(both clocks) + HEAL_AHEAD by compare_set over the deal seen, which replaces (withdraws) an
+max(both clocks) + Protocol.HEAL_AHEAD by compare_set over the deal seen, which replaces (withdraws) an
 open proposal that can no longer be taken (its index reached by either clock), so a withdrawal
 and an acceptance exclude each other; a proposal is also withdrawn before this end's clock jumps
 past it (`settle`) and once this end no longer wants the edge (`forgo`: the peer was committed
@@ -45,16 +45,13 @@ from seedflood.comm.bounded import BoundedStore
 from seedflood.comm.edge import Edge
 from seedflood.comm.framing import device, reason
 from seedflood.comm.rendezvous import MIN_BUILD_S, incarnation_of, peek
-from seedflood.core.flood.transport import LATE_FACTOR
+from seedflood.core.flood.protocol import Protocol
 
 log = logging.getLogger(__name__)
 
-HEAL_AHEAD = 2
-"""A heal's exchange index is this many past both clocks as last seen: the other end reads the
-proposal at its next ask, one exchange after the clock it posted (memorywires.HEAL_AHEAD too)."""
 MAX_BACKOFF = 6
 """After k builds in a row failed with a peer (a link that carries the store's traffic but not
-the edge's, as a cut between two hosts), this end asks again only HEAL_AHEAD × 2^min(k, 6)
+the edge's, as a cut between two hosts), this end asks again only Protocol.HEAL_AHEAD × 2^min(k, 6)
 exchanges later: each failed build cost a hop up to the timeout."""
 
 
@@ -135,7 +132,7 @@ class _Build:
         opts._threads = 1  # worker threads serve collectives only; an edge runs none
         # in the background, so a long bound costs no hop: the other end learns of the deal at its
         # next ask, which a late peer of its own may hold up to the late bound
-        opts._timeout = timedelta(seconds=max(LATE_FACTOR * timeout_s, MIN_BUILD_S))
+        opts._timeout = timedelta(seconds=max(Protocol.LATE_FACTOR * timeout_s, MIN_BUILD_S))
         try:
             group = dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, 2, opts)
             edge = Edge(peer, peer_inc, group, 1 - rank, inline)
@@ -261,7 +258,7 @@ class Heals:
             taken = deal.to("a")
             return taken if Deal.parse(self.store.compare_set(f"{key}/deal", str(deal), str(taken))) == taken else None
         if theirs is not None:
-            new = Deal((deal.round if deal else 0) + 1, "p", max(hop, int(theirs)) + HEAL_AHEAD, self.node)
+            new = Deal((deal.round if deal else 0) + 1, "p", max(hop, int(theirs)) + Protocol.HEAL_AHEAD, self.node)
         elif deal is not None and deal.by == self.node and deal.state == "p":  # its index reached, nobody asking
             new = deal.to("w")
         else:
@@ -290,7 +287,7 @@ class Heals:
             self._failed.pop(peer, None)
             return got
         k = self._failed[peer] = self._failed.get(peer, 0) + 1
-        self._quiet[peer] = b.at + HEAL_AHEAD * 2 ** min(k, MAX_BACKOFF)
+        self._quiet[peer] = b.at + Protocol.HEAL_AHEAD * 2 ** min(k, MAX_BACKOFF)
         return got
 
     def close(self) -> None:

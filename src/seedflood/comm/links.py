@@ -24,7 +24,7 @@ never raises. Each topology edge carries a heartbeat (edge.Edge): one byte every
 its own tag, watched with a bound of timeout_s. A peer whose socket closed fails the hop at once;
 a silent one (stopped, hung) is found by the watcher within timeout_s (+ one beat period), which
 closes the edge and so fails the hop waiting on it, once; a live peer that is merely late
-(waiting on a silent node of its own) keeps beating and is waited for up to LATE_FACTOR ×
+(waiting on a silent node of its own) keeps beating and is waited for up to Protocol.LATE_FACTOR ×
 timeout_s, so one stall never drops live edges in a cascade (as memory.py's tolerant network);
 a corrupt length fails at once. A failed peer leaves `peers`, its edge is closed (which tells the
 peer at once and waits on nothing) and it is recorded in `lost`. Every gloo wait gets an
@@ -46,7 +46,8 @@ from seedflood.comm.edge import TAG_BLOB, Edge, receive, wait_for, who
 from seedflood.comm.edgeset import EdgeSet
 from seedflood.comm.framing import END, LENGTH, TAG_EVAL, TAG_HOP, HeadBuffer, encode, reason
 from seedflood.comm.rendezvous import evaluator_next_key, peek
-from seedflood.core.flood.transport import EVALUATOR, HEADER, LATE_FACTOR, TransportError
+from seedflood.core.flood.protocol import Protocol
+from seedflood.core.flood.transport import EVALUATOR, HEADER, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +76,10 @@ class EdgeTransport(EdgeSet):
         frames of the peers that answered. A failing peer is dropped (see `drop`), never raised:
         a closed socket at once; a silent one (no heartbeat) within timeout_s (+ one beat
         period), once; a live one that is only late, waiting on a silent node of its own, is
-        waited for up to LATE_FACTOR × timeout_s, so a stall never drops live edges in a cascade."""
+        waited for up to Protocol.LATE_FACTOR × timeout_s, so a stall never drops live edges in a cascade."""
         self.check_open()
         self.last_step = step
-        deadline = time.monotonic() + LATE_FACTOR * self.timeout_s
+        deadline = time.monotonic() + Protocol.LATE_FACTOR * self.timeout_s
         failed: dict[int, str] = {}  # peer -> reason (the first failure of each peer)
         edges = [self.edges[p] for p in self.peers]
 
@@ -88,7 +89,7 @@ class EdgeTransport(EdgeSet):
             elif "Application timeout" in raw:  # gloo's words for "a timed-out wait closed the pairs"
                 raw = f"silent for over {self.timeout_s:g} s (no heartbeat)"
             elif "Timed out" in raw:
-                raw = f"{what} not done within {LATE_FACTOR * self.timeout_s:g} s though the peer beats"
+                raw = f"{what} not done within {Protocol.LATE_FACTOR * self.timeout_s:g} s though the peer beats"
             else:
                 raw = f"{what} failed: {raw}"
             failed.setdefault(e.peer, raw)

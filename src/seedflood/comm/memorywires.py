@@ -11,7 +11,7 @@ Semantics mirror gloo: sends never wait, a receive waits for the peer's frame; a
 makes its receiver raise TransportError (after the frames before it) and stays failed, like a
 closed gloo pair. A tolerant receive (churn, docs/churn-design.md, Failure detection) waits while
 the sender is alive and beating: the wires play the per-edge heartbeat, so a peer that is merely
-late because it waits on a stalled node of its own is waited for (up to LATE_FACTOR × timeout_s),
+late because it waits on a stalled node of its own is waited for (up to Protocol.LATE_FACTOR × timeout_s),
 never dropped in a cascade. Edges (re)connect by a meeting, as links.EdgeTransport's do: both
 ends call `meet` for each other within the timeout, else neither has the edge. An edge between
 two live members that went down heals by a negotiation that never blocks a hop (`heal`): both
@@ -30,14 +30,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from seedflood.core.flood.transport import LATE_FACTOR, Inbox, TransportError
+from seedflood.core.flood.protocol import Protocol
+from seedflood.core.flood.transport import Inbox, TransportError
 
 __all__ = ["Faults", "Mutator", "Wires"]
 
 _SLICE_S = 0.02  # tolerant receive polls the queue in slices this long to watch the heartbeat
-HEAL_AHEAD = 2
-"""A heal's hop index is this many exchanges past both ends' clocks as last asked: each end asks
-before every exchange, so the other end hears of it before its clock gets there."""
 
 Mutator = Callable[[int, int, int, bytes], "bytes | None"]
 """(src, dst, hop, frame) -> frame as delivered (None: lost); hop counts the sender's exchanges
@@ -152,7 +150,7 @@ class Wires:
     def recv_tolerant(self, src: int, dst: int) -> bytes:
         """Wait for src's frame while src is alive and beating (see the module docstring)."""
         q = self.queues[(src, dst)]
-        hard = time.monotonic() + LATE_FACTOR * self.timeout_s
+        hard = time.monotonic() + Protocol.LATE_FACTOR * self.timeout_s
         while True:
             try:
                 item = q.get(timeout=_SLICE_S)
@@ -163,7 +161,7 @@ class Wires:
                     raise TransportError(f"peer node {src} silent for over {self.timeout_s:g} s") from None
                 if time.monotonic() > hard:
                     raise TransportError(
-                        f"no frame from peer node {src} within {LATE_FACTOR * self.timeout_s:g} s"
+                        f"no frame from peer node {src} within {Protocol.LATE_FACTOR * self.timeout_s:g} s"
                     ) from None
                 continue
             if isinstance(item, _Failure):
@@ -276,7 +274,7 @@ class Wires:
         (peer -> the incarnation it must run as, None: its first). Returns peer -> the hop index
         at which both ends connect, for every heal both ends have agreed (the acceptor learns it
         when it accepts, the proposer on its next ask, which comes at the latest right before
-        that exchange). Never waits. One proposes an index `HEAL_AHEAD` past both clocks; the
+        that exchange). Never waits. One proposes an index `Protocol.HEAL_AHEAD` past both clocks; the
         other accepts it only while its clock is below it, and fresh queues are made then, before
         either end has sent on them; a proposer that reaches its index unaccepted withdraws it,
         and so does one that no longer wants the edge (its peer was committed out), unless the
@@ -311,7 +309,7 @@ class Wires:
                         continue  # this end's proposal, not taken yet
                     h.at = h.by = None  # not taken in time (or too late to take): withdrawn
                 if theirs is not None:  # both ask: propose an index ahead of both clocks
-                    h.at, h.by = max(hop, theirs[1]) + HEAL_AHEAD, node
+                    h.at, h.by = max(hop, theirs[1]) + Protocol.HEAL_AHEAD, node
             for key, h in list(self._heals.items()):  # proposals to peers no longer wanted
                 peer = key[0] if key[1] == node else key[1]
                 if node in key and h.by == node and h.at is not None and peer not in want:

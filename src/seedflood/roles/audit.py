@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from seedflood.core.flood import audits, membership
+from seedflood.core.flood import audits
 from seedflood.core.flood.flooding import Flood, FloodError
-from seedflood.core.flood.membership import RECOMPUTE, Note
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.signing import Signing
+from seedflood.core.membership.notes import RECOMPUTE, Note, recompute_note, recomputed
+from seedflood.core.wire.message import Message
 from seedflood.core.zo import estimate as zo
 from seedflood.core.zo.directions import Direction
 from seedflood.core.zo.replay import Applier
@@ -112,6 +112,7 @@ class Auditor:
         churn: bool,
         targets: Callable[[], Collection[int]],
         signing: Signing | None = None,
+        liars: dict[int, str] | None = None,
     ) -> None:
         self.node = node
         self.protocol = protocol
@@ -125,7 +126,7 @@ class Auditor:
         self.keep = 2 * (protocol.delay + 1)
         """Steps a recomputation, a received scalar and (churn) a snapshot are kept: a message
         arrives within delay + 1 steps of its step, and the evidence about it as long again."""
-        self.liars: dict[int, str] = {}
+        self.liars: dict[int, str] = {} if liars is None else liars  # under churn: the voter's evidence
         """origin -> the one line of evidence against it held here (the voter proposes against it)."""
         self.stats = AuditStats()
         self._due: dict[Id, float] = {}  # recomputed here, the message not yet seen
@@ -200,7 +201,7 @@ class Auditor:
         if not self.churn:
             raise AuditError(f"{line}; a strict run has no exclusion, so it stops")
         self._take(o, s, t, line)
-        self.flood.originate_notes([membership.recompute_note(self.node, o, s, k, mine)])
+        self.flood.originate_notes([recompute_note(self.node, o, s, k, mine)])
         self.stats.sent += 1
 
     def _take(self, origin: int, step: int, t: int, line: str) -> None:
@@ -214,7 +215,7 @@ class Auditor:
         while their step is recent."""
         waiting, self._waiting = self._waiting, []
         for note in waiting:
-            accused, k, claimed = membership.recomputed(note)
+            accused, k, claimed = recomputed(note)
             key = (accused, note.step, k)
             if accused in self.liars or accused == self.node:
                 continue  # already evidence here; or about this client, which knows what it sent

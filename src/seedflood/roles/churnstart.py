@@ -22,9 +22,9 @@ from typing import ClassVar
 
 from seedflood.core.churn import prefix
 from seedflood.core.churn.prefix import Have
-from seedflood.core.flood.growth import Growth
 from seedflood.core.flood.signing import Signing
 from seedflood.core.flood.transport import ChurnTransport, EvaluatorFeed, TransportError
+from seedflood.core.membership.growth import Growth
 from seedflood.roles import rejoinproof
 from seedflood.roles.churn import Churn
 from seedflood.roles.strategy import Host

@@ -50,9 +50,10 @@ from seedflood.comm.bounded import StoreGone
 from seedflood.comm.links import EdgeTransport
 from seedflood.comm.rendezvous import STARTED_KEY, await_start, incarnation_of
 from seedflood.core.churn import prefix
-from seedflood.core.flood.growth import Growth
-from seedflood.core.flood.membership import Change
-from seedflood.core.flood.transport import EVALUATOR, LATE_FACTOR, ByteCounter, Inbox
+from seedflood.core.flood.protocol import Protocol
+from seedflood.core.flood.transport import EVALUATOR, ByteCounter, Inbox
+from seedflood.core.membership.growth import Growth
+from seedflood.core.membership.roster import Change
 from seedflood.core.zo.replay import state_hash
 from seedflood.roles.churnstart import ChurnStrategy, sponsored_catch_up
 from seedflood.roles.client import Client
@@ -154,7 +155,7 @@ class ChurnWiring:
         members can see it (no sponsor waits on the fetch), and what it tells its sponsor."""
         cfg = self.p.cfg
         if cfg.churn.log_server:
-            timeout = LATE_FACTOR * cfg.transport.timeout_s
+            timeout = Protocol.LATE_FACTOR * cfg.transport.timeout_s
             self.held, self.have = fetched(
                 node, cfg.churn.log_server, self.p.protocol, self.p.header, cfg.eval.attach, timeout
             )
@@ -165,8 +166,8 @@ class ChurnWiring:
         graph repair's (its edges grow the transport and heal)."""
         w, p = self.p.workload, self.p
         base = {i: p.top.neighbors(i) for i in p.top.nodes}
-        grows = p.cfg.churn.repair or p.protocol.ids > p.top.n
-        growth = Growth.of(base, p.protocol.delay, repair=p.cfg.churn.repair) if grows else None
+        grows = p.protocol.repair or p.protocol.ids > p.top.n
+        growth = Growth.of(base, p.protocol.delay, repair=p.protocol.repair) if grows else None
         return ChurnStrategy(
             transport,
             state_hash=lambda: state_hash(w.model, w.direction),
@@ -181,7 +182,7 @@ class ChurnWiring:
         the others' start-up bound, is caught up by the neighbour that claims it; any other
         resumes from the logged steps."""
         if transport.rejoining:
-            wait_s = LATE_FACTOR * self.p.cfg.transport.timeout_s
+            wait_s = Protocol.LATE_FACTOR * self.p.cfg.transport.timeout_s
             new = client.node not in self.p.top.nodes  # a brand-new id (SEEDFLOOD_NODE)
             blob = sponsored_catch_up(transport, wait_s, client.flood.signing, new, self.have)
             client.churn.rejoin(blob, self.held)
@@ -202,7 +203,7 @@ class ChurnWiring:
 
     def inbox(self, group: runtime.StoreGroup, start: int, wall: float) -> Inbox:
         """The attach node's stream, whichever client that is now; given up when no edge has been
-        up for the longer of the start-up bound and LATE_FACTOR hop timeouts, or once every
+        up for the longer of the start-up bound and Protocol.LATE_FACTOR hop timeouts, or once every
         client has reported (in the store, or on this disk since `wall`)."""
         cfg, protocol, top = self.p.cfg, self.p.protocol, self.p.top
         if 0 < start < protocol.steps:
@@ -213,8 +214,8 @@ class ChurnWiring:
             protocol.steps,
             joinable=range(top.n, protocol.ids),  # a new id may become the attach node (churn.max_nodes)
             start=start,
-            wait_s=max(cfg.transport.startup_timeout_s, LATE_FACTOR * cfg.transport.timeout_s),
-            blob_wait_s=LATE_FACTOR * cfg.transport.timeout_s,
+            wait_s=max(cfg.transport.startup_timeout_s, Protocol.LATE_FACTOR * cfg.transport.timeout_s),
+            blob_wait_s=Protocol.LATE_FACTOR * cfg.transport.timeout_s,
             timeout_s=cfg.transport.timeout_s,
             done_keys=[group.report_key(client_key(n)) for n in top.nodes],
             # the same reports on this disk (a store restarted with this evaluator never gets
@@ -225,11 +226,11 @@ class ChurnWiring:
     def final_reports(self, group: runtime.StoreGroup, members: Sequence[int]) -> dict[str, Any]:
         """The final reports of `members`: from the store, or from their client logs on this disk
         (clientlog.client_report: what a client left when the store is gone, or when this evaluator
-        came back to a fresh store). Waits at most LATE_FACTOR × transport.timeout_s, saying on
+        came back to a fresh store). Waits at most Protocol.LATE_FACTOR × transport.timeout_s, saying on
         screen every REPORT_S whom it waits for; a report missing then is logged and left out (its
         hash shows as null in summary.json), never a reason to write no summary."""
         cfg, run_dir = self.p.cfg, self.run
-        bound = LATE_FACTOR * cfg.transport.timeout_s
+        bound = Protocol.LATE_FACTOR * cfg.transport.timeout_s
         found: dict[str, Any] = {}
         store_ok = True
         start = time.monotonic()
@@ -299,7 +300,7 @@ class _ClientCopy:
 
 def _started(t: EdgeTransport, bound_s: float) -> bool:
     """Wait up to `bound_s` for the run to have started (`STARTED_KEY`): a new id's wait for its
-    sponsor (LATE_FACTOR hop timeouts) starts only then, not while the founders load."""
+    sponsor (Protocol.LATE_FACTOR hop timeouts) starts only then, not while the founders load."""
     deadline = time.monotonic() + bound_s
     while not t.store.check([STARTED_KEY]):
         if time.monotonic() > deadline:
@@ -309,7 +310,7 @@ def _started(t: EdgeTransport, bound_s: float) -> bool:
 
 
 def _leave_on_sigterm(client: Client) -> None:
-    """SIGTERM asks this churn client to leave gracefully: it stops with `churnedges.Left` once a
+    """SIGTERM asks this churn client to leave gracefully: it stops with `core.churn.member.Left` once a
     committed step leaves it out; a second SIGTERM is the default again (the process dies)."""
 
     def leave(signum: int, _frame: object) -> None:

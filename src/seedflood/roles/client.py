@@ -30,14 +30,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from seedflood.core.flood import membership
 from seedflood.core.flood.flooding import Flood, FloodError
-from seedflood.core.flood.membership import Change, Note
-from seedflood.core.flood.message import FrameError, Limits, Message
+from seedflood.core.flood.hop import decode_hop, encode_hop
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.signing import Signing
 from seedflood.core.flood.transport import Transport
+from seedflood.core.membership.notes import Note
+from seedflood.core.membership.roster import Change
 from seedflood.core.topology.graph import Topology
+from seedflood.core.wire.message import FrameError, Limits, Message
 from seedflood.core.zo import estimate as zo
 from seedflood.core.zo.directions import Direction
 from seedflood.core.zo.replay import Applier
@@ -73,7 +74,7 @@ class Client:
         `meet_timeout_s` (churn): how long a rejoining neighbour's edge waits for its other end
         (`Churn.link`); None = hop_timeout_s. Give the transport's timeout: both ends reach the hop
         within one exchange of each other, and a longer wait delays this client's frames to
-        peers that drop it after LATE_FACTOR timeouts.
+        peers that drop it after Protocol.LATE_FACTOR timeouts.
         `strategy`: when each step is applied (`strict.STRICT`, or a `churnstart.ChurnStrategy`
         holding what a churn client needs besides: its ChurnTransport, state hash, attach node,
         evaluator feed and incarnation).
@@ -125,9 +126,8 @@ class Client:
                 churn=churn,
                 targets=(lambda: self.churn.roster.members) if churn else (lambda: range(protocol.n_origins)),
                 signing=signing,
+                liars=self.churn.voter.liars if churn else None,  # its evidence is the voter's
             )
-            if churn:
-                self.churn.voter.liars = self.audit.liars  # its evidence is the voter's
 
     @property
     def churn(self) -> Churn:
@@ -240,7 +240,7 @@ class Client:
         frames = {}
         flood = self.flood
         signed = flood.signing is not None
-        encode = membership.encode_hop
+        encode = encode_hop
         for p, items in flood.outbox().items():
             if signed:  # what a resume restored from the log carries no signature: nobody could check it
                 items = [i for i in items if i.sig]
@@ -263,7 +263,7 @@ class Client:
             if peer not in flood.peers:
                 continue
             try:
-                msgs, notes = membership.decode_hop(incoming[peer], limits)
+                msgs, notes = decode_hop(incoming[peer], limits)
             except FrameError as e:
                 self.mode.on_bad_frame(peer, t, e)
                 continue

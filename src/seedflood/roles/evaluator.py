@@ -51,11 +51,12 @@ from typing import Any
 from seedflood.core.churn.certificate import StepVerifier
 from seedflood.core.config import runconfig as config_mod
 from seedflood.core.config.runconfig import CheckpointConfig, Config, EvalConfig
-from seedflood.core.flood import message, stepstream
-from seedflood.core.flood.membership import Change
-from seedflood.core.flood.message import Message
+from seedflood.core.flood import stepstream
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.transport import Inbox, TransportError
+from seedflood.core.membership.roster import Change
+from seedflood.core.wire import message
+from seedflood.core.wire.message import Message
 from seedflood.core.zo.replay import Applier, state_hash
 from seedflood.ml import model
 from seedflood.ml.workload import Workload

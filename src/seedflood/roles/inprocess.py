@@ -54,21 +54,21 @@ import torch
 
 from seedflood.comm.memory import InMemoryNetwork, Mutator
 from seedflood.core.churn import prefix
+from seedflood.core.churn.member import Left
 from seedflood.core.config.runconfig import Config
 from seedflood.core.flood import protocol as proto
 from seedflood.core.flood.flooding import FloodStats
-from seedflood.core.flood.growth import Growth
-from seedflood.core.flood.membership import Change, MembershipError
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.signing import Sign, Signing
-from seedflood.core.flood.transport import LATE_FACTOR, ByteCounter, TransportError
+from seedflood.core.flood.transport import ByteCounter, TransportError
+from seedflood.core.membership.growth import Growth
+from seedflood.core.membership.roster import Change, MembershipError
 from seedflood.core.topology import resolve as topo
 from seedflood.core.topology.graph import Topology
+from seedflood.core.wire.message import Message
 from seedflood.core.zo.replay import state_hash
 from seedflood.ml.workload import Workload
 from seedflood.roles.audit import AuditStats
-from seedflood.roles.churnedges import Left
 from seedflood.roles.churnstart import ChurnStrategy, sponsored_catch_up
 from seedflood.roles.client import Client
 from seedflood.roles.identities import signing_of
@@ -178,7 +178,7 @@ def simulate(
             raise ValueError(f"join of node {j}: trust.sign is on and {e}") from None
     # the join rule and graph repair: both grow the graph (churn.max_nodes, churn.repair)
     base = {i: top.neighbors(i) for i in top.nodes}
-    repair = protocol.churn and cfg.churn.repair
+    repair = protocol.churn and protocol.repair
     growth = Growth.of(base, protocol.delay, repair=repair) if joiners or repair else None
     restarted = {e.node for e in events if e.action == "restart"}
     held: dict[int, tuple[Steps, prefix.Have]] = {}  # node -> its next life's prefix from the log server
@@ -189,7 +189,7 @@ def simulate(
         if cfg.churn.log_server:
             w = workloads[node]
             header = {"trajectory": proto.trajectory(cfg, protocol, w.train_digest()), "base_hash": w.loaded.base_hash}
-            timeout = LATE_FACTOR * cfg.transport.timeout_s
+            timeout = Protocol.LATE_FACTOR * cfg.transport.timeout_s
             held[node] = fetched(node, cfg.churn.log_server, protocol, header, 0, timeout)
 
     def signing(node: int, rejoin: bool) -> Signing | None:
@@ -269,7 +269,7 @@ def simulate(
         nobody is left to rejoin, or RESTART_TRIES lives."""
         for _ in range(RESTART_TRIES):
             # as a process restart does, start after the old edges are gone (bounded)
-            gone_by = time.monotonic() + LATE_FACTOR * cfg.transport.timeout_s
+            gone_by = time.monotonic() + Protocol.LATE_FACTOR * cfg.transport.timeout_s
             while network.held_by(node) and time.monotonic() < gone_by:
                 time.sleep(0.01)
             # the restarted process loads its model (base weights only) before it registers,
@@ -313,7 +313,7 @@ def simulate(
                     steps, have = held.pop(node, ([], prefix.NOTHING))
                     try:
                         blob = sponsored_catch_up(
-                            transport, LATE_FACTOR * cfg.transport.timeout_s, client.flood.signing, have=have
+                            transport, Protocol.LATE_FACTOR * cfg.transport.timeout_s, client.flood.signing, have=have
                         )
                     except TransportError as e:  # nobody stepping any more to sponsor it
                         exits[node] = f"no neighbour sponsored the rejoin: {e}"

@@ -34,9 +34,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from seedflood.core.churn.agreement import GENESIS, step_digest
-from seedflood.core.flood.membership import Change
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.transport import ByteCounter
+from seedflood.core.membership.roster import Change
+from seedflood.core.wire.message import Message
 from seedflood.roles.churn import Churn
 from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Evaluator
@@ -124,7 +124,7 @@ class Reading:
     sent: int
     received: int
     edges: dict[int, tuple[int, int]] = field(default_factory=dict)  # peer -> (sent, received) bytes
-    health: dict[str, int] = field(default_factory=dict)  # a churn client's counters (churnhealth.py)
+    health: dict[str, int] = field(default_factory=dict)  # a churn client's counters (core/churn/health.py)
 
 
 def client_reading(client: Client, counter: SentCounter, chain: Chain | None) -> Callable[[], Reading]:

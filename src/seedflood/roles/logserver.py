@@ -33,9 +33,9 @@ from seedflood.comm import logserve
 from seedflood.core.churn import prefix
 from seedflood.core.churn.prefix import Have
 from seedflood.core.flood import stepstream
-from seedflood.core.flood.membership import MembershipError
-from seedflood.core.flood.message import FrameError
 from seedflood.core.flood.protocol import Protocol
+from seedflood.core.membership.roster import MembershipError
+from seedflood.core.wire.message import FrameError
 from seedflood.rundir.layout import CheckpointError, RunDir
 from seedflood.rundir.logfile import LogReader
 from seedflood.rundir.logheader import header_mismatch

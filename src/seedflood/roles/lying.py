@@ -16,7 +16,7 @@ import random
 import struct
 from dataclasses import dataclass
 
-from seedflood.core.flood.message import Message
+from seedflood.core.wire.message import Message
 from seedflood.core.zo import estimate as zo
 from seedflood.roles.client import Client
 

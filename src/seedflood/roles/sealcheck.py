@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seedflood.core.flood.message import FrameError
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.stepstream import decode_seals
+from seedflood.core.wire.message import FrameError
 from seedflood.roles.identities import UnsignedLogError, verifier_of
 from seedflood.rundir.logfile import LogReader
 

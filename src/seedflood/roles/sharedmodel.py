@@ -46,11 +46,11 @@ from pathlib import Path
 from seedflood.core.config.runconfig import Config
 from seedflood.core.flood import lockstep
 from seedflood.core.flood import protocol as proto
-from seedflood.core.flood.message import Message, encode
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.transport import ByteCounter
 from seedflood.core.topology import resolve as topo
 from seedflood.core.topology.graph import Topology
+from seedflood.core.wire.message import Message, encode
 from seedflood.core.zo import estimate as zo
 from seedflood.core.zo.replay import Applier, state_hash
 from seedflood.ml import machine

@@ -19,10 +19,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from seedflood.core.flood.flooding import Flood
-from seedflood.core.flood.membership import Change
-from seedflood.core.flood.message import FrameError, Message
 from seedflood.core.flood.protocol import Protocol as RunProtocol
 from seedflood.core.flood.transport import Transport
+from seedflood.core.membership.roster import Change
+from seedflood.core.wire.message import FrameError, Message
 from seedflood.core.zo.replay import Applier
 
 StepListener = Callable[[int, list[Message]], None]

@@ -27,10 +27,10 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from seedflood.core.flood.flooding import FloodError
-from seedflood.core.flood.membership import Change
-from seedflood.core.flood.message import FrameError
 from seedflood.core.flood.schedule import StepSchedule
 from seedflood.core.flood.transport import TransportError
+from seedflood.core.membership.roster import Change
+from seedflood.core.wire.message import FrameError
 from seedflood.roles.strategy import Host, Records
 
 log = logging.getLogger(__name__)

@@ -24,9 +24,9 @@ from typing import Any
 from seedflood.comm import runtime
 from seedflood.comm.gloo import EvaluatorInbox, GlooTransport
 from seedflood.core.flood import protocol as proto
-from seedflood.core.flood.membership import Change
 from seedflood.core.flood.stepstream import encode_step
 from seedflood.core.flood.transport import ByteCounter, Inbox
+from seedflood.core.membership.roster import Change
 from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Settings
 from seedflood.roles.strategy import Strategy

@@ -15,7 +15,7 @@ evaluator, so finishing never depends on how long scoring takes.
 What a churn run (`churn.settle` > 0) does differently — no process group, a gloo group per edge,
 rejoins, the clients' own logs, an evaluator that follows whichever client is the attach node —
 is churnwiring.py's (docs/churn-design.md, Per-edge transport and the store), SIGTERM's graceful
-leave included; a client that has left (`churnedges.Left`) posts a stopped report with its one line,
+leave included; a client that has left (`core.churn.member.Left`) posts a stopped report with its one line,
 "node N left at step S", and returns, so the process exits 0.
 
 A brand-new node id joining a running churn run (SEEDFLOOD_NODE=J, runtime.World; churn.max_nodes
@@ -35,16 +35,16 @@ import time
 from typing import Any
 
 from seedflood.comm import runtime
+from seedflood.core.churn.member import Left
 from seedflood.core.config.runconfig import Config
-from seedflood.core.flood.membership import Change, MembershipError
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.stepstream import decode_step, encode_step
 from seedflood.core.flood.transport import ByteCounter, Inbox
+from seedflood.core.membership.roster import Change, MembershipError
 from seedflood.core.topology.resolve import topology_of
 from seedflood.core.zo.replay import state_hash
 from seedflood.ml import machine, modelcheck
 from seedflood.ml.workload import Workload
-from seedflood.roles.churnedges import Left
 from seedflood.roles.churnwiring import ChurnWiring
 from seedflood.roles.client import Client
 from seedflood.roles.evaluator import Evaluator, Restored, restore_run

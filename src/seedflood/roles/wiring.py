@@ -26,9 +26,9 @@ from typing import Any, Protocol, TypeVar
 from seedflood.comm.runtime import Group, World
 from seedflood.core.config.runconfig import Config
 from seedflood.core.flood import protocol as proto
-from seedflood.core.flood.membership import Change
 from seedflood.core.flood.protocol import Protocol as RunProtocol
 from seedflood.core.flood.transport import ByteCounter, Inbox, Transport
+from seedflood.core.membership.roster import Change
 from seedflood.core.topology.graph import Topology
 from seedflood.ml.workload import Workload
 from seedflood.roles.client import Client

@@ -28,10 +28,10 @@ from typing import Any
 
 from seedflood.core.churn.certificate import StepVerifier
 from seedflood.core.config import runconfig as config_mod
-from seedflood.core.flood.membership import Change
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.stepstream import decode_seals, encode_seals
+from seedflood.core.membership.roster import Change
+from seedflood.core.wire.message import Message
 from seedflood.rundir.atomic import atomic_write_text
 from seedflood.rundir.layout import CONFIG, LOG, CheckpointError, RunDir
 from seedflood.rundir.logfile import LogReader, LogWriter, Records

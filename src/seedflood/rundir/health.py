@@ -1,7 +1,7 @@
 """A churn run's health for the sinks: the clients' counters summed, as scalars at a step.
 
 Owns `HealthReader`: reads the clients' live status records (status.py, `Status.health`, from
-roles/churnhealth.py) and turns their totals into the scalars TensorBoard and the trackers plot
+core/churn/health.py) and turns their totals into the scalars TensorBoard and the trackers plot
 under `health/` (metrics.MetricsWriter.health):
 
   commit_hops        commit latency in hops: hops from the start of a local step to its commit,

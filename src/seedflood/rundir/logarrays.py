@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from seedflood.core.config import rng
-from seedflood.core.flood import message
+from seedflood.core.wire import message
 from seedflood.core.flood.columns import StepColumns
 
 V1_KEY = -1  # the layout key of a v1 frame (v2 frames: their layout byte)

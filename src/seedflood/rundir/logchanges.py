@@ -14,7 +14,7 @@ applies to the roster); `seedflood check` is the log's full verification.
 Cost: one 8-byte read (buffered) and one seek per step record, so a 10,000-step log takes a
 few tens of milliseconds whatever its number of clients.
 
-May import: rundir's logheader, logrecords and layout; core.flood.membership (no torch).
+May import: rundir's logheader, logrecords and layout; core.membership (no torch).
 
 Assumes: the header's trajectory records "topology.nodes" (every roster starts as 0..N-1) and,
 for an open run, "churn.max_nodes".
@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from seedflood.core.flood.membership import Change, Roster
+from seedflood.core.membership.roster import Change, Roster
 from seedflood.rundir.layout import CheckpointError
 from seedflood.rundir.logheader import read_header_at
 from seedflood.rundir.logrecords import CHANGE_FLAG, MAX_CHANGE_BYTES, REC, SEAL_FLAG

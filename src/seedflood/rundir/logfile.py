@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from seedflood.core.flood import message
 from seedflood.core.flood.columns import StepColumns
-from seedflood.core.flood.membership import Change
-from seedflood.core.flood.message import Message
+from seedflood.core.membership.roster import Change
+from seedflood.core.wire import message
+from seedflood.core.wire.message import Message
 from seedflood.rundir.atomic import atomic_write_bytes
 from seedflood.rundir.layout import CheckpointError
 from seedflood.rundir.logheader import LogFormat, encode_header, header_mismatch, read_header_at

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from seedflood.core.flood import message
+from seedflood.core.wire import message
 from seedflood.rundir.layout import CheckpointError
 
 if TYPE_CHECKING:

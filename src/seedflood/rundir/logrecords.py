@@ -49,11 +49,12 @@ from typing import IO, Protocol, runtime_checkable
 
 import numpy as np
 
-from seedflood.core.flood import message
 from seedflood.core.flood.columns import StepColumns
-from seedflood.core.flood.membership import SIG_SIZE, Change, Roster
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.stepstream import decode_seals
+from seedflood.core.membership.notes import SIG_SIZE
+from seedflood.core.membership.roster import Change, Roster
+from seedflood.core.wire import message
+from seedflood.core.wire.message import Message
 from seedflood.rundir import logarrays
 from seedflood.rundir.layout import CheckpointError
 from seedflood.rundir.logheader import LogFormat

@@ -27,8 +27,9 @@ from typing import Any
 from seedflood.core.config import runconfig as config_mod
 from seedflood.core.config.runconfig import Config
 from seedflood.core.flood.columns import StepColumns
-from seedflood.core.flood.membership import Change
+from seedflood.core.membership.roster import Change
 from seedflood.core.flood.protocol import Protocol
+from seedflood.core.membership.roster import Change
 from seedflood.core.topology.resolve import topology_of
 from seedflood.rundir import checkpoints as ckpt
 from seedflood.rundir.layout import CONFIG, LOG, CheckpointError, RunDir

@@ -85,7 +85,7 @@ class Status:
     """A client's bytes per edge: neighbour -> (sent to it, hop frames received from it); -1: the
     stream to the evaluator (sent only). Empty: the evaluator, or a record from before the field."""
     health: dict[str, int] = field(default_factory=dict)
-    """A churn client's health counters (roles/churnhealth.py: commits, commit_hops, voted,
+    """A churn client's health counters (core/churn/health.py: commits, commit_hops, voted,
     ballots, drops, heals), summed by rundir/health.py for the sinks. Empty: not a churn client."""
     version: int = VERSION
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from seedflood.core.flood import lockstep
-from seedflood.core.flood.membership import Roster
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.transport import ByteCounter
+from seedflood.core.membership.roster import Roster
 from seedflood.core.topology.graph import Topology
 from seedflood.rundir import checkpoints as ckpt
 from seedflood.rundir.atomic import atomic_write_text

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from seedflood.comm.edgeset import EdgeSet
 from seedflood.comm.rendezvous import KNOCKS_KEY, Knocks, knock, knock_key, peek, sponsor_key
 from seedflood.comm.runtime import World, WorldError, check_world, free_port
-from seedflood.core.flood.transport import LATE_FACTOR
+from seedflood.core.flood.protocol import Protocol
 
 RING = {0: (1, 3), 1: (0, 2), 2: (1, 3), 3: (0, 2)}
 NEW = range(4, 6)  # churn.max_nodes = 6 over a ring of 4
@@ -58,7 +58,7 @@ def test_a_knock_nobody_claims_is_forgotten_after_the_newcomers_own_bound(store)
     m = member(store, 1, timeout_s=0.02)
     EdgeSet(5, (), store, timeout_s=0.02, joinable=NEW).knock()
     assert m.newcomers() == [5]
-    time.sleep(LATE_FACTOR * 0.02 + 0.1)  # the newcomer has given up waiting for a sponsor
+    time.sleep(Protocol.LATE_FACTOR * 0.02 + 0.1)  # the newcomer has given up waiting for a sponsor
     assert m.newcomers() == []
     assert EdgeSet(1, RING[1], store, timeout_s=0.02).newcomers() == []  # a run without max_nodes reads nothing
 

@@ -23,8 +23,8 @@ import torch
 from seedflood.comm import identity, memory
 from seedflood.comm.memorywires import Wires
 from seedflood.core.config import runconfig as config
-from seedflood.core.flood.membership import Change
 from seedflood.core.flood.protocol import Protocol, trajectory
+from seedflood.core.membership.roster import Change
 from seedflood.core.topology import resolve as topo
 from seedflood.core.zo.replay import Applier, state_hash
 from seedflood.ml.workload import Workload
@@ -178,7 +178,8 @@ def test_a_rejoin_whose_join_is_committed_without_it_stops_and_the_next_incarnat
     """The first rejoin's JOIN note reaches nobody but the newcomer (as when its sponsor stalls
     right after sponsoring, chaos seed 2): its JOIN step commits without it, and rather than relay
     on uncounted it stops with one line; restarted (supervised), its next incarnation joins."""
-    from seedflood.core.flood.membership import JOIN, decode_hop, encode_hop
+    from seedflood.core.flood.hop import decode_hop, encode_hop
+    from seedflood.core.membership.notes import JOIN
 
     cfg = cfg_for(PACED, steps=40)
     limits = protocol_of(cfg).limits(0, 2**32 - 1)
@@ -534,8 +535,8 @@ class _Connects:
 
 def test_f7_a_catch_up_for_another_incarnation_is_refused_and_a_forked_sponsor_cannot_be_committed():
     from seedflood.core.churn.agreement import GENESIS, Value, Vote, step_digest
-    from seedflood.core.flood.membership import MembershipError
-    from seedflood.core.flood.message import FrameError, Message
+    from seedflood.core.membership.roster import MembershipError
+    from seedflood.core.wire.message import FrameError, Message
     from seedflood.roles.churnstart import ChurnStrategy
     from seedflood.roles.client import Client
 
@@ -571,7 +572,7 @@ def test_f7_a_catch_up_for_another_incarnation_is_refused_and_a_forked_sponsor_c
 def equivocate(cfg: config.Config, origin: int, step: int, to: int):
     """A frame rewriter: `origin`'s message of `step` reaches neighbour `to` with another scalar
     (-2×), so `to` holds one copy and every other node the other (two messages under one id)."""
-    from seedflood.core.flood.membership import decode_hop, encode_hop
+    from seedflood.core.flood.hop import decode_hop, encode_hop
 
     limits = protocol_of(cfg).limits(0, 2**32 - 1)
 

@@ -19,14 +19,14 @@ import torch
 import runs
 from seedflood import cli
 from seedflood.core.config import runconfig as config
-from seedflood.core.flood import message
 from seedflood.core.flood import protocol as proto
-from seedflood.core.flood.membership import Change
-from seedflood.core.flood.message import encode
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.stepstream import encode_step
 from seedflood.core.flood.transport import EOS, Inbox
+from seedflood.core.membership.roster import Change
 from seedflood.core.topology.resolve import build
+from seedflood.core.wire import message
+from seedflood.core.wire.message import encode
 from seedflood.core.zo.replay import state_hash
 from seedflood.ml.workload import Workload
 from seedflood.roles.evaluator import Evaluator, EvaluatorError, Settings, restore

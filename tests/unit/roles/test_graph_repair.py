@@ -1,5 +1,5 @@
 """Graph repair after leaves, in process (docs/churn-design.md, Graph repair): with churn.repair a
-committed step that leaves members out adds the edges the rule (core/flood/repair.py) gives the
+committed step that leaves members out adds the edges the rule (core/membership/repair.py) gives the
 committed graph; both ends grow them and heal them at an agreed exchange, and the run trains on
 where, without them, the leaves would have split it or left a member alone.
 
@@ -18,8 +18,8 @@ from test_churn import cfg_for, check_survivors, left, protocol_of
 
 from seedflood.core import config
 from seedflood.core.config.configerror import ConfigError
-from seedflood.core.flood.growth import Growth
 from seedflood.core.flood.protocol import trajectory
+from seedflood.core.membership.growth import Growth
 from seedflood.core.topology import resolve as topo
 from seedflood.roles.inprocess import Event, SimResult, simulate
 

@@ -15,7 +15,7 @@ from test_churn import PACED, cfg_for, check_survivors, joined, left, protocol_o
 from seedflood.comm import identity
 from seedflood.core import config
 from seedflood.core.config.configerror import ConfigError
-from seedflood.core.flood.growth import Growth
+from seedflood.core.membership.growth import Growth
 from seedflood.core.topology import resolve as topo
 from seedflood.roles.inprocess import Event, SimResult, simulate
 
@@ -228,8 +228,8 @@ def test_a_knocking_id_that_is_a_member_is_not_sponsored_by_the_join_rule():
     as a member's old self. Its restart is its neighbours' `revived` rejoin, which waits until a
     committed step has left the old life out. The control: the same id, not a member, is claimed
     by the member the rule links it to."""
-    from seedflood.core.flood.membership import Change
-    from seedflood.core.flood.message import Message
+    from seedflood.core.membership.roster import Change
+    from seedflood.core.wire.message import Message
     from seedflood.ml.workload import Workload
     from seedflood.roles.churnstart import ChurnStrategy
     from seedflood.roles.client import Client

@@ -19,7 +19,8 @@ from test_churn import PACED, RING8_1HOP, cfg_for, check_survivors, joined, left
 
 from seedflood.comm import identity
 from seedflood.core.config import runconfig as config
-from seedflood.core.flood.membership import LEAVE, decode_hop, encode_hop, leave_note
+from seedflood.core.flood.hop import decode_hop, encode_hop
+from seedflood.core.membership.notes import LEAVE, leave_note
 from seedflood.roles.inprocess import Event, SimResult, simulate
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from seedflood.core.churn.agreement import Agreement
-from seedflood.core.flood.membership import Change
-from seedflood.core.flood.message import Message
+from seedflood.core.membership.roster import Change
+from seedflood.core.wire.message import Message
 from seedflood.roles.livestatus import Chain, Reading, SentCounter, StatusLoop, edge_bytes, evaluator_identity
 from seedflood.rundir.layout import RunDir
 from seedflood.rundir.status import FAILED, FINISHED, RUNNING, STOPPED, read_status

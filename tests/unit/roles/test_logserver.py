@@ -18,8 +18,8 @@ from test_churn import cfg_for, protocol_of
 from seedflood.comm import logserve
 from seedflood.core.churn import prefix
 from seedflood.core.flood import stepstream
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import trajectory
+from seedflood.core.wire.message import Message
 from seedflood.ml.workload import Workload
 from seedflood.roles.churnstart import ChurnStrategy
 from seedflood.roles.client import Client

@@ -18,7 +18,7 @@ import torch
 import oracle
 from seedflood.core.config import rng
 from seedflood.core.config import runconfig as config
-from seedflood.core.flood import message
+from seedflood.core.wire import message
 from seedflood.roles.inprocess import SimResult, simulate
 from seedflood.rundir.logfile import LogWriter
 from seedflood.rundir.logheader import LOG_MAGIC, read_header

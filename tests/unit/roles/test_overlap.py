@@ -17,10 +17,10 @@ import torch
 
 from seedflood.comm.memory import InMemoryNetwork
 from seedflood.core.config import runconfig as config
-from seedflood.core.flood import message
 from seedflood.core.flood.protocol import Protocol, trajectory
 from seedflood.core.flood.transport import TransportError
 from seedflood.core.topology import resolve as topo
+from seedflood.core.wire import message
 from seedflood.core.zo import estimate as zo
 from seedflood.ml.workload import Workload
 from seedflood.roles.client import Client

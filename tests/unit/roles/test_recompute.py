@@ -32,7 +32,8 @@ import torch
 from test_churn import cfg_for, check_survivors, protocol_of  # the churn tests' run helpers
 
 from seedflood.comm import identity
-from seedflood.core.flood.membership import decode_hop, encode_hop, recompute_note
+from seedflood.core.flood.hop import decode_hop, encode_hop
+from seedflood.core.membership.notes import recompute_note
 from seedflood.roles.audit import AuditError
 from seedflood.roles.inprocess import simulate
 from seedflood.roles.lying import Lie

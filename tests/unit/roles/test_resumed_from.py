@@ -17,9 +17,9 @@ import torch
 from seedflood.core.config import rng
 from seedflood.core.config import runconfig as config
 from seedflood.core.flood import stepstream
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.topology.resolve import build
+from seedflood.core.wire.message import Message
 from seedflood.ml.workload import Workload
 from seedflood.roles import sharedmodel
 from seedflood.roles.churn import Churn

@@ -24,11 +24,11 @@ from seedflood.core.config import runconfig as config
 from seedflood.core.flood import lockstep
 from seedflood.core.flood import protocol as proto
 from seedflood.core.flood.flooding import FloodError
-from seedflood.core.flood.message import Message, encode
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.transport import EOS, Inbox
 from seedflood.core.topology import builders
 from seedflood.core.topology import resolve as topology
+from seedflood.core.wire.message import Message, encode
 from seedflood.ml.workload import Workload
 from seedflood.roles import sharedmodel
 from seedflood.roles.evaluator import Evaluator, Settings, restore

@@ -28,13 +28,13 @@ from seedflood.comm import identity
 from seedflood.core.churn.agreement import GENESIS, Proof, Value, Vote, step_digest
 from seedflood.core.churn.certificate import Certificate, certify
 from seedflood.core.config import runconfig as config
-from seedflood.core.flood import message
 from seedflood.core.flood import protocol as proto
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.signing import Signing
 from seedflood.core.flood.stepstream import decode_signed_step, encode_step
 from seedflood.core.flood.transport import EOS, Inbox
 from seedflood.core.topology.resolve import build
+from seedflood.core.wire import message
 from seedflood.core.zo.replay import state_hash
 from seedflood.ml.workload import Workload
 from seedflood.roles.evaluator import Evaluator, EvaluatorError, Settings, restore
@@ -440,8 +440,8 @@ def test_an_unsigned_log_is_byte_for_byte_what_it_was_before_seal_records(tmp_pa
     """Three steps (a roster change at step 2) appended without seals, as every unsigned run's
     evaluator and client do: the sha256 of the file the code before seal records wrote (99ac91c)."""
     from seedflood.core.config import rng
-    from seedflood.core.flood.membership import Change
-    from seedflood.core.flood.message import Message
+    from seedflood.core.membership.roster import Change
+    from seedflood.core.wire.message import Message
 
     writer = LogWriter(tmp_path / "log.bin", {"trajectory": {"run.seed": 7, "topology.nodes": 4}})
     for s in range(3):

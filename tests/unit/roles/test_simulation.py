@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from seedflood.core.config import runconfig as config
-from seedflood.core.flood import message
+from seedflood.core.wire import message
 from seedflood.ml import encoding, objective
 from seedflood.ml.workload import Workload
 from seedflood.roles.inprocess import simulate

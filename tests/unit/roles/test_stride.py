@@ -15,10 +15,10 @@ import oracle
 from seedflood.core.churn.agreement import Agreement
 from seedflood.core.config import runconfig as config
 from seedflood.core.config.configerror import ConfigError
-from seedflood.core.flood import message
 from seedflood.core.flood.flooding import Flood
-from seedflood.core.flood.message import FrameError, Message
 from seedflood.core.flood.protocol import Protocol, digest, trajectory
+from seedflood.core.wire import message
+from seedflood.core.wire.message import FrameError, Message
 from seedflood.core.zo.replay import Applier, state_hash
 from seedflood.ml.workload import Workload
 from seedflood.roles import sharedmodel

@@ -25,8 +25,8 @@ import torch
 from test_churn import PACED, TORUS, cfg_for, check_survivors, protocol_of  # the churn tests' run helpers
 
 from seedflood.comm import identity
-from seedflood.core.flood.membership import decode_hop, encode_hop
-from seedflood.core.flood.message import FrameError, Message
+from seedflood.core.flood.hop import decode_hop, encode_hop
+from seedflood.core.wire.message import FrameError, Message
 from seedflood.roles.inprocess import Event, SimResult, simulate
 
 torch.set_num_threads(1)
@@ -260,7 +260,7 @@ def test_a_client_that_signs_two_votes_in_one_ballot_is_excluded_and_the_others_
     clients finish on one history, equal to a replay of the decided steps."""
     from seedflood.core.churn.agreement import Vote
     from seedflood.core.flood import protocol as proto
-    from seedflood.core.flood.membership import VOTE
+    from seedflood.core.membership.notes import VOTE
     from seedflood.ml.workload import Workload
     from seedflood.roles.identities import signing_of
 

@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from seedflood.core.config import rng
-from seedflood.core.flood import message
-from seedflood.core.flood.message import Limits, Message
+from seedflood.core.wire import message
+from seedflood.core.wire.message import Limits, Message
 from seedflood.rundir import checkpoints as ckpt
 from seedflood.rundir.atomic import atomic_dir, atomic_write_text
 from seedflood.rundir.layout import CheckpointError

@@ -14,9 +14,9 @@ import pytest
 
 from seedflood.core.config import runconfig as config
 from seedflood.core.flood import protocol as proto
-from seedflood.core.flood.membership import Change
-from seedflood.core.flood.message import Message
+from seedflood.core.membership.roster import Change
 from seedflood.core.topology.resolve import topology_of
+from seedflood.core.wire.message import Message
 from seedflood.rundir import resume
 from seedflood.rundir.clientlog import ClientLog, client_report, complete_from_clients, steps_from_clients
 from seedflood.rundir.layout import RunDir

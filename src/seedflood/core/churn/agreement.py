@@ -77,9 +77,10 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from seedflood.core.flood import message
-from seedflood.core.flood.membership import VOTE, Change, ExcludedError, MembershipError, Note, Roster
-from seedflood.core.flood.message import FrameError, Message
+from seedflood.core.membership.notes import VOTE, Note
+from seedflood.core.membership.roster import Change, ExcludedError, MembershipError, Roster
+from seedflood.core.wire import message
+from seedflood.core.wire.message import FrameError, Message
 
 GENESIS = 0
 """The digest before step 0."""
@@ -397,6 +398,12 @@ class Agreement:
         self.digests[step] = value.digest
         if pending:
             self.pending[step] = value
+
+    def rejoin(self, incarnation: int, join_step: int) -> None:
+        """A sponsor's catch-up admits this process as `incarnation`, counted from `join_step` (its
+        JOIN step: an earlier life's leave committed before it is not this life's exclusion)."""
+        self.incarnation = incarnation
+        self.rejoins_at = join_step
 
     def _commit(self, step: int, value: Value, ballot: int = 0) -> Change:
         before = self.roster.members

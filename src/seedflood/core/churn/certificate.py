@@ -29,9 +29,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from seedflood.core.churn.agreement import GENESIS, Proof, Value, Vote, byzantine_quorum, step_digest
-from seedflood.core.flood.membership import SIG_SIZE, VOTE, Change, Note, Roster
-from seedflood.core.flood.message import FrameError, Message
 from seedflood.core.flood.signing import Signing
+from seedflood.core.membership.notes import SIG_SIZE, VOTE, Note
+from seedflood.core.membership.roster import Change, Roster
+from seedflood.core.wire.message import FrameError, Message
 
 _HEAD = struct.Struct("<IH")  # ballot, value body length
 _VOTER = struct.Struct("<II")  # origin, incarnation (then its 64-byte signature)

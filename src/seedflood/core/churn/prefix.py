@@ -31,8 +31,8 @@ from typing import Any
 
 from seedflood.core.churn.agreement import Agreement
 from seedflood.core.flood import stepstream
-from seedflood.core.flood.message import FrameError
 from seedflood.core.flood.protocol import Protocol
+from seedflood.core.wire.message import FrameError
 
 MAGIC = b"SL\x01"  # then u32 CRC-32 of the rest, u32 identity length, identity JSON, encode_pushes(steps)
 _U32 = struct.Struct("<I")

@@ -23,17 +23,13 @@ from collections.abc import Callable, Iterable
 
 from seedflood.core.churn.agreement import Agreement, Value, Vote, step_digest
 from seedflood.core.churn.certificate import certify
-from seedflood.core.flood import membership
 from seedflood.core.flood.flooding import Flood
-from seedflood.core.flood.growth import Growth
-from seedflood.core.flood.membership import AUDIT, JOIN, VOTE, Change, MembershipError, Note
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
+from seedflood.core.membership.growth import Growth
+from seedflood.core.membership.notes import AUDIT, JOIN, VOTE, Note
+from seedflood.core.membership.roster import Change, MembershipError, MinorityError, audit_verdict
+from seedflood.core.wire.message import Message
 
-JOIN_GRACE = 4
-"""Exchanges from a brand-new id's claim until the heal negotiation has brought its edges up:
-the newcomer asks at its first exchange, the other end takes the proposal (HEAL_AHEAD, 2, past
-both clocks) at its next, one more for a proposal withdrawn once."""
 MAX_CHOICES = 12  # equivocated ids of one step whose copies a client tries in every combination (2^12 digests)
 
 
@@ -51,7 +47,16 @@ class Voter:
     committed step s, taken from the flood, once they are all here.
     """
 
-    def __init__(self, protocol: Protocol, flood: Flood, agreement: Agreement, on_error: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        protocol: Protocol,
+        flood: Flood,
+        agreement: Agreement,
+        on_error: Callable[[str], None],
+        *,
+        growth: Growth | None = None,
+        liars: dict[int, str] | None = None,
+    ) -> None:
         self.protocol = protocol
         self.flood = flood
         self.agreement = agreement
@@ -59,21 +64,26 @@ class Voter:
         self.logged = 0  # steps before this came from a log or a catch-up: never voted on
         self.spread = (protocol.delay - protocol.vote_lag) * protocol.hops  # a vote's spread over the topology
         agreement.quiet = self.spread
-        self.growth: Growth | None = None
-        """The join rule of a run open to new ids or with graph repair (the client sets it): its
-        committed graph, widened by joins, sets how long a ballot's view must stay quiet."""
+        self.growth = growth
+        """The join rule of a run open to new ids or with graph repair: its committed graph,
+        widened by joins, sets how long a ballot's view must stay quiet."""
         self._paced: tuple[int, frozenset[tuple[int, int]], int] | None = None  # (through, pending, quiet)
         self._expected: dict[int, int] = {}  # brand-new id whose knock the client saw -> the hop its edges are up by
         agreement.byzantine = flood.signing is not None  # signed votes: count against f liars
         self._named: set[int] = set()
         self.differs: set[int] = set()  # committed steps whose held copies hash to another digest
-        self.liars: dict[int, str] = {}
+        self.liars: dict[int, str] = {} if liars is None else liars
         """origin -> why: a scalar of it that this client recomputed (or re-checked) and that
-        differs from what it sent (verification by recomputation, roles/audit.py)."""
+        differs from what it sent (verification by recomputation, roles/audit.py, which fills
+        the dict it was handed)."""
         self._decoded: dict[Note, Vote] = {}
         self.certificates: dict[int, bytes] = {}
         """Signed votes only: step -> the certificate of a committed step taken (certificate.py),
         until the client takes it for the evaluator (`roles/churn.py`)."""
+
+    def skip(self, logged: int) -> None:
+        """Steps 0..logged-1 came from a log or a catch-up: never voted on."""
+        self.logged = logged
 
     def after(self, t: int, now: int) -> list[tuple[int, Change]]:
         """`now`: hops this client has run (its clock for a ballot's quiet time)."""
@@ -97,9 +107,9 @@ class Voter:
     def expect(self, node: int, seen: int) -> None:
         """The client saw brand-new id `node` knock at hop `seen` (the join rule links it to
         this client): the newcomer is claimed within 2·spread + 1 exchanges of a knock seen by a
-        member within the spread, and its edges heal `JOIN_GRACE` exchanges after the claim; no
+        member within the spread, and its edges heal `Protocol.JOIN_GRACE` exchanges after the claim; no
         view is quiet before a spread past that (`pace`)."""
-        self._expected.setdefault(node, seen + 3 * self.agreement.quiet + 1 + JOIN_GRACE)
+        self._expected.setdefault(node, seen + 3 * self.agreement.quiet + 1 + Protocol.JOIN_GRACE)
 
     def pace(self) -> None:
         """How long this client's views must stay unchanged before it leaves a ballot (`quiet`,
@@ -157,7 +167,7 @@ class Voter:
         audited = s - 2 * (p.delay - p.vote_lag) - 1
         if audited >= 0 and p.audits(audited):
             votes = self.flood.notes(audited, AUDIT)
-            odd = membership.audit_verdict(self.agreement.node, audited, votes, self.agreement.roster.members)
+            odd = audit_verdict(self.agreement.node, audited, votes, self.agreement.roster.members)
             for o in sorted(set(odd) - self._named):
                 self._named.add(o)
                 self.on_error(f"audit of step {audited}: node {o}'s state differs from the majority's")
@@ -216,13 +226,13 @@ class Voter:
             )
         if (value := a.pending.get(s)) is not None:  # committed, but messages never came
             missing = self.expected(s, value) - len(self.flood.messages(s, value.members))
-            return membership.MinorityError(
+            return MinorityError(
                 f"node {a.node}: step {s} was committed but {missing} of its messages did not reach this "
                 f"client within {waited} extra hops (it was stalled or cut off while they were flooded): "
                 "this client stops (restart it to rejoin by replay)"
             )
         heard = sorted({v.origin for v in self.votes(s)} & a.roster.members)
-        return membership.MinorityError(
+        return MinorityError(
             f"node {a.node}: step {s} was not committed within {waited} extra hops (votes from "
             f"{len(heard)} of {len(a.roster.members)} members: {', '.join(map(str, heard)) or 'none'}; "
             f"committed through step {a.through}): no reachable majority agrees, this client stops "

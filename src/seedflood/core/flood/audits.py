@@ -30,9 +30,9 @@ import hashlib
 import struct
 from collections.abc import Sequence
 
-from seedflood.core.flood import message
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.signing import Signing
+from seedflood.core.wire import message
+from seedflood.core.wire.message import Message
 
 _DRAW = struct.Struct("<III")  # auditor, origin, step
 _STEP = struct.Struct("<Q")

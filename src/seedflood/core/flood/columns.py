@@ -18,7 +18,7 @@ from typing import overload
 
 import numpy as np
 
-from seedflood.core.flood.message import Message
+from seedflood.core.wire.message import Message
 
 
 @dataclass(frozen=True, eq=False)

@@ -50,9 +50,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
-from seedflood.core.flood.membership import COPY, LEAVE, VOTE, Note, copied, copy_note
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.signing import Signing
+from seedflood.core.membership.notes import COPY, LEAVE, VOTE, Note, copied, copy_note
+from seedflood.core.wire.message import Message
 
 MessageId = tuple[int, int, int]  # (origin, step, k)
 NoteId = tuple  # (kind, origin, step[, ballot or k[, the copy]]): membership.Note.id

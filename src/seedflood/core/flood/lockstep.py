@@ -25,12 +25,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeAlias
 
-from seedflood.core.flood import message
 from seedflood.core.flood.flooding import Flood, FloodError
-from seedflood.core.flood.message import Limits, Message
 from seedflood.core.flood.schedule import StepSchedule
 from seedflood.core.flood.transport import EVALUATOR, HEADER, ByteCounter
 from seedflood.core.topology.graph import Topology
+from seedflood.core.wire import message
+from seedflood.core.wire.message import Limits, Message
 
 if TYPE_CHECKING:
     import networkx as nx

@@ -36,16 +36,16 @@ import statistics
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 from seedflood.core.config import rng
 from seedflood.core.config.configerror import ConfigError
 from seedflood.core.config.runconfig import Config
 from seedflood.core.flood import columnrules
 from seedflood.core.flood.columns import StepColumns
-from seedflood.core.flood.membership import Roster
-from seedflood.core.flood.message import FrameError, Limits, Message
+from seedflood.core.membership.roster import Roster
 from seedflood.core.topology.resolve import EVALUATOR_RANK, node_of, rank_of  # the rank map (rank 0: evaluator)
+from seedflood.core.wire.message import FrameError, Limits, Message
 
 __all__ = ["EVALUATOR_RANK", "Protocol", "digest", "node_of", "rank_of", "trajectory"]
 
@@ -111,6 +111,26 @@ class Protocol:
     only on steps s with s % m == 0. () = every origin every step."""
     mean: bool = False
     """zo.aggregate is mean (with a stride, w is 1/N_s per step: `weight_at`)."""
+    repair: bool = False
+    """churn.repair (docs/churn-design.md, Graph repair): a committed step that leaves members out
+    adds edges between the members left (membership.growth). Every client must hold the same
+    value: it decides the graph."""
+
+    # -- churn constants every client shares (timing of edge work; not settings of a run) ------
+    LATE_FACTOR: ClassVar[int] = 10
+    """A peer that still heartbeats is waited for up to this many timeouts per hop (it may be
+    waiting on a silent node of its own; dropping it would cascade)."""
+    HEAL_FACTOR: ClassVar[int] = 2
+    """Over a healing transport: a client that has waited `patience_hops` for a commit waits up to
+    this many more timeouts (paced) before it stops as a minority: an edge anywhere in its part
+    may heal meanwhile (a stalled member wakes, a cut link comes back)."""
+    HEAL_AHEAD: ClassVar[int] = 2
+    """A heal proposes the exchange index this many past both ends' clocks: the other end takes
+    the proposal at its next ask, one exchange after the clock it posted."""
+    JOIN_GRACE: ClassVar[int] = 4
+    """Exchanges from a brand-new id's claim until the heal negotiation has brought its edges up:
+    the newcomer asks at its first exchange, the other end takes the proposal (HEAL_AHEAD past
+    both clocks) at its next, one more for a proposal withdrawn once."""
 
     @cached_property
     def _strides(self) -> dict[int, int]:
@@ -205,6 +225,7 @@ class Protocol:
             max_nodes=cfg.churn.max_nodes,
             stride=tuple(sorted((o, m) for o, m in cfg.zo.stride.items() if m > 1)),
             mean=cfg.zo.aggregate == "mean",
+            repair=cfg.churn.repair,
         )
 
     # -- messages ------------------------------------------------------------------------------

@@ -27,8 +27,8 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from seedflood.core.flood.membership import COPY, JOIN, SIG_SIZE, Note, copied
-from seedflood.core.flood.message import Message
+from seedflood.core.membership.notes import COPY, JOIN, SIG_SIZE, Note, copied
+from seedflood.core.wire.message import Message
 
 _MESSAGE = struct.Struct("<IIIf")  # origin, step, k, scalar (f32: the wire's bits)
 _NOTE = struct.Struct("<BIIQi")  # kind, origin, step, value, signer

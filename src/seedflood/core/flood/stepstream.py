@@ -15,7 +15,7 @@ Owns (docs/churn-design.md: Membership is data, The evaluator follows the attach
   successive attach nodes into each step once, in order, and refuses two contents for one step.
 - `CatchUp`: what a sponsor hands a rejoining neighbour.
 
-Assumes: pure Python (the core); the hop payload inside a catch-up (`held`) is membership.py's.
+Assumes: pure Python (the core); the hop payload inside a catch-up (`held`) is flood/hop.py's.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from seedflood.core.flood import message
-from seedflood.core.flood.membership import SIG_SIZE, Change
-from seedflood.core.flood.message import FrameError, Message
+from seedflood.core.membership.notes import SIG_SIZE
+from seedflood.core.membership.roster import Change
+from seedflood.core.wire import message
+from seedflood.core.wire.message import FrameError, Message
 
 _STEP_MAGIC = b"SC\x01"  # an evaluator payload with a change: magic, u32 change length, change, frame
 _SIGNED_MAGIC = b"SS\x01"  # signed: magic, u32 change length, change, u32 seals length, seals, frame

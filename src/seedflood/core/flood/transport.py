@@ -55,13 +55,6 @@ INLINE_BYTES = 64 * 1024
 """Receive buffer per peer (gloo): frames up to INLINE_BYTES - HEADER travel in one message."""
 MAX_FRAME_BYTES = 1 << 30
 """A length header above this is treated as a corrupt stream."""
-LATE_FACTOR = 10
-"""Churn: a peer that still heartbeats is waited for up to this many timeouts per hop (it may be
-waiting on a silent node of its own; dropping it would cascade). memorywires.py and links.py share it."""
-HEAL_FACTOR = 2
-"""Churn, over a `Healing` transport: a client that has waited `protocol.patience_hops` for a
-commit waits up to this many more timeouts (paced) before it stops as a minority: an edge
-anywhere in its part may heal meanwhile (a stalled member wakes, a cut link comes back)."""
 MAX_PENDING = 1024
 """Unfinished push messages to the evaluator before `push` waits for the oldest (back-pressure)."""
 

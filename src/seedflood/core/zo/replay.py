@@ -18,8 +18,8 @@ from torch import nn
 
 from seedflood.core.flood import columnrules
 from seedflood.core.flood.columns import StepColumns
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
+from seedflood.core.wire.message import Message
 from seedflood.core.zo.directions import Direction, StepUpdate
 
 

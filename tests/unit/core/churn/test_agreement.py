@@ -19,8 +19,9 @@ from seedflood.core.churn.agreement import (
     step_digest,
     tally,
 )
-from seedflood.core.flood.membership import VOTE, Change, ExcludedError, MembershipError, Roster
-from seedflood.core.flood.message import FrameError, Message
+from seedflood.core.membership.notes import VOTE
+from seedflood.core.membership.roster import Change, ExcludedError, MembershipError, Roster
+from seedflood.core.wire.message import FrameError, Message
 
 
 def msg(o: int, s: int, scalar: float = 1.0) -> Message:
@@ -229,7 +230,7 @@ def test_a_held_copy_that_hashes_to_another_digest_waits_for_the_committed_copy_
     import explorer
     from seedflood.core.churn.voter import Voter
     from seedflood.core.flood.flooding import Flood
-    from seedflood.core.flood.membership import copy_note
+    from seedflood.core.membership.notes import copy_note
 
     p = explorer.protocol_for(nx.complete_graph(3), steps=2)
     flood = Flood(0, [1, 2], range(3), tolerate_conflicts=True)

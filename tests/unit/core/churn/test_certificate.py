@@ -12,10 +12,12 @@ from dataclasses import replace
 
 from seedflood.core.churn.agreement import GENESIS, Agreement, Proof, Value, Vote, byzantine_quorum, step_digest
 from seedflood.core.churn.certificate import Certificate, StepVerifier, certify
-from seedflood.core.flood import message, stepstream
-from seedflood.core.flood.membership import VOTE, Change, Note, Roster
-from seedflood.core.flood.message import Message
+from seedflood.core.flood import stepstream
 from seedflood.core.flood.signing import Signing
+from seedflood.core.membership.notes import VOTE, Note
+from seedflood.core.membership.roster import Change, Roster
+from seedflood.core.wire import message
+from seedflood.core.wire.message import Message
 
 TAG = b"run-tag-16-bytes"
 N = 4

@@ -19,6 +19,7 @@ import pytest
 
 import explorer as ex
 from seedflood.core.churn import agreement
+from seedflood.core.flood.protocol import Protocol
 
 DEEP = os.environ.get("SEEDFLOOD_EXPLORE", "") == "deep"
 SMALL = ex.graphs(5)
@@ -353,7 +354,7 @@ def test_a_cut_link_that_heals_on_a_graph_it_never_split_leaves_everyone_finishi
                 w = ex.World(g, p, faults)
                 out = w.run()
                 assert out.safe and set(out.states.values()) == {"done"}, (name, [str(f) for f in faults], out.problem)
-                if min(w.closed_at[a], w.closed_at[b]) >= r + 2 + ex.HEAL_AHEAD:  # both ran to the heal
+                if min(w.closed_at[a], w.closed_at[b]) >= r + 2 + Protocol.HEAL_AHEAD:  # both ran to the heal
                     healed += 1
                     assert any(e == ex.edge(a, b) for _, e in w.healed), (name, r, (a, b), w.healed)
     assert healed > 20

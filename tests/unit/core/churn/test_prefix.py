@@ -11,9 +11,9 @@ from seedflood.core.churn import prefix
 from seedflood.core.churn.agreement import Agreement
 from seedflood.core.config import runconfig as config
 from seedflood.core.flood import stepstream
-from seedflood.core.flood.membership import Change
-from seedflood.core.flood.message import FrameError, Message
 from seedflood.core.flood.protocol import Protocol
+from seedflood.core.membership.roster import Change
+from seedflood.core.wire.message import FrameError, Message
 
 HEADER = {"trajectory": {"run.seed": 7}, "base_hash": "abc", "config": {"ignored": True}}
 

@@ -1,4 +1,4 @@
-"""The audit draw and the RECOMPUTE note (core/flood/audits.py, membership.py).
+"""The audit draw and the RECOMPUTE note (core/flood/audits.py, core/membership/notes.py).
 
 - The draw is a rate: 0 never, 1 always (nobody audits itself), otherwise close to the rate over
   many (auditor, origin, step); it is deterministic, and changes with the basis (the last applied
@@ -16,17 +16,10 @@ import pytest
 from test_signing import LIMITS, msg, signing  # the signing tests' keys and limits
 
 from seedflood.core.flood import audits
-from seedflood.core.flood.membership import (
-    RECOMPUTE,
-    Note,
-    check_note,
-    decode_hop,
-    encode_hop,
-    recompute_note,
-    recomputed,
-)
-from seedflood.core.flood.message import FrameError
+from seedflood.core.flood.hop import decode_hop, encode_hop
 from seedflood.core.flood.signing import may_sign
+from seedflood.core.membership.notes import RECOMPUTE, Note, check_note, recompute_note, recomputed
+from seedflood.core.wire.message import FrameError
 
 BASIS = audits.basis([msg(0, 3), msg(1, 3)])
 

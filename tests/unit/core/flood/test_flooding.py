@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from seedflood.core.config import rng
 from seedflood.core.flood.flooding import Flood, FloodError
-from seedflood.core.flood.membership import Note
-from seedflood.core.flood.message import Message
+from seedflood.core.membership.notes import Note
 from seedflood.core.topology import builders
+from seedflood.core.wire.message import Message
 
 
 def graphs():
@@ -227,7 +227,7 @@ def test_a_node_that_sees_two_copies_floods_both_as_copy_notes_so_every_node_hol
     copy too, which would never see the first as a message). A path 1 - 0 - 2 where origin 3's
     two copies reach 0 from both sides: afterwards 1 and 2, each of which held one copy, name
     origin 3 too and hold both copies."""
-    from seedflood.core.flood.membership import COPY, copied
+    from seedflood.core.membership.notes import COPY, copied
 
     a = Message.make(3, 4, 77, 0.5)
     b = Message.make(3, 4, 77, 0.25)
@@ -249,7 +249,7 @@ def test_copies_of_one_id_are_bounded_and_a_committed_copy_is_chosen_before_the_
     """An origin that sends many copies costs every node at most MAX_COPIES of them (a third is
     dropped, never forwarded); `choose` makes the flood hand out the copy the client picked."""
     from seedflood.core.flood.flooding import MAX_COPIES
-    from seedflood.core.flood.membership import copy_note
+    from seedflood.core.membership.notes import copy_note
 
     copies = [Message.make(1, 0, 5, 0.125 * (i + 1)) for i in range(4)]
     f = Flood(0, [1, 2], range(2), tolerate_conflicts=True)
@@ -265,7 +265,7 @@ def test_copies_of_one_id_are_bounded_and_a_committed_copy_is_chosen_before_the_
 
 
 def test_a_leave_note_travels_one_hop_from_its_origin_and_is_owed_to_nobody():
-    from seedflood.core.flood.membership import leave_note
+    from seedflood.core.membership.notes import leave_note
 
     leaver = Flood(1, [0, 2], range(4), 1)
     note = leave_note(3, 1, 40)
@@ -284,7 +284,7 @@ def test_a_leave_note_travels_one_hop_from_its_origin_and_is_owed_to_nobody():
 def test_the_sorted_notes_cache_forgets_every_step_past_the_horizon():
     """`notes` of kinds a step never held are cached too (empty): they go with the horizon, so a
     long run's cache stays bounded by it."""
-    from seedflood.core.flood.membership import JOIN
+    from seedflood.core.membership.notes import JOIN
 
     f = Flood(0, [1], range(2), note_horizon=2)
     for s in range(20):

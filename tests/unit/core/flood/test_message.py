@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seedflood.core.config import rng
-from seedflood.core.flood import message
-from seedflood.core.flood.message import FrameError, Layout, Limits, Message
+from seedflood.core.wire import message
+from seedflood.core.wire.message import FrameError, Layout, Limits, Message
 
 
 def seed_of(o: int, s: int, k: int) -> int:

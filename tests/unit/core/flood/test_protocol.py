@@ -10,8 +10,8 @@ import pytest
 
 from seedflood.core.config import runconfig as config
 from seedflood.core.config.configerror import ConfigError
-from seedflood.core.flood.message import FrameError, Message
 from seedflood.core.flood.protocol import Protocol, digest, node_of, rank_of, trajectory
+from seedflood.core.wire.message import FrameError, Message
 
 
 def proto(*overrides: str, diameter: int = 2) -> Protocol:

@@ -9,19 +9,10 @@ import hashlib
 import pytest
 
 from seedflood.core.flood.flooding import Flood
-from seedflood.core.flood.membership import (
-    AUDIT,
-    COPY,
-    VOTE,
-    Note,
-    copied,
-    copy_note,
-    decode_hop,
-    encode_hop,
-    join_note,
-)
-from seedflood.core.flood.message import FrameError, Limits, Message
+from seedflood.core.flood.hop import decode_hop, encode_hop
 from seedflood.core.flood.signing import Signing, may_sign, note_payload
+from seedflood.core.membership.notes import AUDIT, COPY, VOTE, Note, copied, copy_note, join_note
+from seedflood.core.wire.message import FrameError, Limits, Message
 
 TAG = b"run-tag-16-bytes"
 

@@ -12,8 +12,8 @@ from seedflood.core.config import rng
 from seedflood.core.config.runconfig import Config
 from seedflood.core.config.systemsections import TopologyConfig
 from seedflood.core.config.trainsections import RunConfig, SubspaceConfig, ZOConfig
-from seedflood.core.flood.message import Message
 from seedflood.core.flood.protocol import Protocol
+from seedflood.core.wire.message import Message
 from seedflood.core.zo.family import build
 from seedflood.core.zo.replay import Applier, ReplayError, state_hash
 

@@ -1,30 +1,11 @@
-"""The roster, its changes and the notes (seedflood.core.flood.membership): pure, milliseconds."""
+"""The roster, its changes and the notes (seedflood.core.membership) and the hop payload (core.flood.hop): pure, milliseconds."""
 
 from __future__ import annotations
 
 import pytest
 
-from seedflood.core.flood import message
 from seedflood.core.flood.flooding import Flood
-from seedflood.core.flood.membership import (
-    AUDIT,
-    JOIN,
-    LEAVE,
-    VOTE,
-    Change,
-    ExcludedError,
-    MembershipError,
-    Note,
-    Roster,
-    audit_verdict,
-    decode_hop,
-    encode_hop,
-    join_note,
-    leave_note,
-    link_hop,
-    next_attach,
-)
-from seedflood.core.flood.message import FrameError, Limits, Message
+from seedflood.core.flood.hop import decode_hop, encode_hop
 from seedflood.core.flood.stepstream import (
     CatchUp,
     StepSequence,
@@ -35,6 +16,10 @@ from seedflood.core.flood.stepstream import (
     encode_pushes,
     encode_step,
 )
+from seedflood.core.membership.notes import AUDIT, JOIN, LEAVE, VOTE, Note, join_note, leave_note, link_hop
+from seedflood.core.membership.roster import Change, ExcludedError, MembershipError, Roster, audit_verdict, next_attach
+from seedflood.core.wire import message
+from seedflood.core.wire.message import FrameError, Limits, Message
 
 SEED = 7
 
@@ -229,7 +214,7 @@ def test_a_copy_note_is_checked_as_its_message_would_be_and_a_bad_one_refuses_th
     import math
     import struct
 
-    from seedflood.core.flood.membership import COPY, Note, copied, copy_note
+    from seedflood.core.membership.notes import COPY, Note, copied, copy_note
 
     m = Message.make(3, 7, seed_of(3, 7, 0), 0.25)
     note = copy_note(m)

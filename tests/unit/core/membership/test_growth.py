@@ -1,4 +1,4 @@
-"""The join rule (core/flood/growth.py; docs/churn-design.md, A new id joins): a new id's edges
+"""The join rule (core/membership/growth.py; docs/churn-design.md, A new id joins): a new id's edges
 are a pure function of the committed changes, it links to the founders with the fewest links
 first, and while every founder is a member the graph's diameter stays within the founders'
 diameter + 2."""
@@ -9,8 +9,8 @@ from collections import deque
 
 import pytest
 
-from seedflood.core.flood.growth import Growth, members_after
-from seedflood.core.flood.membership import Change
+from seedflood.core.membership.growth import Growth, members_after
+from seedflood.core.membership.roster import Change
 from seedflood.core.topology import builders
 
 

@@ -1,4 +1,4 @@
-"""Graph repair (core/flood/repair.py, growth.Growth with repair; docs/churn-design.md, Graph
+"""Graph repair (core/membership/repair.py, growth.Growth with repair; docs/churn-design.md, Graph
 repair): after a committed step leaves members out, the same edges from the same history at
 every client; every member ends with at least min(k, members - 1) links; the members' graph is
 connected and within the starting topology's diameter, on rings, tori, stars and lines after
@@ -11,9 +11,9 @@ import random
 
 import pytest
 
-from seedflood.core.flood.growth import Growth
-from seedflood.core.flood.membership import Change
-from seedflood.core.flood.repair import diameter, parts, repair
+from seedflood.core.membership.growth import Growth
+from seedflood.core.membership.repair import diameter, parts, repair
+from seedflood.core.membership.roster import Change
 from seedflood.core.topology import builders
 
 

@@ -37,8 +37,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from seedflood.core.flood import repair as repairs
-from seedflood.core.flood.membership import Change
+from seedflood.core.membership import repair as repairs
+from seedflood.core.membership.roster import Change
 
 Adjacency = dict[int, frozenset[int]]
 Added = tuple[int, int | None, tuple[repairs.Edge, ...]]

@@ -1,6 +1,6 @@
 """A churn client's health counters: how its commits, edges and ballots went (for the sinks).
 
-Owns `Health`: running totals a churn client (roles/churn.py, churnedges.py) adds to as it
+Owns `Health`: running totals a churn client (its core/churn/member.py) adds to as it
 works, read about once a second into its live status record (livestatus.py, `Status.health`)
 and summed over the clients by the evaluator (rundir/health.py) for TensorBoard and the
 trackers. Counts only: nothing here is sent, logged or decided on.

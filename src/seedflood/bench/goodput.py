@@ -44,8 +44,8 @@ from seedflood.bench.common import table
 from seedflood.bench.membership import timed_run
 from seedflood.core.config import runconfig as config
 from seedflood.core.config.runconfig import Config
-from seedflood.core.membership.growth import Growth
 from seedflood.core.flood.protocol import Protocol
+from seedflood.core.membership.growth import Growth
 from seedflood.core.topology import resolve as topo
 from seedflood.core.topology.graph import Topology
 from seedflood.roles.inprocess import Event, simulate

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from seedflood.core.config import rng
-from seedflood.core.wire import message
 from seedflood.core.flood.columns import StepColumns
+from seedflood.core.wire import message
 
 V1_KEY = -1  # the layout key of a v1 frame (v2 frames: their layout byte)
 _V1_DTYPE = np.dtype(

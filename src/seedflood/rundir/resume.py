@@ -27,7 +27,6 @@ from typing import Any
 from seedflood.core.config import runconfig as config_mod
 from seedflood.core.config.runconfig import Config
 from seedflood.core.flood.columns import StepColumns
-from seedflood.core.membership.roster import Change
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.membership.roster import Change
 from seedflood.core.topology.resolve import topology_of

@@ -14,8 +14,8 @@ from torch import nn
 from seedflood.core.config import runconfig as config
 from seedflood.core.config.trainsections import SubspaceConfig
 from seedflood.core.flood.columns import StepColumns
-from seedflood.core.wire.message import Message
 from seedflood.core.flood.protocol import Protocol
+from seedflood.core.wire.message import Message
 from seedflood.core.zo.directions import select_trainable
 from seedflood.core.zo.replay import Applier, state_hash
 from seedflood.core.zo.subcge import SubCGE

@@ -105,12 +105,13 @@ def steps(n: int) -> list[tuple[int, list[Message]]]:
 )
 def test_the_attach_node_names_the_steps_its_catch_up_held(needs, decided, said, sent, caplog):
     transport = Transport(needs)
+    flood = SimpleNamespace(signing=None)  # unsigned: no seals
     node = SimpleNamespace(
-        host=SimpleNamespace(node=2, flood=SimpleNamespace(signing=None)),  # unsigned: no seals
+        host=SimpleNamespace(node=2, flood=flood),
         _fed=0,
         history=steps(decided),
-        roster=SimpleNamespace(changes={}),
-        certificates={},
+        # the member a step's payload reads (`joining.step_payload`)
+        member=SimpleNamespace(flood=flood, roster=SimpleNamespace(changes={}), certificates={}),
     )
     with caplog.at_level(logging.WARNING, logger="seedflood"):
         Churn.follow(node, transport)  # type: ignore[arg-type]

@@ -348,7 +348,7 @@ def bench_rejoin(args: argparse.Namespace) -> list[dict[str, Any]]:
         for h in histories:
             history = synth_history(p, h, seed=h)
             sponsor = client_of(p, Workload.build(cfg), 1)  # only its history is read
-            sponsor.churn.history = history
+            sponsor.churn.member.history = history
             t = h + p.delay  # the sponsor's boundary: steps < t − delay are decided
             blob = sponsor.churn.catch_up(t, t + p.delay + 1, 1)
             walls, cpus, applies, hashes = [], [], [], set()

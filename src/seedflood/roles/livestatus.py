@@ -82,6 +82,13 @@ class SentCounter(ByteCounter):
             self.sent += nbytes
             self._to[dst] = self._to.get(dst, 0) + nbytes
 
+    def add_many(self, step: int, src: int, sizes: Sequence[tuple[int, int]]) -> None:
+        super().add_many(step, src, sizes)  # a gloo hop's edges, counted at once
+        with self._total_lock:
+            for dst, nbytes in sizes:
+                self.sent += nbytes
+                self._to[dst] = self._to.get(dst, 0) + nbytes
+
     def totals(self) -> tuple[int, dict[int, int]]:
         """(bytes sent, bytes per destination), read together."""
         with self._total_lock:

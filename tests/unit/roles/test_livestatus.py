@@ -55,6 +55,8 @@ def test_the_sent_counter_keeps_the_total_of_its_table() -> None:
     c.add(0, 1, 2, 100)
     c.add(1, 1, -1, 23)
     assert c.sent == 123 == c.total()
+    c.add_many(2, 1, [(2, 7), (3, 9)])  # a gloo hop counts its edges at once
+    assert c.sent == 139 == c.total() and c.totals()[1] == {2: 107, -1: 23, 3: 9}
 
 
 def test_the_bytes_per_edge_join_what_was_sent_to_and_received_from_each_peer() -> None:

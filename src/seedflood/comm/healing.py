@@ -203,25 +203,21 @@ class Heals:
         if not self._builds:
             return {}
         jump = min(b.at for b in self._builds.values())
-        out = {}
-        for peer, o in sorted(self._open.items()):
-            if o.deal.at > jump:
-                continue
-            del self._open[peer]
-            got = Deal.parse(self.store.compare_set(f"{o.key}/deal", str(o.deal), str(o.deal.to("w"))))
-            if got == o.deal.to("a"):
-                out[peer] = self._agreed(peer, o.incarnation, got)
-        return out
+        return self._withdraw([peer for peer, o in self._open.items() if o.deal.at <= jump])
 
     def forgo(self, want: Mapping[int, int | None]) -> dict[int, int]:
         """Withdraw this end's open proposals to peers not in `want` (committed out since it
         proposed); returns those the peer took first (peer -> index): agreed after all, so this
         end connects and closes that edge rather than leave the taker waiting on it."""
+        return self._withdraw([peer for peer in self._open if peer not in want])
+
+    def _withdraw(self, peers: list[int]) -> dict[int, int]:
+        """Withdraw this end's open proposals to `peers` (one compare_set each, so a withdrawal
+        and the peer's acceptance exclude each other); returns those the peer took first (peer ->
+        index), whose builds start now."""
         out = {}
-        for peer, o in sorted(self._open.items()):
-            if peer in want:
-                continue
-            del self._open[peer]
+        for peer in sorted(peers):
+            o = self._open.pop(peer)
             got = Deal.parse(self.store.compare_set(f"{o.key}/deal", str(o.deal), str(o.deal.to("w"))))
             if got == o.deal.to("a"):
                 out[peer] = self._agreed(peer, o.incarnation, got)

@@ -247,15 +247,7 @@ def encode(messages: Iterable[Message], version: int = VERSION) -> bytes:
 
 def _code(value: int) -> int:
     """The 2-bit width code of `width(value)`."""
-    if value == 0:
-        return 0
-    if value < 1 << 8:
-        return 1
-    if value < 1 << 16:
-        return 2
-    if value < 1 << 32:
-        return 3
-    raise ValueError(f"message field {value} does not fit in 4 bytes")
+    return WIDTHS.index(width(value))
 
 
 @functools.lru_cache(maxsize=1 << 12)

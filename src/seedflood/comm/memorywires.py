@@ -320,6 +320,13 @@ class Wires:
                         h.at = h.by = None  # withdrawn: the peer can no longer take it
         return out
 
+    def agreed(self, node: int, peer: int) -> int | None:
+        """The exchange index both ends of the edge node - peer agreed to connect at (None: no
+        heal of it is agreed)."""
+        with self._lock:
+            h = self._heals.get((min(node, peer), max(node, peer)))
+            return h.at if h is not None and h.accepted else None
+
     def healed(self, node: int, peer: int) -> None:
         """`node` connected its end of a healed edge; the heal is done once both have."""
         key = (min(node, peer), max(node, peer))

@@ -33,7 +33,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
 from seedflood.core.churn import commands as c
-from seedflood.core.churn import edges, joining, prefix
+from seedflood.core.churn import joining, loop, prefix
 from seedflood.core.churn.agreement import Agreement
 from seedflood.core.churn.health import Health
 from seedflood.core.churn.member import Left, Member
@@ -150,10 +150,18 @@ class Churn:
 
     def _do(self, cmd: c.Command) -> Any:  # noqa: C901 (one dispatch)
         h, transport = self.host, self.transport
-        if isinstance(cmd, c.Hop):
-            h.hop(cmd.t)
-            return h.hops_run
-        if isinstance(cmd, c.Clock):
+        if isinstance(cmd, c.Exchange):
+            return c.Exchanged(h.exchange(cmd.t), transport.take_lost())
+        if isinstance(cmd, c.Neighbours):
+            return tuple(transport.neighbours), self.healer is not None and bool(self.healer.peers)
+        if isinstance(cmd, c.Received):
+            h.received(cmd.items, cmd.t)
+        elif isinstance(cmd, c.Estimate):
+            return h.estimate(cmd.t)
+        elif isinstance(cmd, c.Follow):
+            if self.feed is not None and self.roster.attach == h.node:
+                self.follow(self.feed)
+        elif isinstance(cmd, c.Clock):
             h.hops_run = cmd.hop
         elif isinstance(cmd, c.Say):
             log.log(cmd.level, cmd.msg, *cmd.args)
@@ -209,64 +217,17 @@ class Churn:
             if feed is not None and self.roster.attach == h.node and feed.attach:
                 feed.push(stepstream.encode_push(s, step_payload(self, s, msgs)), s)
 
-    # -- the host's hooks -------------------------------------------------------------------------
+    # -- the host's hooks: each runs the member's schedule (core/churn/loop.py) -----------------
     def resume(self, records: Records, cut: int, changes: Mapping[int, Change]) -> None:
         """Every logged step is committed (keeping its decision); those >= cut wait to be applied."""
         self.member.resume(records, cut, changes)
 
     def step(self, t: int) -> None:
-        h = self.host
-        self.boundary(t)
-        self.health.begin(t, h.hops_run)
-        if self.member.originates(t):  # a rejoining client originates from its JOIN step
-            h.flood.originate(h.estimate(t))
-        self.step_hops(t)
-        self.agree(t)
-        self.apply_through(t - h.protocol.delay, t)
-        h.next_step = t + 1
-
-    def boundary(self, t: int) -> None:
-        """Before step t: sponsor a restarted neighbour that is ours to catch up; as the attach
-        node, follow the evaluator."""
-        self._run(joining.boundary(self.member, t))
-        if self.feed is not None and self.roster.attach == self.host.node:
-            self.follow(self.feed)
-
-    def step_hops(self, t: int) -> None:
-        """The hops of local step t: up to the next exchange index that is a multiple of
-        `protocol.hops` (`hops` of them where the step began on one, as every step does while
-        nobody waits), so a client whose steps begin off the hop clock's phase (it waited a hop or
-        two for a commit, a newcomer starts at its sponsor's clock mid-step) puts its step
-        boundaries back on it (measured: 1.8x per step after a cut healed, docs/benchmarks.md).
-        Timing only: which exchange carries a frame changes no committed value."""
-        h = self.host
-        n = h.protocol.hops
-        for _ in range(n - h.hops_run % n):  # counted once: a client alone holds its clock (`heal`)
-            h.hop(t)
-
-    def on_notes(self, new: Sequence[object], sender: int | None = None) -> None:
-        self._run(self.member.on_notes(new, self.host.hops_run, sender))
-
-    def before_hop(self) -> None:
-        h, m = self.host, self.member
-        # the edge work reads the transport's neighbours as they are now (a newcomer's transport
-        # adds its sponsor when it is claimed; the member's `Grow`s add the rest)
-        m.neighbours = tuple(self.transport.neighbours)
-        if self.grower is not None and h.next_step < h.protocol.steps:
-            self._knock(h.next_step)
-        self._run(edges.unlink(m, h.hops_run))
-        self._run(edges.link(m, h.hops_run))
-        if self.healer is not None:
-            self._run(edges.heal(m, h.hops_run, bool(self.healer.peers)))
+        self._run(loop.step(self.member, t))
+        self.host.next_step = self.member.next_step
 
     def _knock(self, t: int) -> None:
-        self._run(joining.knock(self.member, t, self.host.hops_run))
-
-    def after_exchange(self, t: int) -> None:
-        self._run(self.member.after_exchange(t, self.transport.take_lost()))
-
-    def on_bad_frame(self, peer: int, t: int, error: FrameError) -> None:
-        self._run(self.member.on_bad_frame(peer, t, error))
+        self._run(joining.knock(self.member, t, self.member.clock))
 
     def leave(self) -> None:
         self.member.leave()
@@ -294,36 +255,14 @@ class Churn:
             "node %d: the evaluator follows this node; %s", self.host.node, _catch_up_said(sent, needs, self.history)
         )
 
-    # -- agreement --------------------------------------------------------------------------------
     def drain(self) -> None:
-        """After the last step: hop, vote and commit on without originating until every step is
-        applied, then hop on for as long as a vote takes to spread, so that the votes this client
-        holds reach a neighbour still waiting for them."""
-        h = self.host
-        last = h.protocol.steps - 1
-        t = max(h.next_step, h.protocol.steps)
-        while h.applier.last_step < last:
-            self.step_hops(t)
-            self.agree(t)
-            self.apply_through(min(t - h.protocol.delay, last), t)
-            t += 1
-        for _ in range(h.protocol.delay - h.protocol.vote_lag):
-            h.hops(t)
-            t += 1
-
-    def agree(self, t: int) -> None:
-        """End of local step t (or of a hop waited at t): vote, commit, move votes on."""
-        self._run(self.member.agree(t, self.host.hops_run))
+        """After the last step: hop until every step is applied (loop.drain)."""
+        self._run(loop.drain(self.member))
 
     def apply_through(self, upto: int, t: int | None = None) -> None:
         """Apply every step <= upto, each once committed; the client hops on (as local step t)
         until it is."""
-        h = self.host
-        while h.applier.last_step < upto:
-            self.apply_committed(h.applier.last_step + 1, h.next_step if t is None else t)
-
-    def apply_committed(self, s: int, t: int) -> None:
-        self._run(self.member.apply_committed(s, t, self.host.logged))
+        self._run(loop.apply_through(self.member, upto, self.host.next_step if t is None else t))
 
     # -- sponsoring and rejoining -----------------------------------------------------------------
     def _sponsor(self, t: int, p: int, inc: int) -> None:
@@ -341,21 +280,21 @@ class Churn:
             log.warning("node %d: node %d said nothing of what it holds: not sponsoring it", h.node, p)
             transport.drop(p, "no word of what it holds")
             return
-        blob = self._run(joining.sponsor(self.member, t, p, inc, have, h.hops_run))
+        blob = self._run(joining.sponsor(self.member, t, p, inc, have, self.member.clock))
         transport.send_blob(p, blob)
         h.flood.add_peer(p)
 
     def catch_up(self, t: int, e: int, inc: int, have: Have = prefix.NOTHING) -> bytes:
         """What a rejoining neighbour needs before step t (`joining.catch_up`)."""
-        return joining.catch_up(self.member, t, e, inc, self.host.hops_run, have)
+        return joining.catch_up(self.member, t, e, inc, self.member.clock, have)
 
     def rejoin(self, blob: bytes, held: Sequence[tuple[int, bytes]] = ()) -> None:
         """Catch up from a sponsor's payload as a restarted client (`joining.rejoin`)."""
         h = self.host
         if h.next_step or h.applier.last_step >= 0:
             raise FloodError(f"node {h.node}: rejoin must come before the first step")
-        h.next_step = self._run(joining.rejoin(self.member, blob, held))
-        h.logged = len(self.history)
+        h.next_step = self.member.next_step = self._run(joining.rejoin(self.member, blob, held))
+        h.logged = self.member.logged
 
     def poll(self) -> None:
         pass  # nothing runs beside the estimate

@@ -31,11 +31,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from seedflood.core.flood.flooding import Flood, FloodError
-from seedflood.core.flood.hop import decode_hop, encode_hop
+from seedflood.core.flood.hop import outbox_frames, read_frame
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.signing import Signing
 from seedflood.core.flood.transport import Transport
-from seedflood.core.membership.notes import Note
 from seedflood.core.membership.roster import Change
 from seedflood.core.topology.graph import Topology
 from seedflood.core.wire.message import FrameError, Limits, Message
@@ -234,44 +233,37 @@ class Client:
         for _ in range(self.protocol.hops):
             self.hop(t)
 
-    def hop(self, t: int) -> None:
-        self.mode.before_hop()
+    def exchange(self, t: int) -> dict[int, bytes]:
+        """One exchange of the hop clock as local step t: the flood's outbox out to every
+        neighbour (`hop.outbox_frames`), their frames in (neighbour -> bytes, undecoded), counted."""
         self.hops_run += 1
-        frames = {}
-        flood = self.flood
-        signed = flood.signing is not None
-        encode = encode_hop
-        for p, items in flood.outbox().items():
-            if signed:  # what a resume restored from the log carries no signature: nobody could check it
-                items = [i for i in items if i.sig]
-            if items and isinstance(items[-1], Note):  # the outbox lists messages, then notes
-                frames[p] = encode(
-                    [m for m in items if isinstance(m, Message)], [n for n in items if isinstance(n, Note)], signed
-                )
-            else:
-                frames[p] = encode(items, (), signed)  # type: ignore[arg-type]  # messages only
-        incoming = self.transport.exchange(frames, t)
+        incoming = self.transport.exchange(outbox_frames(self.flood), t)
         if incoming:
             self.received_bytes += sum(map(len, incoming.values()))
             got = dict(self.received_from)
             for peer, f in incoming.items():
                 got[peer] = got.get(peer, 0) + len(f)
             self.received_from = got
-        self.mode.after_exchange(t)
-        limits = self._wire_limits(t)
+        return incoming
+
+    def hop(self, t: int) -> None:
+        """One strict hop: exchange, then take each neighbour's frame; one that does not decode
+        stops the run (a churn client drops its sender instead: core/churn/loop.py)."""
+        incoming = self.exchange(t)
+        flood, limits = self.flood, self._wire_limits(t)
         for peer in sorted(incoming):
             if peer not in flood.peers:
                 continue
             try:
-                msgs, notes = decode_hop(incoming[peer], limits)
+                new, _ = read_frame(flood, peer, incoming[peer], limits)
             except FrameError as e:
-                self.mode.on_bad_frame(peer, t, e)
-                continue
-            new = flood.receive(peer, [*msgs, *notes] if notes else msgs)
-            if self.audit is not None and new:
-                self.audit.received(new, t)
-            if notes:
-                self.mode.on_notes(new, peer)
+                raise FrameError(f"node {self.node}: bad frame from node {peer} at step {t}: {e}") from None
+            if new:
+                self.received(new, t)
+
+    def received(self, items: Sequence[object], t: int) -> None:
+        if self.audit is not None:
+            self.audit.received(items, t)
 
     def _wire_limits(self, t: int) -> Limits:
         """`protocol.wire_limits(t)`, made once per step (a step has `hops` hops)."""

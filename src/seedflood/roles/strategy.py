@@ -22,7 +22,7 @@ from seedflood.core.flood.flooding import Flood
 from seedflood.core.flood.protocol import Protocol as RunProtocol
 from seedflood.core.flood.transport import Transport
 from seedflood.core.membership.roster import Change
-from seedflood.core.wire.message import FrameError, Message
+from seedflood.core.wire.message import Message
 from seedflood.core.zo.replay import Applier
 
 StepListener = Callable[[int, list[Message]], None]
@@ -50,6 +50,14 @@ class Host(Protocol):
     def hop(self, t: int) -> None: ...
 
     def hops(self, t: int) -> None: ...
+
+    def exchange(self, t: int) -> dict[int, bytes]:
+        """One exchange of the flood's outbox (the hop clock moves on): the frames received."""
+        ...
+
+    def received(self, items: Sequence[object], t: int) -> None:
+        """New items a frame of local step t brought (an auditor recomputes their scalars)."""
+        ...
 
 
 class Strategy(Protocol):
@@ -95,17 +103,3 @@ class Mode(Protocol):
 
     def join(self) -> None:
         """Wait for work in flight (if any) and raise its error in this thread."""
-
-    def before_hop(self) -> None:
-        """Right before exchange number `hops_run`."""
-
-    def after_exchange(self, t: int) -> None:
-        """Right after an exchange, before its frames are received."""
-
-    def on_notes(self, new: Sequence[object], sender: int | None = None) -> None:
-        """The items of a frame that carried notes, as the flood took them (new ones only);
-        `sender`: the neighbour whose frame it was (None: not from a frame, e.g. a catch-up)."""
-
-    def on_bad_frame(self, peer: int, t: int, error: FrameError) -> None:
-        """A frame from `peer` did not decode (a bad CRC, layout, id, step or scalar): strict
-        raises it (the run stops with that line); churn drops the peer like a failed one."""

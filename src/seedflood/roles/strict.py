@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import ClassVar
 
 from seedflood.core.flood.flooding import FloodError
 from seedflood.core.flood.schedule import StepSchedule
 from seedflood.core.flood.transport import TransportError
 from seedflood.core.membership.roster import Change
-from seedflood.core.wire.message import FrameError
 from seedflood.roles.strategy import Host, Records
 
 log = logging.getLogger(__name__)
@@ -140,18 +139,6 @@ class Strict:
             self.join()
         except Exception as e:  # the main thread's error is the one to report
             log.debug("node %d: hops in flight also failed: %s", self.host.node, e)
-
-    def before_hop(self) -> None:
-        pass
-
-    def after_exchange(self, t: int) -> None:
-        pass
-
-    def on_notes(self, new: Sequence[object], sender: int | None = None) -> None:
-        pass  # notes (JOIN, AUDIT) are churn's
-
-    def on_bad_frame(self, peer: int, t: int, error: FrameError) -> None:
-        raise FrameError(f"node {self.host.node}: bad frame from node {peer} at step {t}: {error}")
 
 
 class Hops:

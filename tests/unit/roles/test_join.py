@@ -254,7 +254,7 @@ def test_a_knocking_id_that_is_a_member_is_not_sponsored_by_the_join_rule():
         """The looks before as many exchanges as a claim waits for, and one more (`Churn._knock`)."""
         for _ in range(2 * c.churn.agreement.quiet + 2):
             c.churn._knock(logged)
-            c.hops_run += 1
+            c.churn.member.clock += 1  # one exchange: the member's hop clock
 
     c, t = member_0([(s, step(s, range(5))) for s in range(logged)], {})
     assert 0 in growth.edges(5, logged + p.delay + 1, {})  # ring of 5: node 5 links to 0 and 1

@@ -6,17 +6,18 @@ member decides and the driver does the I/O (a transport, the clock, the model) i
 order the member asks. A trace of (command, result) pairs replayed into a fresh member yields the
 same commands (tests/unit/core/churn/test_member.py).
 
-Results: `Hop` -> the hop clock after it; `Now` -> the time (s, monotonic); `Claim` -> the
-incarnation claimed or None; `Connect` -> the peers connected; `Grow` -> the neighbours after it;
-`AskHeal` -> peer -> the agreed exchange index; `Revived`, `Newcomers` -> node ids; `StateHash`
--> the state's hash; every other command -> None.
+Results: `Exchange` -> `Exchanged`; `Neighbours` -> (the transport's neighbours, whether any
+edge is up); `Estimate` -> this client's messages of the step; `Now` -> the time (s, monotonic);
+`Claim` -> the incarnation claimed or None; `Connect` -> the peers connected; `Grow` -> the
+neighbours after it; `AskHeal` -> peer -> the agreed exchange index; `Revived`, `Newcomers` ->
+node ids; `StateHash` -> the state's hash; every other command -> None.
 
 Assumes: pure Python (the core).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from seedflood.core.wire.message import Message
@@ -26,10 +27,45 @@ WARNING = 30
 
 
 @dataclass(frozen=True)
-class Hop:
-    """Run one exchange as local step `t` (the host's hop: frames, notes, lost peers)."""
+class Exchange:
+    """Send the flood's outbox to every neighbour (`hop.outbox_frames`) and receive theirs, as
+    local step `t`: one exchange of the hop clock."""
 
     t: int
+
+
+@dataclass(frozen=True)
+class Exchanged:
+    """What an exchange brought: each neighbour's frame (peer -> bytes, undecoded) and the peers
+    the transport lost in it (peer -> why)."""
+
+    frames: Mapping[int, bytes]
+    lost: Mapping[int, str]
+
+
+@dataclass(frozen=True)
+class Received:
+    """The new items a frame of local step `t` brought (what an auditor recomputes)."""
+
+    items: Sequence[object]
+    t: int
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """The transport's neighbours (connected or not) and whether any edge is up."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """This client's messages of local step `t` (its forwards)."""
+
+    t: int
+
+
+@dataclass(frozen=True)
+class Follow:
+    """Between steps: where this client is the attach node and feeds the evaluator, answer it."""
 
 
 @dataclass(frozen=True)
@@ -156,7 +192,11 @@ class Say:
 
 
 Command = (
-    Hop
+    Exchange
+    | Received
+    | Neighbours
+    | Estimate
+    | Follow
     | Clock
     | Now
     | Idle

@@ -62,9 +62,12 @@ def knock(m: Member, t: int, hop: int) -> Steps:
     hops of this one has started an exchange after the knock came, and looked before it: every
     member connected to this one sees the knock before the claim hides it. Counted in exchanges,
     not steps, so a member waiting for a commit (a split that a newcomer's edges may bridge)
-    claims it too."""
+    claims it too; so does a member with no edge up, at once."""
     for j in (yield from look(m, t, hop)):
-        if hop - m.edges.seen[j] > 2 * m.agreement.quiet:
+        # a member with no edge up has nobody connected to wait for, and its clock is held (it
+        # waits for a heal: edges.heal), so it claims at once (found by the explorer: the ends
+        # of a line whose middle died never claimed the newcomer that would join them)
+        if hop - m.edges.seen[j] > 2 * m.agreement.quiet or not m.flood.peers:
             if (inc := (yield Claim(j))) is not None:
                 yield Sponsor(t, j, inc)
 
@@ -192,12 +195,15 @@ def rejoin(m: Member, blob: bytes, held: Sequence[tuple[int, bytes]] = ()) -> Ge
         steps.append((s, msgs))
     yield ApplyAll(steps)
     m.history = steps
+    m.applied = len(steps) - 1
+    m.logged = len(steps)
     m.flood.applied_through = len(steps) - 1
     msgs, notes = decode_hop(d.held, pr.limits(0, 2**32 - 1))
     notes = [n for n in notes if n.kind != LEAVE]  # one hop: an earlier life's goodbye is not this one's
     m.flood.restore(msgs)
     m.flood.originate_notes(notes)
-    yield Clock(d.hop)  # the sponsor's hop clock: this client's first exchange is its hop d.hop
+    m.clock = d.hop  # the sponsor's hop clock: this client's first exchange is its hop d.hop
+    yield Clock(d.hop)
     yield from m.on_notes(notes, d.hop)
     m.voter.skip(len(steps))
     m.joined_at = d.join_step

@@ -3,17 +3,19 @@ decides, with no I/O of its own.
 
 Owns `Member`: the committed chain and this client's votes (`agreement.Agreement`, built here
 with its settings, driven by its `voter.Voter`), every decided step (`history`, with the
-certificates of a signed run), the step it originates from (`joined_at`), whether it is leaving
-(`leaving`), its edge lifecycle (`edges.Edges`) and its health counters. Each entry point is a
-generator: it yields `commands` (hop, set the clock, connect, part, drop, ask to heal, restore,
-grow, claim, sponsor, apply, log) and is sent each one's result by its driver (roles/churn.py),
-which does the I/O. The time is an input (`commands.Now`), so a trace of (command, result)
-pairs replayed into a fresh member yields the same commands.
+certificates of a signed run), its clocks (`clock`: the index of its next exchange;
+`next_step`; `applied`: the last step applied), the step it originates from (`joined_at`),
+whether it is leaving (`leaving`), its edge lifecycle (`edges.Edges`) and its health counters.
+Each entry point is a generator: it yields `commands` (exchange, set the clock, connect, part,
+drop, ask to heal, restore, grow, claim, sponsor, apply, log) and is sent each one's result by
+whoever runs it (roles/churn.py on a transport; tests/explorer.py on a simulated network), which
+does the I/O. The time is an input (`commands.Now`), so a trace of (command, result) pairs
+replayed into a fresh member yields the same commands.
 
-The decisions, and where each lives: voting and committing (`agree`, the voter), applying a
-committed step and how long to wait for one (`apply_committed`), sponsoring a restarted
-neighbour or a brand-new id (`boundary`, `knock`; joining.py), a newcomer's catch-up and rejoin
-(joining.py), graceful leave (`leave`, `goodbye`, edges.unlink), heals, links and lost peers
+The decisions, and where each lives: the order of a step and a hop, how long to wait for a
+commit, a leaver's goodbye (loop.py), voting and committing (`agree`, the voter), sponsoring a
+restarted neighbour or a brand-new id (joining.boundary, joining.knock), a newcomer's catch-up
+and rejoin (joining.py), graceful leave (`leave`, edges.unlink), heals, links and lost peers
 (edges.py), graph repair after a committed leave (`repair`).
 
 Assumes: pure Python (the core); the member owns its flood's membership bookkeeping but not its
@@ -26,16 +28,16 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
 from seedflood.core.churn.agreement import Agreement
-from seedflood.core.churn.commands import WARNING, Apply, Command, Drop, Grow, Hop, Idle, Now, Part, Say, StateHash
+from seedflood.core.churn.commands import WARNING, Command, Drop, Grow, Say
 from seedflood.core.churn.edges import Edges
 from seedflood.core.churn.health import Health
 from seedflood.core.churn.voter import Voter
 from seedflood.core.flood.flooding import Flood
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.membership.growth import Growth
-from seedflood.core.membership.notes import AUDIT, JOIN, LEAVE, Note, audit_value, leave_note, link_hop
-from seedflood.core.membership.roster import Change, ExcludedError, Roster, check_admitted
-from seedflood.core.wire.message import FrameError, Message
+from seedflood.core.membership.notes import JOIN, LEAVE, Note, link_hop
+from seedflood.core.membership.roster import Change, Roster
+from seedflood.core.wire.message import FrameError, Limits, Message
 
 Steps = Generator[Command, Any, None]
 Records = Sequence[tuple[int, Sequence[Message]]]
@@ -101,6 +103,17 @@ class Member:
         """Seconds a meeting waits (the driver's transport setting): the wait past patience is
         HEAL_FACTOR of them."""
         self.audits = audits  # this client can hash its state (audited runs)
+        self.clock = 0  # the hop clock: the index of this client's next exchange
+        self.next_step = 0  # the next local step to run
+        self.applied = -1  # the last step applied (to the model: `Apply`, `ApplyAll`)
+        self.logged = 0  # steps that came from a log or a catch-up (applied, not told to the listeners again)
+        self._limits: tuple[int, Limits] | None = None  # (step, its wire limits): a step has `hops` hops
+
+    def limits(self, t: int) -> Limits:
+        """`protocol.wire_limits(t)`, made once per step."""
+        if self._limits is None or self._limits[0] != t:
+            self._limits = (t, self.protocol.wire_limits(t))
+        return self._limits[1]
 
     @property
     def roster(self) -> Roster:
@@ -122,6 +135,8 @@ class Member:
             self.agreement.extend(s, msgs, changes.get(s), pending=s >= cut)
         self.history = [(s, list(msgs)) for s, msgs in records[:cut]]
         self.voter.skip(len(records))
+        self.applied = cut - 1  # the client applies those before its first step
+        self.next_step = self.logged = len(records)
 
     def leave(self) -> None:
         """Asked to leave: from the next step on this client originates nothing, so the voters'
@@ -181,15 +196,9 @@ class Member:
     # -- agreement ----------------------------------------------------------------------------
     def agree(self, t: int, hop: int) -> Steps:
         """End of local step t (or of a hop waited at t; `hop` the clock): vote, commit, move
-        votes on. A leaving client that a committed step left out says goodbye and ends with
-        `Left`."""
-        try:
-            commits = self.voter.after(t, hop)
-        except ExcludedError:
-            if not self.leaving or self.node in self.roster.members:
-                raise
-            raise (yield from self.goodbye(t, hop)) from None
-        for s, change in commits:
+        votes on, and grow the edges committed joins and repairs give this member. Raises
+        `ExcludedError` where a committed step left it out (loop.agree: a leaver's goodbye)."""
+        for s, change in self.voter.after(t, hop):
             mine = self.agreement.mine.get(s)
             self.health.commit(s, hop, None if mine is None else mine.ballot)
             if change:
@@ -211,46 +220,3 @@ class Member:
                 other = b if me == a else a
                 self.neighbours = yield Grow((other,))
                 yield Say(WARNING, "node %d: graph repair after step %d links node %d", (me, step, other))
-
-    def goodbye(self, t: int, hop: int) -> Generator[Command, Any, Left]:
-        """A committed step has left this leaving client out: flood the LEAVE note, run the one
-        exchange that hands it to every neighbour, close every edge (the neighbours close theirs
-        before the same next exchange: edges.unlink) and return the one line it stops with."""
-        step = self.agreement.through
-        self.flood.originate_notes([leave_note(step, self.node, hop + 1)])
-        yield Hop(t)
-        for q in sorted(self.flood.peers):
-            yield Part(q)
-            self.flood.drop_peer(q)
-        return Left(self.node, step)
-
-    def apply_committed(self, s: int, t: int, logged: int) -> Steps:
-        """Apply step s once it is committed and its messages are here, hopping on (as local step
-        t, originating nothing) until then; audit the state if this step is audited. `logged`:
-        the steps that came from a log (applied, but not told to the listeners again)."""
-        p = self.protocol
-        waited = 0
-        heal_by: float | None = None  # past its patience: when it stops waiting for a down edge to heal
-        while (msgs := self.voter.take(s)) is None:
-            if waited >= p.patience_hops:
-                if not self.healing:  # nothing that went down comes back by itself
-                    raise self.voter.stuck(s, waited)
-                # an edge may heal anywhere in this client's part (a stalled member wakes, a cut
-                # link comes back) and bring a majority: wait for it, paced, before stopping
-                now = yield Now()
-                if heal_by is None:
-                    heal_by = now + Protocol.HEAL_FACTOR * self.meet_timeout_s
-                if now > heal_by:
-                    raise self.voter.stuck(s, waited)
-                yield Idle()
-            hop = yield Hop(t)
-            yield from self.agree(t, hop)
-            waited += 1
-        self.history.append((s, msgs))
-        if (cert := self.voter.certificates.pop(s, None)) is not None:
-            self.certificates[s] = cert
-        yield Apply(s, msgs, s >= logged)
-        if s >= logged and p.audits(s) and self.audits:
-            value = audit_value((yield StateHash()))
-            self.flood.originate_notes([Note(s, AUDIT, self.node, value)])
-        check_admitted(self.node, s, self.joined_at, self.roster)

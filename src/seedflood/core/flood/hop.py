@@ -1,7 +1,8 @@
 """The hop payload: what one hop carries to one neighbour, messages and notes, and its bytes.
 
 Owns `encode_hop` / `decode_hop`: a message frame (wire/message.py), plus notes
-(membership/notes.py) when there are any. Without notes it is exactly the plain message frame,
+(membership/notes.py) when there are any; `outbox_frames` / `read_frame`: a flood's frames of
+one exchange, and a neighbour's frame taken into it. Without notes it is exactly the plain message frame,
 so a strict run's traffic is unchanged byte for byte. (A decided step's bytes beyond the hop —
 the evaluator stream, the catch-up — are stepstream.py's.)
 
@@ -15,6 +16,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import replace
 
+from seedflood.core.flood.flooding import Flood, Item
 from seedflood.core.membership.notes import SIG_SIZE, Note, check_note
 from seedflood.core.wire import message
 from seedflood.core.wire.message import FrameError, Limits, Message
@@ -64,7 +66,8 @@ def decode_hop(payload: bytes, limits: Limits) -> tuple[list[Message], list[Note
     if len(frame) != n or len(rest) < 2:
         raise FrameError("hop payload: message frame length disagrees with the payload")
     (count,) = _U16.unpack_from(rest)
-    notes, at = [], 2
+    notes: list[Note] = []
+    at = 2
     for _ in range(count):
         if at + _NOTE.size > len(rest):
             raise FrameError(f"hop payload: note {len(notes)} of {count} is truncated")
@@ -92,3 +95,29 @@ def decode_hop(payload: bytes, limits: Limits) -> tuple[list[Message], list[Note
     if at != len(rest):
         raise FrameError(f"hop payload: {len(rest) - at} bytes after {count} notes")
     return msgs, [n for n in notes if check_note(n, limits)]
+
+
+def outbox_frames(flood: Flood) -> dict[int, bytes]:
+    """Each neighbour's frame of the next exchange: the flood's outbox, encoded (neighbour ->
+    bytes). In a signed run an item without a signature (restored from a log: nobody could check
+    it) is not sent."""
+    frames = {}
+    signed = flood.signing is not None
+    encode = encode_hop
+    for p, items in flood.outbox().items():
+        if signed:
+            items = [i for i in items if i.sig]
+        if items and isinstance(items[-1], Note):  # the outbox lists messages, then notes
+            frames[p] = encode(
+                [m for m in items if isinstance(m, Message)], [n for n in items if isinstance(n, Note)], signed
+            )
+        else:
+            frames[p] = encode(items, (), signed)  # type: ignore[arg-type]  # messages only
+    return frames
+
+
+def read_frame(flood: Flood, peer: int, frame: bytes, limits: Limits) -> tuple[list[Item], bool]:
+    """Take neighbour `peer`'s frame into `flood`: the items new to it, and whether the frame
+    carried notes. Raises FrameError where the frame does not decode (nothing of it is taken)."""
+    msgs, notes = decode_hop(frame, limits)
+    return flood.receive(peer, [*msgs, *notes] if notes else msgs), bool(notes)

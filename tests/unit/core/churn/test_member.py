@@ -13,9 +13,10 @@ import networkx as nx
 
 import explorer
 from seedflood.core.churn import commands as c
-from seedflood.core.churn import edges, joining
+from seedflood.core.churn import loop
 from seedflood.core.churn.member import Member
 from seedflood.core.flood.flooding import Flood
+from seedflood.core.flood.hop import outbox_frames
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.wire.message import Message
 
@@ -27,10 +28,10 @@ class Node:
         self.i, self.p = i, p
         self.flood = Flood(i, peers, range(p.ids), 1, None, p.step_window, tolerate_conflicts=True)
         self.member = Member(p, self.flood, i, incarnation=0, attach=0, neighbours=peers, healing=False)
-        self.hops_run = 0
         self.applied: list[tuple[int, list[Message]]] = []
         self.trace: list[str] = []
         self.lost: dict[int, str] = {}
+        self.frames: dict[int, bytes] = {}
         self.stopped: str | None = None
 
     def run(self, steps: Generator[c.Command, Any, Any]) -> Generator[str, None, Any]:
@@ -43,48 +44,27 @@ class Node:
                 return done.value
             self.trace.append(repr(cmd))
             result = None
-            if isinstance(cmd, c.Hop):
-                yield from self.hop()
-                result = self.hops_run
+            if isinstance(cmd, c.Exchange):
+                yield "hop"  # the world exchanges every member's outbox
+                result, self.frames, self.lost = c.Exchanged(self.frames, self.lost), {}, {}
+            elif isinstance(cmd, c.Neighbours):
+                result = (self.member.neighbours, True)
+            elif isinstance(cmd, c.Estimate):
+                result = [Message.make(self.i, cmd.t, self.p.seed(self.i, cmd.t), 0.5 + self.i + cmd.t)]
             elif isinstance(cmd, c.Apply):
                 self.applied.append((cmd.step, cmd.msgs))
             elif isinstance(cmd, c.Revived | c.Newcomers):
                 result = []
             elif isinstance(cmd, c.Now):
-                result = float(self.hops_run)
+                result = float(self.member.clock)
             elif isinstance(cmd, c.Connect):
                 result = list(cmd.peers)
 
-    def hop(self) -> Generator[str, None, None]:
-        m = self.member
-        yield from self.run(edges.unlink(m, self.hops_run))
-        yield from self.run(edges.link(m, self.hops_run))
-        yield "hop"  # the world exchanges every member's outbox and counts the clock
-        yield from self.run(m.after_exchange(0, self.lost))
-        self.lost = {}
-
     def program(self) -> Generator[str, None, None]:
-        """Roles/churn.py's `step` and `drain` over the member."""
-        p, m = self.p, self.member
-        for t in range(p.steps):
-            yield from self.run(joining.boundary(m, t))
-            if m.originates(t):
-                self.flood.originate([Message.make(self.i, t, p.seed(self.i, t), 0.5 + self.i + t)])
-            for _ in range(p.hops - self.hops_run % p.hops):
-                yield from self.hop()
-            yield from self.run(m.agree(t, self.hops_run))
-            while len(self.applied) <= t - p.delay:
-                yield from self.run(m.apply_committed(len(self.applied), t, 0))
-        t = p.steps
-        while len(self.applied) < p.steps:
-            for _ in range(p.hops - self.hops_run % p.hops):
-                yield from self.hop()
-            yield from self.run(m.agree(t, self.hops_run))
-            while len(self.applied) <= min(t - p.delay, p.steps - 1):
-                yield from self.run(m.apply_committed(len(self.applied), t, 0))
-            t += 1
-        for _ in range((p.delay - p.vote_lag) * p.hops):
-            yield from self.hop()
+        """What roles/churn.py runs: every step, then the drain."""
+        for t in range(self.p.steps):
+            yield from self.run(loop.step(self.member, t))
+        yield from self.run(loop.drain(self.member))
 
 
 def simulate(n: int, steps: int, crash: tuple[int, int]) -> dict[int, Node]:
@@ -109,15 +89,11 @@ def simulate(n: int, steps: int, crash: tuple[int, int]) -> dict[int, Node]:
                 live.discard(i)
         if not live:
             return nodes
-        out = {i: nodes[i].flood.outbox() for i in sorted(live)}
+        out = {i: outbox_frames(nodes[i].flood) for i in sorted(live)}
         for i in sorted(live):
-            for q, items in sorted(out[i].items()):
+            for q, frame in sorted(out[i].items()):
                 if q in live and i in nodes[q].flood.peers:
-                    new = nodes[q].flood.receive(i, items)
-                    # notes: the member's bookkeeping (a ring without joins or leaves: nothing to run)
-                    list(nodes[q].run(nodes[q].member.on_notes(new, nodes[q].hops_run, i)))
-        for i in live:
-            nodes[i].hops_run += 1
+                    nodes[q].frames[i] = frame
     raise AssertionError("the simulation did not end")
 
 

@@ -1,108 +1,55 @@
-"""The schedule explorer: every fault schedule of a small graph through the real agreement.
+"""The schedule explorer: fault schedules of small graphs, run on the shipped churn member.
 
-Owns a lockstep world of N clients that run the churn client's schedule with the real decision
-code — `seedflood.core.churn.voter.Voter` (votes, ballots, commits, taking a committed step) over the
-real `seedflood.core.flood.flooding.Flood` and `membership.Roster` — and no model: a client "applies" a
-step by recording (step, digest). Faults are data (`Fault`), so a program can enumerate them.
+Owns `World`: N clients, each a real `core.churn.member.Member` running the real schedule
+(`core.churn.loop.step` for every step, then `loop.drain`; a newcomer first `joining.rejoin`s
+from its sponsor's catch-up): the generators roles/churn.py runs in every client. The world
+only executes the commands they yield, on a simulated network and clock, in one thread, so
+every run is deterministic and a failure repeats from its schedule. It decides nothing a
+client decides: votes, commits, sponsoring, joins, leaves, heals, links and repair are the
+member's; the heal negotiation and the sponsor claim are the in-process transport's
+(`comm.memorywires.Wires`). Faults are data (`Fault`), so a program can enumerate them.
 
-The world, one round = one hop of every running client (the global hop index of lockstep
-exchanges). A client of local step t originates its message at the first hop of t (from its
-JOIN step on), runs hops up to the next round that is a multiple of `hops` (`hops` of them
-unless it waited or joined mid-step: `Churn.step_hops`), then calls `Voter.after(t)` and applies
-every committed step due (t − delay); a step due but not committed (or whose messages are not all here) makes it hop
-on at t (no originating) until it is, at most `protocol.patience_hops` hops, then it stops with
-one line, as `Churn.apply_committed` does. After the last step it drains the same way and
-lingers for a vote's spread, then exits (its neighbours drop the edge).
+The network. A round is one unit of time (`Now` reads round × ROUND_S s). In each round every
+running client runs until it waits in an exchange (`Exchange`) or a meeting (`Connect`), then
+every meeting whose two ends both asked connects, then every exchange that can complete does.
+An exchange at hop clock k sends the client's frames (`hop.outbox_frames`) into one FIFO queue
+per edge end it holds up, tagged k, and completes once each such peer's frame tagged k is
+there, or the peer is lost: dead, asleep (a stall), finished, across a cut, its end closed
+(a `Drop`, a `Part`, a lost edge), or not there within LATE_ROUNDS rounds (a live peer on
+another clock). Clients of one connected part share the clock, so in a run without faults every
+client exchanges once a round (the lockstep the paper's flooding assumes); a client alone holds
+its clock (edges.heal) and a healed edge connects at one agreed index at both ends, as the
+transports do. A meeting waits MEET_ROUNDS rounds for its other end.
 
 Faults (`Fault.kind`), each at a round:
-- `crash`: the node's frame of that round reaches only the neighbours in `reach`, then it is
-  dead (every edge closes; its neighbours drop it).
-- `stall`: the node stops answering at that round: its neighbours drop it, and when it wakes
-  its edges are gone (gloo closes a timed-out pair for good), so it runs on alone.
-- `cut`: the links in `edges` fail both ways (a partition is a cut of every link across it).
-- `equivocate`: the node's frame of that round carries another copy (another scalar) of each of
-  its own messages in it to the neighbours in `reach`, the first copy to the others: two
-  messages under one id. It is the faulty one: the liveness check asks the others to finish
-  without it.
-- Byzantine voters (a signed world, `World(..., signed=True)`: every item carries its origin's
-  signature, so a liar can lie only about what it signs itself), from that round on, about
-  each vote it originates (it relays everything else unchanged, and its messages are honest):
-  `double` — to the neighbours in `reach` another value signed for the same ballot (its own
-  proposal less one origin, with the digest of what it holds of those: a value an honest
-  client could hold), the first to the others: two signed votes in one ballot; `bogus` — to
-  everyone a value it does not hold (every origin, a digest no messages hash to); `mute` — no
-  vote at all; `split` — a two-faced bridge: it relays nothing (only its own messages go out)
-  and tells each neighbour, for every ballot, that it voted what that neighbour voted (one
-  signed vote per value it hears: as many double votes as its neighbours disagree). Each is
-  faulty for the liveness check, as an equivocator is.
-- `restart`: a dead node comes back as a new incarnation: its lowest live member neighbour
-  sponsors it with the real catch-up rules (the decided steps, the held messages and notes, a
-  JOIN note for t + delay + 1 whose edges connect (delay + 1) · hops rounds later: rounds are
-  the shared hop clock), as `Churn.boundary` / `Churn.rejoin` / `Churn.link` do. A newcomer
-  whose JOIN step commits without it (the note reached no voter in time) stops after applying
-  that step, as `Churn.apply_committed` does (its launcher would restart it).
-- `join` (a protocol with `max_nodes`, in process): brand-new id `node` (beyond the topology)
-  knocks from that round on. Every running member that the real join rule (`growth.Growth`,
-  over the graph and roster committed through e − lag) links it to if admitted at
-  e = t + delay + 1 (t its step) sees the knock before each of its hops (`Churn._look`): it
-  grows its end and expects the newcomer. The first such member (lowest id) that saw it more
-  than 2·spread rounds before (`Churn._knock`: so every member connected to it has seen it too;
-  in any round, waiting or not) sponsors it as a restart's sponsor does (`Churn._sponsor`): the
-  catch-up, its JOIN note (incarnation 0), the newcomer's edges (the rule's) at its end. The
-  newcomer's edges but its sponsor's come up by the heal negotiation, not at the note's link
-  round: it asks once caught up, each member while it expects it (having seen the knock, or
-  the note with e − lag committed: `Churn._grow`) and no committed step has decided the join
-  (`Churn._heal_ok`). The committed step e admits it (the value's `joins`); a member that
-  could not expect it grows its end when it commits e, and the edge heals then.
-- `leave` (`Churn.leave`): the node originates nothing from its next step on, hops, relays and
-  votes until it commits a step that leaves it out, then floods its LEAVE note naming the round
-  after next, runs that one goodbye exchange and closes every edge (state `left`); each
-  neighbour that got the note in the leaver's own frame closes its end before that round and
-  never heals it (`Churn._goodbye`, `Churn.unlink`).
-- graph repair (`World(..., repair=True)`, churn.repair): every client that commits a step
-  that leaves members out grows its ends of the edges `Growth.repaired` gives (the real rule
-  over the committed graph), and they heal like any grown edge (`Churn.repair`).
-- `heal` (in process, `Churn.heal` over `transport.Healing`): the links in `edges` (cut earlier)
-  work again, or stalled `node` wakes and its dropped edges work again. A stall that a later
-  `heal` of its node wakes is a sleep: the node runs no round (sends, hears and counts nothing)
-  until then; a stall without one keeps the meaning above. A link that works again is not
-  connected by the fault: before every round each running client asks to heal its down edges
-  to the neighbours that are members of its committed roster (as the incarnation it admitted),
-  while it is an admitted member itself (`Churn._healable`), and the real negotiation
-  (`memorywires.Wires.heal`: one end proposes an index `Protocol.HEAL_AHEAD` rounds ahead, the other takes
-  it on its next ask) hands both ends one round to connect right before; both connect then
-  (`Flood.add_peer`: each owes the other everything it holds). In a world with heals a client
-  past its patience waits on, a hop a round, `Protocol.HEAL_FACTOR` × patience hops more before it stops
-  with the same line, as `Churn.apply_committed` does over a healing transport (it waits so
-  whether or not an edge is down then: an edge healed just before still needs hops to bring
-  the votes).
-  Where the model simplifies: rounds are the shared hop clock, so a woken node is back on it at
-  once (the real one has no edge left and jumps its clock to the agreed index, which lands it on
-  the same exchange); the heal wait is counted in hops (the real client waits `Protocol.HEAL_FACTOR` ×
-  `meet_timeout_s` seconds, paced); only links a `heal` names heal (every other down link stays
-  down, as over gloo: a stall without a wake-up, a newcomer's link that did not meet); an end
-  that learns of an agreed heal too late connects nothing (the real one restores its end alone
-  and drops it after the late bound).
-  For membership changes: the first rule-linked member at a step start in id order sponsors a
-  new id (the real members race to claim it); every running member sees a knock in the round
-  it comes (the real ones before their next hop, which the claim's wait of 2·spread + 1
-  exchanges lets every member connected to the claimant make); a member that holds a new id's
-  JOIN note expects it from the round it holds it (the real one when the note arrives); a
-  leaver closes its edges right after its goodbye exchange, before the round its note names,
-  as its neighbours do (nothing is exchanged in between).
+- `crash`: the node's frames of that round reach only the neighbours in `reach`; then it is dead.
+- `stall`: the node stops answering at that round: its neighbours lose it. A later `heal` of the
+  node wakes it (until then it runs nothing), and its edges are gone (gloo closes a timed-out
+  pair for good): they may heal. A stall without one cuts its links for good.
+- `cut`: the links in `edges` lose frames both ways (a partition is a cut of every link across it).
+- `heal`: the links in `edges` (cut earlier) work again, or stalled `node` wakes; a down edge
+  comes back only through the members' heal negotiation (edges.heal over `Wires.heal`).
+- `restart`: a dead node's supervisor starts it again as a new incarnation: its neighbours'
+  transports report it revived (`Revived`), one claims it (`Claim`) and sponsors it.
+- `join` (a protocol with `max_nodes`): brand-new id `node` knocks from that round on
+  (`Newcomers`); a member the join rule links it to claims and sponsors it.
+- `leave`: the node is asked to leave gracefully (`Member.leave`).
+- `equivocate`: the node's frames of that round carry another copy (another scalar) of each of
+  its own messages to the neighbours in `reach`, the first copy to the others.
+- Byzantine voters (a signed world: every item carries its origin's seal), from that round on,
+  about each vote the node originates: `double` (another signed value to `reach`), `bogus` (a
+  value it does not hold), `mute` (no vote), `split` (a two-faced bridge: it relays nothing but
+  its own messages and tells each neighbour it voted what that neighbour voted).
+The sponsor's handshake (meeting, a signed challenge, the newcomer's word of what it holds) is
+the transport's and the driver's: here a claimed newcomer is met at once and holds nothing.
 
 Checks (`Outcome`): safety — every client's applied (step, digest) list is a prefix of one
-history, and so is the evaluator's log (it follows whichever client is the attach node, each
-new edge opening with that client's steps from where the log stands, through the real
-`stepstream.StepSequence`, which refuses two contents for one step); liveness — where the final
-graph has a connected part holding a strict majority of the nodes, all of its clients finish.
-With heals the final graph is the schedule's links once every heal is in (a heal whose end
-closed before it could connect brings nothing back), and a client the finishing majority committed out while it was away
-is not expected to finish (docs/churn-design.md, Healed edges: it stops and a restart rejoins it).
-With membership changes the final graph holds every grown edge, a client that left holds none,
-and a part that did not finish must hold a strict majority of the roster R_s of the first step
-one of its clients could not commit (a join or a leave changes it only through a committed
-step, so the quorum grows and shrinks with it).
+history, and so is the evaluator's log (it follows whichever client is the attach node, through
+the real `stepstream.StepSequence`, which refuses two contents for one step); liveness — where
+the final graph has a connected part holding a strict majority (of every client, or with
+membership changes of the roster its least advanced laggard had to commit with), all of its
+clients finish. A client the finishing majority committed out while it was away is not
+expected to finish (it stops; a restart rejoins it).
 """
 
 from __future__ import annotations
@@ -112,25 +59,36 @@ import dataclasses
 import hashlib
 import itertools
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import networkx as nx
 
 from seedflood.comm.memorywires import Faults as WireFaults
 from seedflood.comm.memorywires import Wires
-from seedflood.core.churn.agreement import Agreement, Value, Vote, step_digest
+from seedflood.core.churn import commands as c
+from seedflood.core.churn import joining, loop, prefix
+from seedflood.core.churn.agreement import Value, Vote, step_digest
+from seedflood.core.churn.member import Left, Member
 from seedflood.core.churn.voter import Voter
 from seedflood.core.flood.flooding import Flood
+from seedflood.core.flood.hop import decode_hop, encode_hop, outbox_frames
 from seedflood.core.flood.protocol import Protocol, schedule
 from seedflood.core.flood.signing import Signing
 from seedflood.core.flood.stepstream import StepSequence
 from seedflood.core.membership.growth import Growth
-from seedflood.core.membership.notes import JOIN, LEAVE, VOTE, Note, join_note, leave_note
-from seedflood.core.membership.roster import ExcludedError, MembershipError, check_admitted
+from seedflood.core.membership.notes import VOTE, Note
+from seedflood.core.membership.roster import ExcludedError, MembershipError
 from seedflood.core.wire.message import FrameError, Message
 
 Edge = tuple[int, int]
+Program = Generator[c.Command, Any, None]
+
+ROUND_S = 1.0  # simulated seconds per round: what `Now` reads
+MEET_ROUNDS = 2  # a meeting (`Connect`) waits this many rounds for its other end
+LATE_ROUNDS = 64  # a live peer whose frame has not come is waited for this many rounds, then lost
+PARK = object()  # `_do`'s answer for a command the client waits in (an exchange, a meeting)
 
 
 def edge(a: int, b: int) -> Edge:
@@ -226,108 +184,43 @@ def signing(node: int) -> Signing:
 # -- one client --------------------------------------------------------------------------------------
 @dataclass
 class Node:
-    i: int
-    protocol: Protocol
-    peers: Sequence[int]
-    incarnation: int = 0
-    flood: Flood = field(init=False)
-    voter: Voter = field(init=False)
-    t: int = 0
-    hop: int = 0  # hops run in step t (>= span: waiting for a step due at t)
-    span: int = 0  # hops of step t: to the next round that is a multiple of hops (`Churn.step_hops`)
-    rounds: int = 0  # hops run in all
-    waited: int = 0
-    joined_at: int = 0
-    linger: int = -1  # hops still to run after the last step was applied (-1: not draining yet)
-    state: str = "run"  # run | asleep (a stall a heal wakes) | parting | left | done | stopped | dead
-    why: str = ""
-    applied: list[tuple[int, int]] = field(default_factory=list)  # (step, digest)
-    history: list[tuple[int, list[Message]]] = field(default_factory=list)
-    signed: bool = False  # every item sealed by its origin (`signing`), what is not authentic dropped
-    heal_at: dict[int, int] = field(default_factory=dict)  # peer -> the round its agreed heal connects at
-    heals: bool = False  # its down edges may heal (a world with heals: the in-process transport)
-    excluded: bool = False  # stopped because the others committed a step without it
-    heal_by: int = -1  # past its patience where edges heal: the waited count it stops at
-    leaving: bool = False  # asked to leave gracefully (`Churn.leave`): originates nothing more
-    grown: set[int] = field(default_factory=set)  # neighbours beyond the topology's (a join's, a repair's)
-    grew_through: int = -1  # committed steps whose joins and repairs grew its edges
-    unlink: dict[int, int] = field(default_factory=dict)  # leaving neighbour -> round its edge closes before
-    parted: set[int] = field(default_factory=set)  # neighbours that left gracefully: never healed
-    seen: dict[int, int] = field(default_factory=dict)  # a knocking new id it is linked to -> round first seen
-    expected: dict[int, int] = field(default_factory=dict)  # new id it grew its end to, not admitted -> JOIN step
-    noted: set[int] = field(default_factory=set)  # expected ids whose JOIN step is the note's (else the knock's)
+    """One client: its member, the program it runs and what its transport holds."""
 
-    def __post_init__(self) -> None:
-        p = self.protocol
-        seal = signing(self.i) if self.signed else None
-        self.flood = Flood(
-            self.i, self.peers, range(p.ids), 1, None, p.step_window, tolerate_conflicts=True, signing=seal
-        )
-        a = Agreement(self.i, p.ids, 1, self.incarnation, roster=p.roster())
-        self.voter = Voter(p, self.flood, a, lambda _: None)
+    i: int
+    member: Member
+    program: Program
+    incarnation: int = 0
+    state: str = "run"  # run | asleep (a stall a heal wakes) | left | done | stopped | dead
+    why: str = ""
+    applied: list[tuple[int, int]] = field(default_factory=list)  # (step, digest), as it applied them
+    excluded: bool = False  # stopped because the others committed a step without it
+    waiting: c.Command | None = None  # the exchange or meeting it waits in
+    since: int = 0  # the round it began waiting
+    result: Any = None  # what its program is sent next
+    ends: set[int] = field(default_factory=set)  # peers whose edge is up at this end
+    neighbours: set[int] = field(default_factory=set)  # its transport's neighbours, up or not
+    lost: dict[int, str] = field(default_factory=dict)  # edges gone at this end since its last exchange
+    met: set[int] = field(default_factory=set)  # a meeting's peers met so far
 
     @property
     def running(self) -> bool:
         return self.state == "run"
 
-    def begin_round(self) -> None:
-        """Originate this client's message if this round is the first hop of a step it makes."""
-        p = self.protocol
-        if self.hop == 0:  # a step's start: its hops end on the hop clock's phase (`Churn.step_hops`)
-            self.span = p.hops - self.rounds % p.hops
-        if self.hop == 0 and self.joined_at <= self.t < p.steps and not self.leaving:
-            seed = p.seed(self.i, self.t, 0)
-            self.flood.originate([Message.make(self.i, self.t, seed, float(self.i + 1), 0)])
+    @property
+    def flood(self) -> Flood:
+        return self.member.flood
 
-    def end_round(self) -> None:
-        """After this round's hop: the end of a step (or of a waited hop): vote, commit, apply."""
-        p = self.protocol
-        self.hop += 1
-        self.rounds += 1
-        if self.linger >= 0:
-            self.linger -= 1
-            if self.linger < 0:
-                self.state = "done"
-            return
-        if self.hop < self.span:
-            return
-        try:
-            self.voter.after(self.t, self.rounds)
-            last = self.applied[-1][0] if self.applied else -1
-            due = min(self.t - p.delay, p.steps - 1)
-            while last < due:
-                msgs = self.voter.take(last + 1)
-                if msgs is None:
-                    if self.waited >= p.patience_hops and not self._may_heal():
-                        raise self.voter.stuck(last + 1, self.waited)
-                    self.waited += 1
-                    return
-                last += 1
-                self.applied.append((last, self.voter.agreement.digests[last]))
-                self.history.append((last, msgs))
-                check_admitted(self.i, last, self.joined_at, self.voter.agreement.roster)  # as Churn does
-        except MembershipError as e:
-            a = self.voter.agreement
-            if self.leaving and isinstance(e, ExcludedError) and self.i not in a.roster.members:
-                # its leave committed (`Churn.agree`): the goodbye exchange comes next (the world)
-                self.state, self.why = "parting", f"node {self.i} left at step {a.through}"
-                return
-            self.state, self.why, self.excluded = "stopped", str(e), isinstance(e, ExcludedError)
-            return
-        self.waited, self.heal_by = 0, -1
-        self.t += 1
-        self.hop = 0
-        if last == p.steps - 1 and self.t >= p.steps:
-            self.linger = (p.delay - p.vote_lag) * p.hops
-            if self.linger == 0:
-                self.state = "done"
+    @property
+    def voter(self) -> Voter:
+        return self.member.voter
 
-    def _may_heal(self) -> bool:
-        """Past its patience, where edges heal: wait `Protocol.HEAL_FACTOR` × patience hops more before
-        stopping (`Churn.apply_committed`'s `heal_by`, counted in hops: the module docstring)."""
-        if self.heal_by < 0 and self.heals:
-            self.heal_by = self.waited + Protocol.HEAL_FACTOR * self.protocol.patience_hops
-        return self.waited < self.heal_by
+    @property
+    def history(self) -> list[tuple[int, list[Message]]]:
+        return self.member.history
+
+    @property
+    def clock(self) -> int:
+        return self.member.clock
 
 
 # -- the world --------------------------------------------------------------------------------------
@@ -348,10 +241,8 @@ BYZANTINE = ("double", "bogus", "mute", "split")
 """Fault kinds of a lying voter (a signed world)."""
 FAULTY = ("equivocate", *BYZANTINE)
 """Fault kinds whose node the liveness check leaves out (the others finish without it)."""
-
-
 MEMBERSHIP = ("join", "leave")
-"""Fault kinds that change the roster through a committed step (in process: edges heal there)."""
+"""Fault kinds that change the roster through a committed step."""
 
 
 class World:
@@ -370,447 +261,429 @@ class World:
             raise ValueError(f"joins {joins}: each a new id once, in {g.number_of_nodes()}..{protocol.ids - 1}")
         base = {i: sorted(g.neighbors(i)) for i in g.nodes}
         self.growth = Growth.of(base, protocol.delay, repair=repair) if joins or repair else None
+        # its down edges heal (the in-process transport): a world with a heal, a join or repair
+        self.healing = any(f.kind in ("heal", "join") for f in self.faults) or repair
+        self.membership = repair or any(f.kind in MEMBERSHIP for f in self.faults)
+        self.wires = Wires(base, 1.0, WireFaults())  # the heal negotiation and the sponsor claim
+        self.round = 0  # the round being run
+        self.nodes: dict[int, Node] = {}
+        self.queues: dict[tuple[int, int], list[tuple[int, bytes]]] = {}  # (src, dst) -> (clock, frame), FIFO
         self.sponsored: dict[int, tuple[int, int, int]] = {}  # new id -> (sponsor, round, JOIN step)
-        self.parted_by: dict[int, set[int]] = {}  # leaver -> the neighbours its LEAVE note reached
         self.linked: list[tuple[int, Edge]] = []  # (round, link) of each rejoin or join edge that connected
-        self.links: set[Edge] = {edge(a, b) for a, b in g.edges}  # working links
-        self.nodes = {i: Node(i, protocol, sorted(g.neighbors(i)), signed=signed) for i in g.nodes}
+        self.healed: list[tuple[int, Edge]] = []  # (round, link) of each heal that connected
+        self.closed_at: dict[int, int] = {}  # node -> round its client exited, stopped, left or died
+        self.revived: dict[int, int] = {}  # restarted node waiting for a sponsor -> its incarnation
+        self.told: dict[int, set[int]] = {}  # revived node -> the neighbours its knock was reported to
+        self.knocking: list[int] = []  # brand-new ids waiting for a sponsor
+        self.dying: dict[int, frozenset[int]] = {}  # crashing this round -> the neighbours its frames reach
+        self.lying: dict[int, frozenset[int]] = {}  # equivocating this round -> the neighbours it lies to
+        self.voting: dict[int, Fault] = {}  # lying voters, from their round on
+        self.lied: set[int] = set()  # equivocating nodes whose frame did carry another copy
         self.doubled: dict[int, int] = {}  # double voter -> first step whose vote went out two ways
         self._told: set[tuple[int, int, Note]] = set()  # split: (liar, neighbour, vote) already sent
-        self.log: list[tuple[int, int]] = []
+        self.log: list[tuple[int, int]] = []  # the evaluator's
         self.seq = StepSequence(0)
         self.attach_node = -1
         self.error = ""
-        self.round = 0  # the round being run: the shared hop clock
-        self.lied: set[int] = set()  # equivocating nodes whose frame did carry another copy
-        # links heal (in process): a heal, or a join's or a repair's edges (in process only)
-        self.healing = any(f.kind in ("heal", "join") for f in self.faults) or repair
-        self.membership = repair or any(f.kind in MEMBERSHIP for f in self.faults)
-        self.wires = Wires({i: sorted(g.neighbors(i)) for i in g.nodes}, 1.0, WireFaults())  # heal negotiation
-        self.mend: set[Edge] = set()  # links a heal brought back: they heal whenever both ends ask
-        self.closed_at: dict[int, int] = {}  # node -> round its client exited or stopped
-        woken = {(f.node, f.round) for f in self.faults if f.kind == "heal" and not f.edges}
-        self.sleeps = {  # (node, stall round): a stall that a later heal of its node wakes
-            (f.node, f.round)
-            for f in self.faults
-            if f.kind == "stall" and any(v == f.node and r > f.round for v, r in woken)
-        }
-        if self.healing:
-            for n in self.nodes.values():
-                n.heals = True
-        for n in self.nodes.values():  # `Churn`: a ballot's quiet time follows the committed graph
-            n.voter.growth = self.growth
+        for i in g.nodes:
+            n = self._node(i, 0, base[i])
+            n.ends = set(base[i])
+            n.program = self._founder(n.member)
 
-    # -- faults ----------------------------------------------------------------------------
-    def _fail(self, a: int, b: int) -> None:
-        """Link a–b is gone: each live end drops the other (what the transport's take_lost does)."""
-        self.links.discard(edge(a, b))
-        for x, y in ((a, b), (b, a)):
-            n = self.nodes.get(x)  # None: a knocking new id not sponsored yet (a member grew its end)
-            if n is not None and y in n.flood.peers:
-                n.flood.drop_peer(y)
-
-    def _isolate(self, v: int) -> None:
-        for u in list(self.g.neighbors(v)):
-            self._fail(v, u)
-
-    def _restart(self, v: int) -> None:
-        """Bring dead node v back as a new incarnation, sponsored by its lowest running member
-        neighbour (the catch-up of Churn.catch_up / Churn.rejoin, without the bytes)."""
-        old = self.nodes[v]
-        if old.state != "dead":
-            return
-        sponsors = [
-            self.nodes[u]
-            for u in sorted(self._adj(v))
-            if u in self.nodes  # not a new id that knocks, not sponsored yet
-            and self.nodes[u].running
-            and u in self.nodes[u].voter.agreement.roster.members
-            and self.nodes[u].linger < 0
-            and not self.nodes[u].leaving
-        ]
-        if not sponsors or v in sponsors[0].voter.agreement.roster.members:
-            if sponsors:  # its old incarnation still counts: the sponsor waits (Churn.boundary)
-                self._retry.append(v)
-            return
-        self.wires.faults.dead.pop(v, None)
-        n = self._admit(sponsors[0], v, old.incarnation + 1)
-        n.heals, n.grown = old.heals, set(old.grown)
-
-    def _admit(self, s: Node, v: int, inc: int) -> Node:
-        """Sponsor `s` catches up node v (incarnation `inc`), as `Churn._sponsor` / `Churn.catch_up` /
-        `Churn.rejoin` do without the bytes: every decided step, the held messages and notes (an
-        earlier life's LEAVE notes dropped), its JOIN note for e = t + delay + 1 flooded by `s`,
-        whose edges connect (delay + 1) · hops rounds later (`_connect_joiners`)."""
+    def _node(self, i: int, incarnation: int, neighbours: Iterable[int]) -> Node:
         p = self.p
-        n = Node(v, p, [], incarnation=inc, signed=self.signed)
-        n.voter.growth = self.growth
-        n.rounds = self.round  # its hop clock starts at the sponsor's (the catch-up's hop: `Churn.rejoin`)
-        self.wires.faults.incarnations[v] = inc
-        a = n.voter.agreement
-        for step, msgs in s.history:
-            a.extend(step, msgs, s.voter.agreement.roster.changes.get(step))
-            n.applied.append((step, a.prev))
-        n.history = list(s.history)
-        n.flood.applied_through = len(s.history) - 1
-        n.voter.logged = len(s.history)
-        n.grew_through = a.through
-        msgs, notes = s.flood.held_items()
-        n.flood.restore(msgs)
-        e = s.t + p.delay + 1
-        link = self.round + p.hops * (p.delay + 1)
-        n.flood.originate_notes([x for x in notes if x.kind != LEAVE])
-        s.flood.originate_notes([join_note(e, v, inc, link)])
-        n.t, n.hop, n.joined_at = s.t, 0, e
-        a.rejoins_at = e  # an earlier life's leave committed after this catch-up is not its exclusion
-        self.nodes[v] = n
-        self.links.add(edge(v, s.i))
-        self.linked.append((self.round, edge(v, s.i)))
-        n.flood.add_peer(s.i)
-        s.flood.add_peer(v)
-        self._joining.append((v, e, link))
+        seal = signing(i) if self.signed else None
+        flood = Flood(
+            i,
+            sorted(neighbours) if not incarnation and i in self.base else [],
+            range(p.ids),
+            1,
+            None,
+            p.step_window,
+            tolerate_conflicts=True,
+            signing=seal,
+        )
+        member = Member(
+            p,
+            flood,
+            i,
+            incarnation=incarnation,
+            attach=0,
+            neighbours=sorted(neighbours),
+            growth=self.growth,
+            grows=self.growth is not None,
+            healing=self.healing,
+            meet_timeout_s=p.patience_hops * ROUND_S,  # the heal wait: HEAL_FACTOR × patience rounds
+        )
+        n = Node(i, member, iter(()), incarnation=incarnation, neighbours=set(neighbours))
+        n.since = self.round
+        self.nodes[i] = n
         return n
 
-    def _adj(self, i: int) -> set[int]:
-        """Node i's neighbours as its own transport knows them: the topology's, and the edges a
-        join or a repair grew at its end (`Churn._grow`, `Churn.repair`)."""
-        own = set(self.base.neighbors(i)) if i in self.base else set()
-        return own | (self.nodes[i].grown if i in self.nodes else set())
+    def _founder(self, m: Member) -> Program:
+        """What a founding client runs: every step, then the drain."""
+        for t in range(self.p.steps):
+            yield from loop.step(m, t)
+        yield from loop.drain(m)
 
-    def _grow(self, n: Node, q: int) -> None:
-        """n adds its end of the edge n–q (`transport.Growing.grow`): a link of the world now, down
-        until a meeting or a heal connects it."""
-        if q == n.i or q in self._adj(n.i):
-            return
-        n.grown.add(q)
-        self.g.add_edge(n.i, q)
-        self.mend.add(edge(n.i, q))
-
-    def _sponsor_newcomers(self) -> None:
-        """Before this round: every running member that the join rule links a knocking new id
-        to if admitted at e = t + delay + 1 (it has committed step e − lag) sees the knock
-        (`Churn._look`, before every hop): it grows its end, remembers the round it first saw it
-        and expects it (`expected`: the edge heals before admission). The first such member (in
-        id order) that saw it more than 2·spread rounds ago claims it, at any round (`Churn._knock`:
-        a member waiting for a commit claims too) and catches it up (`_admit`); the newcomer
-        grows its own edges."""
-        g, p = self.growth, self.p
-        for j in list(self._knocking):
-            looking: list[Node] = []  # the members that look this round (`Churn._look`), in id order
-            for n in (self.nodes[i] for i in sorted(self.nodes)):
-                if not self._looks(n, j):
-                    n.seen.pop(j, None)  # `_look` keeps a first sighting only while it looks
-                    continue
-                looking.append(n)
-                self._grow(n, j)
-                n.seen.setdefault(j, self.round)
-                n.voter.expect(j, n.seen[j])
-                if j not in n.noted:
-                    n.expected[j] = n.t + p.delay + 1
-            for n in looking:
-                quiet = n.voter.agreement.quiet
-                if j in self._knocking and self.round - n.seen.get(j, self.round) > 2 * quiet:
-                    assert g is not None
-                    e = n.t + p.delay + 1
-                    self._knocking.remove(j)  # the first claims it
-                    new = self._admit(n, j, 0)
-                    new.heals = True
-                    self.sponsored[j] = (n.i, self.round, e)
-                    for q in g.edges(j, e, new.voter.agreement.roster.changes):
-                        self._grow(new, q)
-            for n in self.nodes.values():
-                if j not in self._knocking:
-                    n.seen.pop(j, None)
-
-    def _looks(self, n: Node, j: int) -> bool:
-        """Whether member n looks for knocking new id j before this round (`Churn._knocking`): it
-        runs its steps, is a member under its own incarnation, has committed the join rule's
-        graph for e = t + delay + 1, and the rule links j to it there."""
-        g, p, a = self.growth, self.p, n.voter.agreement
-        if not (n.running and n.linger < 0 and n.joined_at <= n.t < p.steps) or n.leaving:
-            return False
-        if n.i not in a.roster.members or a.roster.incarnations.get(n.i, a.incarnation) != a.incarnation:
-            return False
-        e = n.t + p.delay + 1
-        return g is not None and a.through >= e - g.lag and n.i in g.edges(j, e, a.roster.changes)
-
-    def _expect_noted(self) -> None:
-        """Before this round: a running member that holds a brand-new id's JOIN note, has
-        committed its step e − lag and is linked to it by the rule grows its end and expects it
-        (`Churn.on_notes` → `Churn._grow`, when the note arrives)."""
-        g = self.growth
-        if g is None:
-            return
-        for j, (_, _, e) in self.sponsored.items():
-            for n in self.nodes.values():
-                a = n.voter.agreement
-                if not n.running or j == n.i or j in a.roster.members or j in n.noted or a.through < e - g.lag:
-                    continue
-                if any(x.origin == j for x in n.flood.notes(e, JOIN)) and n.i in g.edges(j, e, a.roster.changes):
-                    self._grow(n, j)
-                    n.expected[j], n.noted = e, n.noted | {j}
-
-    def _grow_committed(self, n: Node) -> None:
-        """After n's round: the edges n's newly committed steps give its end (`Churn.agree`): a
-        new id each admitted (the join rule over the committed graph), and with repair the edges
-        a step that leaves members out adds (`Growth.repaired`). Each heals like a down edge."""
-        g, a = self.growth, n.voter.agreement
-        if g is None:
-            return
-        for s in sorted(x for x in a.roster.changes if n.grew_through < x <= a.through):
-            change = a.roster.changes[s]
-            for j, _ in change.join:
-                if g.new(j):
-                    edges = g.edges(j, s, a.roster.changes)
-                    for q in edges if n.i == j else [j] if n.i in edges else []:
-                        self._grow(n, q)
-            if change.leave and n.i in a.roster.members:
-                for x, y in g.repaired(a.roster.changes, s):
-                    if n.i in (x, y):
-                        self._grow(n, y if x == n.i else x)
-        n.grew_through = a.through
-
-    def _connect_joiners(self) -> None:
-        """At the round its JOIN note names, a restarted node and each neighbour connect their
-        edge, where both ends' rules agree (`Churn.link`: the newcomer connects its member
-        neighbours, a member connects the newcomer if it holds the note, and owes it the
-        committed messages of the steps since its catch-up: `Churn._since_catch_up`), whatever
-        steps they are at or wait in. A brand-new id's edges (but its sponsor's) heal instead (`_down`)."""
-        for v, e, link in list(self._joining):
-            if self.round < link:
-                continue
-            self._joining.remove((v, e, link))
-            n = self.nodes[v]
-            if not n.running or (self.growth is not None and self.growth.new(v)):
-                continue
-            for u in sorted(self._adj(v) & self.nodes.keys()):  # not a new id still knocking
-                m = self.nodes[u]
-                held = any(j.origin == v for j in m.flood.notes(e, JOIN))
-                if (
-                    m.running
-                    and v in self._adj(u)
-                    and u not in n.flood.peers
-                    and u in n.voter.agreement.roster.members
-                    and u in m.voter.agreement.roster.members
-                    and held
-                    and self._cut_ok(u, v)
-                ):
-                    self.links.add(edge(u, v))
-                    self.linked.append((self.round, edge(u, v)))
-                    n.flood.add_peer(u)
-                    m.flood.add_peer(v)
-                    # and what the newcomer may lack of steps u applied since its catch-up
-                    lo = self.p.owed_from(e)
-                    m.flood.owe(v, [x for step, msgs in m.history if step >= lo for x in msgs])
-
-    def _cut_ok(self, a: int, b: int) -> bool:
-        return edge(a, b) not in self._cut
-
-    def _unlink(self) -> None:
-        """Before this round: each client closes its edge to a leaving neighbour whose LEAVE note
-        (in that neighbour's own frame) names this round or an earlier one (`Churn.unlink`)."""
-        for n in self.nodes.values():
-            for q in sorted(q for q, at in n.unlink.items() if at <= self.round):
-                del n.unlink[q]
-                n.parted.add(q)
-                self.mend.discard(edge(n.i, q))
-                if q in n.flood.peers:
-                    self.links.discard(edge(n.i, q))
-                    n.flood.drop_peer(q)
-
-    # -- heals ---------------------------------------------------------------------------------
-    def _down(self, n: Node) -> dict[int, int | None]:
-        """`Churn._healable`: n's down edges (-> the incarnation the other end must run as) to
-        the neighbours that are members of its committed roster and to the new ids it expects
-        (`Node.expected`, until a committed step decides their join), while n is an admitted
-        member itself; a new id caught up and not yet admitted, to its member neighbours."""
-        a = n.voter.agreement
-        roster = a.roster
-        ok: dict[int, int | None] = {}
-        if n.i not in roster.members or roster.incarnations.get(n.i, a.incarnation) != a.incarnation:
-            new = self.growth is not None and self.growth.new(n.i)
-            if new and a.through < n.joined_at:
-                ok = {q: roster.incarnations.get(q) for q in sorted(self._adj(n.i)) if q in roster.members}
-        else:
-            ok = {q: roster.incarnations.get(q) for q in sorted(self._adj(n.i)) if q in roster.members}
-            for j, e in list(n.expected.items()):
-                if j in roster.members or any(j in dict(c.join) for c in roster.changes.values()):
-                    del n.expected[j]
-                elif j in n.noted and a.through >= e:
-                    del n.expected[j]
-                elif j in self._adj(n.i):
-                    ok[j] = 0
-        return {q: i for q, i in ok.items() if q not in n.flood.peers and q not in n.heal_at and q not in n.parted}
-
-    def _heal(self) -> None:
-        """Before this round's exchange: every running client asks to heal its down edges (of the
-        links a heal brought back) through the real negotiation, in id order; a pair whose agreed
-        round this is connects, where both ends learned it."""
-        r = self.round
-        running = [n for _, n in sorted(self.nodes.items()) if n.running]
-        for n in running:
-            want = {q: i for q, i in self._down(n).items() if edge(n.i, q) in self.mend}
-            if want:
-                n.heal_at.update(self.wires.heal(n.i, want, r))
-        for n in running:
-            for q in sorted(q for q, at in n.heal_at.items() if at <= r):
-                at = n.heal_at.pop(q)
-                m = self.nodes[q]
-                if at == r and m.running and m.heal_at.get(n.i) == r and q not in n.flood.peers:
-                    m.heal_at.pop(n.i)
-                    self.links.add(edge(n.i, q))
-                    n.flood.add_peer(q)
-                    m.flood.add_peer(n.i)
-                    self.wires.healed(n.i, q)
-                    self.wires.healed(q, n.i)
-                    self.healed.append((r, edge(n.i, q)))
-
-    def _sever(self, edges: Iterable[Edge]) -> None:
-        """Cut links: frames are lost both ways (the wires refuse to heal them), each end drops the other."""
-        for a, b in edges:
-            self._cut.add(edge(a, b))
-            self.mend.discard(edge(a, b))
-            self.wires.faults.cut |= {(a, b), (b, a)}
-            self._fail(a, b)
-
-    def _mend(self, f: Fault) -> None:
-        """A heal fault: its links work again (a woken node's, those not cut), and may heal."""
-        if f.edges:
-            links = {edge(a, b) for a, b in f.edges}
-        else:
-            n = self.nodes[f.node]
-            if n.state == "asleep":
-                n.state = "run"
-            links = {edge(f.node, u) for u in self.g.neighbors(f.node)} - self._cut
-        for a, b in links:
-            self._cut.discard(edge(a, b))
-            self.wires.faults.cut -= {(a, b), (b, a)}
-            self.mend.add(edge(a, b))
+    def _newcomer(self, m: Member, blob: bytes) -> Program:
+        """What a sponsored client runs: the catch-up, then its steps from there, then the drain."""
+        m.next_step = yield from joining.rejoin(m, blob)
+        for t in range(m.next_step, self.p.steps):
+            yield from loop.step(m, t)
+        yield from loop.drain(m)
 
     # -- running -----------------------------------------------------------------------------
     def run(self, max_rounds: int | None = None) -> Outcome:
         p = self.p
         limit = max_rounds or (p.steps + p.delay + 2) * p.hops + 2 * p.patience_hops + 8 * p.hops * (p.delay + 1)
-        if self.healing:  # the heal waits, after the last fault
-            limit += max(f.round for f in self.faults) + 2 * Protocol.HEAL_FACTOR * p.patience_hops
-        self.healed: list[tuple[int, Edge]] = []  # (round, link) of each heal that connected
-        pending = sorted(self.faults, key=lambda f: f.round)  # a schedule may list them in any order
-        self._cut: set[Edge] = set()
-        self._joining: list[tuple[int, int, int]] = []  # (newcomer, JOIN step, link round)
-        self._retry: list[int] = []  # restarts waiting for the old incarnation to leave
-        self._knocking: list[int] = []  # new ids waiting for a sponsor
-        crashing: dict[int, frozenset[int]] = {}
-        lying: dict[int, frozenset[int]] = {}
-        voting: dict[int, Fault] = {}  # lying voters, from their round on
+        if self.faults:  # after the last fault: the heal waits and a late peer's bound
+            limit += max(f.round for f in self.faults) + 2 * Protocol.HEAL_FACTOR * p.patience_hops + LATE_ROUNDS
+        pending = list(self.faults)
         for r in range(limit):
             self.round = r
-            if not any(
-                n.running or n.state == "parting" or (n.state == "asleep" and pending) for n in self.nodes.values()
-            ):
+            if not any(n.running or (n.state == "asleep" and pending) for n in self.nodes.values()):
                 break
-            crashing.clear()
-            lying.clear()
             while pending and pending[0].round <= r:
-                f = pending.pop(0)
-                if f.kind == "crash" and self.nodes[f.node].running:
-                    crashing[f.node] = f.reach
-                elif f.kind == "equivocate" and self.nodes[f.node].running:
-                    lying[f.node] = f.reach
-                elif f.kind in BYZANTINE:
-                    voting[f.node] = f
-                elif f.kind == "stall":
-                    self._isolate(f.node)
-                    self.mend -= {edge(f.node, u) for u in self.g.neighbors(f.node)}
-                    if (f.node, f.round) in self.sleeps and self.nodes[f.node].running:
-                        self.nodes[f.node].state = "asleep"
-                elif f.kind == "cut":
-                    self._sever(f.edges)
-                elif f.kind == "heal":
-                    self._mend(f)
-                elif f.kind == "restart":
-                    self._restart(f.node)
-                elif f.kind == "join":
-                    self._knocking.append(f.node)
-                elif f.kind == "leave" and self.nodes[f.node].running:
-                    self.nodes[f.node].leaving = True
-            retry, self._retry = self._retry, []
-            for v in retry:
-                self._restart(v)
-            self._unlink()
-            self._sponsor_newcomers()
-            self._expect_noted()
-            self._connect_joiners()
-            if self.healing:
-                self._heal()
-            running = [n for n in self.nodes.values() if n.running]
-            parting = [n for n in self.nodes.values() if n.state == "parting"]  # its goodbye exchange
-            for n in running:
-                n.begin_round()
-            sent = {n.i: n.flood.outbox() for n in running + parting}
-            for v, reach in crashing.items():  # the last frame reaches only some neighbours
-                sent[v] = {p_: items for p_, items in sent.get(v, {}).items() if p_ in reach}  # {}: it stalled too
-            for v, reach in lying.items():  # another copy of its own messages to some neighbours
-                for p_ in reach & set(sent[v]):
-                    sent[v][p_] = [
-                        _other_copy(m) if isinstance(m, Message) and m.origin == v else m for m in sent[v][p_]
-                    ]
-                    if any(isinstance(m, Message) and m.origin == v for m in sent[v][p_]):
-                        self.lied.add(v)
-            for v, f in voting.items():  # its own votes, as the fault says
-                if v in sent and self.nodes[v].running:
-                    sent[v] = self._lie(self.nodes[v], f, sent[v])
-            for n in running + parting:
-                for src, out in sent.items():
-                    if n.i in out and src in n.flood.peers:
-                        for item in n.flood.receive(src, out[n.i]):
-                            if isinstance(item, Note) and item.kind == LEAVE and item.origin == src:
-                                n.unlink[src] = item.value  # only the leaver's own frame closes its edge
-                                self.parted_by.setdefault(src, set()).add(n.i)
-            for n in parting:  # the goodbye went out: it closes every edge (not a failure)
-                n.state = "left"
-                self._isolate(n.i)
-            for v in crashing:
-                self.nodes[v].state = "dead"
+                self._fault(pending.pop(0))
+            self._advance()
+            self._exchanges()
+            for v in sorted(self.dying):
+                self._close(self.nodes[v], "dead", "crashed")
                 self.wires.faults.dead[v] = "crashed"
-                self._isolate(v)
-            for n in running:
-                if n.running:
-                    before = len(n.applied)
-                    n.end_round()
-                    self._push(n, before)
-                    if n.state == "parting":  # `Churn._goodbye`: its LEAVE note, closing before round r + 2
-                        n.flood.originate_notes([leave_note(n.voter.agreement.through, n.i, r + 2)])
-                    elif n.state in ("run", "done"):
-                        self._grow_committed(n)
-            for n in self.nodes.values():  # a client that exited, stopped or left closes its edges
-                if n.state in ("done", "stopped", "left") and n.i not in self.wires.closed:
-                    self.wires.closed.add(n.i)
-                    self.closed_at[n.i] = r
-                if n.state in ("done", "stopped") and any(edge(n.i, u) in self.links for u in self.g.neighbors(n.i)):
-                    self._isolate(n.i)
+            self.dying.clear()
+            self.lying.clear()
         return self._outcome()
 
-    def _lie(self, n: Node, f: Fault, sent: dict[int, list]) -> dict[int, list]:
+    def _fault(self, f: Fault) -> None:
+        n = self.nodes.get(f.node)
+        if f.kind == "crash" and n is not None and n.running:
+            self.dying[f.node] = f.reach
+        elif f.kind == "equivocate" and n is not None and n.running:
+            self.lying[f.node] = f.reach
+        elif f.kind in BYZANTINE:
+            self.voting[f.node] = f
+        elif f.kind == "stall" and n is not None and n.running:
+            if any(h.kind == "heal" and h.node == f.node and not h.edges and h.round > f.round for h in self.faults):
+                n.state = "asleep"  # a sleep: it wakes at that heal
+            else:
+                self._sever({edge(f.node, u) for u in self.g.neighbors(f.node)})
+        elif f.kind == "cut":
+            self._sever(f.edges)
+        elif f.kind == "heal":
+            if f.edges:
+                self.wires.faults.cut -= {x for a, b in f.edges for x in ((a, b), (b, a))}
+            elif n is not None and n.state == "asleep":
+                n.state = "run"
+                n.lost.update({q: "timed out while this client slept" for q in n.ends})
+                n.ends.clear()
+                n.since = self.round
+        elif f.kind == "restart" and n is not None and n.state == "dead" and f.node not in self.revived:
+            inc = n.incarnation + 1
+            self.revived[f.node] = inc
+            self.told[f.node] = set()
+            self.wires.faults.dead.pop(f.node, None)
+            self.wires.closed.discard(f.node)
+            self.wires.faults.incarnations[f.node] = inc
+            self.wires.renew(f.node)
+        elif f.kind == "join":
+            self.knocking.append(f.node)
+            self.wires.add(f.node)
+        elif f.kind == "leave" and n is not None and n.running:
+            n.member.leave()
+
+    def _sever(self, edges: Iterable[Edge]) -> None:
+        """Cut links: frames are lost both ways (and the negotiation refuses to heal them)."""
+        for a, b in edges:
+            self.wires.faults.cut |= {(a, b), (b, a)}
+
+    # -- the clients' programs -------------------------------------------------------------------
+    def _advance(self) -> None:
+        """Run every client until it waits in an exchange or a meeting; connect the meetings
+        both of whose ends asked, and run on those they end, until nobody moves."""
+        while True:
+            moved = False
+            for i in sorted(self.nodes):
+                n = self.nodes[i]
+                if n.running and n.waiting is None:
+                    self._go(n)
+                    moved = True
+            if not self._meet() and not moved:
+                return
+
+    def _go(self, n: Node) -> None:
+        """Run n's program until it waits or ends."""
+        while n.running and n.waiting is None:
+            try:
+                cmd = n.program.send(n.result)
+            except StopIteration:
+                self._close(n, "done")
+                return
+            except Left as e:
+                self._close(n, "left", str(e))
+                return
+            except MembershipError as e:
+                n.excluded = isinstance(e, ExcludedError)
+                self._close(n, "stopped", str(e))
+                return
+            n.result = None
+            out = self._do(n, cmd)
+            if out is PARK:
+                n.waiting, n.since = cmd, self.round
+            else:
+                n.result = out
+
+    def _run_now(self, n: Node, steps: Generator[c.Command, Any, Any]) -> Any:
+        """Run a nested entry point of n's member (the sponsor's part) to its end: it never waits."""
+        result: Any = None
+        while True:
+            try:
+                cmd = steps.send(result)
+            except StopIteration as done:
+                return done.value
+            result = self._do(n, cmd)
+            assert result is not PARK, cmd
+
+    def _close(self, n: Node, state: str, why: str = "") -> None:
+        """n's process ends (`state`): every edge of it closes."""
+        n.state, n.why = state, why or n.why
+        n.waiting = None
+        n.ends.clear()
+        self.wires.closed.add(n.i)
+        self.closed_at.setdefault(n.i, self.round)
+
+    def _do(self, n: Node, cmd: c.Command) -> Any:  # noqa: C901 (one dispatch)
+        """Execute one command of n's member: the transport's part, the model's, the clock's."""
+        m, i = n.member, n.i
+        if isinstance(cmd, c.Exchange):
+            self._send(n, cmd.t)
+            return PARK
+        if isinstance(cmd, c.Connect):
+            if not cmd.meet:  # a catch-up's edge: its sponsor connected it already
+                return [q for q in cmd.peers if q in n.ends]
+            n.met = set()
+            return PARK
+        if isinstance(cmd, c.Neighbours):
+            return tuple(sorted(n.neighbours)), bool(n.ends)
+        if isinstance(cmd, c.Estimate):
+            return [Message.make(i, cmd.t, self.p.seed(i, cmd.t, 0), float(i + 1), 0)]
+        if isinstance(cmd, c.Apply):
+            n.applied.append((cmd.step, m.agreement.digests[cmd.step]))
+            if cmd.fresh and self.attach_node == i and m.roster.attach == i:
+                self._offer([n.applied[-1]])
+        elif isinstance(cmd, c.ApplyAll):
+            n.applied += [(s, m.agreement.digests[s]) for s, _ in cmd.steps]
+        elif isinstance(cmd, c.Follow):
+            if m.roster.attach == i and self.attach_node != i:  # the evaluator's new edge: catch-up first
+                self.attach_node = i
+                self._offer([x for x in n.applied if x[0] >= len(self.log)])
+        elif isinstance(cmd, c.Now):
+            return self.round * ROUND_S
+        elif isinstance(cmd, c.Revived):
+            fresh = [v for v in sorted(self.revived) if v in n.neighbours and i not in self.told[v]]
+            for v in fresh:
+                self.told[v].add(i)
+            return fresh
+        elif isinstance(cmd, c.Newcomers):
+            return list(self.knocking)
+        elif isinstance(cmd, c.Claim):
+            v = cmd.peer
+            if v not in self.revived and v not in self.knocking or not self.wires.claim(i, v):
+                return None
+            return self.revived.get(v, 0)
+        elif isinstance(cmd, c.Sponsor):
+            self._sponsor(n, cmd)
+        elif isinstance(cmd, c.Grow):
+            for q in cmd.peers:
+                if q != i and q not in n.neighbours:
+                    n.neighbours.add(q)
+                    self.wires.link(i, q)
+                    self.g.add_edge(i, q)
+            return tuple(sorted(n.neighbours))
+        elif isinstance(cmd, c.Part | c.Drop):
+            n.ends.discard(cmd.peer)
+        elif isinstance(cmd, c.AskHeal):
+            return self.wires.heal(i, dict(cmd.want), cmd.hop)
+        elif isinstance(cmd, c.Restore):
+            q = cmd.peer
+            n.ends.add(q)
+            self.wires.healed(i, q)
+            if q in self.nodes and i in self.nodes[q].ends:
+                self.healed.append((self.round, edge(i, q)))
+        elif isinstance(cmd, c.StateHash):
+            return hashlib.sha256(repr(n.applied).encode()).hexdigest()
+        return None  # Clock (the member keeps its clock), Idle, Received, Say
+
+    # -- sponsoring ------------------------------------------------------------------------------
+    def _sponsor(self, s: Node, cmd: c.Sponsor) -> None:
+        """`Churn._sponsor` on a network that meets at once: sponsor s admits claimed `cmd.peer`
+        (its member floods the JOIN note and makes the catch-up); the newcomer's process starts
+        with that catch-up, its edge to s up at both ends."""
+        v, p = cmd.peer, self.p
+        if self.wires.is_cut(s.i, v) or (v not in self.revived and v not in self.knocking):
+            return  # it is gone again
+        blob = self._run_now(s, joining.sponsor(s.member, cmd.t, v, cmd.inc, prefix.NOTHING, s.member.clock))
+        old = self.nodes.get(v)
+        if v in self.knocking:
+            self.knocking.remove(v)
+            self.sponsored[v] = (s.i, self.round, cmd.t + p.delay + 1)
+            neighbours = {s.i}  # its transport holds its sponsor; its member grows the rest
+        else:
+            del self.revived[v]
+            neighbours = set(self.base.neighbors(v)) | (old.neighbours if old is not None else set())
+        n = self._node(v, cmd.inc, neighbours | {s.i})
+        n.program = self._newcomer(n.member, blob)
+        n.ends, s.ends = {s.i}, s.ends | {v}
+        for key in ((s.i, v), (v, s.i)):
+            self.queues.pop(key, None)
+        self.linked.append((self.round, edge(s.i, v)))
+        s.member.flood.add_peer(v)
+
+    # -- meetings and exchanges -----------------------------------------------------------------
+    def _meet(self) -> bool:
+        """Connect each pair of clients waiting in a meeting for each other (over a live, uncut
+        link); end the meetings that met every peer or waited MEET_ROUNDS. Returns whether any ended."""
+        meeting = {i: n for i, n in self.nodes.items() if n.running and isinstance(n.waiting, c.Connect)}
+        for i, n in sorted(meeting.items()):
+            assert isinstance(n.waiting, c.Connect)
+            for q in n.waiting.peers:
+                other = meeting.get(q)
+                if other is None or q in n.met or self.wires.is_cut(i, q):
+                    continue
+                assert isinstance(other.waiting, c.Connect)
+                if i in other.waiting.peers and i not in other.met:
+                    n.met.add(q)
+                    other.met.add(i)
+                    n.ends.add(q)
+                    other.ends.add(i)
+                    for key in ((i, q), (q, i)):
+                        self.queues.pop(key, None)
+                    self.linked.append((self.round, edge(i, q)))
+        ended = False
+        for n in meeting.values():
+            assert isinstance(n.waiting, c.Connect)
+            if n.met >= set(n.waiting.peers) or self.round - n.since >= MEET_ROUNDS:
+                n.waiting, n.result = None, sorted(n.met)
+                ended = True
+        return ended
+
+    def _send(self, n: Node, t: int) -> None:
+        """n's frames of its exchange at its clock, into the queue of each edge it holds up
+        (what a dying node's last frames reach, what a liar sends in place of its own)."""
+        k, i = n.clock, n.i
+        frames = outbox_frames(n.flood)
+        if i in self.voting and frames:
+            frames = self._lie(n, self.voting[i], frames, t)
+        for q in sorted(n.ends):
+            frame = frames.get(q, b"")  # an edge up but not yet the flood's: an empty frame, as the transports send
+            if self.wires.is_cut(i, q) or (i in self.dying and q not in self.dying[i]):
+                continue
+            if i in self.lying and q in self.lying[i]:
+                frame = self._equivocate(n, frame, t)
+            self.queues.setdefault((i, q), []).append((k, frame))
+
+    def _exchanges(self) -> None:
+        """Complete every exchange whose peers' frames are here or whose peers are lost."""
+        for i in sorted(self.nodes):
+            n = self.nodes[i]
+            if not (n.running and isinstance(n.waiting, c.Exchange)):
+                continue
+            frames: dict[int, bytes] = {}
+            lost = dict(n.lost)
+            late = self.round - n.since >= LATE_ROUNDS
+            waits = False
+            for q in sorted(n.ends):
+                why = self._gone(n, q)
+                if why is None:
+                    frame = self._peek(q, i, n.clock)
+                    if frame is not None:
+                        frames[q] = frame
+                        continue
+                    why = "late: no frame within the bound" if late else None
+                if why is None:
+                    waits = True
+                else:
+                    lost[q] = why
+            if waits:
+                continue
+            for q in frames:
+                self.queues[(q, i)].pop(0)
+            for q in lost:
+                n.ends.discard(q)
+                self.queues.pop((q, i), None)
+            n.lost = {}
+            n.waiting, n.result = None, c.Exchanged(frames, lost)
+
+    def _gone(self, n: Node, q: int) -> str | None:
+        """Why n's edge to q is gone (None: it is up, its frame may still come)."""
+        other = self.nodes.get(q)
+        if other is None or other.state in ("dead", "done", "stopped", "left"):
+            return f"node {q} is gone ({other.state if other else 'never started'})"
+        if other.state == "asleep":
+            return f"node {q} stopped answering"
+        if self.wires.is_cut(n.i, q):
+            return "the link is cut"
+        if n.i not in other.ends:
+            at = self.wires.agreed(n.i, q)
+            if at is not None and at >= other.clock:
+                return None  # its end connects at the agreed index, still ahead of its clock
+            return f"node {q} closed its end"
+        return None
+
+    def _peek(self, src: int, dst: int, k: int) -> bytes | None:
+        """src's frame of exchange k to dst, if it came (older ones are dropped: an earlier edge's)."""
+        q = self.queues.get((src, dst), [])
+        while q and q[0][0] < k:
+            q.pop(0)
+        return q[0][1] if q and q[0][0] == k else None
+
+    # -- the evaluator ---------------------------------------------------------------------------
+    def _offer(self, steps: Iterable[tuple[int, int]]) -> None:
+        """Steps the attach node hands the evaluator (stepstream.StepSequence refuses a second content)."""
+        if self.error:
+            return
+        try:
+            for s, d in steps:
+                if self.seq.offer(s, d.to_bytes(8, "little")):
+                    self.log.append((s, d))
+        except FrameError as e:
+            self.error = str(e)
+
+    # -- liars -----------------------------------------------------------------------------------
+    def _items(self, frame: bytes, t: int) -> tuple[list[Message], list[Note]]:
+        return decode_hop(frame, self.p.wire_limits(t))
+
+    def _equivocate(self, n: Node, frame: bytes, t: int) -> bytes:
+        """The frame with another copy of each of n's own messages in it."""
+        msgs, notes = self._items(frame, t)
+        if not any(m.origin == n.i for m in msgs):
+            return frame
+        self.lied.add(n.i)
+        other = [_other_copy(m) if m.origin == n.i else m for m in msgs]
+        return encode_hop(other, notes, self.signed)
+
+    def _lie(self, n: Node, f: Fault, frames: dict[int, bytes], t: int) -> dict[int, bytes]:
         """What lying voter n sends each neighbour in place of its own votes (the module docstring)."""
         p = self.p
-        out: dict[int, list] = {}
-        for peer, items in sent.items():
+        out: dict[int, bytes] = {}
+        for peer, frame in frames.items():
+            msgs, notes = self._items(frame, t)
             if f.kind == "split":
-                out[peer] = [m for m in items if isinstance(m, Message) and m.origin == n.i] + self._echo(n, peer)
+                out[peer] = encode_hop([m for m in msgs if m.origin == n.i], self._echo(n, peer), True)
                 continue
             kept = []
-            for item in items:
-                if not (isinstance(item, Note) and item.kind == VOTE and item.origin == n.i):
+            for item in notes:
+                if not (item.kind == VOTE and item.origin == n.i):
                     kept.append(item)
                 elif f.kind == "bogus":
                     kept.append(self._signed_vote(n, item, lambda v, _: _bogus(v, p.n_origins)))
                 elif f.kind == "double" and peer in f.reach:
                     kept.append(self._signed_vote(n, item, lambda v, s: _less_one(n, v, s)))
-                    if len(f.reach) < len(sent):
+                    if len(f.reach) < len(frames):
                         self.doubled.setdefault(n.i, item.step)
                 elif f.kind != "mute":
                     kept.append(item)
-            out[peer] = kept
+            out[peer] = encode_hop(msgs, kept, True)
         return out
 
     def _echo(self, n: Node, peer: int) -> list[Note]:
@@ -826,28 +699,23 @@ class World:
                         out.append(n.flood.signing.seal(mine))
         return out
 
-    def _signed_vote(self, n: Node, note: Note, other: callable) -> Note:
+    def _signed_vote(self, n: Node, note: Note, other: Callable[[Value, int], Value]) -> Note:
         """Note's vote with another value (`other(value, step)`), signed anew by its origin."""
         vote = Vote.of(note, self.p.ids)
         lie = dataclasses.replace(vote, value=other(vote.value, vote.step)).note(self.p.ids)
         assert n.flood.signing is not None
         return n.flood.signing.seal(lie)
 
-    def _push(self, n: Node, before: int) -> None:
-        """The evaluator follows the attach node: a new edge opens with that client's steps from
-        where the log stands, then each step it applies (stepstream.StepSequence checks them)."""
-        if len(n.applied) == before or self.error:
-            return
-        if n.voter.agreement.roster.attach != n.i:
-            return
-        try:
-            start = before if self.attach_node == id(n) else len(self.log)  # a new edge: catch-up first
-            self.attach_node = id(n)
-            for s, d in n.applied[min(start, before) :]:
-                if self.seq.offer(s, d.to_bytes(8, "little")):
-                    self.log.append((s, d))
-        except FrameError as e:
-            self.error = str(e)
+    @property
+    def parted_by(self) -> dict[int, set[int]]:
+        """Leaver -> the neighbours that took its LEAVE note from its own frame (and so closed
+        their end before the exchange it names, never healing it: edges.unlink)."""
+        out: dict[int, set[int]] = {}
+        for n in self.nodes.values():
+            e = n.member.edges
+            for q in {*e.parted, *e.unlink}:
+                out.setdefault(q, set()).add(n.i)
+        return out
 
     def final_graph(self, drop: Iterable[Edge] = ()) -> nx.Graph:
         """The graph liveness is judged on: the clients still there (not dead, left, lying or, with
@@ -907,7 +775,7 @@ class World:
         equivocating one counts as gone: the others exclude it), with every heal in, in schedule
         order (a heal brings back only a link whose ends had not closed before they could connect)."""
         if not self.healing:
-            gone = set(self._cut)
+            gone = {edge(a, b) for f in self.faults if f.kind == "cut" for a, b in f.edges}
             for f in self.faults:
                 if f.kind in ("crash", "stall", *FAULTY):
                     gone |= {edge(f.node, u) for u in self.g.neighbors(f.node)}

@@ -59,6 +59,9 @@ import dataclasses
 import hashlib
 import itertools
 import random
+import re
+import shlex
+import sys
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -235,6 +238,7 @@ class Outcome:
     live: bool
     problem: str = ""
     laggards: set[int] = field(default_factory=set)  # the connected majority's clients that did not finish
+    repro: str = ""  # the one command that runs this schedule again (`main`)
 
 
 BYZANTINE = ("double", "bogus", "mute", "split")
@@ -717,6 +721,15 @@ class World:
                 out.setdefault(q, set()).add(n.i)
         return out
 
+    def repro(self) -> str:
+        """The command that runs this world again (`main`): its graph, protocol and faults."""
+        p, name = self.p, _name_of(self.base)
+        args = [name, f"--steps {p.steps}", f"--hops {p.hops}", f"--settle {p.settle}"]
+        args += [f"--max-nodes {p.max_nodes}"] if p.max_nodes else []
+        args += ["--signed"] if self.signed else []
+        args += ["--repair"] if self.growth is not None and self.growth.repair else []
+        return "python tests/explorer.py " + " ".join(args + [shlex.quote(str(f)) for f in self.faults])
+
     def final_graph(self, drop: Iterable[Edge] = ()) -> nx.Graph:
         """The graph liveness is judged on: the clients still there (not dead, left, lying or, with
         heals, committed out while away) and the links no fault took, less `drop`."""
@@ -768,6 +781,7 @@ class World:
             live,
             problem,
             lag,
+            self.repro(),
         )
 
     def _final_links(self) -> Iterable[Edge]:
@@ -1018,9 +1032,9 @@ class Report:
     def add(self, name: str, faults: list[Fault], out: Outcome) -> None:
         self.schedules += 1
         if not out.safe:
-            self.unsafe.append((name, faults, out.problem))
+            self.unsafe.append((name, faults, f"{out.problem}\n  again: {out.repro}"))
         elif not out.live:
-            self.stuck.append((name, faults, out.problem))
+            self.stuck.append((name, faults, f"{out.problem}\n  again: {out.repro}"))
 
     def summary(self) -> str:
         return (
@@ -1037,3 +1051,62 @@ def explore(
         for faults in schedules_of(g, p):
             report.add(name, faults, World(g, p, faults).run())
     return report
+
+
+# -- one schedule again, from the command line ----------------------------------------------------------
+def _name_of(g: nx.Graph) -> str:
+    """g's name among `graphs()` and `larger_graphs()`, else its edges ("0-1,1-2")."""
+    for name, h in {**graphs(8), **larger_graphs()}.items():
+        if set(h.nodes) == set(g.nodes) and {edge(*e) for e in h.edges} == {edge(*e) for e in g.edges}:
+            return name
+    return ",".join(f"{a}-{b}" for a, b in sorted(edge(*e) for e in g.edges))
+
+
+def _graph_of(name: str) -> nx.Graph:
+    named = {**graphs(8), **larger_graphs()}
+    if name in named:
+        return named[name]
+    return nx.Graph([tuple(map(int, e.split("-"))) for e in name.split(",")])
+
+
+def parse_fault(text: str) -> Fault:
+    """The `Fault` that `str(fault)` printed: "r7:stall 3", "r4:crash 0→[1, 2]", "r6:cut [(0, 1)]"."""
+    m = re.fullmatch(r"r(\d+):(\w+)(?: (-?\d+))?(?:→(\[.*\]))?(?: (\[.*\]))?", text.strip())
+    if m is None:
+        raise ValueError(f"not a fault: {text!r}")
+    r, kind, node, reach, edges = m.groups()
+    return Fault(
+        int(r),
+        kind,
+        int(node) if node is not None else -1,
+        frozenset(int(x) for x in re.findall(r"-?\d+", reach or "")),
+        frozenset(edge(int(a), int(b)) for a, b in re.findall(r"\((\d+), (\d+)\)", edges or "")),
+    )
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run one schedule and print what each client did: the command a failing test prints."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python tests/explorer.py", description=main.__doc__)
+    ap.add_argument("graph", help="a name of graphs()/larger_graphs(), or edges: 0-1,1-2")
+    ap.add_argument("faults", nargs="*", help='as printed: "r7:stall 3" "r4:crash 0→[1]" "r6:cut [(0, 1)]"')
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--hops", type=int, default=0)
+    ap.add_argument("--settle", type=int, default=1)
+    ap.add_argument("--max-nodes", type=int, default=0)
+    ap.add_argument("--signed", action="store_true")
+    ap.add_argument("--repair", action="store_true")
+    a = ap.parse_intermixed_args(argv)
+    g = _graph_of(a.graph)
+    p = protocol_for(g, a.steps, a.hops, a.settle, a.max_nodes)
+    out = World(g, p, [parse_fault(f) for f in a.faults], a.signed, a.repair).run()
+    for i in sorted(out.states):
+        print(f"node {i}: {out.states[i]}, applied {len(out.histories[i])} steps {out.why[i]}".rstrip())
+    print(f"safe: {out.safe}, live: {out.live}, evaluator logged {len(out.log)} steps {out.problem}".rstrip())
+    return 0 if out.safe and out.live else 1
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, "src")
+    sys.exit(main(sys.argv[1:]))

@@ -21,7 +21,7 @@ client stops as a minority. (With 0 and 2 left running, the four edges heal some
 apart, and a part of three that healed first may commit the step whose messages from the fourth
 it missed without it: this test failed so 2 runs in 4, one client committed out. Waking all four
 together lands the heals within a few exchanges of each other, well inside the steps a vote
-takes: 16 runs in 16 passed. Once a step's hops end on the hop clock's phase (`Churn.step_hops`),
+takes: 16 runs in 16 passed. Once a step's hops end on the hop clock's phase (`loop.step_hops`),
 the three woken clients whose edges heal first run a one-hop step to realign, so they reach the
 vote a hop sooner: with `churn.settle: 1` the fourth, whose edges healed a few hops later, was
 committed out in 2 of 17 runs (0 of 8 before that change); `churn.settle: 2` gives the vote the
@@ -86,7 +86,7 @@ def edge_worker(addr: str, node: int, ahead: int, pause_s: float, jumps: bool) -
         hop += ahead
         agreed: dict[int, int] = {}
         while agreed.get(other) != hop:
-            agreed.update(t.heal({} if agreed else {other: None}, hop))  # as Churn.heal asks
+            agreed.update(t.heal({} if agreed else {other: None}, hop))  # as edges.heal asks
             if jumps and agreed and hop < agreed[other]:
                 hop = agreed[other]
             if agreed.get(other, hop + 1) < hop:

@@ -196,7 +196,7 @@ class Heals:
         return None if deal is None else self._agreed(peer, incarnation, deal)
 
     def settle(self) -> dict[int, int]:
-        """This node has no edge, so its clock jumps to the lowest index agreed (`Churn.heal`):
+        """This node has no edge, so its clock jumps to the lowest index agreed (`edges.heal`):
         withdraw each proposal of its own at or below that index, so none is taken after the jump
         (its other end would connect at an exchange this end skipped); returns those taken first
         (peer -> index: agreed after all)."""

@@ -74,7 +74,7 @@ def sponsored_catch_up(
 ) -> bytes:
     """A restarted process's half of the sponsor handshake (docs/churn-design.md, Rejoin across
     processes): wait up to `wait_s` s for the neighbour that claims this incarnation (its
-    `Churn.boundary`), meet it, in a signed run answer its challenge with this node's key
+    `joining.boundary`), meet it, in a signed run answer its challenge with this node's key
     (`rejoinproof`), tell it the steps it holds already (`have`: a log server's prefix, checked;
     the sponsor then sends only the steps after it when its chain agrees), and take the catch-up
     it sends, for `Churn.rejoin` to replay.

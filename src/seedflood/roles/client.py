@@ -71,7 +71,7 @@ class Client:
         beyond its own work before it gives up on them; None = as long as the transport takes
         (each exchange is bounded by the transport's timeout). Give hops × transport timeout.
         `meet_timeout_s` (churn): how long a rejoining neighbour's edge waits for its other end
-        (`Churn.link`); None = hop_timeout_s. Give the transport's timeout: both ends reach the hop
+        (`edges.link`); None = hop_timeout_s. Give the transport's timeout: both ends reach the hop
         within one exchange of each other, and a longer wait delays this client's frames to
         peers that drop it after Protocol.LATE_FACTOR timeouts.
         `strategy`: when each step is applied (`strict.STRICT`, or a `churnstart.ChurnStrategy`
@@ -102,7 +102,7 @@ class Client:
         self.next_step = 0
         self.logged = 0  # steps that were already in the log this client resumed from
         # the hop clock: the index of the next exchange, shared by every client of a connected
-        # run (a newcomer starts at its sponsor's); the agreement's clock and `Churn.link`'s schedule
+        # run (a newcomer starts at its sponsor's); the agreement's clock and `edges.link`'s schedule
         self.hops_run = 0
         self.received_bytes = 0  # bytes of hop frames received (payloads): the live status record's
         self.received_from: dict[int, int] = {}  # the same per peer; replaced whole, read by another thread

@@ -490,7 +490,7 @@ def test_f5_a_sponsor_that_dies_before_relaying_a_step_leaves_its_newcomer_those
     was committed but 1 of its messages did not reach this client") while the others trained on;
     under a supervisor its restart came after they had finished and nobody sponsored it. The
     members that connect a newcomer now also owe it the committed messages of the steps since
-    its sponsor's catch-up (`Churn.link`), and it finishes on the others' history; signed, with
+    its sponsor's catch-up (`edges.link`), and it finishes on the others' history; signed, with
     every owed message its origin's signature (nothing counted as forged). (A sponsor
     that dies in step t's second hop leaves the newcomer without step t − 1's votes too: it
     commits late, its messages of step e miss the proposals, and its JOIN commits without it,

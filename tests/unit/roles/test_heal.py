@@ -102,7 +102,7 @@ def test_clients_that_waited_a_hop_through_a_cut_step_on_the_hop_clocks_phase_ag
     """The ring of 8 at 4 hops a step (diameter 4): while link 0-1 is cut the ring is a line of
     diameter 7, and the clients near the cut wait a hop for the votes of the far end before they
     apply a step. Each then begins its next step a hop off the shared hop clock's phase, and
-    before `Churn.step_hops` it stayed off for the rest of the run: its forwards ran while its
+    before `loop.step_hops` it stayed off for the rest of the run: its forwards ran while its
     neighbours waited in an exchange, and theirs while it waited, every later step slower
     (1.8x, docs/benchmarks.md). Now each step's hops end on the phase: once the link is back
     every client begins every step on it."""

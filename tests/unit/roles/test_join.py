@@ -123,7 +123,7 @@ def test_a_new_id_whose_edge_is_the_only_bridge_to_an_end_that_missed_its_note_l
 ):
     """The explorer's most common stuck join, in process: on the line 3-1-0-2 new id 4 links to
     the ends 2 and 3, and the middle link 0-1 is cut at step 16, a step after its sponsor (an
-    end) claims it or the same (its claim waits 2·spread + 1 exchanges: `Churn._knock`), so
+    end) claims it or the same (its claim waits 2·spread + 1 exchanges: `joining.knock`), so
     its JOIN note never crosses to the other end; each half holds two of four members, so
     neither commits anything alone, the step admitting the newcomer included, and the other
     end's edge to the newcomer is the only bridge. That end saw the knock, so it expects the
@@ -199,7 +199,7 @@ def test_a_signed_run_refuses_a_new_id_without_a_key_and_admits_one_with_its_key
 
 
 class _Knocking:
-    """What `Churn._knock` reads of a growing transport: `knocking` ids wait for a sponsor,
+    """What `joining.knock` reads of a growing transport: `knocking` ids wait for a sponsor,
     and every `claim` is recorded (and lost: another member wins, so nothing more is asked)."""
 
     peers: tuple[int, ...] = ()
@@ -251,7 +251,7 @@ def test_a_knocking_id_that_is_a_member_is_not_sponsored_by_the_join_rule():
     logged = 12
 
     def exchanges(c: Client) -> None:
-        """The looks before as many exchanges as a claim waits for, and one more (`Churn._knock`)."""
+        """The looks before as many exchanges as a claim waits for, and one more (`joining.knock`)."""
         for _ in range(2 * c.churn.agreement.quiet + 2):
             c.churn._knock(logged)
             c.churn.member.clock += 1  # one exchange: the member's hop clock

@@ -89,7 +89,7 @@ class Member:
         self.healing = healing
         self.neighbours: tuple[int, ...] = tuple(neighbours)
         """Topology neighbours, connected or not (what its transport may connect): an input, as
-        the driver's transport holds them before each hop (`Churn.before_hop`) and after each `Grow`."""
+        the driver's transport holds them before each hop (`loop.hop`) and after each `Grow`."""
         self.history: list[tuple[int, list[Message]]] = []
         """Every decided step from 0, what a sponsor hands a rejoining neighbour."""
         self.certificates: dict[int, bytes] = {}  # signed: step -> the certificate of its commit

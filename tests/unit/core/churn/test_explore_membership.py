@@ -48,7 +48,7 @@ def protocol(g: nx.Graph, hops: int = 0, new_ids: int = 1):
 
 def claim_steps(p) -> int:
     """Steps from a knock seen at a step start to the step its claim comes in, at most: the
-    claim comes 2·spread + 1 rounds later, spread = (delay − vote_lag) · hops (`Churn._knock`)."""
+    claim comes 2·spread + 1 rounds later, spread = (delay − vote_lag) · hops (`joining.knock`)."""
     return 2 * (p.delay - p.vote_lag) + 1
 
 

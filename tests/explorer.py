@@ -82,7 +82,7 @@ from seedflood.core.flood.signing import Signing
 from seedflood.core.flood.stepstream import StepSequence
 from seedflood.core.membership.growth import Growth
 from seedflood.core.membership.notes import VOTE, Note
-from seedflood.core.membership.roster import ExcludedError, MembershipError
+from seedflood.core.membership.roster import ExcludedError, JoinMissedError, MembershipError
 from seedflood.core.wire.message import FrameError, Message
 
 Edge = tuple[int, int]
@@ -91,6 +91,7 @@ Program = Generator[c.Command, Any, None]
 ROUND_S = 1.0  # simulated seconds per round: what `Now` reads
 MEET_ROUNDS = 2  # a meeting (`Connect`) waits this many rounds for its other end
 LATE_ROUNDS = 64  # a live peer whose frame has not come is waited for this many rounds, then lost
+RESTARTS = 5  # a newcomer whose JOIN step committed without it is started again at most this often
 PARK = object()  # `_do`'s answer for a command the client waits in (an exchange, a meeting)
 
 
@@ -289,6 +290,7 @@ class World:
         self.seq = StepSequence(0)
         self.attach_node = -1
         self.error = ""
+        self.restarts = RESTARTS  # lives a newcomer whose JOIN step committed without it gets
         for i in g.nodes:
             n = self._node(i, 0, base[i])
             n.ends = set(base[i])
@@ -383,18 +385,22 @@ class World:
                 n.ends.clear()
                 n.since = self.round
         elif f.kind == "restart" and n is not None and n.state == "dead" and f.node not in self.revived:
-            inc = n.incarnation + 1
-            self.revived[f.node] = inc
-            self.told[f.node] = set()
-            self.wires.faults.dead.pop(f.node, None)
-            self.wires.closed.discard(f.node)
-            self.wires.faults.incarnations[f.node] = inc
-            self.wires.renew(f.node)
+            self._revive(n)
         elif f.kind == "join":
             self.knocking.append(f.node)
             self.wires.add(f.node)
         elif f.kind == "leave" and n is not None and n.running:
             n.member.leave()
+
+    def _revive(self, n: Node) -> None:
+        """n's process starts again as its next incarnation: its neighbours' transports report it."""
+        inc = n.incarnation + 1
+        self.revived[n.i] = inc
+        self.told[n.i] = set()
+        self.wires.faults.dead.pop(n.i, None)
+        self.wires.closed.discard(n.i)
+        self.wires.faults.incarnations[n.i] = inc
+        self.wires.renew(n.i)
 
     def _sever(self, edges: Iterable[Edge]) -> None:
         """Cut links: frames are lost both ways (and the negotiation refuses to heal them)."""
@@ -429,6 +435,8 @@ class World:
             except MembershipError as e:
                 n.excluded = isinstance(e, ExcludedError)
                 self._close(n, "stopped", str(e))
+                if isinstance(e, JoinMissedError) and n.incarnation < self.restarts:
+                    self._revive(n)  # started again at once and sponsored again (roles/inprocess.py)
                 return
             n.result = None
             out = self._do(n, cmd)
@@ -534,7 +542,7 @@ class World:
             neighbours = {s.i}  # its transport holds its sponsor; its member grows the rest
         else:
             del self.revived[v]
-            neighbours = set(self.base.neighbors(v)) | (old.neighbours if old is not None else set())
+            neighbours = (set(self.base.neighbors(v)) if v in self.base else set()) | (old.neighbours if old else set())
         n = self._node(v, cmd.inc, neighbours | {s.i})
         n.program = self._newcomer(n.member, blob)
         n.ends, s.ends = {s.i}, s.ends | {v}

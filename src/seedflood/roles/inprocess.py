@@ -36,7 +36,9 @@ not node i's (a process without node i's key acting as node i): its restarted li
 `restart` events (the genuine first life is killed, an impostor takes its slot and must pass the
 rejoin challenge), else its only life. A node that stops by the churn rules (minority, excluded)
 or is killed is reported in `exits`, not raised; with `supervise`, one stopped by the rules is
-restarted as its launcher would restart it.
+restarted as its launcher would restart it. A newcomer whose JOIN step was committed without it
+(`roster.JoinMissedError`: its sponsor stalled or was cut off before relaying the note) is always
+started again, as the next incarnation, and sponsored again.
 
 Assumes: torch ops are deterministic for a fixed thread count; callers that compare against
 other processes pin `run.threads` (the tests use 1).
@@ -62,7 +64,7 @@ from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.signing import Sign, Signing
 from seedflood.core.flood.transport import ByteCounter, TransportError
 from seedflood.core.membership.growth import Growth
-from seedflood.core.membership.roster import Change, MembershipError
+from seedflood.core.membership.roster import Change, JoinMissedError, MembershipError
 from seedflood.core.topology import resolve as topo
 from seedflood.core.topology.graph import Topology
 from seedflood.core.wire.message import Message
@@ -235,6 +237,7 @@ def simulate(
     progress = {i: -1 for i in nodes}  # node -> last step it applied
     waiting: set[int] = set()  # nodes whose supervisor waits to restart them (no client running)
     stopped: set[int] = set()  # nodes a life of which the churn rules stopped
+    missed: set[int] = set()  # newcomers whose last life's JOIN step was committed without them
 
     def others_running(node: int) -> bool:
         return any(t.is_alive() for i, t in threads.items() if i != node and i not in waiting)
@@ -260,7 +263,7 @@ def simulate(
                 time.sleep(0.01)
             waiting.discard(node)
             relaunch(node)
-        if supervise and not restarts and node in stopped and others_running(node):
+        if not restarts and node in stopped and (supervise or node in missed) and others_running(node):
             log.warning("node %d: stopped (%s); its launcher restarts it", node, exits[node])
             relaunch(node)
 
@@ -348,6 +351,8 @@ def simulate(
         except MembershipError as e:  # stopped by the churn rules: an outcome, not a failure
             exits[node] = str(e)
             stopped.add(node)
+            if isinstance(e, JoinMissedError):
+                missed.add(node)
             network.kill(node)  # the process exits: its edges close
         except BaseException as e:  # surfaced below; the transport cascades it to the others
             if node in network.dead and isinstance(e, TransportError):

@@ -241,7 +241,8 @@ def test_a_knocking_id_that_is_a_member_is_not_sponsored_by_the_join_rule():
 
     def member_0(records, changes) -> tuple[Client, _Knocking]:
         t = _Knocking(top.neighbors(0), [5])
-        c = Client(0, (), p, direction, lambda _s: 0.0, t, strategy=ChurnStrategy(t, growth=growth))  # type: ignore[arg-type]
+        # connected to its ring neighbours: a member with no edge up would claim at once (joining.knock)
+        c = Client(0, top.neighbors(0), p, direction, lambda _s: 0.0, t, strategy=ChurnStrategy(t, growth=growth))  # type: ignore[arg-type]
         c.resume(records, changes)
         return c, t
 

@@ -43,6 +43,12 @@ class ExcludedError(MembershipError):
     hash differed from the majority's)."""
 
 
+class JoinMissedError(ExcludedError):
+    """A newcomer's JOIN step was committed without it (`check_admitted`): nothing it did wrong,
+    so whoever runs it starts it again at once, as the next incarnation, and a member sponsors
+    it again (roles/inprocess.py does; a launcher's restart policy does for a process)."""
+
+
 def check_admitted(node: int, step: int, joined_at: int, roster: Roster) -> None:
     """After applying committed `step`: a newcomer (`joined_at` > 0, the step its JOIN note names)
     that the step left out raises ExcludedError. A JOIN note names one step, so once that step is
@@ -50,7 +56,7 @@ def check_admitted(node: int, step: int, joined_at: int, roster: Roster) -> None
     stalled or was cut off right after sponsoring) nothing would ever admit it, and it would
     relay on uncounted for the rest of the run; it stops, and its restart joins."""
     if step == joined_at > 0 and node not in roster.members:
-        raise ExcludedError(
+        raise JoinMissedError(
             f"node {node}: step {step} was committed without this client's JOIN (its sponsor's note did "
             "not reach the voters in time): it stops (restart it to rejoin by replay)"
         )

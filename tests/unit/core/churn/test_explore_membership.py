@@ -558,15 +558,21 @@ def test_a_ring_of_five_whose_two_cuts_heal_lets_the_four_members_left_finish():
     assert out.live, out.problem
 
 
-@pytest.mark.xfail(strict=True, reason="re-sponsoring a newcomer whose JOIN committed without it is not built (issue 41)")
 def test_a_newcomer_whose_sponsor_stalls_right_after_sponsoring_is_sponsored_again():
-    """The review's schedule (../shared/repro/churn-member/cases.py, in process: lost in 2 of 3
-    runs under load): on a ring of 6, new id 6 knocks and node 0 sponsors it, then stalls before
-    relaying its JOIN note; the others commit the JOIN step without it. Today the newcomer stops
-    ("committed without this client's JOIN ... restart it") and only a launcher's restart brings
-    it back; the goal is that another member sponsors it again and it finishes."""
+    """The review's schedule (../shared/repro/churn-member/cases.py): on a ring of 6, new id 6
+    knocks and node 0 sponsors it, then stalls before relaying its JOIN note; the others commit
+    the JOIN step without it. The newcomer stops with `JoinMissedError`, is started again at once
+    as its next incarnation (roles/inprocess.py does so; the world models it) and another member
+    sponsors it: it finishes. The stalled sponsor, committed out while asleep, stops (a restart
+    rejoins it). Without the restart (the control) the newcomer is lost."""
     g = nx.cycle_graph(6)
     p = ex.protocol_for(g, steps=24, max_nodes=7)
-    out = ex.World(g, p, [ex.Fault(14, "join", 6), ex.Fault(15, "stall", 0), ex.Fault(20, "heal", 0)]).run()
-    assert out.safe
-    assert out.states[6] == "done", out.why[6]
+    faults = [ex.Fault(14, "join", 6), ex.Fault(15, "stall", 0), ex.Fault(20, "heal", 0)]
+    w = ex.World(g, p, faults)
+    out = w.run()
+    assert out.safe and out.live and out.states[6] == "done", out.why
+    assert w.nodes[6].incarnation == 1 and 6 in w.nodes[1].member.roster.members
+    w = ex.World(g, p, faults)
+    w.restarts = 0
+    out = w.run()
+    assert out.states[6] == "stopped" and "without this client's JOIN" in out.why[6]

@@ -138,7 +138,7 @@ def map_weights(model: torch.nn.Module, directory: Path) -> int:
                 or not p.numel()
             ):
                 continue
-            dtype = _SAFETENSORS_DTYPES.get(meta.get("dtype"))
+            dtype = _SAFETENSORS_DTYPES.get(str(meta.get("dtype")))
             offset = start + meta["data_offsets"][0]
             if dtype != p.dtype or list(meta["shape"]) != list(p.shape) or offset % p.element_size():
                 continue

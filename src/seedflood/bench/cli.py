@@ -22,6 +22,8 @@ Figures (docs/benchmarks.md explains each; one module per figure):
                         beside the batched floor, N = 1, 16, 64, 128 (--sim-clients)
   goodput  goodput.py   churn runs in process: steps/s under a failure schedule (cut + heal, join,
                         kill + restart, mixed) / steps/s with none, ring of 8 and 4×4 torus
+  load     load.py      anonymous memory a fresh process gains in model.load / the model's bytes
+                        (goal <= 0.2), with and without the imports
 
 The timing rules every figure follows are in bench/common.py. torch runs one intra-op thread by
 default (--threads).
@@ -51,7 +53,7 @@ from seedflood.bench.step import fig_step
 from seedflood.bench.tradeoff import fig_tradeoff
 from seedflood.bench.traffic import fig_bytes
 
-FIGURES = ("bytes", "apply", "step", "catchup", "hop", "tradeoff", "hops", "overlap", "sim", "goodput")
+FIGURES = ("bytes", "apply", "step", "catchup", "hop", "tradeoff", "hops", "overlap", "sim", "goodput", "load")
 
 
 def fig_hops(opts: Options) -> dict[str, Any]:
@@ -102,6 +104,13 @@ def fig_goodput(opts: Options) -> dict[str, Any]:
     return goodput.fig_goodput(steps, opts.repeats("goodput"), graphs, opts.out, quick["every"], quick["period"])
 
 
+def fig_load(opts: Options) -> dict[str, Any]:
+    """Anonymous memory gained across model.load in fresh processes (bench/load.py)."""
+    from seedflood.bench import load
+
+    return load.fig_load(opts, device=opts.load_device)
+
+
 RUNNERS: dict[str, Callable[[Options], dict[str, Any]]] = {
     "bytes": fig_bytes,
     "apply": fig_apply,
@@ -113,6 +122,7 @@ RUNNERS: dict[str, Callable[[Options], dict[str, Any]]] = {
     "overlap": fig_overlap,
     "sim": fig_sim,
     "goodput": fig_goodput,
+    "load": fig_load,
 }
 
 
@@ -167,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="G",
         help="goodput: graphs (default ring8 torus4x4; ring8 with --quick)",
     )
+    p.add_argument("--load-device", default="cpu", help="load: the device the model is loaded onto (cpu, cuda, cuda:N)")
     p.add_argument(
         "--threads",
         type=int,

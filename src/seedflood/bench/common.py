@@ -43,7 +43,7 @@ class Options:
     """What the command line chose; every figure reads only what it needs."""
 
     # Timed repeats per figure when --repeats is not given (sized for a run of a few minutes).
-    DEFAULT_REPEATS = {"apply": 5, "step": 3, "catchup": 3, "goodput": 5, "hops": 5}
+    DEFAULT_REPEATS = {"apply": 5, "step": 3, "catchup": 3, "goodput": 5, "hops": 5, "load": 2}
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.quick: bool = args.quick
@@ -57,6 +57,7 @@ class Options:
         self.sim_device: str = getattr(args, "sim_device", "cpu")
         self.goodput_steps: int = getattr(args, "goodput_steps", 0)
         self.goodput_graphs: list[str] | None = getattr(args, "goodput_graphs", None)
+        self.load_device: str = getattr(args, "load_device", "cpu")
         self.out = sys.stdout
 
     def repeats(self, figure: str) -> int:

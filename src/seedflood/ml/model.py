@@ -9,7 +9,8 @@ Owns:
 - `map_weights(model, directory)`: parameters loaded from a directory (and the SmolLM2 cache)
   point into a private, copy-on-write memory map of its safetensors files, so the pages training
   never writes (embeddings, norms, non-trainable matrices; trainable ones until their first
-  update) are one copy in the page cache shared by every process on the machine.
+  update) are one copy in the page cache shared by every process on the machine;
+  `bytes_in_private_maps`: the parameter bytes that lie in such a map, by address.
 
 Assumes: decoder-only HF causal LMs (what objective.py scores); never touches torch's global RNG.
 """
@@ -49,7 +50,8 @@ class Loaded:
     base_hash: str
     """weights_hash of the base model as loaded (before any update)."""
     mapped_bytes: int = 0
-    """Parameter bytes that live in a private memory map of the weights file (`map_weights`)."""
+    """Parameter bytes that lie in a private memory map of the weights files, by their addresses
+    (`map_weights`, `bytes_in_private_maps`); 0 for a model not loaded from a directory."""
 
 
 def weights_hash(model: torch.nn.Module | Mapping[str, torch.Tensor]) -> str:
@@ -104,7 +106,8 @@ _SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torc
 def map_weights(model: torch.nn.Module, directory: Path) -> int:
     """Point each CPU parameter at the bytes of the same tensor in `directory`'s *.safetensors
     files, mapped privately (MAP_PRIVATE: a write copies the page, the file never changes);
-    return the parameter bytes now mapped.
+    return the parameter bytes that now lie in a private map of those files, found by address
+    (`bytes_in_private_maps`; without /proc, the bytes re-pointed).
 
     A parameter moves only when name, dtype and shape match and the file's bytes equal its
     bytes (so a loader that converted anything keeps its own copy, and the model's bits cannot
@@ -113,8 +116,9 @@ def map_weights(model: torch.nn.Module, directory: Path) -> int:
     clients on a machine the frozen part of the model is resident once, not N times.
     """
     params = dict(model.named_parameters())  # tied parameters appear once
-    mapped = 0
-    for path in sorted(directory.glob("*.safetensors")):
+    mapped = 0  # bytes re-pointed: what the map holds unless its buffer is not the file's
+    files = sorted(directory.glob("*.safetensors"))
+    for path in files:
         try:
             with open(path, "rb") as f:
                 (size,) = struct.unpack("<Q", f.read(8))  # safetensors: u64 LE header size, JSON header, data
@@ -134,7 +138,7 @@ def map_weights(model: torch.nn.Module, directory: Path) -> int:
                 or not p.numel()
             ):
                 continue
-            dtype = _SAFETENSORS_DTYPES.get(meta.get("dtype"))
+            dtype = _SAFETENSORS_DTYPES.get(str(meta.get("dtype")))
             offset = start + meta["data_offsets"][0]
             if dtype != p.dtype or list(meta["shape"]) != list(p.shape) or offset % p.element_size():
                 continue
@@ -142,4 +146,36 @@ def map_weights(model: torch.nn.Module, directory: Path) -> int:
             if torch.equal(t.view(-1).view(torch.uint8), p.detach().view(-1).view(torch.uint8)):  # equal bits
                 p.data = t
                 mapped += p.numel() * p.element_size()
-    return mapped
+    found = bytes_in_private_maps(model, files)
+    return mapped if found is None else found
+
+
+def bytes_in_private_maps(model: torch.nn.Module, files: list[Path]) -> int | None:
+    """Bytes of `model`'s CPU parameters (tied ones once) that lie inside a private (MAP_PRIVATE)
+    memory map of one of `files`, by their addresses in /proc/self/maps; None without that file
+    (not Linux). What `Loaded.mapped_bytes` reports: a parameter that is a copy counts 0."""
+    names = {str(f.resolve()) for f in files}
+    try:
+        with open("/proc/self/maps") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    ranges: list[list[int]] = []
+    for line in lines:
+        parts = line.split(maxsplit=5)  # address perms offset dev inode path
+        if len(parts) == 6 and parts[1][3:4] == "p" and parts[5] in names:
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            ranges.append([lo, hi])
+    ranges.sort()
+    merged: list[list[int]] = []  # adjacent maps of the files: one range (a tensor may span both)
+    for r in ranges:
+        if merged and r[0] <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], r[1])
+        else:
+            merged.append(r)
+    total = 0
+    for p in model.parameters():
+        lo, n = p.data_ptr(), p.numel() * p.element_size()
+        if p.device.type == "cpu" and any(a <= lo and lo + n <= b for a, b in merged):
+            total += n
+    return total

@@ -57,8 +57,9 @@ def _quotient(a: dict | None, b: dict | None) -> float | None:
 
 # Figures that start real gloo processes run in their own tests (test_bench_hops.py,
 # tests/e2e/test_overlap_netns.py), as does goodput, whose churn runs take minutes
-# (test_bench_goodput.py); the shared fixture runs the other in-process ones.
-MULTI_PROCESS = ("hops", "overlap", "goodput")
+# (test_bench_goodput.py), and load, which starts a fresh interpreter per load (test_bench_load.py);
+# the shared fixture runs the other in-process ones.
+MULTI_PROCESS = ("hops", "overlap", "goodput", "load")
 IN_PROCESS = tuple(f for f in bench.FIGURES if f not in MULTI_PROCESS)
 
 

@@ -15,12 +15,15 @@ processes) on an 8×16 torus (diameter 12) and on a ring of 128 (diameter 64); d
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from seedflood.bench import procs as bench_procs
 from seedflood.core.config import runconfig as config
 from seedflood.ml import machine
 from seedflood.roles.inprocess import simulate
@@ -52,7 +55,10 @@ def _many(run_world, procs_ok, tmp_path, settings: list[str], n: int) -> dict:
     # so the one thread each client reports comes from run.threads = 0 and LOCAL_WORLD_SIZE.
     env = {"OMP_NUM_THREADS": str(machine.cpus())}
     argv = [sys.executable, "-m", "seedflood", "train", "--config", DEBUG, *sets]
-    procs = run_world(argv, n + 1, env=env, watch=[out / "log.bin"])
+    sampler = PssSampler()
+    t0 = time.monotonic()
+    procs = run_world(argv, n + 1, env=env, watch=[out / "log.bin"], on_poll=sampler)
+    wall = time.monotonic() - t0
     procs_ok(procs)
     s = json.loads((out / "summary.json").read_text())
 
@@ -71,7 +77,24 @@ def _many(run_world, procs_ok, tmp_path, settings: list[str], n: int) -> dict:
         mib = [{k: round(v / 2**20) for k, v in m.items()} for m in mem]
         print(f"memory MiB: evaluator {mib[0]}, client 0 {mib[1]}, sum of PSS {sum(m['pss'] for m in mem) / 2**20:.0f}")
     print("seconds per rank (start to exit):", [round(p.seconds, 1) for p in procs])
+    print(
+        f"summed peak PSS of every process under this test (the fork server too): {sampler.peak / 2**20:.0f} MiB; wall {wall:.0f} s"
+    )
     return s
+
+
+class PssSampler:
+    """`run_world`'s on_poll: about once a second, the sum of the PSS of every process below this
+    one (the harness's fork server and the ranks); keeps the largest sum in bytes."""
+
+    def __init__(self, every_s: float = 1.0) -> None:
+        self.every_s, self.last, self.peak = every_s, 0.0, 0
+
+    def __call__(self, _group: object) -> None:
+        if time.monotonic() - self.last >= self.every_s:
+            self.last = time.monotonic()
+            pids = bench_procs.descendants(os.getpid())[1:]  # [0] is this process
+            self.peak = max(self.peak, sum(filter(None, map(bench_procs.pss, pids))))
 
 
 @pytest.mark.timeout(1800)  # the wait is bounded by progress (procs.Procs.wait_for); an outer bound

@@ -6,7 +6,8 @@ unless --config/--set say otherwise), whose every process's PSS (/proc/PID/smaps
 page divided by the processes mapping it, so the sum over processes is what the run costs) and
 thread count are sampled every --every seconds while the run lasts. It prints, per role
 (launcher, evaluator, client), the mean over processes of each one's mean and peak PSS, the
-largest peak, the peak of the sum over all processes (the number to compare with the machine's
+largest peak, the PSS each process reported of itself at its end (summary.json `memory`: the
+steady state, past the loading peaks), the peak of the sum over all processes (the number to compare with the machine's
 memory), the wall time from launch to exit, the load average before and after, and whether
 every client ended on the evaluator's hash. Nothing asserts a figure.
 
@@ -139,6 +140,18 @@ def per_role(procs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
+def end_pss(memory: dict[str, Any]) -> dict[str, float]:
+    """PSS (MiB) each process reported of itself at the end of its run (summary.json `memory`):
+    the evaluator's, and the mean and max over the clients'."""
+    out = {}
+    if memory.get("evaluator"):
+        out["evaluator"] = memory["evaluator"]["pss"] / MIB
+    clients = [m["pss"] / MIB for m in memory.get("clients") or [] if m]
+    if clients:
+        out["client_mean"], out["client_max"] = statistics.mean(clients), max(clients)
+    return out
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     sets = [
         *TOPOLOGIES[args.topology],
@@ -172,6 +185,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "wall_s": got["wall_s"],
         "load_before": load0,
         "load_after": os.getloadavg(),
+        "end_pss_mib": end_pss(summary.get("memory") or {}),
         "consensus": summary.get("consensus"),
         "hash": summary.get("param_hash"),
     }
@@ -185,6 +199,13 @@ def report(r: dict[str, Any]) -> str:
             f" threads ≤ {f['threads']}"
         )
     load = lambda v: " ".join(f"{x:.2f}" for x in v)  # noqa: E731
+    end = r["end_pss_mib"]
+    if end:
+        lines.append(
+            "  at the run's end, as each process reported it: "
+            + ", ".join(f"{k.replace('_', ' ')} {v:.0f}" for k, v in end.items())
+            + " MiB PSS"
+        )
     lines.append(f"  summed peak PSS {r['sum_peak_mib']:.0f} MiB; wall {r['wall_s']:.0f} s")
     lines.append(f"  load {load(r['load_before'])} before, {load(r['load_after'])} after")
     lines.append(f"  consensus {r['consensus']} (hash {r['hash']})")

@@ -24,7 +24,7 @@ import atexit, json, os, sys
 def report():
     import torch
     top = sorted({m.split(".")[0] for m in sys.modules})
-    print(json.dumps({"packages": top, "env": {v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}, "threads": torch.get_num_threads()}))
+    print(json.dumps({"packages": top, "env": {v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}, "threads": torch.get_num_threads()}))
 atexit.register(report)
 from seedflood.cli import console
 console()
@@ -40,7 +40,7 @@ def test_a_tiny_model_process_imports_no_transformers_and_sets_threads_before_to
     argv += [a for o in [*sets, f"run.out_dir={out}"] for a in ("--set", o)]
     # 7 threads asked for by the environment; run.threads = 0 over 3 local processes on this
     # machine's cores says max(1, cpus // 3): what the process must have set before torch loaded.
-    procs = run_world(argv, 3, env={"OMP_NUM_THREADS": "7", "OPENBLAS_NUM_THREADS": "7"}, watch=[out / "log.bin"])
+    procs = run_world(argv, 3, env={"OMP_NUM_THREADS": "7", "MKL_NUM_THREADS": "7"}, watch=[out / "log.bin"])
     procs_ok(procs)
     from seedflood.ml import machine
 
@@ -48,5 +48,5 @@ def test_a_tiny_model_process_imports_no_transformers_and_sets_threads_before_to
     for p in procs:
         got = p.last_json()
         assert not NOT_FOR_TINY & set(got["packages"]), (p.name, sorted(NOT_FOR_TINY & set(got["packages"])))
-        assert got["env"] == {"OMP_NUM_THREADS": want, "OPENBLAS_NUM_THREADS": want}, p.name
+        assert got["env"] == {"OMP_NUM_THREADS": want, "MKL_NUM_THREADS": want}, p.name
         assert got["threads"] == int(want), p.name

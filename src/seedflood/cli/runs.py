@@ -95,8 +95,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _threads_before_torch(cfg) -> None:
-    """run.threads' count in the thread variables torch and numpy read as they load (ml/machine.py
-    THREAD_VARS), from the launcher's local process count: a process that imports them later runs
+    """run.threads' count in the thread variables torch reads as it loads (ml/machine.py
+    THREAD_VARS), from the launcher's local process count: a process that imports it later runs
     no pool sized to every core. A process that already imported torch (a fork of one) is left to
     machine.set_threads, which every process calls once its world is read."""
     if "torch" in sys.modules:

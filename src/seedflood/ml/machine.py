@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping
 
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-"""Read when torch (OpenMP, MKL) and numpy (OpenBLAS) load: unset, each pool starts sized to every
-core of the machine, and torch.set_num_threads never reaches numpy's."""
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+"""Read when torch loads (OpenMP, MKL): unset, each pool starts sized to every core of the machine.
+Not OPENBLAS_NUM_THREADS: numpy loads with the core (topology, log arrays), before the config that
+says run.threads is read, so its pool is sized by then."""
 
 
 def cpu_model() -> str:

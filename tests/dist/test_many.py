@@ -9,7 +9,7 @@ Few steps and a narrow model keep it to about a minute of start-up plus seconds 
 
 The slow tier (--runslow) does the same at the paper's scale: 128 clients + the evaluator (129
 processes) on an 8×16 torus (diameter 12) and on a ring of 128 (diameter 64); docs/benchmarks.md
-(`procs`) has its output and what each process costs as a fresh interpreter.
+(Many processes on one machine) has its output and what each process costs as a fresh interpreter.
 """
 
 from __future__ import annotations

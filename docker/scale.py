@@ -141,7 +141,7 @@ def churn(doc: dict, max_nodes: int = 0) -> dict:
         for node in range(len(clients), max_nodes):
             svc = copy.deepcopy(services["client1"])
             env = {k: v for k, v in svc["environment"].items() if k not in ("RANK", "WORLD_SIZE")}
-            svc["environment"] = {**env, "SEEDFLOOD_NODE": str(node)}  # no rank: a new id (comm/runtime.py)
+            svc["environment"] = {**env, "SEEDFLOOD_NODE": str(node)}  # no rank: a new id (comm/world.py)
             svc["profiles"] = [JOIN_PROFILE]
             services[f"client{node + 1}"] = svc
     doc["services"] = services

@@ -59,7 +59,7 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
         "seedflood.core.topology.graph.TopologyError",
         "seedflood.ml.datafiles.TaskError",
         "seedflood.ml.sources.ModelError",
-        "seedflood.comm.runtime.WorldError",
+        "seedflood.comm.world.WorldError",
         "seedflood.rundir.layout.CheckpointError",
         "seedflood.core.zo.precision.DirectionError",
         "seedflood.comm.identity.IdentityError",

@@ -83,6 +83,7 @@ def _preflight(cfg, full: bool = True, gpus: int | None = None) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     cfg = _load_config(args)  # a bad config is refused before torch is imported
     _preflight(cfg, full=False)  # the launcher's world-size ran the full preflight; rank 0 rechecks the run dir
+    _threads_before_torch(cfg)
     from seedflood.roles import train
 
     summary = train.run(cfg)
@@ -91,6 +92,21 @@ def cmd_train(args: argparse.Namespace) -> int:
         if summary.seedflood.reports.consensus is False:  # None: no client report came (the store is gone)
             return 1
     return 0
+
+
+def _threads_before_torch(cfg) -> None:
+    """run.threads' count in the thread variables torch reads as it loads (ml/machine.py
+    THREAD_VARS), from the launcher's local process count: a process that imports it later runs
+    no pool sized to every core. A process that already imported torch (a fork of one) is left to
+    machine.set_threads, which every process calls once its world is read."""
+    if "torch" in sys.modules:
+        return
+    import os
+
+    from seedflood.comm.world import World
+    from seedflood.ml import machine
+
+    machine.threads_env(cfg.run.threads, World.from_env(os.environ).local_world_size, os.environ)
 
 
 def _consensus_line(f: FloodFigures) -> str:

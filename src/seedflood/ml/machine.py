@@ -1,15 +1,22 @@
 """This host's compute as a process sees it: CPUs, torch intra-op threads, memory.
 
 Owns `cpus` (the affinity mask), `cpu_model` (/proc/cpuinfo's `model name`), `threads_for` / `set_threads` (run.threads: 0 splits the CPUs
-evenly over the processes a launcher starts on this machine), `threads`, and `memory` (this
-process's RSS / PSS / USS from /proc). Assumes Linux for `memory` (else None).
+evenly over the processes a launcher starts on this machine), `threads_env` (the same count for
+the thread pools that read it only when torch loads), `threads`, and `memory` (this process's
+RSS / PSS / USS from /proc). Assumes Linux for `memory` (else None).
+
+Imports torch only inside the functions that need it: `threads_env` runs before torch is imported.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import MutableMapping
 
-import torch
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+"""Read when torch loads (OpenMP, MKL): unset, each pool starts sized to every core of the machine.
+Not OPENBLAS_NUM_THREADS: numpy loads with the core (topology, log arrays), before the config that
+says run.threads is read, so its pool is sized by then."""
 
 
 def cpu_model() -> str:
@@ -46,11 +53,22 @@ def set_threads(n: int, local_processes: int = 1) -> None:
     """torch intra-op threads for run.threads = `n` (see threads_for). With one process per
     machine and n = 0, torch's default is left alone (it already uses every core)."""
     if n > 0 or local_processes > 1:
+        import torch
+
         torch.set_num_threads(threads_for(n, local_processes))
+
+
+def threads_env(n: int, local_processes: int, environ: MutableMapping[str, str]) -> None:
+    """Set THREAD_VARS in `environ` to run.threads = `n`'s count (see threads_for), as set_threads
+    does torch's, when set_threads would set it; to be called before torch is imported."""
+    if n > 0 or local_processes > 1:
+        environ.update(dict.fromkeys(THREAD_VARS, str(threads_for(n, local_processes))))
 
 
 def threads() -> int:
     """torch intra-op threads this process uses now."""
+    import torch
+
     return torch.get_num_threads()
 
 

@@ -241,7 +241,7 @@ def test_a_knocking_id_that_is_a_member_is_not_sponsored_by_the_join_rule():
 
     def member_0(records, changes) -> tuple[Client, _Knocking]:
         t = _Knocking(top.neighbors(0), [5])
-        # connected to its ring neighbours: a member with no edge up would claim at once (joining.knock)
+        # connected to its ring neighbours: a member with no edge up claims nobody (joining.knock)
         c = Client(0, top.neighbors(0), p, direction, lambda _s: 0.0, t, strategy=ChurnStrategy(t, growth=growth))  # type: ignore[arg-type]
         c.resume(records, changes)
         return c, t
@@ -255,7 +255,8 @@ def test_a_knocking_id_that_is_a_member_is_not_sponsored_by_the_join_rule():
         """The looks before as many exchanges as a claim waits for, and one more (`joining.knock`)."""
         for _ in range(2 * c.churn.agreement.quiet + 2):
             c.churn._knock(logged)
-            c.churn.member.clock += 1  # one exchange: the member's hop clock
+            c.churn.member.clock += 1  # one exchange: the member's hop clock and its count
+            c.churn.member.exchanges += 1
 
     c, t = member_0([(s, step(s, range(5))) for s in range(logged)], {})
     assert 0 in growth.edges(5, logged + p.delay + 1, {})  # ring of 5: node 5 links to 0 and 1

@@ -7,7 +7,8 @@ Owns `Edges`: the hop-indexed schedule of edge work and what it rests on —
 - `alone`: the hop clock held while the member has no edge and waits for one;
 - `unlink`: leaving neighbour -> the exchange index its edge closes before; `parted`: neighbours
   that left gracefully (never healed);
-- `seen`: a knocking brand-new id the member is linked to -> the hop it first saw it; `expected`:
+- `seen`: a knocking brand-new id the member is linked to -> the hop it first saw it (`knocked`:
+  -> the member's exchange count then, what its claim waits on); `expected`:
   a brand-new id it grew its end to, not yet admitted -> its JOIN step; `noted`: those whose JOIN
   step is the note's (else the knock's guess); `deferred`: restarted neighbours still members
   under their old incarnation (sponsored once a committed step left them out).
@@ -43,6 +44,7 @@ class Edges:
     unlink: dict[int, int] = field(default_factory=dict)
     parted: set[int] = field(default_factory=set)
     seen: dict[int, int] = field(default_factory=dict)
+    knocked: dict[int, int] = field(default_factory=dict)
     expected: dict[int, int] = field(default_factory=dict)
     noted: set[int] = field(default_factory=set)
     deferred: set[int] = field(default_factory=set)

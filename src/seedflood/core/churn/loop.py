@@ -115,15 +115,17 @@ def hop(m: Member, t: int) -> Steps:
     After it: drop the peers the transport lost, then take each neighbour's frame in id order (a
     frame that does not decode closes its edge: `Member.on_bad_frame`) and the notes it carried."""
     p = m.protocol
-    m.neighbours, connected = yield Neighbours()
+    m.neighbours, _ = yield Neighbours()
     if m.grows and m.next_step < p.steps:
         yield from joining.knock(m, m.next_step, m.clock)
     yield from edges.unlink(m, m.clock)
     yield from edges.link(m, m.clock)
-    if m.healing:
+    if m.healing:  # whether an edge is up now: a sponsored newcomer's, a link's (else its clock holds)
+        m.neighbours, connected = yield Neighbours()
         m.clock = yield from edges.heal(m, m.clock, connected)
     got: Exchanged = yield Exchange(t)
     m.clock += 1
+    m.exchanges += 1
     yield from m.after_exchange(t, got.lost)
     limits = m.limits(t)
     for peer in sorted(got.frames):

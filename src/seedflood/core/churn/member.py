@@ -104,6 +104,7 @@ class Member:
         HEAL_FACTOR of them."""
         self.audits = audits  # this client can hash its state (audited runs)
         self.clock = 0  # the hop clock: the index of this client's next exchange
+        self.exchanges = 0  # exchanges run (never held or jumped, unlike the clock)
         self.next_step = 0  # the next local step to run
         self.applied = -1  # the last step applied (to the model: `Apply`, `ApplyAll`)
         self.logged = 0  # steps that came from a log or a catch-up (applied, not told to the listeners again)

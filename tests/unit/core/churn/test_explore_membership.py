@@ -28,7 +28,7 @@ import networkx as nx
 import pytest
 
 import explorer as ex
-from seedflood.core.churn import agreement, edges
+from seedflood.core.churn import agreement, edges, joining
 from seedflood.core.churn.member import Member
 from seedflood.core.churn.voter import Voter
 
@@ -236,6 +236,14 @@ def test_a_join_beside_one_other_fault_is_safe_and_a_connected_majority_finishes
     check(report, problems)
 
 
+def knock_alone_at_once(m, t, hop):
+    """A variant of `joining.knock` in which a member with no edge up claims at once."""
+    for j in (yield from joining.look(m, t, hop)):
+        if hop - m.edges.seen[j] > 2 * m.agreement.quiet or not m.flood.peers:
+            if (inc := (yield ex.c.Claim(j))) is not None:
+                yield ex.c.Sponsor(t, j, inc)
+
+
 def finishes(w: ex.World, j: int) -> ex.Outcome:
     """Run w: one history, the connected majority finishes, and new id j was admitted."""
     out = w.run()
@@ -273,24 +281,17 @@ def test_a_join_bridging_a_split_of_a_complete_graph_of_four_lets_the_majority_f
     stuck_as(ex.World(g, protocol(g), faults), "spread")
 
 
-def test_a_join_that_reconnects_a_line_after_its_middle_crashed_lets_the_majority_finish(monkeypatch):
-    """Found by the explorer: on a line of 3 new id 3 links to the ends 0 and 2; the middle node
-    1 crashes in the round after the knock, its last frame reaching only node 2. The ends, each
-    alone, closed ballot 0 of step 0 (one vote heard, two unheard: fewer than ⌈9/4⌉) and voted
-    their own values into ballot 1 before the newcomer's edges connected them; then each value
-    had one vote and one unheard (dead) voter, enough for a majority of 2: both stayed possible
-    and every client stopped. Now both ends saw the knock, so they expect the newcomer and no
-    view of theirs is quiet before its edges can be up (`Voter.expect`, `Agreement.calm`):
-    node 0, waiting, claims it, the edge 2-3 heals, the ends meet in ballot 0 and {0, 2} (two of
-    three) and the newcomer finish. Without that wait the ends split ballot 1 again."""
+@pytest.mark.xfail(strict=True, reason="a member with no edge up claims nobody (joining.knock): a stated limit")
+def test_a_join_that_reconnects_a_line_after_its_middle_crashed_lets_the_majority_finish():
+    """On a line of 3 new id 3 links to the ends 0 and 2; the middle node 1 crashes in the round
+    after the knock. Each end is left alone, and a member with no edge up claims nobody (one
+    waking alone from a stall is behind and would win every claim: see
+    `test_a_newcomer_whose_sponsor_stalls_right_after_sponsoring_is_sponsored_again`), so the
+    newcomer that would join the ends is never sponsored and both ends stop. It passes where
+    an alone member may claim (`knock_alone_at_once`)."""
     g = SMALL["line3"]
     faults = [ex.Fault(0, "join", 3), ex.Fault(1, "crash", 1, frozenset({2}))]
-    w = ex.World(g, protocol(g), faults)
-    finishes(w, 3)
-    assert w.sponsored[3][0] == 0 and w.nodes[1].state == "dead"
-    assert (2, 3) in {x for _, x in w.healed}, w.healed
-    monkeypatch.setattr(Voter, "expect", lambda self, node, seen: None)
-    stuck_as(ex.World(g, protocol(g), faults), "split")
+    finishes(ex.World(g, protocol(g), faults), 3)
 
 
 def test_a_join_whose_edge_is_the_only_bridge_to_a_member_that_missed_its_note_lets_the_majority_finish(
@@ -558,20 +559,24 @@ def test_a_ring_of_five_whose_two_cuts_heal_lets_the_four_members_left_finish():
     assert out.live, out.problem
 
 
-def test_a_newcomer_whose_sponsor_stalls_right_after_sponsoring_is_sponsored_again():
+def test_a_newcomer_whose_sponsor_stalls_right_after_sponsoring_is_sponsored_again(monkeypatch):
     """The review's schedule (../shared/repro/churn-member/cases.py): on a ring of 6, new id 6
-    knocks and node 0 sponsors it, then stalls before relaying its JOIN note; the others commit
-    the JOIN step without it. The newcomer stops with `JoinMissedError`, is started again at once
-    as its next incarnation (roles/inprocess.py does so; the world models it) and another member
-    sponsors it: it finishes. The stalled sponsor, committed out while asleep, stops (a restart
-    rejoins it). Without the restart (the control) the newcomer is lost."""
+    knocks and node 0 stalls. The newcomer finishes. Two mechanisms, each pinned here:
+    - a member claims only while an edge of it is up (`joining.knock`), so node 0, waking alone
+      and behind, does not sponsor it with a stale view (where it may, the newcomer is lost in 6
+      of the 640 schedules of this family: `test_explore_mutants.py`; in 0 now);
+    - where the JOIN step still commits without the newcomer (`JoinMissedError`; the claim that
+      may be made alone provokes it here), the newcomer starts again as its next incarnation and
+      is sponsored again; without that restart it is lost."""
     g = nx.cycle_graph(6)
     p = ex.protocol_for(g, steps=24, max_nodes=7)
     faults = [ex.Fault(14, "join", 6), ex.Fault(15, "stall", 0), ex.Fault(20, "heal", 0)]
+    out = ex.World(g, p, faults).run()
+    assert out.safe and out.live and out.states[6] == "done", out.why
+    monkeypatch.setattr(joining, "knock", knock_alone_at_once)
     w = ex.World(g, p, faults)
     out = w.run()
-    assert out.safe and out.live and out.states[6] == "done", out.why
-    assert w.nodes[6].incarnation == 1 and 6 in w.nodes[1].member.roster.members
+    assert out.states[6] == "done" and w.nodes[6].incarnation == 1, out.why  # sponsored again
     w = ex.World(g, p, faults)
     w.restarts = 0
     out = w.run()

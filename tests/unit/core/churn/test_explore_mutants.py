@@ -46,10 +46,10 @@ def wake() -> tuple[nx.Graph, ex.Protocol, list[ex.Fault], dict]:
     return g, ex.protocol_for(g, steps=3), [ex.Fault(7, "stall", 3), ex.Fault(10, "heal", 3)], {}
 
 
-def alone_claims() -> tuple[nx.Graph, ex.Protocol, list[ex.Fault], dict]:
-    g = nx.path_graph(3)  # the middle dies: each end alone, the newcomer links them
-    p = ex.protocol_for(g, steps=9, hops=2, max_nodes=4)
-    return g, p, [ex.Fault(0, "join", 3), ex.Fault(1, "crash", 1, frozenset({2}))], {}
+def woken_sponsor() -> tuple[nx.Graph, ex.Protocol, list[ex.Fault], dict]:
+    g = nx.cycle_graph(6)  # node 0 stalls; the newcomer knocks while it sleeps; it wakes alone, behind
+    p = ex.protocol_for(g, steps=24, max_nodes=7)
+    return g, p, [ex.Fault(15, "stall", 0), ex.Fault(17, "join", 6), ex.Fault(23, "heal", 0)], {}
 
 
 def _all_done(w: ex.World, out: ex.Outcome) -> bool:
@@ -65,7 +65,7 @@ MUTANTS: list[tuple[str, Callable, object, str, Callable, Callable[[ex.World, ex
     ("repair", leave, Growth, "repaired", lambda self, changes, step: [], _all_done),
     ("admit", join, joining, "sponsor", None, lambda w, o: 4 in w.nodes[0].member.roster.members),
     ("wait for a heal after the run", wake, loop, "drain", None, _all_done),
-    ("claim when alone", alone_claims, joining, "knock", None, lambda w, o: o.states.get(3) == "done"),
+    ("claim only while connected", woken_sponsor, joining, "knock", None, lambda w, o: o.states.get(6) == "done"),
 ]
 
 
@@ -89,10 +89,10 @@ def _drain_at_once(m):
         yield from loop.hop(m, t)
 
 
-def _knock_waits_always(m, t, hop):
-    """`joining.knock` that waits 2·spread exchanges even where the member has no edge up."""
+def _knock_alone_too(m, t, hop):
+    """`joining.knock` in which a member with no edge up claims at once."""
     for j in (yield from joining.look(m, t, hop)):
-        if hop - m.edges.seen[j] > 2 * m.agreement.quiet:
+        if hop - m.edges.seen[j] > 2 * m.agreement.quiet or not m.flood.peers:
             if (inc := (yield ex.c.Claim(j))) is not None:
                 yield ex.c.Sponsor(t, j, inc)
 
@@ -100,7 +100,7 @@ def _knock_waits_always(m, t, hop):
 _REPLACE = {
     "admit": _admit_nobody,
     "wait for a heal after the run": _drain_at_once,
-    "claim when alone": _knock_waits_always,
+    "claim only while connected": _knock_alone_too,
 }
 
 

@@ -335,7 +335,7 @@ class Agreement:
         for key in [k for k in self._seen if k[0] < s]:
             del self._seen[key]
         nxt = mine.ballot
-        while (t := tallies.get(nxt)) is not None and t.leavable:
+        while (ahead := tallies.get(nxt)) is not None and ahead.leavable:
             if now - self._seen[(s, nxt)][1] < self.quiet or now < self.calm:
                 break
             nxt += 1

@@ -23,9 +23,9 @@ that passes a networkx graph has imported it).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias, TypeGuard
 
-from seedflood.core.flood.flooding import Flood, FloodError
+from seedflood.core.flood.flooding import Flood, FloodError, Item
 from seedflood.core.flood.schedule import StepSchedule
 from seedflood.core.flood.transport import EVALUATOR, HEADER, ByteCounter
 from seedflood.core.topology.graph import Topology
@@ -158,6 +158,8 @@ class Lockstep:
         for src, out in enumerate(outboxes):
             got: dict[int, list[Message]] = {}
             for dst, msgs in out.items():
+                if not _messages_only(msgs):
+                    raise FloodError(f"lockstep: node {src} has a note to send node {dst} (no churn here)")
                 if limits is None:
                     key = tuple(m.id for m in msgs)  # the frame's size is a function of its ids
                     size = self._sizes.get(key)
@@ -194,6 +196,12 @@ class Lockstep:
                     raise FloodError(f"lockstep: node {f.node} holds other messages of step {s} than node 0")
             self.applied = s
             apply(s, held[0])
+
+
+def _messages_only(items: list[Item]) -> TypeGuard[list[Message]]:
+    """No notes among `items`: a lockstep flood originates messages only (no churn, no votes, no
+    tolerated conflicts whose COPY notes would flood), which the codec frames alone."""
+    return all(isinstance(m, Message) for m in items)
 
 
 def cumulative_per_edge(counter: ByteCounter, directed_edges: int, steps: int) -> list[float]:

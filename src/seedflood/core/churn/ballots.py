@@ -4,8 +4,8 @@ Owns (docs/churn-design.md, "One history" and "Lying voters"; the argument that 
 commit at most one value per step is agreement.py's module docstring):
 - `quorum`, `faults`, `byzantine_quorum`: how many votes of a roster of n commit a value, under
   crashes and under signed votes with up to f = ⌊(n − 1)/3⌋ lying voters.
-- `counted`, `double_voters`: which of the held votes count (members of R_s under their admitted
-  incarnation, one a voter) and which voters signed two.
+- `counted`, `double_voters`: which of the held votes count (the first of each member of R_s
+  under its admitted incarnation) and which voters cast two different ones.
 - `Tally` and `tally`: the verdict — a committed value, a value a quorum voted on another chain,
   the values that could still reach a quorum, whether the ballot is closed, and whether a voter
   may leave it (`Tally.leavable`).

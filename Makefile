@@ -7,8 +7,8 @@
 #   make run       the embedded default: SmolLM2-135M on Rotten Tomatoes, 4 clients on a ring + evaluator
 #   make readme-figures  re-measure the README's cheap figures (the first run) and rewrite their block
 #   make lint      ruff check + ruff format --check over src and tests, the package's layering
-#                  contracts (lint-imports) and static types over the churn path and the process
-#                  wiring (mypy); all configuration in pyproject.toml
+#                  contracts (lint-imports) and static types over core/, roles/, comm/ and the
+#                  run directory's readers (mypy); all configuration in pyproject.toml
 #   make format    ruff format + the safe ruff fixes (import order, pyupgrade) over src and tests
 #   make gpu-kit   the offline kit for an air-gapped GPU host (.gpukit/): prints the host's commands
 #   make gpu-check the kit's dry mode here: build, stage into a fresh home, evidence plan on the CPU

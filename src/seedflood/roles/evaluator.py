@@ -43,7 +43,7 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,7 +65,7 @@ from seedflood.rundir.atomic import atomic_dir, atomic_write_text
 from seedflood.rundir.clientlog import steps_from_clients
 from seedflood.rundir.health import HealthReader
 from seedflood.rundir.layout import LOG, CheckpointError, RunDir
-from seedflood.rundir.logfile import LogReader, LogWriter, Records
+from seedflood.rundir.logfile import LogReader, LogWriter
 from seedflood.rundir.metrics import (
     MEMBERSHIP,
     MetricsWriter,
@@ -84,6 +84,10 @@ KEEP = 2
 HEALTH_EVERY_S = 1.0
 """A churn run's health goes to the sinks at most this often (seconds; the clients' status
 records it is read from are rewritten about once a second), and after the last step."""
+
+Logged = Sequence[tuple[int, Sequence[Message]]]
+"""(step, its messages) of logged steps, in order: a log read back (rundir.logfile.Records) or a
+slice of one an in-process run holds; only read."""
 
 
 class EvaluatorError(RuntimeError):
@@ -114,12 +118,12 @@ class Restored:
     checkpoint: int
 
 
-def restore(w: Workload, protocol: Protocol, run_dir: Path, records: Records) -> int:
+def restore(w: Workload, protocol: Protocol, run_dir: Path, records: Logged) -> int:
     """`restore_run`, returning len(records): the step the run continues from."""
     return restore_run(w, protocol, run_dir, records).steps
 
 
-def restore_run(w: Workload, protocol: Protocol, run_dir: Path, records: Records) -> Restored:
+def restore_run(w: Workload, protocol: Protocol, run_dir: Path, records: Logged) -> Restored:
     """Bring `w` to the state after `records`: the newest intact checkpoint within them plus a
     replay of the rest (or all of them from the base weights)."""
     applier = Applier(w.direction, protocol)

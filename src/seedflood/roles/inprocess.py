@@ -87,8 +87,9 @@ log = logging.getLogger(__name__)
 class SimResult:
     hashes: dict[int, str]
     """node -> final state hash."""
-    step_hashes: dict[int, list[str]]
-    """node -> hash after each applied step."""
+    step_hashes: dict[int, list[str | None]]
+    """node -> hash after each applied step; None for every step a rejoined node logged up to its
+    rejoin (it took them from its sponsor's catch-up, not through its own model)."""
     records: list[tuple[int, Sequence[Message]]]
     """Every complete step applied (by node 0), in order: what the evaluator logs."""
     counter: ByteCounter
@@ -200,7 +201,7 @@ def simulate(
             return own
         return Signing(node, own.tag, (impostors or {})[node], own.verify)  # another key, node's id
 
-    step_hashes: dict[int, list[str]] = {i: [] for i in nodes}
+    step_hashes: dict[int, list[str | None]] = {i: [] for i in nodes}
     logs: dict[int, list[tuple[int, Sequence[Message]]]] = {i: list(resume) for i in nodes}
     rosters: dict[int, dict[int, Change]] = {}
     hashes: dict[int, str] = {}
@@ -324,7 +325,7 @@ def simulate(
                         return
                     client.churn.rejoin(blob, steps)
                     logs[node] = list(client.churn.history)
-                    step_hashes[node] = [None] * client.logged  # type: ignore[list-item]
+                    step_hashes[node] = [None] * client.logged
                 else:
                     client.resume(resume)
                 flood[node] = client.flood.stats

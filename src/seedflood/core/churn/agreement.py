@@ -1,16 +1,15 @@
 """One agreed history under churn: every step's content is committed by a strict majority.
 
-Owns (docs/churn-design.md, "One history"):
-- `Value`: what a step holds — the origins whose messages it applies (`members`), the newcomers
-  among them with their incarnations (`joins`), the digest of the step before (`prev`) and its
-  own digest (`digest` = H(prev, step, the messages, joins): a hash chain over the history).
-- `Vote`: (step, ballot, origin, incarnation, value), flooded as a VOTE note like any message.
-- `Tally` and `verdict`: what the votes of one ballot held here prove — a committed value (a
-  strict majority of the step's roster voted it), the values that could still reach a majority,
-  and whether the ballot is closed (no value can commit in it any more, except at most one).
-- `Agreement`: one client's side — its proposals, its votes, the committed chain and roster, and
-  the rule that moves a vote to the next ballot.
-An `Agreement` driven by the client's flood and schedule is voter.py's `Voter`.
+Owns (docs/churn-design.md, "One history"): the commit rule as a whole — its statement and the
+argument that it commits at most one value per step (below) — and one client's side of it:
+- `Agreement`: its proposals, its votes, the committed chain (`prev`, `through`, `digests`) and
+  roster, the steps committed but not yet applied, and the rule that moves a vote to the next
+  ballot (`review`).
+- `Proof`: how a step was committed here (its ballot and voters), what a certificate picks by.
+An `Agreement` driven by the client's flood and schedule is voter.py's `Voter`. The parts it
+rests on are their own modules: values.py (`Value`, `Vote`, `step_digest`: what a step holds,
+the chain's hash, a vote's bytes) and ballots.py (`quorum`, `tally`: what the votes of one
+ballot prove). Their names are re-exported here, where the rest of the package imports them.
 
 The rule. Step s's voters are R_s, the members after the committed step s − 1 (a pure function
 of the committed history). Each voter votes once per ballot. Ballot 0: at its vote time a voter
@@ -70,246 +69,39 @@ ignores votes from any other incarnation than the one it admitted).
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import struct
-from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from seedflood.core.membership.notes import VOTE, Note
+from seedflood.core.churn.ballots import (
+    Tally,
+    byzantine_quorum,
+    counted,
+    double_voters,
+    faults,
+    quorum,
+    tally,
+)
+from seedflood.core.churn.values import GENESIS, Value, Vote, step_digest
+from seedflood.core.membership.notes import Note
 from seedflood.core.membership.roster import Change, ExcludedError, MembershipError, Roster
-from seedflood.core.wire import message
 from seedflood.core.wire.message import FrameError, Message
 
-GENESIS = 0
-"""The digest before step 0."""
-
-_HEAD = struct.Struct("<IQQH")  # incarnation, prev, digest, joins count
-_JOIN = struct.Struct("<II")  # origin, incarnation
-_CHAIN = struct.Struct("<QI")  # prev, step
-
-
-def step_digest(prev: int, step: int, msgs: Sequence[Message], joins: Sequence[tuple[int, int]]) -> int:
-    """H(prev, step, the step's messages in canonical order, its joins) as a u64."""
-    if any(m.scalar == 0.0 for m in msgs):  # ±0 compare equal but encode apart: never from the cache
-        return _step_digest(prev, step, msgs, joins)
-    return _cached_digest(prev, step, tuple(msgs), tuple(joins))
-
-
-@functools.lru_cache(maxsize=4096)
-def _cached_digest(prev: int, step: int, msgs: tuple[Message, ...], joins: tuple[tuple[int, int], ...]) -> int:
-    """`_step_digest`, remembered: every client digests the same messages of a step (its proposal,
-    then the step it takes), so most calls in one process repeat one. Messages that compare
-    equal encode alike (their fields but `sig`, which no digest reads; a nonzero float equals
-    only itself bit for bit), so a hit is the digest the call would compute."""
-    return _step_digest(prev, step, msgs, joins)
-
-
-def _step_digest(prev: int, step: int, msgs: Sequence[Message], joins: Sequence[tuple[int, int]]) -> int:
-    h = hashlib.blake2b(_CHAIN.pack(prev, step), digest_size=8)
-    h.update(message.encode(sorted(msgs)))
-    for o, inc in sorted(joins):
-        h.update(_JOIN.pack(o, inc))
-    return int.from_bytes(h.digest(), "little")
-
-
-@dataclass(frozen=True)
-class Value:
-    """What step s holds: messages of `members` (K each), `joins` ⊆ members are newcomers;
-    `evidence`: voters left out on evidence (an audit, two copies of one message), logged as
-    the change's `audit` reason."""
-
-    prev: int
-    members: frozenset[int]
-    joins: tuple[tuple[int, int], ...]
-    digest: int
-    evidence: frozenset[int] = frozenset()
-
-    def change(self, step: int, roster: Roster) -> Change:
-        """The roster change this value makes to the members of the step before."""
-        leave = roster.members - self.members
-        return Change(step, leave=tuple(sorted(leave)), join=self.joins, audit=tuple(sorted(leave & self.evidence)))
-
-
-@dataclass(frozen=True)
-class Vote:
-    step: int
-    ballot: int
-    origin: int
-    incarnation: int
-    value: Value
-
-    def note(self, n_origins: int) -> Note:
-        v = self.value
-        body = _HEAD.pack(self.incarnation, v.prev, v.digest, len(v.joins))
-        body += _mask(v.members, n_origins) + _mask(v.evidence, n_origins)
-        body += b"".join(_JOIN.pack(o, i) for o, i in v.joins)
-        return Note(self.step, VOTE, self.origin, self.ballot, body)
-
-    @classmethod
-    def of(cls, note: Note, n_origins: int) -> Vote:
-        """The vote a VOTE note carries; FrameError if its body is malformed."""
-        got = _vote_body(note.body, n_origins)
-        if isinstance(got, str):
-            raise FrameError(f"vote of node {note.origin} for step {note.step}: {got}")
-        inc, value = got
-        return cls(note.step, note.value, note.origin, inc, value)
-
-
-@functools.lru_cache(maxsize=4096)
-def _vote_body(b: bytes, n_origins: int) -> tuple[int, Value] | str:
-    """A VOTE note's body as (incarnation, value), or what is wrong with it. Remembered: every
-    client decodes every vote it holds, and the clients of one process hold the same ones (a
-    Value is immutable, so sharing it changes nothing)."""
-    width = (n_origins + 7) // 8
-    if len(b) < _HEAD.size + 2 * width:
-        return f"{len(b)} body bytes"
-    inc, prev, digest, count = _HEAD.unpack_from(b)
-    members = _unmask(b[_HEAD.size : _HEAD.size + width], n_origins)
-    evidence = _unmask(b[_HEAD.size + width : _HEAD.size + 2 * width], n_origins)
-    rest = b[_HEAD.size + 2 * width :]
-    if len(rest) != count * _JOIN.size:
-        return "bad joins length"
-    joins = tuple(_JOIN.iter_unpack(rest))
-    if not {o for o, _ in joins} <= members:
-        return "a join outside its members"
-    return inc, Value(prev, members, joins, digest, evidence)
-
-
-def _mask(origins: frozenset[int], n_origins: int) -> bytes:
-    mask = bytearray((n_origins + 7) // 8)
-    for o in origins:
-        mask[o // 8] |= 1 << (o % 8)
-    return bytes(mask)
-
-
-def _unmask(mask: bytes, n_origins: int) -> frozenset[int]:
-    return frozenset(o for o in range(n_origins) if mask[o // 8] >> (o % 8) & 1)
-
-
-# -- counting --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Tally:
-    """One ballot of one step, as this client's view shows it."""
-
-    committed: Value | None
-    """A value a strict majority voted (there is at most one)."""
-    possible: tuple[Value, ...]
-    """Values on this chain that could still reach a majority in this ballot."""
-    closed: bool
-    """No value nobody voted yet can win this ballot (fewer than a majority unheard)."""
-    heard: frozenset[int]
-    """Voters of R_s heard from in this ballot."""
-    foreign: Value | None = None
-    """A value a majority voted whose chain is not this client's (this client's history differs)."""
-    faults: int = 0
-    """The lying voters this verdict allows for beyond the proven ones: f less the voters it holds
-    proof against (0 unless votes are signed)."""
-    support: tuple[int, ...] = ()
-    """Votes of each possible value (in `possible`'s order), proven liars' left out."""
-    doubled: frozenset[int] = frozenset()
-    """Voters heard with two different votes in this ballot (signed votes: proven liars)."""
-
-    @property
-    def leavable(self) -> bool:
-        """A voter may leave this ballot: it is closed, at most one value is possible, and that
-        one has more than f votes (an honest voter cast it, so it is a value an honest client
-        held; a value only liars voted is never forced on anyone)."""
-        return self.closed and len(self.possible) <= 1 and all(c > self.faults for c in self.support)
-
-
-def counted(votes: Iterable[Vote], roster: Roster) -> dict[int, Vote]:
-    """origin -> its vote, for votes of R_s members under their admitted incarnation; an origin's
-    first vote wins (a correct voter never casts two in a ballot; under signed votes one that did
-    counts for each value it signed: `tally`)."""
-    out: dict[int, Vote] = {}
-    for v in votes:
-        if v.origin in roster.members and roster.incarnations.get(v.origin, v.incarnation) == v.incarnation:
-            out.setdefault(v.origin, v)
-    return out
-
-
-def double_voters(votes: Iterable[Vote], roster: Roster) -> frozenset[int]:
-    """Members that cast two different votes in these votes of one ballot under their admitted
-    incarnation. With signed votes that is a proof (nobody else can sign them): the origin is
-    Byzantine."""
-    first: dict[int, Value] = {}
-    out = set()
-    for v in votes:
-        if v.origin in roster.members and roster.incarnations.get(v.origin, v.incarnation) == v.incarnation:
-            if first.setdefault(v.origin, v.value) != v.value:
-                out.add(v.origin)
-    return frozenset(out)
-
-
-def quorum(members: int, ballot: int) -> int:
-    """Votes that commit a value: ballot 0 (everyone proposes what it holds, so its votes may
-    split) needs ⌈3n/4⌉, later ballots a strict majority. Any quorum above n/2 is safe (two
-    quorums of a ballot share a voter); the larger first one means that where a majority is
-    reachable, at most one value of ballot 0 can still be possible once the reachable votes are
-    in (two need 2·q0 − n ≥ n/2 unheard voters), so a split ballot 0 never blocks the next."""
-    return -(-3 * members // 4) if ballot == 0 else members // 2 + 1
-
-
-def faults(members: int) -> int:
-    """f, the Byzantine voters a roster of n tolerates under signed votes: ⌊(n − 1)/3⌋, the
-    largest f with n ≥ 3f + 1."""
-    return max(members - 1, 0) // 3
-
-
-def byzantine_quorum(members: int, ballot: int) -> int:
-    """Votes that commit a value under signed votes: the crash quorum (`quorum`), raised to
-    ⌈(n + f + 1)/2⌉ where that is larger. Two such quorums share 2q − n ≥ f + 1 voters, so at
-    least one honest voter, who signs one vote per ballot; and q ≤ n − f (n ≥ 3f + 1), so the
-    honest voters alone can reach it in every ballot after 0 (ballot 0's ⌈3n/4⌉ may need more)."""
-    f = faults(members)
-    return max(quorum(members, ballot), -(-(members + f + 1) // 2))
-
-
-def tally(
-    votes: Iterable[Vote],
-    roster: Roster,
-    prev: int,
-    ballot: int,
-    byzantine: bool = False,
-    proven: frozenset[int] = frozenset(),
-) -> Tally:
-    """The verdict of one ballot's votes (all of step s and `ballot`) for roster R_s and the
-    committed digest `prev` of the step before (values on another chain can never be applied).
-    `byzantine` (signed votes): up to f = `faults(n)` voters may lie — the Byzantine quorum; a
-    double voter counts for each value it signed (a commit is then a proof anyone holding the
-    same signed votes counts alike); a value is possible if its votes plus the unheard reach
-    q − f (a committed value's honest voters alone show that much to any honest view).
-
-    `proven` (signed votes only): members this client holds proof against (two signed copies,
-    a scalar it recomputed, a double vote — the ballot's own double voters count too). Their
-    votes and silence are left out of what makes a value possible or a ballot open: a committed
-    value's q − f honest votes never come from one of them, so it stays possible without them.
-    Without it a 2–2 split of 4 voters whose one side is a liar's stays possible for good (q − f
-    = 2 each), though the other side knows it is the liar's."""
-    votes = list(votes)
-    n = len(roster.members)
-    by = counted(votes, roster)
-    f = faults(n) if byzantine else 0
-    need = max((byzantine_quorum if byzantine else quorum)(n, ballot), 1)
-    doubled = double_voters(votes, roster) if byzantine else frozenset()
-    reach = need - f  # honest votes + unheard a committed value shows every honest view
-    signed = {(v.origin, v.value) for v in votes if v.origin in doubled}  # each signed value once
-    counts = Counter([v.value for v in by.values() if v.origin not in doubled] + [x for _, x in signed])
-    committed = next((x for x, c in counts.items() if c >= need and x.prev == prev), None)
-    foreign = next((x for x, c in counts.items() if c >= need and x.prev != prev), None)
-    liars = (doubled | proven) & roster.members if byzantine else frozenset()
-    honest = Counter(v.value for o, v in by.items() if o not in liars)  # votes no proof discounts
-    unheard = len(roster.members - liars - by.keys())
-    possible = tuple(sorted((x for x, c in honest.items() if x.prev == prev and c + unheard >= reach), key=_order))
-    support = tuple(honest[x] for x in possible)
-    return Tally(committed, possible, unheard < reach, frozenset(by), foreign, max(f - len(liars), 0), support, doubled)
-
-
-def _order(v: Value) -> tuple[int, int]:
-    return (-len(v.members), v.digest)
-
+__all__ = [
+    "GENESIS",
+    "Agreement",
+    "Change",
+    "Proof",
+    "Tally",
+    "Value",
+    "Vote",
+    "byzantine_quorum",
+    "counted",
+    "double_voters",
+    "faults",
+    "quorum",
+    "step_digest",
+    "tally",
+]
 
 _Messages = Callable[[int, frozenset[int]], Sequence[Message]]
 """(step, origins) -> the held messages of those origins for that step."""
@@ -543,7 +335,7 @@ class Agreement:
         for key in [k for k in self._seen if k[0] < s]:
             del self._seen[key]
         nxt = mine.ballot
-        while (t := tallies.get(nxt)) is not None and t.leavable:
+        while (ahead := tallies.get(nxt)) is not None and ahead.leavable:
             if now - self._seen[(s, nxt)][1] < self.quiet or now < self.calm:
                 break
             nxt += 1

@@ -17,6 +17,7 @@ Assumes nothing about the environment: pure Python + yaml + pydantic (no torch, 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,11 +96,8 @@ class Config:
         return d
 
 
-SECTIONS: dict[str, type] = {
-    f.name: f.default_factory().__class__  # type: ignore[misc]
-    for f in dataclasses.fields(Config)
-    if f.name != "source"
-}
+SECTIONS: dict[str, type] = {name: tp for name, tp in typing.get_type_hints(Config).items() if name != "source"}
+"""Section name -> its dataclass, in Config's field order (the annotations, resolved)."""
 
 REMOVED: dict[str, tuple[str, Any]] = {
     "transport.backend": ("gloo is the only transport", "gloo"),

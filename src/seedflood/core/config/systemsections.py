@@ -179,17 +179,19 @@ class ChurnConfig:
         require(self.settle >= 0, "churn.settle", f"must be >= 0 (0 = strict, no failures survived), got {self.settle}")
         require(self.audit_every >= 0, "churn.audit_every", f"must be >= 0 (0 = no audits), got {self.audit_every}")
         require(
-            not self.audit_every or self.settle,
+            not self.audit_every or self.settle >= 1,
             "churn.audit_every",
             "needs churn.settle >= 1 (an excluded client is handled like a crashed one)",
         )
         require(0 <= self.max_nodes <= 100_000, "churn.max_nodes", f"must be in 0..100000, got {self.max_nodes}")
         require(
-            not self.max_nodes or self.settle,
+            not self.max_nodes or self.settle >= 1,
             "churn.max_nodes",
             "needs churn.settle >= 1 (a new id is admitted by a committed step)",
         )
-        require(not self.repair or self.settle, "churn.repair", "needs churn.settle >= 1 (a committed step repairs)")
+        require(
+            not self.repair or self.settle >= 1, "churn.repair", "needs churn.settle >= 1 (a committed step repairs)"
+        )
         require(
             not self.log_server or host_port(self.log_server) is not None,
             "churn.log_server",

@@ -47,7 +47,7 @@ def _type_name(tp: Any) -> str:
 def _annotation(cls: type, loc: tuple[int | str, ...]) -> Any:
     """The annotation a pydantic error location points at inside section `cls`."""
     is_key = loc[-1] == "[key]"  # (field, ..., bad_key, "[key]"): the mapping's key type
-    tp: Any = typing.get_type_hints(cls)[loc[0]]
+    tp: Any = typing.get_type_hints(cls)[str(loc[0])]  # loc[0]: the field's name
     for _ in loc[1:-2] if is_key else loc[1:]:
         tp = (typing.get_args(tp) or (Any,))[-1]  # list[X] -> X, dict[K, V] -> V
     return (typing.get_args(tp) or (Any,))[0] if is_key else tp

@@ -46,7 +46,7 @@ Assumes: message ids were validated by the codec (origin < n_origins, k < per_or
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -221,12 +221,13 @@ class Flood:
                 return False  # too old to matter, and forgotten
             if m.kind == COPY and not self._witness(copied(m)):
                 return False  # a copy of an applied step, or past the bound: dropped
-            step = self._notes.setdefault(m.step, {})
+            notes = self._notes.setdefault(m.step, {})
+            old: Item | None = notes.get(m.id)
         elif m.step <= self.applied_through:
             return False  # its step is complete and applied: we have seen it
         else:
-            step = self._store.setdefault(m.step, {})
-        old = step.get(m.id)
+            msgs = self._store.setdefault(m.step, {})
+            old = msgs.get(m.id)
         if old is not None:
             if old != m:
                 if not self.tolerate_conflicts:
@@ -239,13 +240,15 @@ class Flood:
                 self._known[m.id].add(source)
                 self._pending[source].pop(m.id, None)
             return False
-        if isinstance(m, Note) and m.kind == VOTE and m.sig and not self._second_vote(m, step.values()):
-            return False
-        step[m.id] = m
         if isinstance(m, Note):
+            if m.kind == VOTE and m.sig and not self._second_vote(m, notes.values()):
+                return False
+            notes[m.id] = m
             self._sorted.pop((m.step, m.kind), None)
-        if isinstance(m, Message) and m.id in self._copies:
-            self._witness(m)  # a COPY note of this id came first
+        else:
+            msgs[m.id] = m
+            if m.id in self._copies:
+                self._witness(m)  # a COPY note of this id came first
         known = {source} if source is not None else set()
         self._known[m.id] = known
         targets = self.peers if self.routes is None or isinstance(m, Note) else self.routes.get(m.origin, ())
@@ -380,6 +383,13 @@ class Flood:
         self.peers = tuple(p for p in self.peers if p != peer)
         self._pending.pop(peer, None)
 
+    def _held(self) -> Iterator[tuple[MessageId | NoteId, Item]]:
+        """(id, item) of every message, then every note, held: what a new peer is owed."""
+        for msgs in self._store.values():
+            yield from msgs.items()
+        for notes in self._notes.values():
+            yield from notes.items()
+
     def add_peer(self, peer: int) -> None:
         """Start sending to `peer` (it (re)connected): it is owed everything held."""
         if peer in self._pending:
@@ -388,12 +398,11 @@ class Flood:
             raise FloodError(f"node {self.node}: shortest-path routes cannot take a new peer {peer}")
         self.peers = tuple(sorted((*self.peers, peer)))
         owed: dict[MessageId | NoteId, Item] = {}
-        for table in (*self._store.values(), *self._notes.values()):
-            for i, item in table.items():
-                if isinstance(item, Note) and item.kind == LEAVE and item.origin != self.node:
-                    continue  # one hop (module docstring)
-                owed[i] = item
-                self._known.get(i, set()).discard(peer)
+        for i, item in self._held():
+            if isinstance(item, Note) and item.kind == LEAVE and item.origin != self.node:
+                continue  # one hop (module docstring)
+            owed[i] = item
+            self._known.get(i, set()).discard(peer)
         self._pending[peer] = owed
 
     def owe(self, peer: int, messages: Iterable[Message]) -> None:

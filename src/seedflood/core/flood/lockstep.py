@@ -23,9 +23,9 @@ that passes a networkx graph has imported it).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias, TypeGuard
 
-from seedflood.core.flood.flooding import Flood, FloodError
+from seedflood.core.flood.flooding import Flood, FloodError, Item, MessageId, NoteId
 from seedflood.core.flood.schedule import StepSchedule
 from seedflood.core.flood.transport import EVALUATOR, HEADER, ByteCounter
 from seedflood.core.topology.graph import Topology
@@ -83,7 +83,7 @@ class Lockstep:
         ]
         self.applied = -1
         """Every step <= this was handed out (at every node)."""
-        self._sizes: dict[tuple[tuple[int, int, int], ...], int] = {}  # ids in a frame -> bytes (no `wire`)
+        self._sizes: dict[tuple[MessageId | NoteId, ...], int] = {}  # ids in a frame -> bytes (no `wire`)
 
     # -- resume ------------------------------------------------------------------------------------
     def restore(self, records: Sequence[tuple[int, Sequence[Message]]]) -> int:
@@ -153,19 +153,20 @@ class Lockstep:
         """One hop of local step t: every node's outbox goes out (counted), then every node
         receives from each neighbour in neighbour order (as client.Client.hop)."""
         outboxes = [f.outbox() for f in self.floods]
-        delivered: list[dict[int, list[Message]]] = []
+        delivered: list[dict[int, Sequence[Item]]] = []
         limits = self.wire(t) if self.wire is not None else None
         for src, out in enumerate(outboxes):
-            got: dict[int, list[Message]] = {}
-            for dst, msgs in out.items():
+            got: dict[int, Sequence[Item]] = {}
+            for dst, items in out.items():
                 if limits is None:
-                    key = tuple(m.id for m in msgs)  # the frame's size is a function of its ids
+                    key = tuple(m.id for m in items)  # the frame's size is a function of its ids
                     size = self._sizes.get(key)
-                    if size is None:
-                        size = self._sizes[key] = HEADER + len(message.encode(msgs, version=self.version))
-                    got[dst] = msgs
+                    if size is None:  # (a note's id is never a message's: a frame with one is new here)
+                        frame = message.encode(_frame(items, src, dst), version=self.version)
+                        size = self._sizes[key] = HEADER + len(frame)
+                    got[dst] = items
                 else:
-                    frame = message.encode(msgs, version=self.version)
+                    frame = message.encode(_frame(items, src, dst), version=self.version)
                     size = HEADER + len(frame)
                     try:
                         got[dst] = message.decode(frame, limits)
@@ -194,6 +195,19 @@ class Lockstep:
                     raise FloodError(f"lockstep: node {f.node} holds other messages of step {s} than node 0")
             self.applied = s
             apply(s, held[0])
+
+
+def _frame(items: list[Item], src: int, dst: int) -> list[Message]:
+    """`items` of an outbox as the messages the codec frames: a lockstep flood originates
+    messages only (no churn, no votes, no tolerated conflicts whose COPY notes would flood), so
+    a note among them is a FloodError."""
+    if not _messages_only(items):
+        raise FloodError(f"lockstep: node {src} has a note to send node {dst} (no churn here)")
+    return items
+
+
+def _messages_only(items: list[Item]) -> TypeGuard[list[Message]]:
+    return all(isinstance(m, Message) for m in items)
 
 
 def cumulative_per_edge(counter: ByteCounter, directed_edges: int, steps: int) -> list[float]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from seedflood.core.membership.notes import COPY, JOIN, SIG_SIZE, Note, copied
 from seedflood.core.wire.message import Message
@@ -36,6 +37,7 @@ _REJOIN = struct.Struct("<III")  # node, incarnation, sponsor
 NONCE_SIZE = 16
 
 Item = Message | Note
+_Sealed = TypeVar("_Sealed", Message, Note)  # `seal` hands back what it was given
 Sign = Callable[[bytes], bytes]
 Verify = Callable[[int, bytes, bytes], bool]
 
@@ -74,7 +76,7 @@ class Signing:
     sign: Sign
     verify: Verify
 
-    def seal(self, item: Item) -> Item:
+    def seal(self, item: _Sealed) -> _Sealed:
         """`item` with this node's signature; one that carries a signature already (a note handed
         on from another client's dump, a copy) is returned as it is."""
         if item.sig:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from seedflood.core.membership.notes import SIG_SIZE
 from seedflood.core.membership.roster import Change
 from seedflood.core.wire import message
-from seedflood.core.wire.message import FrameError, Message
+from seedflood.core.wire.message import FrameError, Limits, Message, SeedOf
 
 _STEP_MAGIC = b"SC\x01"  # an evaluator payload with a change: magic, u32 change length, change, frame
 _SIGNED_MAGIC = b"SS\x01"  # signed: magic, u32 change length, change, u32 seals length, seals, frame
@@ -88,15 +88,17 @@ def content(payload: bytes) -> bytes:
     return _SIGNED_MAGIC + _U32.pack(len(change)) + change + payload[at + 4 + n :]
 
 
-def decode_step(payload: bytes, step: int, **decode_args: object) -> tuple[list[Message], Change | None]:
+def decode_step(
+    payload: bytes, step: int, *, limits: Limits | None = None, seed_of: SeedOf | None = None
+) -> tuple[list[Message], Change | None]:
     """(messages, change) of a step payload, signed or not (a signed one's messages carry their
-    signatures; its certificate is `decode_signed_step`'s)."""
-    msgs, change, _ = decode_signed_step(payload, step, **decode_args)
+    signatures; its certificate is `decode_signed_step`'s). `limits`, `seed_of`: message.decode's."""
+    msgs, change, _ = decode_signed_step(payload, step, limits=limits, seed_of=seed_of)
     return msgs, change
 
 
 def decode_signed_step(
-    payload: bytes, step: int, **decode_args: object
+    payload: bytes, step: int, *, limits: Limits | None = None, seed_of: SeedOf | None = None
 ) -> tuple[list[Message], Change | None, bytes | None]:
     """(messages, change, certificate) of a step payload; the certificate is None for an unsigned
     payload and b"" for a signed one without (a strict run's). FrameError on any defect."""
@@ -114,17 +116,17 @@ def decode_signed_step(
         seals = payload[at + 4 : at + 4 + n]
         if len(seals) != n:
             raise FrameError("signed step payload: its seals run past the end")
-        msgs = message.decode(payload[at + 4 + n :], **decode_args)  # type: ignore[arg-type]
+        msgs = message.decode(payload[at + 4 + n :], limits, seed_of=seed_of)
         signed, certificate = decode_seals(seals, msgs)
         return signed, change, certificate
     if not payload.startswith(_STEP_MAGIC):
-        return message.decode(payload, **decode_args), None, None  # type: ignore[arg-type]
+        return message.decode(payload, limits, seed_of=seed_of), None, None
     head = len(_STEP_MAGIC) + 4
     if len(payload) < head:
         raise FrameError("step payload with a change is truncated")
     (n,) = _U32.unpack_from(payload, len(_STEP_MAGIC))
     change = Change.from_bytes(step, payload[head : head + n])
-    return message.decode(payload[head + n :], **decode_args), change, None  # type: ignore[arg-type]
+    return message.decode(payload[head + n :], limits, seed_of=seed_of), change, None
 
 
 _PUSH = struct.Struct("<II")  # a push in a blob: step, payload length (bytes)

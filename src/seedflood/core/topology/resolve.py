@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from seedflood.core.config.configerror import ConfigError
 from seedflood.core.config.systemsections import TopologyConfig
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from seedflood.core.config.runconfig import Config
 
 EVALUATOR_RANK = 0
+
+_N = TypeVar("_N", int, float)
 
 
 def build(cfg: TopologyConfig, base_dir: Path | None = None) -> Topology:
@@ -97,7 +99,7 @@ _SPEC_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _number(raw: str, tp: type[int] | type[float]) -> int | float | None:
+def _number(raw: str, tp: Callable[[str], _N]) -> _N | None:
     try:
         return tp(raw)
     except ValueError:
@@ -126,10 +128,11 @@ def parse_spec(text: str, base_dir: Path | None = None) -> TopologyConfig:
         raise bad(f"unknown kind {kind!r}")
     values: dict[str, Any] = {"kind": kind}
     if kind in ("grid", "torus") and "x" in size:
-        dims = [_number(d, int) for d in size.split("x")]
-        if len(dims) != 2 or None in dims:
+        dims = size.split("x")
+        rows, cols = (_number(dims[0], int), _number(dims[1], int)) if len(dims) == 2 else (None, None)
+        if rows is None or cols is None:
             raise bad(f"size {size!r} is not RxC")
-        values |= {"nodes": dims[0] * dims[1], "rows": dims[0]}
+        values |= {"nodes": rows * cols, "rows": rows}
     elif (nodes := _number(size, int)) is not None:
         values["nodes"] = nodes
     else:

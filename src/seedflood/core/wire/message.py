@@ -256,7 +256,8 @@ def _packer(lay: int, count: int) -> tuple[struct.Struct, bytes, tuple[bool, boo
     present) for layout byte `lay`."""
     layout = Layout.of_byte(lay)
     rec = _FMT[layout.offset] + _FMT[layout.origin] + _FMT[layout.k] + "f"
-    return struct.Struct("<" + rec * count), MAGIC_2 + bytes((VERSION_2, lay)), tuple(w > 0 for w in layout.fields[:3])  # type: ignore[return-value]
+    present = (layout.offset > 0, layout.origin > 0, layout.k > 0)
+    return struct.Struct("<" + rec * count), MAGIC_2 + bytes((VERSION_2, lay)), present
 
 
 def decode(frame: bytes, limits: Limits | None = None, *, seed_of: SeedOf | None = None) -> list[Message]:

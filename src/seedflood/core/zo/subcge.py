@@ -27,7 +27,7 @@ path does): its W_eff cache is keyed on its own changes.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +45,14 @@ class _Basis:
     epoch: int
     u: list[torch.Tensor]  # per matrix: m×r_j, on the parameter's device and dtype float32
     v: list[torch.Tensor]  # per matrix: k×r_j
+
+
+_StateKey = tuple[int, tuple[int, ...]]
+"""`SubCGE._state_key`: (the version of S and W, the parameters' storages)."""
+_Factors = tuple[torch.Tensor, torch.Tensor]
+"""A low-rank term as (left m×c, right k×c): the term is left·rightᵀ."""
+_Hook = Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor], torch.Tensor]
+"""A forward hook: (module, its inputs, its output) -> the output, updated in place."""
 
 
 class SubCGE(Direction):
@@ -72,7 +80,9 @@ class SubCGE(Direction):
         self.forward: str = cfg.forward
         """How forwards see a pending S (FORWARD_MODES; "carried" only for benchmarks)."""
         self._version = 0  # bumped by every change to S or W made here (cache key)
-        self._cache: tuple[tuple, list] | None = None  # (key, W_eff or factors) of one state
+        # The forwards of one state (`_state_key`), of one kind at a time: W_eff or the factors.
+        self._weights: tuple[_StateKey, list[torch.Tensor | None]] | None = None
+        self._factors: tuple[_StateKey, list[_Factors | None]] | None = None
         self._buffers: dict[int, torch.Tensor] = {}  # W_eff storage per matrix, reused across states
 
     # -- basis and coordinates -------------------------------------------------------------------
@@ -129,7 +139,7 @@ class SubCGE(Direction):
     # only at ≲ 128 tokens per forward (64 tokens: 15% vs 33%).
     FORWARD_MODES = ("materialize", "lowrank", "carried")
 
-    def _state_key(self) -> tuple[int, tuple[int, ...]]:
+    def _state_key(self) -> _StateKey:
         """Identity of the state a cached W_eff / factor list was built from: our own version
         counter (bumped by every change to S or W we make) and the parameters' storages (a
         caller that swaps `p.data` invalidates it; one that writes W in place must call
@@ -139,26 +149,29 @@ class SubCGE(Direction):
     def invalidate(self) -> None:
         """Forget cached forwards of the pending state (after writing W from outside)."""
         self._version += 1
-        self._cache = None
+        self._weights = self._factors = None
 
-    def _cached(self, kind: str, build):
-        key = (kind, self._state_key())
-        if self._cache is None or self._cache[0] != key:
-            self._cache = None  # free the old copy before building the new one
-            self._cache = (key, build())
-        return self._cache[1]
+    def _pending_basis(self) -> _Basis:
+        """The basis of the pending core S (its epoch's); only called while S is pending."""
+        if self.S_epoch is None:
+            raise DirectionError("subcge: no pending core to compute forwards with")
+        return self.basis(self.S_epoch)
 
-    def _pending_factors(self) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
+    def _pending_factors(self) -> list[_Factors | None]:
         """Per matrix (U_A·S_AB, V_B) of the pending core (None where S_j = 0), built once per state."""
-        bs = self.basis(self.S_epoch)  # type: ignore[arg-type]  # only called while S is pending
-        return self._cached("factors", lambda: [self._delta_factors(j, bs) for j in range(len(self.params))])
+        bs = self._pending_basis()
+        key = self._state_key()
+        if self._factors is None or self._factors[0] != key:
+            self._weights = self._factors = None  # free the old copy before building the new one
+            self._factors = (key, [self._delta_factors(j, bs) for j in range(len(self.params))])
+        return self._factors[1]
 
     def _effective_weights(self) -> list[torch.Tensor | None]:
         """Per matrix W + U_A·S_AB·V_Bᵀ in the parameter's dtype (None where S_j = 0): computed from
         scratch from (W, S), never updated incrementally, so it is a pure function of the state."""
 
         def build() -> list[torch.Tensor | None]:
-            bs = self.basis(self.S_epoch)  # type: ignore[arg-type]
+            bs = self._pending_basis()
             out: list[torch.Tensor | None] = []
             for j, p in enumerate(self.params):
                 f = self._delta_factors(j, bs)
@@ -177,7 +190,11 @@ class SubCGE(Direction):
                 out.append(buf)
             return out
 
-        return self._cached("weights", build)
+        key = self._state_key()
+        if self._weights is None or self._weights[0] != key:
+            self._weights = self._factors = None  # free the old copy before building the new one
+            self._weights = (key, build())
+        return self._weights[1]
 
     @contextlib.contextmanager
     def _hooks(self, seed: int | None, step: int, scale: float) -> Iterator[None]:
@@ -189,7 +206,7 @@ class SubCGE(Direction):
         swapped: list[tuple[nn.Parameter, torch.Tensor]] = []
         eff = self._effective_weights() if pending and mode == "materialize" else []
         factors = self._pending_factors() if pending and mode == "lowrank" else []
-        pb = self.basis(self.S_epoch) if pending else None  # type: ignore[arg-type]
+        pb = self._pending_basis() if pending else None
         if seed is not None:
             pert = self.basis(self.epoch(step))
             a, b, sign = self.coordinates(seed)
@@ -197,11 +214,11 @@ class SubCGE(Direction):
         fold = seed is not None and mode == "lowrank" and pending and self.S_epoch == self.epoch(step)
         handles = []
 
-        def make_hook(j: int):
+        def make_hook(j: int) -> _Hook:
             # Shapes: x (..., k), output (..., m). Low-rank terms only; W itself is never written.
-            S = self.S[j].to(self.params[j].device) if pending and mode == "carried" else None
+            carried = (self.S[j].to(self.params[j].device), pb) if pb is not None and mode == "carried" else None
             f = factors[j] if factors else None
-            u = v = None
+            rank1: _Factors | None = None  # (s·σ·u_a (m,), v_b (k,)) of the perturbation, unless folded
             if seed is not None:
                 u = pert.u[j][:, a[j]] * float(scale * sign[j])  # (m,)
                 v = pert.v[j][:, b[j]]  # (k,)
@@ -212,19 +229,22 @@ class SubCGE(Direction):
                         if f is None
                         else (torch.cat([f[0], u[:, None]], 1), torch.cat([f[1], v[:, None]], 1))
                     )
-                    u = v = None
+                else:
+                    rank1 = (u, v)
 
             def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], out: torch.Tensor) -> torch.Tensor:
                 x = inputs[0]
                 # The output is a fresh contiguous tensor of this layer: updated in place.
                 flat, xf = out.view(-1, out.shape[-1]), x.reshape(-1, x.shape[-1])  # (T, m), (T, k)
-                if S is not None:
+                if carried is not None:
+                    S, cb = carried
                     r = int(self.ranks[j])
-                    flat.add_(((xf @ pb.v[j].to(x.dtype)) @ S[:r, :r].T.to(x.dtype)) @ pb.u[j].T.to(x.dtype))
+                    flat.add_(((xf @ cb.v[j].to(x.dtype)) @ S[:r, :r].T.to(x.dtype)) @ cb.u[j].T.to(x.dtype))
                 if f is not None:
                     flat.addmm_(xf @ f[1].to(x.dtype), f[0].T.to(x.dtype))  # (T, |B|)·(|B|, m)
-                if u is not None:
-                    flat.addr_((xf @ v.to(x.dtype)), u.to(x.dtype))  # rank 1: (x·v_b) ⊗ (s·σ·u_a)
+                if rank1 is not None:
+                    u1, v1 = rank1
+                    flat.addr_((xf @ v1.to(x.dtype)), u1.to(x.dtype))  # rank 1: (x·v_b) ⊗ (s·σ·u_a)
                 return out
 
             return hook

@@ -18,7 +18,7 @@ import networkx as nx
 import pytest
 
 import explorer as ex
-from seedflood.core.churn import agreement
+from seedflood.core.churn import ballots  # the quorum rules tally reads: the controls patch them there
 from seedflood.core.flood.protocol import Protocol
 
 DEEP = os.environ.get("SEEDFLOOD_EXPLORE", "") == "deep"
@@ -151,7 +151,7 @@ def test_a_partition_leaves_the_majority_training_and_the_minority_stopped():
 def test_the_explorer_finds_a_fork_when_the_quorum_is_not_a_majority(monkeypatch):
     """The checker can fail: with half the roster as a quorum, both halves of an even split
     commit their own step, and the explorer names the schedule."""
-    monkeypatch.setattr(agreement, "quorum", lambda members, ballot: members // 2)
+    monkeypatch.setattr(ballots, "quorum", lambda members, ballot: members // 2)
     g = nx.cycle_graph(4)
     p = ex.protocol_for(g, steps=3)
     report = ex.Report()
@@ -257,7 +257,7 @@ def test_the_explorer_finds_a_fork_when_signed_votes_are_counted_by_the_plain_ma
     for faults in schedules:
         safe.add("line5", faults, ex.World(g, p, faults, signed=True).run())
     assert safe.schedules and not safe.unsafe
-    monkeypatch.setattr(agreement, "faults", lambda members: 0)
+    monkeypatch.setattr(ballots, "faults", lambda members: 0)
     forked = ex.Report()
     for faults in schedules:
         forked.add("line5", faults, ex.World(g, p, faults, signed=True).run())

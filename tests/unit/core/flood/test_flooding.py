@@ -313,3 +313,17 @@ def test_owed_messages_of_an_applied_step_go_to_that_peer_only_and_the_newcomer_
     assert newcomer.stats.duplicates == 1 and newcomer.is_complete(0)
     with pytest.raises(FloodError, match="not connected"):
         member.owe(5, step0)
+
+
+def test_the_lockstep_refuses_to_frame_a_note():
+    """The lockstep counts message frames only: a note in an outbox is a FloodError, also on the
+    byte projection's path, which sizes a frame by its ids once and then reuses that size."""
+    from seedflood.core.flood.lockstep import Lockstep as Real
+    from seedflood.core.membership.notes import join_note
+
+    net = Real(builders.ring(4), 1, hops=1, delay=1)
+    net.floods[0].originate([msg(0, 0)])
+    net.hop(0)  # a message alone: framed, its frame's size cached
+    net.floods[0].originate_notes([join_note(0, 0, 1, 0)])
+    with pytest.raises(FloodError, match="node 0 has a note to send"):
+        net.hop(0)

@@ -57,19 +57,19 @@ Rewrite = Callable[[Client, int, int, bytes], bytes]  # (client, peer, step, fra
 
 def rewrite_frames(node: int, from_step: int, rewrite: Rewrite) -> None:
     """Node `node`'s frames from step `from_step` on pass through `rewrite` before they leave."""
-    honest = Client.hop
+    honest = Client.exchange  # every hop's wire, strict (Client.hop) and churn (core/churn/loop.py)
 
-    def hop(self: Client, t: int) -> None:
+    def exchange(self: Client, t: int) -> dict[int, bytes]:
         if self.node == node and t >= from_step and not hasattr(self, "_honest_exchange"):
-            self._honest_exchange = exchange = self.transport.exchange  # type: ignore[attr-defined]
+            self._honest_exchange = wire = self.transport.exchange  # type: ignore[attr-defined]
 
             def bad(frames: Mapping[int, bytes], step: int) -> dict[int, bytes]:
-                return exchange({p: rewrite(self, p, step, f) for p, f in frames.items()}, step)
+                return wire({p: rewrite(self, p, step, f) for p, f in frames.items()}, step)
 
             self.transport.exchange = bad  # type: ignore[method-assign]
-        honest(self, t)
+        return honest(self, t)
 
-    Client.hop = hop  # type: ignore[method-assign]
+    Client.exchange = exchange  # type: ignore[method-assign]
 
 
 def _own(change: Callable[[Message], Message]) -> Rewrite:

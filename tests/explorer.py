@@ -205,6 +205,7 @@ class Node:
     neighbours: set[int] = field(default_factory=set)  # its transport's neighbours, up or not
     lost: dict[int, str] = field(default_factory=dict)  # edges gone at this end since its last exchange
     met: set[int] = field(default_factory=set)  # a meeting's peers met so far
+    trace: list[str] = field(default_factory=list)  # every command its member yielded (`World.tracing`)
 
     @property
     def running(self) -> bool:
@@ -291,6 +292,7 @@ class World:
         self.attach_node = -1
         self.error = ""
         self.restarts = RESTARTS  # lives a newcomer whose JOIN step committed without it gets
+        self.tracing = False  # record every command in `Node.trace` (test_member.py)
         for i in g.nodes:
             n = self._node(i, 0, base[i])
             n.ends = set(base[i])
@@ -467,6 +469,8 @@ class World:
     def _do(self, n: Node, cmd: c.Command) -> Any:  # noqa: C901 (one dispatch)
         """Execute one command of n's member: the transport's part, the model's, the clock's."""
         m, i = n.member, n.i
+        if self.tracing:
+            n.trace.append(repr(cmd))
         if isinstance(cmd, c.Exchange):
             self._send(n, cmd.t)
             return PARK

@@ -49,10 +49,13 @@ def log_size(out: Path) -> int:
 
 class Steps:
     """Steps logged since the log was first seen (its header alone, written at the start):
-    `Steps(out)() >= n` holds once about n more steps are in log.bin."""
+    `Steps(out)() >= n` holds once about n more steps are in log.bin. `node`: client N's own
+    copy (clients/node-N/log.bin, churn runs), which grows with that client's steps: the
+    trigger for a fault aimed at it, since the evaluator's log may lag the clients by many
+    steps under load (it scores step 0 first) and a fault keyed to it can land after the end."""
 
-    def __init__(self, out: Path, record_bytes: int = RECORD_BYTES) -> None:
-        self.log = Path(out) / "log.bin"
+    def __init__(self, out: Path, record_bytes: int = RECORD_BYTES, node: int | None = None) -> None:
+        self.log = Path(out) / "log.bin" if node is None else Path(out) / "clients" / f"node-{node}" / "log.bin"
         self.record = record_bytes
         self.header = -1
 

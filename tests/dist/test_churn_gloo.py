@@ -49,7 +49,7 @@ def churn_run(run_world, out: Path, signum: int, victim: int = VICTIM, *extra: s
         "checkpoint.every=10",
         *extra,
     ]
-    logged = runs.Steps(out)
+    logged = runs.Steps(out, node=victim)
     rank = str(victim + 1)
     hit: list[bool] = []
 

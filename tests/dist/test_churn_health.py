@@ -37,7 +37,7 @@ def test_a_churn_runs_health_reaches_tensorboard_and_a_tracker(run_world, tmp_pa
     out = tmp_path / "health"
     trackers = "[mlflow]" if _has("mlflow") else "[]"
     sets = runs.churn(out, STEPS, "run.step_delay_s=0.1", f"eval.trackers={trackers}")
-    logged = runs.Steps(out)
+    logged = runs.Steps(out, node=VICTIM)
     hit: list[bool] = []
     rank = str(VICTIM + 1)
 

@@ -55,6 +55,8 @@ def test_packed_steps_take_a_few_bytes_a_message_against_a_list_of_messages():
     steps = [step(p, s) for s in range(1000)]
     h = History(p.seed, steps)
     messages = sum(len(msgs) for _, msgs in steps)
-    objects = sum(sys.getsizeof(msgs) + sum(sys.getsizeof(m) + sys.getsizeof(m.scalar) for m in msgs) for _, msgs in steps)
+    objects = sum(
+        sys.getsizeof(msgs) + sum(sys.getsizeof(m) + sys.getsizeof(m.scalar) for m in msgs) for _, msgs in steps
+    )
     assert h.packed_bytes() / messages < 8
     assert objects / h.packed_bytes() > 10

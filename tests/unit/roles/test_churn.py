@@ -22,7 +22,10 @@ import torch
 
 from seedflood.comm import identity, memory
 from seedflood.comm.memorywires import Wires
+from seedflood.core.churn import voter
+from seedflood.core.churn.agreement import Agreement
 from seedflood.core.config import runconfig as config
+from seedflood.core.flood.flooding import Flood
 from seedflood.core.flood.protocol import Protocol, trajectory
 from seedflood.core.membership.roster import Change
 from seedflood.core.topology import resolve as topo
@@ -158,6 +161,24 @@ def test_survivors_agree_after_a_single_failure(case, tmp_path):
     check_survivors(cfg, r, tmp_path)
 
 
+def test_control_survivors_that_never_leave_a_silent_origin_out_stop_after_a_death(monkeypatch):
+    """The control of the single failures: with proposals that never leave a silent origin out
+    (`Agreement.propose` proposes only a step holding every voter's messages), the same death
+    before sending commits nothing more: every survivor stops and nobody is left out."""
+    propose = Agreement.propose
+
+    def every_voter(self, step, held, messages_of, joins, excluded=()):
+        value = propose(self, step, held, messages_of, joins, excluded)
+        basis = self.basis(step)
+        return value if value is None or basis is None or basis[1] <= value.members else None
+
+    monkeypatch.setattr(Agreement, "propose", every_voter)
+    events, _ = CASES["death before sending"]
+    r = simulate(cfg_for(), events=events)
+    assert r.hashes == {} and left(r) == {}, r.exits
+    assert sorted(r.exits) == list(range(8)) and all("not committed" in r.exits[n] for n in range(8) if n != 5), r.exits
+
+
 def test_a_stalled_client_stops_with_one_line_when_it_wakes(tmp_path):
     _, r = single_failure("stall past the timeout")  # node 5 stalls 2.5 s at step 3
     assert "no reachable majority agrees, this client stops" in r.exits[5] and "\n" not in r.exits[5]
@@ -249,6 +270,15 @@ def test_the_audit_names_and_excludes_a_client_whose_state_differs(tmp_path):
     # caught within diameter + audit_every steps of the fault
     assert step - 4 <= topo.build(cfg.topology).diameter + cfg.churn.audit_every
     check_survivors(cfg, r, tmp_path, corrupted=(6,))
+
+
+def test_control_without_the_audit_verdict_the_differing_client_trains_on_unnoticed(monkeypatch):
+    """The control of the audit: with `audit_verdict` finding nobody, the same corrupted client
+    is never named or excluded and ends the run on bits that differ from everyone else's."""
+    monkeypatch.setattr(voter, "audit_verdict", lambda *_: [])
+    r = simulate(cfg_for("churn.audit_every=2", steps=12), events=[Event(4, 6, "corrupt", 1e-3)])
+    assert r.exits == {} and r.changes == {} and sorted(r.hashes) == list(range(8)), r.exits
+    assert {r.hashes[n] for n in range(8) if n != 6} == {r.hashes[0]} != {r.hashes[6]}
 
 
 def chaos_seeds() -> list[int]:
@@ -614,3 +644,14 @@ def test_an_origin_that_sends_two_copies_is_excluded_and_every_honest_client_tra
     (change,) = r.changes.values()
     assert change.leave == change.audit == (origin,) and change.step <= step  # excluded by evidence, not by silence
     check_survivors(cfg, r, tmp_path)
+
+
+def test_control_without_evidence_of_two_copies_the_origin_stays_and_an_honest_client_stops(monkeypatch):
+    """The control of equivocation: with `Flood._witness` keeping the first copy and naming
+    nobody (no COPY evidence floods), the same two copies on the ring of 5 exclude no one, and
+    honest clients stop instead of the liar."""
+    monkeypatch.setattr(Flood, "_witness", lambda self, m: m.step > self.applied_through)
+    cfg = cfg_for("topology.kind=ring", "topology.nodes=5", steps=14)
+    r = simulate(cfg, mutate=equivocate(cfg, 3, 4, 4))
+    assert 3 in r.hashes and not any(3 in c.leave for c in r.changes.values()), (r.exits, r.changes)
+    assert set(r.exits) - {3}, r.exits  # an honest client stopped (measured: 0 and 4, committed out at step 7)

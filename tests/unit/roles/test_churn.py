@@ -385,6 +385,15 @@ def test_f1_f2_a_cut_link_on_a_ring_with_one_hop_per_step_forks_nothing_and_nobo
     check_survivors(cfg, r, tmp_path)
 
 
+def test_control_f1_without_later_ballots_the_cut_ring_stops_every_client(monkeypatch):
+    """The control: with `Agreement._advance` never moving a vote to a later ballot, the
+    proposals the same cut makes differ for good and every client stops at the first step."""
+    monkeypatch.setattr(Agreement, "_advance", lambda self, s, tallies, propose, now: None)
+    r = simulate(cfg_for(*RING8_1HOP, steps=12), events=[Event(4, 0, "cut", 1)])
+    assert r.hashes == {} and sorted(r.exits) == list(range(8)), r.exits
+    assert all("was not committed within" in why for why in r.exits.values()), r.exits
+
+
 def test_f3_a_cut_then_an_even_split_stops_every_client_and_forks_nothing():
     cfg = cfg_for(*RING8_1HOP, steps=16)
     r = simulate(cfg, events=[Event(4, 0, "cut", 1), Event(9, 4, "cut", 5)])

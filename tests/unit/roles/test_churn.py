@@ -161,7 +161,7 @@ def test_survivors_agree_after_a_single_failure(case, tmp_path):
     check_survivors(cfg, r, tmp_path)
 
 
-def test_control_survivors_that_never_leave_a_silent_origin_out_stop_after_a_death(monkeypatch):
+def test_control_no_leave_for_silence_stops_all(monkeypatch):
     """The control of the single failures: with proposals that never leave a silent origin out
     (`Agreement.propose` proposes only a step holding every voter's messages), the same death
     before sending commits nothing more: every survivor stops and nobody is left out."""
@@ -272,7 +272,7 @@ def test_the_audit_names_and_excludes_a_client_whose_state_differs(tmp_path):
     check_survivors(cfg, r, tmp_path, corrupted=(6,))
 
 
-def test_control_without_the_audit_verdict_the_differing_client_trains_on_unnoticed(monkeypatch):
+def test_control_no_audit_verdict_excludes_none(monkeypatch):
     """The control of the audit: with `audit_verdict` finding nobody, the same corrupted client
     is never named or excluded and ends the run on bits that differ from everyone else's."""
     monkeypatch.setattr(voter, "audit_verdict", lambda *_: [])
@@ -385,7 +385,7 @@ def test_f1_f2_a_cut_link_on_a_ring_with_one_hop_per_step_forks_nothing_and_nobo
     check_survivors(cfg, r, tmp_path)
 
 
-def test_control_f1_without_later_ballots_the_cut_ring_stops_every_client(monkeypatch):
+def test_control_f1_without_later_ballots_stops_all(monkeypatch):
     """The control: with `Agreement._advance` never moving a vote to a later ballot, the
     proposals the same cut makes differ for good and every client stops at the first step."""
     monkeypatch.setattr(Agreement, "_advance", lambda self, s, tallies, propose, now: None)
@@ -655,7 +655,7 @@ def test_an_origin_that_sends_two_copies_is_excluded_and_every_honest_client_tra
     check_survivors(cfg, r, tmp_path)
 
 
-def test_control_without_evidence_of_two_copies_the_origin_stays_and_an_honest_client_stops(monkeypatch):
+def test_control_no_copy_evidence_stops_the_honest(monkeypatch):
     """The control of equivocation: with `Flood._witness` keeping the first copy and naming
     nobody (no COPY evidence floods), the same two copies on the ring of 5 exclude no one, and
     honest clients stop instead of the liar."""

@@ -62,7 +62,7 @@ def test_a_stalled_bridge_after_a_cut_wakes_heals_its_edges_and_all_eight_train_
     check_survivors(cfg, r, tmp_path)
 
 
-def test_control_the_same_stalled_bridge_without_heals_stops_every_client(monkeypatch):
+def test_control_stall_without_heals_stops_all(monkeypatch):
     """The control: with `edges.heal_ok` offering no edge to heal, the same cut and stall leave
     every client stopped (node 4 wakes to no edge)."""
     monkeypatch.setattr(edges, "heal_ok", lambda m: {})
@@ -95,7 +95,7 @@ def test_an_even_split_whose_cut_heals_trains_on_as_one(tmp_path):
     check_survivors(cfg, r, tmp_path)
 
 
-def test_control_the_same_even_split_without_heals_stops_everyone(monkeypatch):
+def test_control_split_without_heals_stops_all(monkeypatch):
     """The control: with `edges.heal_ok` offering no edge to heal, link 0-1 works again but
     nobody reconnects it, and both halves stop as without the heal."""
     monkeypatch.setattr(edges, "heal_ok", lambda m: {})

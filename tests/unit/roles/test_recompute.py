@@ -82,7 +82,7 @@ def test_a_liar_is_excluded_at_full_audit_rate_and_the_others_finish_on_one_hist
     assert list(r.changes) == [0]  # excluded from step 0 on: not even its first lie was applied
 
 
-def test_control_an_auditor_that_takes_no_evidence_lets_the_liars_scalars_through(monkeypatch):
+def test_control_no_audit_evidence_applies_the_lies(monkeypatch):
     """The control: with `Auditor._take` recording nobody (a recomputation that does not agree
     becomes no evidence), the same ×10 liar at full audit rate is excluded by no one, and every
     client ends on one history that holds its lies, off the bits of the honest run."""

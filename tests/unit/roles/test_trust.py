@@ -102,7 +102,7 @@ def test_a_client_that_forges_its_own_signatures_is_dropped_counted_and_left_out
     check_survivors(cfg, r, tmp_path)
 
 
-def test_control_with_signatures_taken_unchecked_the_forgers_messages_are_applied(keys, monkeypatch):
+def test_control_unchecked_signatures_apply_forgeries(keys, monkeypatch):
     """The control: with `Signing.authentic` passing everything, the same forger is neither
     dropped nor left out, and its messages, signed without its key, are in every step applied."""
     monkeypatch.setattr(Signing, "authentic", lambda self, item: True)
@@ -339,7 +339,7 @@ def test_a_peer_that_sends_frames_no_correct_peer_sends_is_cut_off_and_left_out(
     check_survivors(cfg, r, tmp_path)
 
 
-def test_control_receivers_that_do_not_close_the_edge_on_a_bad_frame_stop(monkeypatch):
+def test_control_bad_frames_not_cut_off_stop_receivers(monkeypatch):
     """The control: with `Member.on_bad_frame` raising (a strict receiver's reaction) instead of
     closing the edge, the same garbage from node 5 stops its neighbours instead of cutting 5 off."""
 

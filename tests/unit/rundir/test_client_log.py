@@ -119,7 +119,7 @@ def test_the_evaluator_log_is_completed_from_the_longest_agreeing_client_log(tmp
     assert complete_from_clients(run, p, header, history) == history
 
 
-def test_control_with_eval_client_logs_off_the_evaluator_log_is_not_completed(tmp_path):
+def test_control_no_client_logs_no_completion(tmp_path):
     """The control of the test above: with `eval.client_logs: ""` the same clients keep no log,
     and the evaluator's log stays at the three steps it had."""
     run, p, header = setup(tmp_path, "eval.client_logs=")

@@ -172,7 +172,7 @@ def test_the_evaluator_log_is_a_prefix_of_the_history_when_its_attach_client_cra
         assert out.log and out.log == max(out.histories.values(), key=len)[: len(out.log)]
 
 
-def test_control_an_evaluator_that_does_not_follow_the_next_member_logs_no_more_after_its_attach_client_crashes(
+def test_control_evaluator_without_follow_logs_nothing(
     monkeypatch,
 ):
     """The control of the evaluator's follow: node 0 crashes in round 2 of a ring of 4, and the

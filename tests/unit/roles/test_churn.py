@@ -22,7 +22,7 @@ import torch
 
 from seedflood.comm import identity, memory
 from seedflood.comm.memorywires import Wires
-from seedflood.core.churn import voter
+from seedflood.core.churn import joining, voter
 from seedflood.core.churn.agreement import Agreement
 from seedflood.core.config import runconfig as config
 from seedflood.core.flood.flooding import Flood
@@ -114,6 +114,19 @@ def test_a_killed_client_restarts_rejoins_by_replay_and_counts_again(tmp_path):
     assert s == joined(r)[5]
     assert r.step_hashes[5].count(None) == joined(r)[5] - (p.delay + 1) - p.delay
     check_survivors(cfg, r, tmp_path)
+
+
+def test_control_unsponsored_restart_stops(monkeypatch):
+    """The control: with `joining.boundary` sponsoring nobody, the same restart of node 5 is
+    never rejoined; it stops with one line and the seven others finish without it."""
+
+    def nobody(m, t):
+        yield from ()
+
+    monkeypatch.setattr(joining, "boundary", nobody)
+    r = simulate(cfg_for(PACED, steps=16), events=[Event(3, 5, "kill"), Event(7, 5, "restart")])
+    assert left(r) == {5: 3} and joined(r) == {} and list(r.exits) == [5], r.exits
+    assert sorted(r.hashes) == [0, 1, 2, 3, 4, 6, 7]
 
 
 def test_without_failures_a_churn_run_has_the_bits_of_a_strict_run_with_the_same_delay(tmp_path):

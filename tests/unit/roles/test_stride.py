@@ -152,7 +152,7 @@ def test_churn_proposes_an_origin_present_on_a_step_it_skips_and_absent_on_its_o
     assert v2 is not None and v2.members == {0, 1, 3}  # node 2 is due at step 2 and sent nothing: out
 
 
-def test_control_churn_ignoring_the_stride_drops_them(monkeypatch):
+def test_control_churn_ignoring_stride(monkeypatch):
     """The control of the churn run above: with `Agreement.expected` owing K messages of every
     origin at every step (the stride schedule ignored), the same strided clients 1 and 2 are
     committed out at the first step they skip (step 1), and only 0 and 3 train on."""

@@ -339,7 +339,7 @@ def test_a_peer_that_sends_frames_no_correct_peer_sends_is_cut_off_and_left_out(
     check_survivors(cfg, r, tmp_path)
 
 
-def test_control_bad_frames_not_cut_off_stop_receivers(monkeypatch):
+def test_control_bad_frames_stop_receivers(monkeypatch):
     """The control: with `Member.on_bad_frame` raising (a strict receiver's reaction) instead of
     closing the edge, the same garbage from node 5 stops its neighbours instead of cutting 5 off."""
 

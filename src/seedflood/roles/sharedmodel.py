@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from seedflood.core.config.runconfig import Config
-from seedflood.core.flood import lockstep
+from seedflood.core.flood import lockarrays
 from seedflood.core.flood import protocol as proto
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.transport import ByteCounter
@@ -79,7 +79,7 @@ class SharedModel:
         self.top = top
         self.protocol = protocol
         self.w = workload
-        self.lockstep = lockstep.Lockstep(
+        self.lockstep = lockarrays.make(
             top,
             protocol.perturbations,
             protocol.hops,

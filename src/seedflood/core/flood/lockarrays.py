@@ -83,9 +83,10 @@ class Wave:
         self.origin = np.fromiter((x.origin for x in self.msgs), dtype=np.int64, count=m)
         self.k = np.fromiter((x.k for x in self.msgs), dtype=np.int64, count=m)
         self.scalar = np.fromiter((x.scalar for x in self.msgs), dtype=np.float64, count=m)
-        self.count = np.bincount(self.origin, minlength=self.n).astype(np.int64)
+        mine = (self.origin >= 0) & (self.origin < self.n)  # (a resumed log's strays are held, never sent)
+        self.count = np.bincount(self.origin[mine], minlength=self.n).astype(np.int64)
         self.max_k = np.full(self.n, -1, dtype=np.int64)
-        np.maximum.at(self.max_k, self.origin, self.k)
+        np.maximum.at(self.max_k, self.origin[mine], self.k[mine])
         self.held = np.full(self.n, m, dtype=np.int64) if self.restored else self.count.copy()
         big = (self.k < 0) | (self.k >= 1 << 16) | (self.step < 0) | (self.step >= 1 << 32)
         usual = [_packs(x.scalar) and 0 <= x.seed < 1 << 64 for x in self.msgs]
@@ -275,7 +276,7 @@ class ArrayLockstep(Driver):
         k_n = self.per_origin
         reach = np.full((self.n, k_n), -1, dtype=np.int64)  # hops each (origin, k) made; -1: never originated
         for w in waves:
-            ok = (w.k >= 0) & (w.k < k_n)
+            ok = (w.k >= 0) & (w.k < k_n) & (w.origin >= 0) & (w.origin < self.n)
             reach[w.origin[ok], w.k[ok]] = w.r
         if not expected or not k_n:
             return

@@ -77,19 +77,19 @@ class FloodTables:
             _, at = np.unique(key, return_index=True)  # the first (smallest-parent) copy per (origin, receiver)
             first[np.flatnonzero(is_fwd)[at]] = True
             rs.append(du[o, e])
-            es.append(e)
-            os_.append(o + lo)
+            es.append(e.astype(np.int32))
+            os_.append((o + lo).astype(np.int32))
             firsts.append(first)
         r = np.concatenate(rs) if rs else np.zeros(0, np.int32)
-        e = np.concatenate(es) if es else np.zeros(0, np.int64)
-        o = np.concatenate(os_) if os_ else np.zeros(0, np.int64)
+        e = np.concatenate(es) if es else np.zeros(0, np.int32)
+        o = np.concatenate(os_) if os_ else np.zeros(0, np.int32)
         first = np.concatenate(firsts) if firsts else np.zeros(0, bool)
         order = np.lexsort((o, e, r))
         r, e, o, first = r[order], e[order], o[order], first[order]
         bounds = np.searchsorted(r, np.arange(int(r.max()) + 2 if len(r) else 1))
         hops = []
         for a, b in zip(bounds[:-1], bounds[1:]):
-            he, ho = e[a:b].astype(np.int32), o[a:b].astype(np.int32)
+            he, ho = e[a:b], o[a:b]
             starts = np.flatnonzero(np.r_[True, he[1:] != he[:-1]]) if len(he) else np.zeros(0, np.int64)
             senders = np.zeros(n, dtype=bool)
             senders[ho] = True

@@ -43,9 +43,9 @@ from seedflood.core.topology.graph import Topology
 from seedflood.core.wire import message
 from seedflood.core.wire.message import Limits, Message
 
-MAX_CELLS = 1 << 26
+MAX_CELLS = 1 << 25
 """Origin × directed-edge cells (floodtables.FloodTables.cells) up to which `make` picks arrays:
-a 4096-node torus; the tables then take a few hundred MB."""
+a torus of about 2,900 nodes, whose tables take a few hundred MB while they are built."""
 
 _FAR = np.iinfo(np.int32).max  # the hops a restored message "made": held everywhere
 

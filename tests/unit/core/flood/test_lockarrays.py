@@ -51,6 +51,7 @@ class Case:
     steps: int
     fault: str
     resume: int  # logged steps to resume from (0: a fresh run)
+    window: int = 4  # steps either side of the hop's that a receiver takes
 
     def due(self, o: int, s: int) -> bool:
         return (o + s) % 2 == 0
@@ -58,8 +59,8 @@ class Case:
     def limits(self, t: int) -> Limits:
         return Limits(
             self.top.n,
-            t - 4,
-            t + 4,
+            t - self.window,
+            t + self.window,
             self.k,
             100.0,
             seed_of=lambda o, s, k: rng.derive(7, o, s, k),
@@ -204,3 +205,15 @@ def test_make_chooses_arrays_where_the_tables_fit(monkeypatch):
     monkeypatch.setattr(lockarrays, "MAX_CELLS", FloodTables.cells(top) - 1)
     assert isinstance(lockarrays.make(top, 1, 1, 3), Lockstep)
     assert isinstance(lockarrays.make(top, 1, 1, 3, arrays=True), ArrayLockstep)
+
+
+@pytest.mark.parametrize("top", [builders.torus(63), builders.random_regular(64, 3, seed=5)], ids=lambda t: t.name)
+@pytest.mark.parametrize("hops,stride,version", [(0, False, 2), (1, True, 2), (2, False, 1)])
+def test_arrays_equal_the_object_lockstep_on_larger_graphs(top, hops, stride, version):
+    """Beyond the small graphs: a 7×9 torus (edges within BFS layers) and a random 3-regular
+    graph of 64, with the receivers' limits, K = 2, every hop count and zo.stride. (10 steps: a
+    run shorter than its delay fails in the drain, in both, when hops < diameter.)"""
+    case = Case(top, 2, hops, 0, hops == 1, True, version, True, stride, 10, "none", 0, window=12)
+    want = outcome(Lockstep, case)
+    assert want[0] == "ok" and len(want[1]) == 10
+    assert outcome(ArrayLockstep, case) == want

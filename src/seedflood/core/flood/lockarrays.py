@@ -195,6 +195,7 @@ class ArrayLockstep(Driver):
 
     # -- hops ----------------------------------------------------------------------------------------
     def run_hops(self, t: int) -> None:
+        """The hops of local step t, then their bytes to the counter."""
         for _ in range(self.hops):
             self._hop(t)
         self._count()
@@ -205,6 +206,9 @@ class ArrayLockstep(Driver):
         self._count()
 
     def _hop(self, t: int) -> None:
+        """Every wave in flight moves one hop: its (origin, edge) pairs of this hop become the
+        frames' columns, its first copies become new messages at their receivers; the frames
+        are checked (`wire`), sized and their bytes kept for `_count`."""
         self._settle()
         tab, n = self.tables, self.n
         live = [w for w in self._waves if not w.restored and w.r < len(tab.hops)]

@@ -6,7 +6,7 @@ shared-model simulation (roles/sharedmodel.py: the tiny model on the CPU, batch 
 sequential estimator, one torch thread) for `steps` steps and drain, and reports
   - per-client CPU per step: process CPU time / (N × steps), split into the forwards (every
     client's two-point estimates, `SharedModel.estimate`) and everything else (the lockstep
-    flood: outboxes, the codec, receive, completeness, apply); the share of everything else;
+    flood, lockarrays.py: frames, checks, completeness; the apply); the share of everything else;
   - bytes per edge per step (transport.ByteCounter: header + frame, the drain included);
   - messages held per client: the mean over clients of the messages in its flood right after a
     step's hops (before that step is applied), the peak over steps.

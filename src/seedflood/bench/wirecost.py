@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from seedflood.core.flood.lockstep import Graph, Lockstep, as_topology
+from seedflood.core.flood import lockarrays
+from seedflood.core.flood.lockstep import Graph, as_topology
 from seedflood.core.flood.protocol import schedule as protocol_schedule
 from seedflood.core.flood.transport import ByteCounter
 from seedflood.core.topology.graph import Topology
@@ -53,7 +54,7 @@ def count(
     top = as_topology(graph)
     hops, delay = schedule(top, hops_per_step)
     k_max = perturbations
-    lock = Lockstep(top, k_max, hops, delay + int(overlap), overlap=overlap, routed=routed, version=version)
+    lock = lockarrays.make(top, k_max, hops, delay + int(overlap), overlap=overlap, routed=routed, version=version)
 
     def placeholders(t: int) -> dict[int, list[Message]]:
         return {i: [Message(step=t, origin=i, k=k, seed=0, scalar=1.0) for k in range(k_max)] for i in top.nodes}

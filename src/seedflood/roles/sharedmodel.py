@@ -8,13 +8,14 @@ Why one model is exact: every client applies the same complete steps at the same
 all N clients hold the same bits after every step, and a two-point estimate never writes the
 weights (the direction evaluates θ ± εz at forward time). So at local step t the shared model is
 every client's model: each client's K estimates are computed in turn on it (its own batch of
-step t, seeds protocol.seed(node, t, k)); the N·K messages go into one real `flooding.Flood` per
-node, driven by `lockstep.Lockstep` in the client's exact schedule (hops encoded and decoded with
-the real codec, every frame counted as the transport counts it, shortest-path routes, overlap's
-order and drain); step t − delay is applied ONCE to the shared model, after the lockstep has
-checked that every node holds the same complete set. An `evaluator.Evaluator` sharing the
-workload (`apply=False`) follows each applied step exactly as the launched evaluator follows the
-attach client's stream: log, scores at eval.every, checkpoints, zero-shot at step 0, final score.
+step t, seeds protocol.seed(node, t, k)); the N·K messages go into every node's flood, driven in
+the client's exact schedule (`lockarrays.make`: every node's flood as numpy arrays, equal to
+`lockstep.Lockstep`'s real Floods and codec: every frame counted as the transport counts it and
+checked against the receivers' limits, shortest-path routes, overlap's order and drain); step
+t − delay is applied ONCE to the shared model, after the lockstep has checked that every node
+holds the same complete set. An `evaluator.Evaluator` sharing the workload (`apply=False`)
+follows each applied step exactly as the launched evaluator follows the attach client's stream:
+log, scores at eval.every, checkpoints, zero-shot at step 0, final score.
 
 Resume (as a relaunched run, §2): a run directory with a log for this config continues from its
 L steps (`rundir.resume.resume_records` decides or refuses, in one line, and `rundir.build.settle` refuses
@@ -44,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from seedflood.core.config.runconfig import Config
-from seedflood.core.flood import lockstep
+from seedflood.core.flood import lockarrays
 from seedflood.core.flood import protocol as proto
 from seedflood.core.flood.protocol import Protocol
 from seedflood.core.flood.transport import ByteCounter
@@ -79,7 +80,7 @@ class SharedModel:
         self.top = top
         self.protocol = protocol
         self.w = workload
-        self.lockstep = lockstep.Lockstep(
+        self.lockstep = lockarrays.make(
             top,
             protocol.perturbations,
             protocol.hops,

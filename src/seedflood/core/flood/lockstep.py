@@ -50,7 +50,76 @@ def as_topology(graph: Graph) -> Topology:
     return Topology("graph", len(index), tuple((index[a], index[b]) for a, b in graph.edges))
 
 
-class Lockstep:
+class Driver:
+    """The client's step schedule over a lockstep flood (`run`, `drain`, `run_hops`): what
+    `Lockstep` (a Flood per node) and `lockarrays.ArrayLockstep` (arrays) share. A subclass
+    owns `originate`, `hop`, `apply_through`, and sets `hops`, `delay`, `overlap`, `applied`."""
+
+    hops: int
+    delay: int
+    overlap: bool
+    applied: int
+
+    def originate(self, node: int, msgs: Sequence[Message]) -> None:
+        raise NotImplementedError
+
+    def hop(self, t: int) -> None:
+        raise NotImplementedError
+
+    def apply_through(self, upto: int, apply: Apply) -> None:
+        raise NotImplementedError
+
+    # -- the schedule --------------------------------------------------------------------------------
+    def run(
+        self,
+        steps: int,
+        estimate: Estimate,
+        apply: Apply,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        after_step: Callable[[int], None] | None = None,
+    ) -> None:
+        """Local steps start..stop-1 of a run of `steps` (default: to the end, then drain), each:
+        estimate(t), then as client.Client.step (plain: originate, hops, apply t − delay;
+        overlap: apply t − delay, originate, hops: the hops the client runs on a thread during
+        step t+1's estimates run here before them, which changes nothing: estimates never touch
+        the flood). `after_step(t)` after each local step."""
+        stop = steps if stop is None else stop
+        sched = StepSchedule(steps, self.delay, self.overlap)
+        for t in range(start, stop):
+            own = estimate(t)
+            if sched.apply_first:
+                self.apply_through(sched.applies_through(t), apply)
+            for node, msgs in own.items():
+                self.originate(node, msgs)
+            self.run_hops(t)
+            if not sched.apply_first:
+                self.apply_through(sched.applies_through(t), apply)
+            if after_step is not None:
+                after_step(t)
+        if stop == steps:
+            self.drain(steps, apply, hops_in_flight=self.overlap and stop > start)
+
+    def drain(self, steps: int, apply: Apply, hops_in_flight: bool = False) -> None:
+        """client.Client.drain: after the last step, hop without originating until every step is
+        applied. The lag is delay − overlap (drain estimates nothing, so overlap's extra step is
+        not paid); `hops_in_flight`: the last step's hops ran with overlap (the client joins
+        them first and applies what they completed)."""
+        sched = StepSchedule(steps, self.delay, self.overlap)
+        if hops_in_flight:
+            self.apply_through(sched.drained_through(sched.last), apply)
+        while self.applied < sched.last:
+            t = sched.drain_hop(self.applied)
+            self.run_hops(t)
+            self.apply_through(sched.drained_through(t), apply)
+
+    def run_hops(self, t: int) -> None:
+        for _ in range(self.hops):
+            self.hop(t)
+
+
+class Lockstep(Driver):
     """Every node's real Flood, hopping in lockstep in one process (see the module doc)."""
 
     def __init__(
@@ -100,55 +169,6 @@ class Lockstep:
         self.applied = cut - 1
         return cut
 
-    # -- the schedule --------------------------------------------------------------------------------
-    def run(
-        self,
-        steps: int,
-        estimate: Estimate,
-        apply: Apply,
-        *,
-        start: int = 0,
-        stop: int | None = None,
-        after_step: Callable[[int], None] | None = None,
-    ) -> None:
-        """Local steps start..stop-1 of a run of `steps` (default: to the end, then drain), each:
-        estimate(t), then as client.Client.step (plain: originate, hops, apply t − delay;
-        overlap: apply t − delay, originate, hops: the hops the client runs on a thread during
-        step t+1's estimates run here before them, which changes nothing: estimates never touch
-        the flood). `after_step(t)` after each local step."""
-        stop = steps if stop is None else stop
-        sched = StepSchedule(steps, self.delay, self.overlap)
-        for t in range(start, stop):
-            own = estimate(t)
-            if sched.apply_first:
-                self.apply_through(sched.applies_through(t), apply)
-            for node, msgs in own.items():
-                self.floods[node].originate(msgs)
-            self.run_hops(t)
-            if not sched.apply_first:
-                self.apply_through(sched.applies_through(t), apply)
-            if after_step is not None:
-                after_step(t)
-        if stop == steps:
-            self.drain(steps, apply, hops_in_flight=self.overlap and stop > start)
-
-    def drain(self, steps: int, apply: Apply, hops_in_flight: bool = False) -> None:
-        """client.Client.drain: after the last step, hop without originating until every step is
-        applied. The lag is delay − overlap (drain estimates nothing, so overlap's extra step is
-        not paid); `hops_in_flight`: the last step's hops ran with overlap (the client joins
-        them first and applies what they completed)."""
-        sched = StepSchedule(steps, self.delay, self.overlap)
-        if hops_in_flight:
-            self.apply_through(sched.drained_through(sched.last), apply)
-        while self.applied < sched.last:
-            t = sched.drain_hop(self.applied)
-            self.run_hops(t)
-            self.apply_through(sched.drained_through(t), apply)
-
-    def run_hops(self, t: int) -> None:
-        for _ in range(self.hops):
-            self.hop(t)
-
     def hop(self, t: int) -> None:
         """One hop of local step t: every node's outbox goes out (counted), then every node
         receives from each neighbour in neighbour order (as client.Client.hop)."""
@@ -177,6 +197,9 @@ class Lockstep:
         for dst, f in enumerate(self.floods):  # every node receives after every node sent: one hop
             for src in f.peers:
                 f.receive(src, delivered[src][dst])
+
+    def originate(self, node: int, msgs: Sequence[Message]) -> None:
+        self.floods[node].originate(msgs)
 
     def apply_through(self, upto: int, apply: Apply) -> None:
         """Hand out every step <= upto once, in order; each must be complete at every node, with

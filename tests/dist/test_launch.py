@@ -13,8 +13,8 @@ clients on the debug ring + the evaluator, every rank forked from the launch's o
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import sys
 import time

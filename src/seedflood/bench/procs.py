@@ -220,7 +220,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(r: dict[str, Any]) -> str:
-    lines = [f"procs: {r['clients']} clients on {r['topology']} + evaluator, launched by {r['launcher']} ({r['config']})"]
+    lines = [
+        f"procs: {r['clients']} clients on {r['topology']} + evaluator, launched by {r['launcher']} ({r['config']})"
+    ]
     for name, f in r["roles"].items():
         lines.append(
             f"  {name:<9} ×{f['n']:<3} PSS MiB: mean {f['mean']:.0f}, peak {f['peak_mean']:.0f} (max {f['peak_max']:.0f}),"

@@ -61,7 +61,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
     machine.threads_env(cfg.run.threads, world, os.environ)
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD + (HUB_PRELOAD if cfg.model.name != "tiny" else []))
-    argv = ["train", *(["--config", args.config] if args.config else []), *(a for s in args.set or [] for a in ("--set", s))]
+    argv = [
+        "train",
+        *(["--config", args.config] if args.config else []),
+        *(a for s in args.set or [] for a in ("--set", s)),
+    ]
     port = _free_port()
     base = {
         "WORLD_SIZE": str(world),
@@ -71,7 +75,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
         "MASTER_PORT": str(port),
         "PYTHONUNBUFFERED": "1",
     }
-    print(f"seedflood launch: {world} processes (evaluator + {world - 1} clients), store 127.0.0.1:{port}", file=sys.stderr)
+    print(
+        f"seedflood launch: {world} processes (evaluator + {world - 1} clients), store 127.0.0.1:{port}",
+        file=sys.stderr,
+    )
     return Ranks(context, world, base, argv).run()
 
 
@@ -199,7 +206,9 @@ def _rank(rank: int, env: dict[str, str], argv: list[str], out: Connection, err:
     for conn, fd in ((out, 1), (err, 2)):
         os.dup2(conn.fileno(), fd)
         conn.close()
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+        io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True
+    )
     sys.stderr = sys.__stderr__ = io.TextIOWrapper(
         io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", write_through=True
     )

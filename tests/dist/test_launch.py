@@ -63,8 +63,15 @@ def _ranks(launcher: int) -> dict[int, int]:
 
 
 def _gone(pids: list[int]) -> bool:
-    """Every pid has exited and been reaped (a zombie still has a /proc entry)."""
-    return not any(Path(f"/proc/{pid}").exists() for pid in pids)
+    """Every pid has exited: no /proc entry, or a zombie (an orphan's is reaped by PID 1, which in
+    a container may never do it)."""
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                return False
+        except (OSError, IndexError):
+            pass
+    return True
 
 
 @pytest.mark.timeout(600)
@@ -100,6 +107,25 @@ def test_a_killed_rank_ends_the_launch_with_status_1(tmp_path):
     assert "seedflood launch: rank 2 was killed by SIGKILL; the others were ended" in p.stdout
     assert _gone(list(ranks.values()))
     assert took < 120, took  # ended by the launch, not by the 600 s hop timeout
+
+
+@pytest.mark.timeout(600)
+def test_ranks_do_not_outlive_a_killed_launch(tmp_path):
+    """SIGKILL to the launch (no handler runs): its fork server exits, and each rank with it
+    (PR_SET_PDEATHSIG), instead of training on as orphans."""
+    out = tmp_path / "run"
+    sets = ("run.steps=100000", "eval.every=0", "checkpoint.every=0", SLOW_HOP, f"run.out_dir={out}")
+    with harness.Procs(tmp_path / "procs") as group:
+        p = _launch(group, "launch", *sets)
+        runs.wait_for_steps(group, out, 3)
+        ranks = _ranks(p.pid)
+        assert len(ranks) == 5, ranks
+        group.signal("launch", signal.SIGKILL)
+        assert group.wait(["launch"]) == [-signal.SIGKILL]
+        deadline = time.monotonic() + 60
+        while not _gone(list(ranks.values())) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    assert _gone(list(ranks.values()))
 
 
 @pytest.mark.timeout(900)

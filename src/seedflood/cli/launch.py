@@ -40,6 +40,7 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
+from multiprocessing import forkserver
 from multiprocessing.connection import Connection
 
 from seedflood.cli.runs import _load_config, _preflight
@@ -59,7 +60,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
     # OpenMP reads its thread count as torch loads in the server; each rank sets torch's too.
     machine.threads_env(cfg.run.threads, world, os.environ)
-    context = multiprocessing.get_context("forkserver")
+    context: multiprocessing.context.ForkServerContext = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD + (HUB_PRELOAD if cfg.model.name != "tiny" else []))
     argv = [
         "train",
@@ -91,9 +92,11 @@ def _free_port() -> int:
 class Ranks:
     """The forked ranks of one launch, their output and their ending."""
 
-    def __init__(self, context, world: int, base: dict[str, str], argv: Sequence[str]) -> None:
+    def __init__(
+        self, context: multiprocessing.context.ForkServerContext, world: int, base: dict[str, str], argv: Sequence[str]
+    ) -> None:
         self.context, self.world, self.base, self.argv = context, world, base, list(argv)
-        self.procs: list = []
+        self.procs: list[multiprocessing.process.BaseProcess] = []
         self.selector = selectors.DefaultSelector()
         self.partial: dict[int, bytes] = {}
         self.stop_signal: int | None = None
@@ -148,6 +151,7 @@ class Ranks:
                     if code and self.failed is None:
                         self.failed = (rank, code)
                 else:
+                    assert isinstance(key.fileobj, Connection)
                     self._pump(key.fileobj, rank, fd)
             if (self.failed is not None or self.stop_signal is not None) and ending_since is None:
                 ending_since = time.monotonic()
@@ -202,14 +206,23 @@ def _rank(rank: int, env: dict[str, str], argv: list[str], out: Connection, err:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the fork server goes when the launch goes
     if os.getppid() == 1:  # the server went before the prctl
         os._exit(1)
+    # Each forked child holds the write end of the server's "alive" pipe, and the server exits only
+    # once every holder closed it: a rank does not start processes, so it lets go, and a killed
+    # launch takes the server, and so (the prctl) every rank, with it.
+    server = getattr(forkserver, "_forkserver", None)
+    alive = getattr(server, "_forkserver_alive_fd", None)
+    if alive is not None:
+        with contextlib.suppress(OSError):
+            os.close(alive)
+        server._forkserver_alive_fd = None  # type: ignore[union-attr]
     os.environ.update(env)
     for conn, fd in ((out, 1), (err, 2)):
         os.dup2(conn.fileno(), fd)
         conn.close()
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(  # type: ignore[misc]  # as the interpreter's own
         io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True
     )
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(  # type: ignore[misc]
         io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", write_through=True
     )
     sys.argv = ["seedflood", *argv]

@@ -6,8 +6,9 @@ lazily (the byte tokenizer, tensorboardX for the metrics sink, safetensors for c
 building the parser and every config section's pydantic model once. A forked rank shares these
 pages with the server and its siblings until it writes to them.
 
-Assumes: all of this is pure set-up (module state, caches keyed by class) that starts no thread
-and runs no torch kernel (no OpenMP pool exists before the fork), so a child forked after it runs
+Assumes: all of this is pure set-up (module state, caches keyed by class) that starts no thread,
+runs no torch kernel (no OpenMP pool exists before the fork) and does not initialise CUDA (a
+forked child could not use it), so a child forked after it runs
 the same code on the same values as a fresh interpreter.
 """
 

@@ -33,7 +33,9 @@ def test_pss_threads_and_descendants_of_a_child():
 def test_a_rank_seedflood_launch_forked_is_known_by_its_name(rank, role):
     """`seedflood launch` names each rank seedflood-rR (prctl); its /proc environ has no RANK."""
     name = f"seedflood-r{rank}".encode()
-    code = f"import ctypes, sys, time; ctypes.CDLL(None).prctl(15, {name!r}, 0, 0, 0); print(flush=True); time.sleep(30)"
+    code = (
+        f"import ctypes, sys, time; ctypes.CDLL(None).prctl(15, {name!r}, 0, 0, 0); print(flush=True); time.sleep(30)"
+    )
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     try:
         assert child.stdout is not None and child.stdout.readline() == b"\n"  # named by now

@@ -1,7 +1,8 @@
 """Benchmark: what each process of a launched run costs the machine (`python -m seedflood.bench.procs`).
 
-Owns the figure `procs`: one real `launch/torchrun.sh` run (fresh interpreters: torchrun's agent,
-the evaluator and --clients clients on --topology, the tiny model of launch/configs/debug.yaml
+Owns the figure `procs`: one real launched run (--launcher torchrun: `launch/torchrun.sh`, fresh
+interpreters; fork: `seedflood launch`, every rank forked from one interpreter that imported torch)
+of the evaluator and --clients clients on --topology, the tiny model of launch/configs/debug.yaml
 unless --config/--set say otherwise), whose every process's PSS (/proc/PID/smaps_rollup: each
 page divided by the processes mapping it, so the sum over processes is what the run costs) and
 thread count are sampled every --every seconds while the run lasts. It prints, per role
@@ -78,8 +79,17 @@ def descendants(root: int) -> list[int]:
 
 
 def role(pid: int) -> str | None:
-    """evaluator (RANK 0), client (RANK > 0), launcher (a python without RANK: torchrun's agent),
-    None for anything else (the bash of launch/torchrun.sh)."""
+    """evaluator (RANK 0), client (RANK > 0), launcher (a python without RANK: torchrun's agent,
+    or `seedflood launch` and its fork server), None for anything else (the bash of
+    launch/torchrun.sh). A rank `seedflood launch` forked is named seedflood-rR (its environ in
+    /proc is the fork server's)."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            comm = f.read().strip()
+        if comm.startswith("seedflood-r"):
+            return "evaluator" if comm == "seedflood-r0" else "client"
+    except OSError:
+        return None
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
@@ -89,7 +99,26 @@ def role(pid: int) -> str | None:
         return None
     if b"RANK" in env and b"python" in cmd:
         return "evaluator" if env[b"RANK"] == b"0" else "client"
-    return "launcher" if b"torch.distributed.run" in cmd else None
+    if b"multiprocessing.forkserver" in cmd and _forkserver(_parent(pid)):
+        return None  # a rank just forked, not yet named: seen again at the next sample
+    launchers = (b"torch.distributed.run", b"multiprocessing.forkserver", b"\0launch\0")
+    return "launcher" if any(x in cmd for x in launchers) else None
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _forkserver(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"multiprocessing.forkserver" in f.read()
+    except OSError:
+        return False
 
 
 def sample(argv: Sequence[str], every_s: float, timeout_s: float, log: Path) -> dict[str, Any]:
@@ -166,12 +195,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ]
     with tempfile.TemporaryDirectory(prefix="bench-procs-") as tmp:
         out = Path(tmp) / "run"
-        argv = [
-            "bash",
-            "launch/torchrun.sh",
-            args.config,
-            *(x for s in [*sets, f"run.out_dir={out}"] for x in ("--set", s)),
-        ]
+        head = ["bash", "launch/torchrun.sh", args.config]
+        if args.launcher == "fork":
+            head = [sys.executable, "-m", "seedflood", "launch", "--config", args.config]
+        argv = [*head, *(x for s in [*sets, f"run.out_dir={out}"] for x in ("--set", s))]
         load0 = os.getloadavg()
         got = sample(argv, args.every, args.timeout, Path(tmp) / "run.log")
         summary = json.loads((out / "summary.json").read_text())
@@ -180,6 +207,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "sets": sets,
         "clients": args.clients,
         "topology": args.topology,
+        "launcher": args.launcher,
         "roles": per_role(got["procs"]),
         "sum_peak_mib": got["sum_peak"] / MIB,
         "wall_s": got["wall_s"],
@@ -192,7 +220,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(r: dict[str, Any]) -> str:
-    lines = [f"procs: {r['clients']} clients on {r['topology']} + evaluator, launched ({r['config']})"]
+    lines = [
+        f"procs: {r['clients']} clients on {r['topology']} + evaluator, launched by {r['launcher']} ({r['config']})"
+    ]
     for name, f in r["roles"].items():
         lines.append(
             f"  {name:<9} ×{f['n']:<3} PSS MiB: mean {f['mean']:.0f}, peak {f['peak_mean']:.0f} (max {f['peak_max']:.0f}),"
@@ -217,6 +247,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--topology", choices=sorted(TOPOLOGIES), default="torus")
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument(
+        "--launcher",
+        choices=["torchrun", "fork"],
+        default="fork",
+        help="fork: `seedflood launch`; torchrun: launch/torchrun.sh (fresh interpreters)",
+    )
     p.add_argument("--config", default="launch/configs/debug.yaml", help="relative to the checkout")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="after the bench's own")
     p.add_argument("--every", type=float, default=1.0, help="seconds between samples")

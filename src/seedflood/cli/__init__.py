@@ -1,5 +1,5 @@
 """The `seedflood` command, its subcommands grouped by what a user is doing (`GROUPS`, `seedflood --help`):
-run (train, simulate, world-size, config), inspect (status, replay, check, topology), experiment
+run (launch, train, simulate, world-size, config), inspect (status, replay, check, topology), experiment
 (compare, sweep, reproduce, bench, gpu-evidence), operate (store, serve-log, keys).
 
 Owns: argument parsing and dispatch, turning every known bad input into one line on stderr and
@@ -7,7 +7,7 @@ exit status 2, `--version`, the old names kept for a release (`RENAMED`: each st
 once it succeeded, says its new spelling in one line on stderr, so a refusal stays one line;
 `watch` stays an alias of `status --watch`), and the
 console entry (`seedflood = seedflood.cli:console`, `python -m seedflood`).
-The subcommands live by what they own: runs (train, simulate, world-size, config), inspection
+The subcommands live by what they own: launch (every process of a run here, forked), runs (train, simulate, world-size, config), inspection
 (replay, check, eval), status (the roster of a run, running or finished; `watch` redraws it) and
 tools (topology show, sweep, sweep-summary, store, serve-log, keys); `bench` has its own parser.
 """
@@ -83,7 +83,7 @@ def _run_errors() -> tuple[type[BaseException], ...]:
 
 
 GROUPS: dict[str, tuple[str, ...]] = {
-    "run": ("train", "simulate", "world-size", "config"),
+    "run": ("launch", "train", "simulate", "world-size", "config"),
     "inspect": ("status", "replay", "check", "topology"),
     "experiment": ("compare", "sweep", "reproduce", "bench", "gpu-evidence"),
     "operate": ("store", "serve-log", "keys"),
@@ -137,6 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
     def with_config(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--config", required=False, help="run config YAML (defaults when omitted)")
         sp.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help="override a config value")
+
+    la = sub.add_parser(
+        "launch",
+        help="run every process of a run on this machine, forked from one interpreter that imported torch "
+        "(the evaluator and each client; output prefixed [rankR]:)",
+    )
+    with_config(la)
+    la.set_defaults(fn=_launch)
 
     t = sub.add_parser("train", help="run this process's role (under torchrun, srun or compose)")
     with_config(t)
@@ -275,6 +283,12 @@ def build_parser() -> argparse.ArgumentParser:
     cf.set_defaults(fn=cmd_config)
     p.epilog = _grouped(helps)
     return p
+
+
+def _launch(args: argparse.Namespace) -> int:
+    from seedflood.cli.launch import cmd_launch  # multiprocessing and ctypes only for a launch
+
+    return cmd_launch(args)
 
 
 def _replay(args: argparse.Namespace) -> int:

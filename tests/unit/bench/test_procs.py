@@ -28,6 +28,23 @@ def test_pss_threads_and_descendants_of_a_child():
     assert procs.pss(child.pid) is None  # gone
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/comm"), reason="Linux /proc")
+@pytest.mark.parametrize(("rank", "role"), [(0, "evaluator"), (3, "client")])
+def test_a_rank_seedflood_launch_forked_is_known_by_its_name(rank, role):
+    """`seedflood launch` names each rank seedflood-rR (prctl); its /proc environ has no RANK."""
+    name = f"seedflood-r{rank}".encode()
+    code = (
+        f"import ctypes, sys, time; ctypes.CDLL(None).prctl(15, {name!r}, 0, 0, 0); print(flush=True); time.sleep(30)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"\n"  # named by now
+        assert procs.role(child.pid) == role
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_per_role_means_of_means_and_peaks():
     got = procs.per_role(
         [

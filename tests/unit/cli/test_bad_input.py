@@ -149,7 +149,7 @@ def test_a_launched_rank_0_whose_master_port_is_taken_stops_before_its_model_loa
 # --- run.out_dir is a file ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["world-size", "simulate", "train"])
+@pytest.mark.parametrize("command", ["world-size", "simulate", "train", "launch"])
 @pytest.mark.parametrize("out", ["afile", "afile/run"])
 def test_an_out_dir_that_is_a_file_or_under_one_is_refused_by_the_preflight(here, command, out):
     before = listing(here)
@@ -229,7 +229,7 @@ YAML = {
 }
 
 
-@pytest.mark.parametrize("command", ["world-size", "simulate", "train"])
+@pytest.mark.parametrize("command", ["world-size", "simulate", "train", "launch"])
 @pytest.mark.parametrize("case", list(YAML))
 def test_an_empty_or_unparsable_config_is_one_line_with_where(here, command, case):
     text, words = YAML[case]

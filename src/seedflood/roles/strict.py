@@ -92,8 +92,9 @@ class Strict:
             t = self.inflight.step
             self.join()
             self.apply_through(sched.drained_through(t))
+        t = sched.last  # the hops of every local step through the last have run
         while h.applier.last_step < sched.last:
-            t = sched.drain_hop(h.applier.last_step)
+            t = sched.drain_hop(h.applier.last_step, t)
             h.hops(t)
             self.apply_through(sched.drained_through(t))
 

@@ -87,6 +87,18 @@ def test_equals_the_threaded_n_model_reference(case):
     assert sum(n for *_, n in got.counter.rows()) > 0
 
 
+@pytest.mark.parametrize("steps", [2, 3])
+def test_a_run_shorter_than_its_drain_lag_hops_every_local_step_and_equals_the_reference(steps):
+    """A ring of 12 at one hop a step needs more hops than 2 or 3 steps run: the drain hops every
+    local step up to the one that completes step 0 (it once jumped there, and step 0 was short)."""
+    cfg = cfg_for("topology.kind=ring", "topology.nodes=12", "flood.hops_per_step=1", f"run.steps={steps}")
+    ref = simulate(cfg)
+    got = sharedmodel.simulate(cfg)
+    assert set(ref.hashes.values()) == {got.hash} and got.records == ref.records
+    assert [s for s, _ in got.records] == list(range(steps))
+    assert got.counter.rows() == ref.counter.rows()
+
+
 def test_the_byte_count_with_overlap_equals_the_model_free_count():
     """wirecost.count(overlap=True) runs the same Lockstep schedule without a model."""
     cfg = cfg_for(

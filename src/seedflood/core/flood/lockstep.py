@@ -109,8 +109,9 @@ class Driver:
         sched = StepSchedule(steps, self.delay, self.overlap)
         if hops_in_flight:
             self.apply_through(sched.drained_through(sched.last), apply)
+        t = sched.last  # the hops of every local step through the last have run
         while self.applied < sched.last:
-            t = sched.drain_hop(self.applied)
+            t = sched.drain_hop(self.applied, t)
             self.run_hops(t)
             self.apply_through(sched.drained_through(t), apply)
 

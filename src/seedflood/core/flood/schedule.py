@@ -42,9 +42,12 @@ class StepSchedule:
         """Local steps between a step and the hops that complete it, in the drain."""
         return self.delay - int(self.overlap)
 
-    def drain_hop(self, applied: int) -> int:
-        """In the drain, with every step <= applied applied: the local step whose hops complete the next."""
-        return applied + 1 + self.lag
+    def drain_hop(self, applied: int, after: int) -> int:
+        """In the drain, with every step <= applied applied and the hops of local step `after`
+        run last: the local step whose hops complete the next step, but never past after + 1 (a
+        run of fewer steps than its lag hops through every local step up to that one: skipping
+        them would leave step 0 short of the hops it needs)."""
+        return min(applied + 1 + self.lag, after + 1)
 
     def drained_through(self, t: int) -> int:
         """The newest step the hops of local step t complete in the drain (never past the last)."""

@@ -7,26 +7,36 @@ import pytest
 from seedflood.core.flood.schedule import StepSchedule
 
 
-def run(s: StepSchedule) -> list[tuple[int, int]]:
-    """(step, local step of the hops it was applied after) as the strict client walks the schedule."""
-    applied, out = -1, []
+def run(s: StepSchedule, hopped: list[int] | None = None) -> list[tuple[int, int]]:
+    """(step, local step of the hops it was applied after) as the strict client walks the schedule;
+    `hopped` gets every local step whose hops ran, in order."""
+    applied, out, hopped = -1, [], [] if hopped is None else hopped
     for t in range(s.steps):
         for step in range(applied + 1, s.applies_through(t) + 1):
             out.append((step, t - 1 if s.apply_first else t))  # overlap applies before t's hops
         applied = max(applied, s.applies_through(t))
-    while applied < s.last:
-        t = s.drain_hop(applied)
+        hopped.append(t)  # with overlap in flight during t + 1: the drain joins the last ones first
+    t = s.last
+    if s.apply_first:
         for step in range(applied + 1, s.drained_through(t) + 1):
             out.append((step, t))
-        applied = s.drained_through(t)
+        applied = max(applied, s.drained_through(t))
+    while applied < s.last:
+        t = s.drain_hop(applied, t)
+        hopped.append(t)
+        for step in range(applied + 1, s.drained_through(t) + 1):
+            out.append((step, t))
+        applied = max(applied, s.drained_through(t))
     return out
 
 
-@pytest.mark.parametrize("steps", [1, 2, 7])
+@pytest.mark.parametrize("steps", [1, 2, 7])  # 1 and 2: fewer steps than the lag
 @pytest.mark.parametrize("delay, overlap", [(0, False), (1, False), (3, False), (1, True), (2, True), (4, True)])
 def test_every_step_is_applied_once_in_order_after_the_hops_that_complete_it(steps, delay, overlap):
     s = StepSchedule(steps, delay, overlap)
-    got = run(s)
+    hopped: list[int] = []
+    got = run(s, hopped)
+    assert hopped == list(range(len(hopped)))  # no local step's hops skipped (the drain of a run shorter than its lag)
     assert [step for step, _ in got] == list(range(steps))
     lag = delay - int(overlap)  # hops of local step t complete step t − lag
     for step, hops in got:

@@ -54,6 +54,7 @@ import numpy as np
 import torch
 
 from seedflood.bench.common import figure_process, write_json
+from seedflood.core.churn.history import History
 from seedflood.core.config import rng
 from seedflood.core.config import runconfig as config
 from seedflood.core.config.runconfig import Config
@@ -348,7 +349,7 @@ def bench_rejoin(args: argparse.Namespace) -> list[dict[str, Any]]:
         for h in histories:
             history = synth_history(p, h, seed=h)
             sponsor = client_of(p, Workload.build(cfg), 1)  # only its history is read
-            sponsor.churn.member.history = history
+            sponsor.churn.member.history = History(p.seed, history)
             t = h + p.delay  # the sponsor's boundary: steps < t − delay are decided
             blob = sponsor.churn.catch_up(t, t + p.delay + 1, 1)
             walls, cpus, applies, hashes = [], [], [], set()

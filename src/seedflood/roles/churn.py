@@ -36,6 +36,7 @@ from seedflood.core.churn import commands as c
 from seedflood.core.churn import joining, loop, prefix
 from seedflood.core.churn.agreement import Agreement
 from seedflood.core.churn.health import Health
+from seedflood.core.churn.history import History
 from seedflood.core.churn.member import Left, Member
 from seedflood.core.churn.prefix import Have
 from seedflood.core.churn.voter import Voter
@@ -118,7 +119,7 @@ class Churn:
         return self.member.changes
 
     @property
-    def history(self) -> list[tuple[int, list[Message]]]:
+    def history(self) -> History:
         return self.member.history
 
     @property
@@ -244,7 +245,7 @@ class Churn:
             return
         self._fed = link
         needs = feed.evaluator_needs()
-        sent = [(s, m) for s, m in self.history if s >= needs]
+        sent = self.history[needs:]
         blob = stepstream.encode_pushes((s, step_payload(self, s, m)) for s, m in sent)
         try:
             feed.send_blob(EVALUATOR, blob)

@@ -21,7 +21,7 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,7 @@ class ClientLog:
     histories in one file. One process writes a node's log at a time (an flock; a second one keeps none and says
     so). Never raises into training: a disk failure is one warning and the copy stops.
 
-    Assumes: the caller hands the same `history` list (Churn.history: every decided step from 0);
+    Assumes: the caller hands the same `history` (Churn.history: every decided step from 0);
     `header` is the run's (logheader.log_header): its config is what config.yaml records."""
 
     def __init__(self, run: RunDir, protocol: Protocol, header: dict[str, Any], node: int) -> None:
@@ -103,7 +103,7 @@ class ClientLog:
 
     def extend(
         self,
-        history: list[tuple[int, list[Message]]],
+        history: Sequence[tuple[int, list[Message]]],
         changes: dict[int, Change],
         certificates: Mapping[int, bytes] | None = None,
     ) -> None:

@@ -22,7 +22,10 @@ import torch
 
 from seedflood.comm import identity, memory
 from seedflood.comm.memorywires import Wires
+from seedflood.core.churn import joining, voter
+from seedflood.core.churn.agreement import Agreement
 from seedflood.core.config import runconfig as config
+from seedflood.core.flood.flooding import Flood
 from seedflood.core.flood.protocol import Protocol, trajectory
 from seedflood.core.membership.roster import Change
 from seedflood.core.topology import resolve as topo
@@ -113,6 +116,19 @@ def test_a_killed_client_restarts_rejoins_by_replay_and_counts_again(tmp_path):
     check_survivors(cfg, r, tmp_path)
 
 
+def test_control_unsponsored_restart_stops(monkeypatch):
+    """The control: with `joining.boundary` sponsoring nobody, the same restart of node 5 is
+    never rejoined; it stops with one line and the seven others finish without it."""
+
+    def nobody(m, t):
+        yield from ()
+
+    monkeypatch.setattr(joining, "boundary", nobody)
+    r = simulate(cfg_for(PACED, steps=16), events=[Event(3, 5, "kill"), Event(7, 5, "restart")])
+    assert left(r) == {5: 3} and joined(r) == {} and list(r.exits) == [5], r.exits
+    assert sorted(r.hashes) == [0, 1, 2, 3, 4, 6, 7]
+
+
 def test_without_failures_a_churn_run_has_the_bits_of_a_strict_run_with_the_same_delay(tmp_path):
     cfg = cfg_for(steps=6)
     p = protocol_of(cfg)
@@ -156,6 +172,24 @@ def test_survivors_agree_after_a_single_failure(case, tmp_path):
     assert sorted(r.exits) == sorted(leaves), r.exits
     assert left(r) == leaves
     check_survivors(cfg, r, tmp_path)
+
+
+def test_control_no_leave_for_silence_stops_all(monkeypatch):
+    """The control of the single failures: with proposals that never leave a silent origin out
+    (`Agreement.propose` proposes only a step holding every voter's messages), the same death
+    before sending commits nothing more: every survivor stops and nobody is left out."""
+    propose = Agreement.propose
+
+    def every_voter(self, step, held, messages_of, joins, excluded=()):
+        value = propose(self, step, held, messages_of, joins, excluded)
+        basis = self.basis(step)
+        return value if value is None or basis is None or basis[1] <= value.members else None
+
+    monkeypatch.setattr(Agreement, "propose", every_voter)
+    events, _ = CASES["death before sending"]
+    r = simulate(cfg_for(), events=events)
+    assert r.hashes == {} and left(r) == {}, r.exits
+    assert sorted(r.exits) == list(range(8)) and all("not committed" in r.exits[n] for n in range(8) if n != 5), r.exits
 
 
 def test_a_stalled_client_stops_with_one_line_when_it_wakes(tmp_path):
@@ -249,6 +283,15 @@ def test_the_audit_names_and_excludes_a_client_whose_state_differs(tmp_path):
     # caught within diameter + audit_every steps of the fault
     assert step - 4 <= topo.build(cfg.topology).diameter + cfg.churn.audit_every
     check_survivors(cfg, r, tmp_path, corrupted=(6,))
+
+
+def test_control_no_audit_verdict_excludes_none(monkeypatch):
+    """The control of the audit: with `audit_verdict` finding nobody, the same corrupted client
+    is never named or excluded and ends the run on bits that differ from everyone else's."""
+    monkeypatch.setattr(voter, "audit_verdict", lambda *_: [])
+    r = simulate(cfg_for("churn.audit_every=2", steps=12), events=[Event(4, 6, "corrupt", 1e-3)])
+    assert r.exits == {} and r.changes == {} and sorted(r.hashes) == list(range(8)), r.exits
+    assert {r.hashes[n] for n in range(8) if n != 6} == {r.hashes[0]} != {r.hashes[6]}
 
 
 def chaos_seeds() -> list[int]:
@@ -353,6 +396,15 @@ def test_f1_f2_a_cut_link_on_a_ring_with_one_hop_per_step_forks_nothing_and_nobo
     assert r.changes == {}
     check_one_history(r)
     check_survivors(cfg, r, tmp_path)
+
+
+def test_control_f1_without_later_ballots_stops_all(monkeypatch):
+    """The control: with `Agreement._advance` never moving a vote to a later ballot, the
+    proposals the same cut makes differ for good and every client stops at the first step."""
+    monkeypatch.setattr(Agreement, "_advance", lambda self, s, tallies, propose, now: None)
+    r = simulate(cfg_for(*RING8_1HOP, steps=12), events=[Event(4, 0, "cut", 1)])
+    assert r.hashes == {} and sorted(r.exits) == list(range(8)), r.exits
+    assert all("was not committed within" in why for why in r.exits.values()), r.exits
 
 
 def test_f3_a_cut_then_an_even_split_stops_every_client_and_forks_nothing():
@@ -614,3 +666,14 @@ def test_an_origin_that_sends_two_copies_is_excluded_and_every_honest_client_tra
     (change,) = r.changes.values()
     assert change.leave == change.audit == (origin,) and change.step <= step  # excluded by evidence, not by silence
     check_survivors(cfg, r, tmp_path)
+
+
+def test_control_no_copy_evidence_stops_the_honest(monkeypatch):
+    """The control of equivocation: with `Flood._witness` keeping the first copy and naming
+    nobody (no COPY evidence floods), the same two copies on the ring of 5 exclude no one, and
+    honest clients stop instead of the liar."""
+    monkeypatch.setattr(Flood, "_witness", lambda self, m: m.step > self.applied_through)
+    cfg = cfg_for("topology.kind=ring", "topology.nodes=5", steps=14)
+    r = simulate(cfg, mutate=equivocate(cfg, 3, 4, 4))
+    assert 3 in r.hashes and not any(3 in c.leave for c in r.changes.values()), (r.exits, r.changes)
+    assert set(r.exits) - {3}, r.exits  # an honest client stopped (measured: 0 and 4, committed out at step 7)

@@ -14,6 +14,7 @@ import re
 import pytest
 from test_churn import PACED, RING8_1HOP, cfg_for, check_one_history, check_survivors, joined, left, protocol_of
 
+from seedflood.core.churn import edges
 from seedflood.roles.churn import Churn
 from seedflood.roles.inprocess import Event, simulate
 
@@ -61,6 +62,14 @@ def test_a_stalled_bridge_after_a_cut_wakes_heals_its_edges_and_all_eight_train_
     check_survivors(cfg, r, tmp_path)
 
 
+def test_control_stall_without_heals_stops_all(monkeypatch):
+    """The control: with `edges.heal_ok` offering no edge to heal, the same cut and stall leave
+    every client stopped (node 4 wakes to no edge)."""
+    monkeypatch.setattr(edges, "heal_ok", lambda m: {})
+    r = simulate(cfg_for(*RING8_1HOP, PACED, steps=24), events=[Event(3, 0, "cut", 1), Event(6, 4, "stall", 1.3)])
+    assert r.hashes == {} and sorted(r.exits) == list(range(8)), r.exits
+
+
 def test_a_cut_link_that_heals_carries_frames_again_and_changes_no_bit(tmp_path, lines):
     """A cut on a connected graph costs copies, not bits; healed, the link carries hops again
     from the exchange index both ends agreed on (byte counts on it after the heal step)."""
@@ -84,6 +93,15 @@ def test_an_even_split_whose_cut_heals_trains_on_as_one(tmp_path):
     assert left(r) == {}
     check_one_history(r)
     check_survivors(cfg, r, tmp_path)
+
+
+def test_control_split_without_heals_stops_all(monkeypatch):
+    """The control: with `edges.heal_ok` offering no edge to heal, link 0-1 works again but
+    nobody reconnects it, and both halves stop as without the heal."""
+    monkeypatch.setattr(edges, "heal_ok", lambda m: {})
+    cfg = cfg_for(*RING8_1HOP, steps=16)
+    r = simulate(cfg, events=[Event(4, 0, "cut", 1), Event(4, 4, "cut", 5), Event(6, 0, "heal", 1)])
+    assert r.hashes == {} and sorted(r.exits) == list(range(8)), r.exits
 
 
 def test_a_restarted_client_cut_off_from_two_neighbours_is_sponsored_by_the_one_it_can_reach(tmp_path):

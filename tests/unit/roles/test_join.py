@@ -14,6 +14,7 @@ from test_churn import PACED, cfg_for, check_survivors, joined, left, protocol_o
 
 from seedflood.comm import identity
 from seedflood.core import config
+from seedflood.core.churn import joining
 from seedflood.core.config.configerror import ConfigError
 from seedflood.core.membership.growth import Growth
 from seedflood.core.topology import resolve as topo
@@ -73,6 +74,18 @@ def test_a_new_id_joins_a_ring_of_five_and_all_six_finish_on_one_history(tmp_pat
     assert edges_of(5, cfg, r) == (0, 1)  # founders with the fewest links, lowest ids first
     assert sponsors()[5] in (0, 1)
     check_survivors(cfg, r, tmp_path)
+
+
+def test_control_unsponsored_new_id_stops(monkeypatch):
+    """The control: with `joining.knock` sponsoring nobody, the same new id is never admitted;
+    it stops with one line and the five founders finish without it."""
+
+    def nobody(m, t, hop):
+        yield from ()
+
+    monkeypatch.setattr(joining, "knock", nobody)
+    r = simulate(ring5(), events=[Event(4, 5, "join")])
+    assert r.changes == {} and sorted(r.hashes) == list(range(5)) and list(r.exits) == [5], r.exits
 
 
 def test_two_new_ids_join_one_after_another(tmp_path, sponsors):

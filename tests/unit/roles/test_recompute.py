@@ -34,7 +34,7 @@ from test_churn import cfg_for, check_survivors, protocol_of  # the churn tests'
 from seedflood.comm import identity
 from seedflood.core.flood.hop import decode_hop, encode_hop
 from seedflood.core.membership.notes import recompute_note
-from seedflood.roles.audit import AuditError
+from seedflood.roles.audit import AuditError, Auditor
 from seedflood.roles.inprocess import simulate
 from seedflood.roles.lying import Lie
 
@@ -80,6 +80,17 @@ def test_a_liar_is_excluded_at_full_audit_rate_and_the_others_finish_on_one_hist
     for n in (0, 1, 3):  # each audited its first lie itself, at step 0, and said so
         assert r.audits[n].found == {LIAR: (0, 0)} and r.audits[n].sent >= 1
     assert list(r.changes) == [0]  # excluded from step 0 on: not even its first lie was applied
+
+
+def test_control_no_audit_evidence_applies_the_lies(monkeypatch):
+    """The control: with `Auditor._take` recording nobody (a recomputation that does not agree
+    becomes no evidence), the same ×10 liar at full audit rate is excluded by no one, and every
+    client ends on one history that holds its lies, off the bits of the honest run."""
+    monkeypatch.setattr(Auditor, "_take", lambda self, origin, step, t, line: None)
+    r = simulate(ring("trust.audit=1"), lies={LIAR: Lie("scale", 10.0)})
+    assert r.exits == {} and r.changes == {} and len(set(r.hashes.values())) == 1, r.exits
+    assert all(LIAR in {m.origin for m in msgs} for _, msgs in r.records)
+    assert r.hashes != simulate(ring("trust.audit=0")).hashes
 
 
 def test_at_a_partial_rate_evidence_is_re_checked_before_it_counts(tmp_path):

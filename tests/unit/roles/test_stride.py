@@ -152,6 +152,16 @@ def test_churn_proposes_an_origin_present_on_a_step_it_skips_and_absent_on_its_o
     assert v2 is not None and v2.members == {0, 1, 3}  # node 2 is due at step 2 and sent nothing: out
 
 
+def test_control_churn_ignoring_stride(monkeypatch):
+    """The control of the churn run above: with `Agreement.expected` owing K messages of every
+    origin at every step (the stride schedule ignored), the same strided clients 1 and 2 are
+    committed out at the first step they skip (step 1), and only 0 and 3 train on."""
+    monkeypatch.setattr(Agreement, "expected", lambda self, origin, step: self.per_origin)
+    r = simulate(cfg_for(STRIDE, "churn.settle=1"))
+    assert {o: s for s, c in r.changes.items() for o in c.leave} == {1: 1, 2: 1}, r.changes
+    assert sorted(r.hashes) == [0, 3] and sorted(r.exits) == [1, 2], r.exits
+
+
 @pytest.mark.parametrize(
     ("overrides", "error"),
     [

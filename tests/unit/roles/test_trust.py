@@ -25,7 +25,9 @@ import torch
 from test_churn import PACED, TORUS, cfg_for, check_survivors, protocol_of  # the churn tests' run helpers
 
 from seedflood.comm import identity
+from seedflood.core.churn.member import Member
 from seedflood.core.flood.hop import decode_hop, encode_hop
+from seedflood.core.flood.signing import Signing
 from seedflood.core.wire.message import FrameError, Message
 from seedflood.roles.inprocess import Event, SimResult, simulate
 
@@ -98,6 +100,16 @@ def test_a_client_that_forges_its_own_signatures_is_dropped_counted_and_left_out
     assert all(5 not in {m.origin for m in msgs} for s, msgs in r.records if s >= change.step)
     assert sum(r.flood[n].forged for n in (1, 4, 6)) > 0  # 5's neighbours on the 2×4 torus counted them
     check_survivors(cfg, r, tmp_path)
+
+
+def test_control_unchecked_signatures_apply_forgeries(keys, monkeypatch):
+    """The control: with `Signing.authentic` passing everything, the same forger is neither
+    dropped nor left out, and its messages, signed without its key, are in every step applied."""
+    monkeypatch.setattr(Signing, "authentic", lambda self, item: True)
+    cfg = cfg_for(*signed(keys), steps=12)
+    r = simulate(cfg, mutate=forge(cfg, 5, "own"))
+    assert r.exits == {} and r.changes == {} and sorted(r.hashes) == list(range(8)), r.exits
+    assert all(5 in {m.origin for m in msgs} for _, msgs in r.records) and not any(f.forged for f in r.flood.values())
 
 
 def test_a_relay_that_changes_what_it_forwards_changes_nothing(keys, tmp_path):
@@ -325,6 +337,23 @@ def test_a_peer_that_sends_frames_no_correct_peer_sends_is_cut_off_and_left_out(
     assert change.leave == (5,) and change.step <= 10 // p.hops + 1, change
     assert all(5 not in {m.origin for m in msgs} for s, msgs in r.records if s >= change.step)
     check_survivors(cfg, r, tmp_path)
+
+
+def test_control_bad_frames_stop_receivers(monkeypatch):
+    """The control: with `Member.on_bad_frame` raising (a strict receiver's reaction) instead of
+    closing the edge, the same garbage from node 5 stops its neighbours instead of cutting 5 off."""
+
+    def stop(self, peer, t, error):
+        raise FrameError(f"node {self.node}: bad frame from node {peer} at step {t}: {error}")
+        yield
+
+    monkeypatch.setattr(Member, "on_bad_frame", stop)
+
+    def bad(src: int, dst: int, hop: int, frame: bytes) -> bytes:
+        return os.urandom(len(frame) or 64) if src == 5 and hop >= 10 else frame
+
+    with pytest.raises(FrameError, match="node [146]: bad frame from node 5 at step"):
+        simulate(cfg_for(steps=12), mutate=bad)
 
 
 def test_in_a_strict_run_a_frame_that_does_not_decode_stops_its_receiver_naming_the_sender():

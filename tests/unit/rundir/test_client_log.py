@@ -119,6 +119,21 @@ def test_the_evaluator_log_is_completed_from_the_longest_agreeing_client_log(tmp
     assert complete_from_clients(run, p, header, history) == history
 
 
+def test_control_no_client_logs_no_completion(tmp_path):
+    """The control of the test above: with `eval.client_logs: ""` the same clients keep no log,
+    and the evaluator's log stays at the three steps it had."""
+    run, p, header = setup(tmp_path, "eval.client_logs=")
+    history = [step(p, s) for s in range(8)]
+    own = LogWriter(tmp_path / "run" / "log.bin", header, check=p.check_step)
+    for s, m in history[:3]:
+        own.append(s, m)
+    own.close()
+    write_client(run, p, header, 0, history[:5])
+    write_client(run, p, header, 1, history)
+    assert complete_from_clients(run, p, header, history[:3]) == history[:3]
+    assert LogReader(tmp_path / "run" / "log.bin").read(check=p.check_step)[1] == history[:3]
+
+
 def test_a_client_log_of_other_settings_is_not_used(tmp_path):
     run, p, header = setup(tmp_path)
     other = {**header, "base_hash": "zzz"}

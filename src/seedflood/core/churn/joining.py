@@ -31,6 +31,7 @@ from seedflood.core.churn.commands import (
     Say,
     Sponsor,
 )
+from seedflood.core.churn.history import History
 from seedflood.core.churn.member import Member
 from seedflood.core.churn.prefix import Have
 from seedflood.core.flood import stepstream
@@ -139,7 +140,7 @@ def catch_up(m: Member, t: int, e: int, inc: int, hop: int, have: Have = prefix.
     `_base`), the messages and notes held for undecided steps, its JOIN step."""
     base = _base(m, have)
     msgs, notes = m.flood.held_items()
-    steps = [(s, step_payload(m, s, ms)) for s, ms in m.history if s >= base]
+    steps = [(s, step_payload(m, s, ms)) for s, ms in m.history[base:]]
     held = encode_hop(msgs, notes, signed=m.flood.signing is not None)  # signatures kept
     return stepstream.CatchUp(m.node, t, e, inc, steps, held, hop, base).to_bytes()
 
@@ -197,7 +198,7 @@ def rejoin(m: Member, blob: bytes, held: Sequence[tuple[int, bytes]] = ()) -> Ge
         pr.check_step(s, msgs, members=m.roster.members)
         steps.append((s, msgs))
     yield ApplyAll(steps)
-    m.history = steps
+    m.history = History(pr.seed, steps)
     m.applied = len(steps) - 1
     m.logged = len(steps)
     m.flood.applied_through = len(steps) - 1

@@ -193,7 +193,7 @@ def apply_committed(m: Member, s: int, t: int) -> Steps:
         yield from hop(m, t)
         yield from agree(m, t)
         waited += 1
-    m.history.append((s, msgs))
+    m.history.append(s, msgs)
     if (cert := m.voter.certificates.pop(s, None)) is not None:
         m.certificates[s] = cert
     fresh = s >= m.logged

@@ -31,6 +31,7 @@ from seedflood.core.churn.agreement import Agreement
 from seedflood.core.churn.commands import WARNING, Command, Drop, Grow, Say
 from seedflood.core.churn.edges import Edges
 from seedflood.core.churn.health import Health
+from seedflood.core.churn.history import History
 from seedflood.core.churn.voter import Voter
 from seedflood.core.flood.flooding import Flood
 from seedflood.core.flood.protocol import Protocol
@@ -90,8 +91,8 @@ class Member:
         self.neighbours: tuple[int, ...] = tuple(neighbours)
         """Topology neighbours, connected or not (what its transport may connect): an input, as
         the driver's transport holds them before each hop (`loop.hop`) and after each `Grow`."""
-        self.history: list[tuple[int, list[Message]]] = []
-        """Every decided step from 0, what a sponsor hands a rejoining neighbour."""
+        self.history = History(p.seed)
+        """Every decided step from 0 (packed), what a sponsor hands a rejoining neighbour."""
         self.certificates: dict[int, bytes] = {}  # signed: step -> the certificate of its commit
         self.joined_at = 0  # first step this client originates (a rejoined client: its JOIN step)
         self.leaving = False
@@ -134,7 +135,7 @@ class Member:
         """Every logged step is committed (keeping its decision); those >= cut wait to be applied."""
         for s, msgs in records:
             self.agreement.extend(s, msgs, changes.get(s), pending=s >= cut)
-        self.history = [(s, list(msgs)) for s, msgs in records[:cut]]
+        self.history = History(self.protocol.seed, records[:cut])
         self.voter.skip(len(records))
         self.applied = cut - 1  # the client applies those before its first step
         self.next_step = self.logged = len(records)

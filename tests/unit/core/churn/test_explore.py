@@ -20,6 +20,7 @@ import pytest
 import explorer as ex
 from seedflood.core.churn import ballots  # the quorum rules tally reads: the controls patch them there
 from seedflood.core.flood.protocol import Protocol
+from seedflood.core.membership import roster
 
 DEEP = os.environ.get("SEEDFLOOD_EXPLORE", "") == "deep"
 SMALL = ex.graphs(5)
@@ -169,6 +170,21 @@ def test_the_evaluator_log_is_a_prefix_of_the_history_when_its_attach_client_cra
         out = ex.World(g, p, [ex.Fault(r, "crash", 0), ex.Fault(r + 3, "restart", 0)]).run()
         assert out.safe, out.problem
         assert out.log and out.log == max(out.histories.values(), key=len)[: len(out.log)]
+
+
+def test_control_evaluator_without_follow_logs_nothing(
+    monkeypatch,
+):
+    """The control of the evaluator's follow: node 0 crashes in round 2 of a ring of 4, and the
+    evaluator, following node 1 once a committed step leaves 0 out, logs every step; with
+    `roster.next_attach` keeping the attach node on 0, it logs none (0 sent it nothing yet)."""
+    g = nx.cycle_graph(4)
+    p = ex.protocol_for(g, steps=5)
+    out = ex.World(g, p, [ex.Fault(2, "crash", 0)]).run()
+    assert out.safe and out.live and len(out.log) == p.steps, out.log
+    monkeypatch.setattr(roster, "next_attach", lambda current, members, n_origins: current)
+    out = ex.World(g, p, [ex.Fault(2, "crash", 0)]).run()
+    assert out.safe and out.live and out.log == [], out.log
 
 
 def test_every_single_equivocation_is_safe_and_the_honest_majority_excludes_the_liar():
@@ -360,7 +376,7 @@ def test_a_cut_link_that_heals_on_a_graph_it_never_split_leaves_everyone_finishi
     assert healed > 20
 
 
-def test_a_member_stalled_for_up_to_a_steps_hops_before_its_vote_comes_back_without_a_restart():
+def test_a_stall_under_the_bound_returns():
     """The stall bound (docs/churn.md): full flooding on a ring of 8 (4 hops a step, vote lag 1).
     A member stalled at a step's first hop is dropped at once (the explorer's stall is one past
     `transport.timeout_s`); woken within vote_lag · hops = 4 hops it is still a member, its

@@ -35,7 +35,9 @@ copy) cannot commit and stops; it never applies a different history.
 Liveness (what timing buys): in a connected part holding a majority of R_s, every vote any of
 its clients holds reaches all of them, so they reach the same verdicts. A step commits once the
 part's ballot-0 proposals agree (the survivors' diameter fits the vote lag) or, after a closed
-ballot, on the forced or fresh value. It can wait forever only if two values each keep enough
+ballot, on the forced or fresh value, once they leave a ballot on one view: voters that enter a
+ballot at different hops can leave it apart and split the next, so each later ballot waits a hop
+longer (`Agreement.wait`) until they do. It can wait forever only if two values each keep enough
 unheard voters to possibly win: that needs at least 2·q − |R_s| unheard voters (q the majority),
 i.e. two or more members cut off while the part's proposals split. Clients bound that wait and
 stop with one line (docs/churn-design.md, Liveness, states it; the explorer counts such schedules).
@@ -322,6 +324,16 @@ class Agreement:
         )
         return t
 
+    def wait(self, ballot: int) -> int:
+        """Hops a view of `ballot` must stay unchanged before this client leaves it: `quiet`, one
+        hop more for each ballot after 1. Timing only. Voters that enter a ballot at different
+        hops (a healed cut, a part wider than the spread `quiet` was planned for) can leave it
+        apart, one side forced to its own value before the other's votes arrive while the other
+        sees them all and votes afresh, and split every later ballot the same way; a wait that
+        grows passes that gap plus a vote's spread, and then the voters of a connected part leave
+        on the same view (docs/churn-design.md, Liveness)."""
+        return self.quiet + max(ballot - 1, 0)
+
     def _advance(self, s: int, tallies: Mapping[int, Tally], propose: _Propose, now: int) -> Note | None:
         """This client's next vote for step s, if its view lets it leave its ballot: the first
         ballot after its own whose predecessor is closed with at most one possible value and has
@@ -336,7 +348,7 @@ class Agreement:
             del self._seen[key]
         nxt = mine.ballot
         while (ahead := tallies.get(nxt)) is not None and ahead.leavable:
-            if now - self._seen[(s, nxt)][1] < self.quiet or now < self.calm:
+            if now - self._seen[(s, nxt)][1] < self.wait(nxt) or now < self.calm:
                 break
             nxt += 1
         if nxt == mine.ballot:

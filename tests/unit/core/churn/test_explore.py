@@ -374,3 +374,24 @@ def test_a_cut_link_that_heals_on_a_graph_it_never_split_leaves_everyone_finishi
                     healed += 1
                     assert any(e == ex.edge(a, b) for _, e in w.healed), (name, r, (a, b), w.healed)
     assert healed > 20
+
+
+def test_a_stall_under_the_bound_returns():
+    """The stall bound (docs/churn.md): full flooding on a ring of 8 (4 hops a step, vote lag 1).
+    A member stalled at a step's first hop is dropped at once (the explorer's stall is one past
+    `transport.timeout_s`); woken within vote_lag · hops = 4 hops it is still a member, its
+    edges heal and it finishes, at every position, without a restart. Control: woken a hop
+    later, the others have voted that step without its messages and it is committed out, at
+    every position but node 0 (both its edges healed a hop before the vote, so two voters
+    proposed it and ballot 0 did not commit without it)."""
+    g = nx.cycle_graph(8)
+    p = ex.protocol_for(g, steps=8)
+    bound, at = p.vote_lag * p.hops, 2 * p.hops
+    assert bound == 4
+    for v in g.nodes:
+        out = ex.World(g, p, [ex.Fault(at, "stall", v), ex.Fault(at + bound, "heal", v)]).run()
+        assert out.safe and set(out.states.values()) == {"done"}, (v, out.problem, out.repro)
+    for v in sorted(g.nodes)[1:]:
+        out = ex.World(g, p, [ex.Fault(at, "stall", v), ex.Fault(at + bound + 1, "heal", v)]).run()
+        assert out.safe and out.live and out.states[v] == "stopped", (v, out.states)
+        assert "committed step 2 without this client" in out.why[v], out.why[v]

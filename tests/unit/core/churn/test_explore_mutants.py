@@ -11,6 +11,7 @@ import pytest
 
 import explorer as ex
 from seedflood.core.churn import edges, joining, loop
+from seedflood.core.churn.agreement import Agreement
 from seedflood.core.churn.member import Member
 from seedflood.core.membership.growth import Growth
 
@@ -52,8 +53,20 @@ def woken_sponsor() -> tuple[nx.Graph, ex.Protocol, list[ex.Fault], dict]:
     return g, p, [ex.Fault(15, "stall", 0), ex.Fault(17, "join", 6), ex.Fault(23, "heal", 0)], {}
 
 
+def split() -> tuple[nx.Graph, ex.Protocol, list[ex.Fault], dict]:
+    g = nx.cycle_graph(5)  # node 3 committed out, two cuts healed: the four left are a line 2-1-0-4
+    p = ex.protocol_for(g, steps=13, hops=1, max_nodes=7)
+    four, two = frozenset({(0, 4), (1, 2), (2, 3), (3, 4)}), frozenset({(0, 1), (1, 2)})
+    faults = [ex.Fault(7, "cut", edges=four), ex.Fault(17, "cut", edges=two), ex.Fault(18, "heal", edges=two)]
+    return g, p, [*faults, ex.Fault(29, "heal", edges=four)], {}
+
+
 def _all_done(w: ex.World, out: ex.Outcome) -> bool:
     return out.safe and out.live and {s for i, s in out.states.items() if i in w.base} <= {"done", "left", "dead"}
+
+
+def _four_done(w: ex.World, out: ex.Outcome) -> bool:
+    return out.safe and out.live and all(out.states[i] == "done" for i in (0, 1, 2, 4))
 
 
 MUTANTS: list[tuple[str, Callable, object, str, Callable, Callable[[ex.World, ex.Outcome], bool]]] = [
@@ -66,6 +79,7 @@ MUTANTS: list[tuple[str, Callable, object, str, Callable, Callable[[ex.World, ex
     ("admit", join, joining, "sponsor", None, lambda w, o: 4 in w.nodes[0].member.roster.members),
     ("wait for a heal after the run", wake, loop, "drain", None, _all_done),
     ("claim only while connected", woken_sponsor, joining, "knock", None, lambda w, o: o.states.get(6) == "done"),
+    ("wait longer each ballot", split, Agreement, "wait", lambda self, ballot: self.quiet, _four_done),
 ]
 
 

@@ -4,7 +4,7 @@ command would otherwise repeat, with a result that is the same in every process.
 Owns: importing what `seedflood.cli.build_parser` pulls in (the experiments' subcommands: sweep,
 compare, reproduce, gpuevidence, and numpy.random / numpy.ma under them), what a run imports
 lazily (the byte tokenizer, tensorboardX for the metrics sink, safetensors for checkpoints), and
-building the pydantic model of every config section (`validation._fields_model`, cached per
+building the pydantic model of every config section (`validation.fields_model`, cached per
 section class, ~0.1 s of a process's first config load). About 0.3 s of CPU per started process.
 
 Assumes: all of this is pure set-up (module state and caches keyed by class), so a child forked
@@ -24,4 +24,4 @@ from seedflood.core.config import runconfig, validation
 
 build_parser()
 for section in runconfig.SECTIONS.values():
-    validation._fields_model(section)
+    validation.fields_model(section)

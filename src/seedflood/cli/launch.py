@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from multiprocessing import forkserver
 from multiprocessing.connection import Connection
 
-from seedflood.cli.runs import _load_config, _preflight
+from seedflood.cli.runs import load_config, preflight
 
 PRELOAD = ["seedflood.cli.preload", "seedflood.cli.launch"]
 HUB_PRELOAD = ["transformers", "seedflood.ml.model"]
@@ -54,8 +54,8 @@ PR_SET_PDEATHSIG, PR_SET_NAME = 1, 15
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    cfg = _load_config(args)
-    world = _preflight(cfg)  # the full one: a bad run stops here with its one line, exit 2
+    cfg = load_config(args)
+    world = preflight(cfg)  # the full one: a bad run stops here with its one line, exit 2
     from seedflood.ml import machine
 
     # OpenMP reads its thread count as torch loads in the server; each rank sets torch's too.

@@ -27,4 +27,4 @@ from seedflood.core.config import runconfig, validation
 
 build_parser()
 for section in runconfig.SECTIONS.values():
-    validation._fields_model(section)
+    validation.fields_model(section)

@@ -17,13 +17,13 @@ if TYPE_CHECKING:
     from seedflood.rundir.summary import FloodFigures, RunSummary
 
 
-def _load_config(args: argparse.Namespace):
+def load_config(args: argparse.Namespace):
     from seedflood.core.config import runconfig as config
 
     return config.load(args.config, args.set or [])
 
 
-def _preflight(cfg, full: bool = True, gpus: int | None = None) -> int:
+def preflight(cfg, full: bool = True, gpus: int | None = None) -> int:
     """Check everything that can be checked without loading weights; returns the world size.
 
     `full` (the launchers' `world-size`) also loads the task's data and checks the run
@@ -81,8 +81,8 @@ def _preflight(cfg, full: bool = True, gpus: int | None = None) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    cfg = _load_config(args)  # a bad config is refused before torch is imported
-    _preflight(cfg, full=False)  # the launcher's world-size ran the full preflight; rank 0 rechecks the run dir
+    cfg = load_config(args)  # a bad config is refused before torch is imported
+    preflight(cfg, full=False)  # the launcher's world-size ran the full preflight; rank 0 rechecks the run dir
     _threads_before_torch(cfg)
     from seedflood.roles import train
 
@@ -124,14 +124,14 @@ def _consensus_line(f: FloodFigures) -> str:
 def cmd_simulate(args: argparse.Namespace) -> int:
     """The whole run of a config in this one process (sharedmodel: one model for every client;
     baselines.run for the other algorithms)."""
-    cfg = _load_config(args)
+    cfg = load_config(args)
     if cfg.algorithm.name != "seedflood":
-        _preflight(cfg, full=False)
+        preflight(cfg, full=False)
         from seedflood.experiments import baselines
 
         _print_run_summary(baselines.run(cfg, progress=True))
         return 0
-    _preflight(cfg, full=True)  # no launcher ran world-size first: check the data and the run dir here
+    preflight(cfg, full=True)  # no launcher ran world-size first: check the data and the run dir here
     from seedflood.roles import sharedmodel
 
     _print_run_summary(sharedmodel.run(cfg, progress=True))
@@ -210,8 +210,8 @@ def cmd_world_size(args: argparse.Namespace) -> int:
     hosts = args.hosts if args.hosts is not None else _env_hosts()
     if hosts < 1:
         raise ModelError(f"--hosts must be >= 1, got {hosts}")
-    cfg = _load_config(args)
-    world = _preflight(cfg, gpus=args.gpus)
+    cfg = load_config(args)
+    world = preflight(cfg, gpus=args.gpus)
 
     model, evaluator = cfg.model.device, cfg.eval.device
     if args.gpus is not None or modelcheck.needs_gpus(model, evaluator):

@@ -1,4 +1,4 @@
-"""The launchers' preflight (`seedflood world-size`, the full `_preflight`) never imports torch when
+"""The launchers' preflight (`seedflood world-size`, the full `preflight`) never imports torch when
 model.device is cpu: every launcher runs it before starting anything and CI runs it ~40 times,
 and torch alone costs 2-4 s of CPU per call. Refusals keep their one line; a cuda device still
 asks torch how many GPUs there are.

@@ -45,7 +45,9 @@ def test_importing_the_core_loads_none_of_them():
     assert out.stdout.strip() == "[]"
 
 
-DISTRIBUTED = ("comm/", "bench/hops.py")  # the transports, + bench/hops' bare-torch baseline
+# the transports, bench/hops' bare-torch baseline, and what `seedflood launch` preloads into its
+# fork server (imported there so the ranks share its pages, never called)
+DISTRIBUTED = ("comm/", "bench/hops.py", "cli/preload.py")
 
 
 def _imported_names(tree: ast.AST) -> list[str]:

@@ -27,7 +27,7 @@ _STRICT = pydantic.ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 @functools.cache
-def _fields_model(cls: type) -> type[pydantic.BaseModel]:
+def fields_model(cls: type) -> type[pydantic.BaseModel]:
     """A pydantic model with the fields and annotations of the section dataclass `cls`.
 
     Every field defaults to None and is left out of the result unless the input set it, so the
@@ -96,7 +96,7 @@ def build_section(name: str, cls: type, values: Any) -> Any:
     if not isinstance(values, Mapping):
         raise ConfigError(f"{name}: must be a mapping of keys, got {values!r}")
     try:
-        checked = _fields_model(cls).model_validate(dict(values))
+        checked = fields_model(cls).model_validate(dict(values))
     except pydantic.ValidationError as e:
         order = {k: i for i, k in enumerate(values)}
         first = min(e.errors(), key=lambda err: order.get(err["loc"][0], len(order)))  # as written

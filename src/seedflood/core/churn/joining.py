@@ -25,6 +25,7 @@ from seedflood.core.churn.commands import (
     Clock,
     Command,
     Connect,
+    Drop,
     Grow,
     Newcomers,
     Revived,
@@ -53,7 +54,7 @@ def boundary(m: Member, t: int) -> Steps:
     e.deferred = {p for p in revived if p in m.roster.members}
     for p in (p for p in revived if p not in e.deferred):
         if (inc := (yield Claim(p))) is not None:  # None: another neighbour sponsors it
-            yield Sponsor(t, p, inc)
+            yield from _sponsor(m, t, p, inc)
 
 
 def knock(m: Member, t: int, hop: int) -> Steps:
@@ -72,7 +73,19 @@ def knock(m: Member, t: int, hop: int) -> Steps:
         # member alone holds). So members all alone claim nobody (a stated limit)
         if m.flood.peers and m.exchanges - m.edges.knocked[j] > 2 * m.agreement.quiet:
             if (inc := (yield Claim(j))) is not None:
-                yield Sponsor(t, j, inc)
+                yield from _sponsor(m, t, j, inc)
+
+
+def _sponsor(m: Member, t: int, p: int, inc: int) -> Steps:
+    """Sponsor claimed `p` (incarnation `inc`). An edge this member still holds to it belongs to
+    an earlier incarnation that failed while this member could not see it (stalled: the review's
+    sponsor that sleeps past its newcomer's restart): it is dropped first, as a lost peer."""
+    if p in m.flood.peers:
+        yield Say(WARNING, "node %d: node %d came back as incarnation %d: its old edge is dropped", (m.node, p, inc))
+        yield Drop(p, f"restarted as incarnation {inc}")
+        m.flood.drop_peer(p)
+        m.health.drops += 1
+    yield Sponsor(t, p, inc)
 
 
 def look(m: Member, t: int, hop: int) -> Generator[Command, Any, list[int]]:

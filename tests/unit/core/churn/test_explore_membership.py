@@ -592,3 +592,18 @@ def test_a_newcomer_whose_sponsor_stalls_right_after_sponsoring_is_sponsored_aga
     w.restarts = 0
     out = w.run()
     assert out.states[6] == "stopped" and "without this client's JOIN" in out.why[6]
+
+
+def test_a_sponsor_that_sleeps_past_its_newcomers_restart_drops_the_old_edge_before_sponsoring_again():
+    """Found by a 300-per-pair sweep: on a ring of 5 at one hop a step, node 0 sponsors new id 5
+    and stalls 22 rounds; 5's JOIN step commits without it, so it restarts (incarnation 1). Node
+    0 wakes still holding its edge to incarnation 0 and sponsors incarnation 1: it raised
+    FloodError ("peer 5 is already connected", which would end a real client) until
+    `joining._sponsor` dropped the stale edge first. The majority finishes on one history."""
+    g = ex._graph_of("ring5")
+    p = ex.protocol_for(g, 13, 1, 1, 7)
+    faults = [ex.parse_fault(f) for f in ("r1:join 5", "r9:stall 0", "r31:heal 0")]
+    out = ex.World(g, p, faults).run()
+    assert out.safe, out.problem
+    assert out.live, out.problem
+    assert {i for i, s in out.states.items() if s == "done"} == {1, 2, 3, 4}

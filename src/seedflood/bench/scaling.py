@@ -34,26 +34,27 @@ CLIENTS = (16, 64, 256, 1024)
 PAPER_CLIENTS = 128
 
 
+def _sets(graph: str, n: int, steps: int) -> list[str]:
+    return [
+        "model.name=tiny",
+        "model.device=cpu",
+        "task.name=synthetic",
+        f"task.train_examples={max(1000, 8 * n)}",
+        "task.dev_examples=0",
+        "task.test_examples=8",
+        "task.batch_size=8",
+        f"topology.kind={graph}",
+        f"topology.nodes={n}",
+        f"run.steps={steps}",
+        "run.threads=1",
+        "sim.batched=false",
+    ]
+
+
 def _config(graph: str, n: int, steps: int):
     from seedflood.core.config import runconfig as config
 
-    return config.load(
-        None,
-        [
-            "model.name=tiny",
-            "model.device=cpu",
-            "task.name=synthetic",
-            f"task.train_examples={max(1000, 8 * n)}",
-            "task.dev_examples=0",
-            "task.test_examples=8",
-            "task.batch_size=8",
-            f"topology.kind={graph}",
-            f"topology.nodes={n}",
-            f"run.steps={steps}",
-            "run.threads=1",
-            "sim.batched=false",
-        ],
-    )
+    return config.load(None, _sets(graph, n, steps))
 
 
 def measure(graph: str, n: int, steps: int, budget_s: float) -> dict[str, Any]:
@@ -116,14 +117,68 @@ class _OverBudget(Exception):
     pass
 
 
+LAUNCHED_CLIENTS = (16, 64, 128)
+LAUNCH_SETS = ("eval.every=0", "checkpoint.every=0", "transport.timeout_s=600")
+"""Besides the simulate rows' settings: no evaluation or checkpoint mid-run; 129 ranks starting on
+2 cores reach the rendezvous late."""
+
+
+def measure_launched(graph: str, n: int, steps: int, timeout_s: float) -> dict[str, Any]:
+    """One launched row: `seedflood launch` of the same settings (n client processes + the
+    evaluator, bench/procs.py's `launch`), from the clients' own reports (roles/cost.py)."""
+    from seedflood.bench import procs
+
+    got = procs.launch(None, [*_sets(graph, n, steps), *LAUNCH_SETS], "fork", every_s=2.0, timeout_s=timeout_s)
+    return launched_row(graph, n, steps, got["summary"]) | {
+        "wall_s": got["wall_s"],
+        "load_before": list(got["load_before"]),
+        "load_after": list(got["load_after"]),
+    }
+
+
+def launched_row(graph: str, n: int, steps: int, summary: dict[str, Any]) -> dict[str, Any]:
+    """A launched run's row from its summary.json: per client CPU per step (the CPU of its steps
+    and drain, start-up excluded), split into its forwards and the rest, the mean over clients
+    (`client_step_cpu_max_s`: the slowest client's); bytes per edge per step; held per client: the
+    mean over clients of each one's peak (steps received and not yet applied included, so up to
+    the delay's worth of steps: read it against simulate's one step)."""
+    costs = [c for c in summary.get("cost") or [] if c and c.get("run_cpu_s") is not None]
+    if len(costs) != n:
+        raise ValueError(f"{len(costs)} of {n} clients reported their cost")
+    cpu = [c["run_cpu_s"] / steps for c in costs]
+    fwd = [c["forwards_s"] / steps for c in costs]
+    mean_cpu, mean_fwd = statistics.mean(cpu), statistics.mean(fwd)
+    return {
+        "graph": graph,
+        "nodes": n,
+        "launched": True,
+        "diameter": summary["diameter"],
+        "steps": steps,
+        "client_step_cpu_s": mean_cpu,
+        "client_step_cpu_max_s": max(cpu),
+        "client_step_forwards_s": mean_fwd,
+        "client_step_rest_s": mean_cpu - mean_fwd,
+        "rest_share": (mean_cpu - mean_fwd) / mean_cpu if mean_cpu > 0 else 0.0,
+        "bytes_per_edge_step": summary["bytes_per_edge_per_step"],
+        "held_per_client": statistics.mean(c["held_peak"] for c in costs),
+        "consensus": summary.get("consensus"),
+    }
+
+
 def fig_scaling(
-    clients: Sequence[int], graphs: Sequence[str], steps: int, budget_s: float, progress: bool = False
+    clients: Sequence[int],
+    graphs: Sequence[str],
+    steps: int,
+    budget_s: float,
+    progress: bool = False,
+    launched: bool = False,
 ) -> dict[str, Any]:
-    """Every (graph, N) row; `progress`: print each row (JSON) to stderr as it is measured."""
+    """Every (graph, N) row; `progress`: print each row (JSON) to stderr as it is measured;
+    `launched`: `seedflood launch` runs (`budget_s`: each one's timeout) instead of simulate."""
     rows = []
     for n in clients:  # the small sizes of every graph first: a cut-off run still has them
         for g in graphs:
-            rows.append(measure(g, n, steps, budget_s))
+            rows.append(measure_launched(g, n, steps, budget_s) if launched else measure(g, n, steps, budget_s))
             if progress:
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return {"steps": steps, "budget_s": budget_s, "rows": rows}
@@ -131,17 +186,18 @@ def fig_scaling(
 
 def print_scaling(fig: dict[str, Any], out=None) -> None:
     out = out or sys.stdout
-    print(f"\n== scaling: seedflood simulate, tiny model, CPU, batch 8, sequential, {fig['steps']} steps", file=out)
-    head = ("graph", "N", "D", "CPU/client/step", "forwards", "rest", "rest share", "B/edge/step", "held/client")
+    print(f"\n== scaling: tiny model, CPU, batch 8, sequential, 1 thread, {fig['steps']} steps", file=out)
+    head = ("graph", "run", "N", "D", "CPU/client/step", "forwards", "rest", "rest share", "B/edge/step", "held/client")
     rows = [head]
     for r in fig["rows"]:
         if "skipped" in r:
-            rows.append((r["graph"], str(r["nodes"]), "", r["skipped"], "", "", "", "", ""))
+            rows.append((r["graph"], "simulate", str(r["nodes"]), "", r["skipped"], "", "", "", "", ""))
             continue
         ms = [f"{r[k] * 1e3:.2f} ms" for k in ("client_step_cpu_s", "client_step_forwards_s", "client_step_rest_s")]
         rows.append(
             (
                 r["graph"],
+                "launched" if r.get("launched") else "simulate",
                 str(r["nodes"]),
                 str(r["diameter"]),
                 *ms,
@@ -153,6 +209,15 @@ def print_scaling(fig: dict[str, Any], out=None) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     for row in rows:
         print("  ".join(c.rjust(w) for c, w in zip(row, widths)), file=out)
+    for r in fig["rows"]:
+        if r.get("launched"):
+            load = lambda v: " ".join(f"{x:.1f}" for x in v)  # noqa: E731
+            print(
+                f"  launched {r['graph']} {r['nodes']}: wall {r['wall_s']:.0f} s, slowest client"
+                f" {r['client_step_cpu_max_s'] * 1e3:.2f} ms, load {load(r['load_before'])} before,"
+                f" {load(r['load_after'])} after, consensus {r['consensus']}",
+                file=out,
+            )
     out.flush()
 
 
@@ -164,11 +229,17 @@ def plot(fig: dict[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     ax = plt.figure(figsize=(5, 3.5)).gca()
-    for g in dict.fromkeys(r["graph"] for r in fig["rows"]):
-        done = [r for r in fig["rows"] if r["graph"] == g and "skipped" not in r]
-        ns = [r["nodes"] for r in done]
-        ax.plot(ns, [r["client_step_cpu_s"] * 1e3 for r in done], "o-", label=f"{g}: total")
-        ax.plot(ns, [r["client_step_rest_s"] * 1e3 for r in done], "s--", label=f"{g}: all but forwards")
+    for launched in (False, True):
+        for g in dict.fromkeys(r["graph"] for r in fig["rows"]):
+            done = [
+                r for r in fig["rows"] if r["graph"] == g and "skipped" not in r and bool(r.get("launched")) == launched
+            ]
+            if not done:
+                continue
+            ns, how = [r["nodes"] for r in done], "launched" if launched else "simulate"
+            total, rest = ("^-", "v--") if launched else ("o-", "s--")
+            ax.plot(ns, [r["client_step_cpu_s"] * 1e3 for r in done], total, label=f"{g}, {how}: total")
+            ax.plot(ns, [r["client_step_rest_s"] * 1e3 for r in done], rest, label=f"{g}, {how}: all but forwards")
     ax.axvline(PAPER_CLIENTS, color="grey", lw=0.8, ls=":", label=f"paper: {PAPER_CLIENTS} clients")
     ax.set(xscale="log", yscale="log", xlabel="clients N", ylabel="CPU ms per client per step")
     ax.legend(fontsize=7)
@@ -178,14 +249,21 @@ def plot(fig: dict[str, Any], path: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m seedflood.bench.scaling", description=__doc__.splitlines()[0])
-    p.add_argument("--clients", type=int, nargs="+", default=list(CLIENTS))
-    p.add_argument("--graphs", nargs="+", choices=GRAPHS, default=list(GRAPHS))
+    p.add_argument("--clients", type=int, nargs="+", help=f"default {CLIENTS}; launched {LAUNCHED_CLIENTS}")
+    p.add_argument("--graphs", nargs="+", choices=(*GRAPHS, "ring"), default=list(GRAPHS))
+    p.add_argument("--launched", action="store_true", help="`seedflood launch` runs (N processes) instead of simulate")
+    p.add_argument("--with", dest="with_", nargs="+", default=[], metavar="JSON", help="earlier --json rows to add")
     p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--budget", type=float, default=1800.0, help="seconds of CPU a configuration may take")
+    p.add_argument(
+        "--budget", type=float, default=1800.0, help="seconds of CPU a configuration may take (launched: its timeout)"
+    )
     p.add_argument("--json", metavar="OUT")
     p.add_argument("--plot", metavar="OUT.svg")
     a = p.parse_args(argv)
-    fig = fig_scaling(a.clients, a.graphs, a.steps, a.budget, progress=True)
+    clients = a.clients or list(LAUNCHED_CLIENTS if a.launched else CLIENTS)
+    fig = fig_scaling(clients, a.graphs, a.steps, a.budget, progress=True, launched=a.launched)
+    for path in a.with_:
+        fig["rows"] += json.loads(Path(path).read_text())["rows"]
     print_scaling(fig)
     if a.json:
         Path(a.json).write_text(json.dumps(fig, indent=1) + "\n")

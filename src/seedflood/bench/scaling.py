@@ -11,10 +11,16 @@ sequential estimator, one torch thread) for `steps` steps and drain, and reports
   - messages held per client: the mean over clients of the messages in its flood right after a
     step's hops (before that step is applied), the peak over steps.
 A configuration whose first step's CPU time × steps would exceed `budget_s` is reported as
-skipped with that projection, never extrapolated. `--plot OUT.svg` draws per-client CPU per step
-against N (log-log) with matplotlib, the paper's 128 clients marked. Nothing asserts a timing.
+skipped with that projection, never extrapolated. `--launched` (default N 16, 64, 128): the same
+settings run by `seedflood launch` (N client processes + the evaluator, bench/procs.py's `launch`),
+each row from the clients' own reports (summary.json `cost`, roles/cost.py: CPU of the steps and
+drain without start-up, of the forwards, peak messages held after a step's hops), the mean over
+clients; `--minus S` subtracts a run of S steps client by client (the drain and the fill cancel).
+`--plot OUT.svg` draws per-client CPU per step against N (log-log) with matplotlib, launched rows
+with their own markers (`--with JSON`: add an earlier --json's rows), the paper's 128 clients
+marked. Nothing asserts a timing.
 
-Assumes: HF_HUB_OFFLINE=1; one process, one thread; the machine's other load inflates both
+Assumes: HF_HUB_OFFLINE=1; simulate: one process, one thread; the machine's other load inflates both
 sides alike (the share is the figure to read).
 """
 
@@ -123,30 +129,46 @@ LAUNCH_SETS = ("eval.every=0", "checkpoint.every=0", "transport.timeout_s=600")
 2 cores reach the rendezvous late."""
 
 
-def measure_launched(graph: str, n: int, steps: int, timeout_s: float) -> dict[str, Any]:
+def measure_launched(graph: str, n: int, steps: int, timeout_s: float, minus: int = 0) -> dict[str, Any]:
     """One launched row: `seedflood launch` of the same settings (n client processes + the
-    evaluator, bench/procs.py's `launch`), from the clients' own reports (roles/cost.py)."""
+    evaluator, bench/procs.py's `launch`), from the clients' own reports (roles/cost.py); with
+    `minus` > 0, a second run of that many steps whose costs are subtracted (`launched_row`)."""
     from seedflood.bench import procs
 
-    got = procs.launch(None, [*_sets(graph, n, steps), *LAUNCH_SETS], "fork", every_s=2.0, timeout_s=timeout_s)
-    return launched_row(graph, n, steps, got["summary"]) | {
-        "wall_s": got["wall_s"],
-        "load_before": list(got["load_before"]),
-        "load_after": list(got["load_after"]),
+    sets = [*LAUNCH_SETS]
+    runs = [
+        procs.launch(None, [*_sets(graph, n, s), *sets], "fork", every_s=2.0, timeout_s=timeout_s)
+        for s in ([steps, minus] if minus else [steps])
+    ]
+    return launched_row(graph, n, steps, runs[0]["summary"], minus, runs[-1]["summary"] if minus else None) | {
+        "wall_s": sum(r["wall_s"] for r in runs),
+        "load_before": list(runs[0]["load_before"]),
+        "load_after": list(runs[-1]["load_after"]),
     }
 
 
-def launched_row(graph: str, n: int, steps: int, summary: dict[str, Any]) -> dict[str, Any]:
-    """A launched run's row from its summary.json: per client CPU per step (the CPU of its steps
-    and drain, start-up excluded), split into its forwards and the rest, the mean over clients
-    (`client_step_cpu_max_s`: the slowest client's); bytes per edge per step; held per client: the
-    mean over clients of each one's peak (steps received and not yet applied included, so up to
-    the delay's worth of steps: read it against simulate's one step)."""
+def _costs(summary: dict[str, Any], n: int) -> list[dict[str, Any]]:
     costs = [c for c in summary.get("cost") or [] if c and c.get("run_cpu_s") is not None]
     if len(costs) != n:
         raise ValueError(f"{len(costs)} of {n} clients reported their cost")
-    cpu = [c["run_cpu_s"] / steps for c in costs]
-    fwd = [c["forwards_s"] / steps for c in costs]
+    return costs
+
+
+def launched_row(
+    graph: str, n: int, steps: int, summary: dict[str, Any], minus: int = 0, shorter: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A launched run's row from its summary.json: per client CPU per step (the CPU of its steps
+    and drain, start-up excluded; with `shorter`, the summary of a run of `minus` steps, the
+    difference of each client's costs over steps − minus, so the drain and the pipeline's fill
+    cancel), split into its forwards and the rest, the mean over clients
+    (`client_step_cpu_max_s`: the slowest client's); bytes per edge per step; held per client:
+    the mean over clients of each one's peak right after a step's hops, before its apply."""
+    costs = _costs(summary, n)
+    zero = {"run_cpu_s": 0.0, "forwards_s": 0.0}
+    base = _costs(shorter, n) if shorter is not None else [zero] * n
+    span = steps - (minus if shorter is not None else 0)
+    cpu = [(c["run_cpu_s"] - b["run_cpu_s"]) / span for c, b in zip(costs, base, strict=True)]
+    fwd = [(c["forwards_s"] - b["forwards_s"]) / span for c, b in zip(costs, base, strict=True)]
     mean_cpu, mean_fwd = statistics.mean(cpu), statistics.mean(fwd)
     return {
         "graph": graph,
@@ -154,6 +176,7 @@ def launched_row(graph: str, n: int, steps: int, summary: dict[str, Any]) -> dic
         "launched": True,
         "diameter": summary["diameter"],
         "steps": steps,
+        "minus_steps": minus if shorter is not None else 0,
         "client_step_cpu_s": mean_cpu,
         "client_step_cpu_max_s": max(cpu),
         "client_step_forwards_s": mean_fwd,
@@ -172,13 +195,15 @@ def fig_scaling(
     budget_s: float,
     progress: bool = False,
     launched: bool = False,
+    minus: int = 0,
 ) -> dict[str, Any]:
     """Every (graph, N) row; `progress`: print each row (JSON) to stderr as it is measured;
-    `launched`: `seedflood launch` runs (`budget_s`: each one's timeout) instead of simulate."""
+    `launched`: `seedflood launch` runs (`budget_s`: each one's timeout) instead of simulate, less
+    a run of `minus` steps (0: none)."""
     rows = []
     for n in clients:  # the small sizes of every graph first: a cut-off run still has them
         for g in graphs:
-            rows.append(measure_launched(g, n, steps, budget_s) if launched else measure(g, n, steps, budget_s))
+            rows.append(measure_launched(g, n, steps, budget_s, minus) if launched else measure(g, n, steps, budget_s))
             if progress:
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return {"steps": steps, "budget_s": budget_s, "rows": rows}
@@ -213,7 +238,7 @@ def print_scaling(fig: dict[str, Any], out=None) -> None:
         if r.get("launched"):
             load = lambda v: " ".join(f"{x:.1f}" for x in v)  # noqa: E731
             print(
-                f"  launched {r['graph']} {r['nodes']}: wall {r['wall_s']:.0f} s, slowest client"
+                f"  launched {r['graph']} {r['nodes']} ({r['steps']} steps less {r['minus_steps']}): wall {r['wall_s']:.0f} s, slowest client"
                 f" {r['client_step_cpu_max_s'] * 1e3:.2f} ms, load {load(r['load_before'])} before,"
                 f" {load(r['load_after'])} after, consensus {r['consensus']}",
                 file=out,
@@ -252,6 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--clients", type=int, nargs="+", help=f"default {CLIENTS}; launched {LAUNCHED_CLIENTS}")
     p.add_argument("--graphs", nargs="+", choices=(*GRAPHS, "ring"), default=list(GRAPHS))
     p.add_argument("--launched", action="store_true", help="`seedflood launch` runs (N processes) instead of simulate")
+    p.add_argument("--minus", type=int, default=0, help="launched: subtract a run of this many steps (drain, fill)")
     p.add_argument("--with", dest="with_", nargs="+", default=[], metavar="JSON", help="earlier --json rows to add")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument(
@@ -261,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--plot", metavar="OUT.svg")
     a = p.parse_args(argv)
     clients = a.clients or list(LAUNCHED_CLIENTS if a.launched else CLIENTS)
-    fig = fig_scaling(clients, a.graphs, a.steps, a.budget, progress=True, launched=a.launched)
+    fig = fig_scaling(clients, a.graphs, a.steps, a.budget, progress=True, launched=a.launched, minus=a.minus)
     for path in a.with_:
         fig["rows"] += json.loads(Path(path).read_text())["rows"]
     print_scaling(fig)

@@ -23,7 +23,8 @@ class _Flood(Protocol):
 
 
 class _Client(Protocol):
-    flood: _Flood
+    @property
+    def flood(self) -> _Flood: ...
 
     def hops(self, t: int) -> None: ...
 

@@ -267,7 +267,7 @@ def plot(fig: dict[str, Any], path: str) -> None:
             ax.plot(ns, [r["client_step_rest_s"] * 1e3 for r in done], rest, label=f"{g}, {how}: all but forwards")
     ax.axvline(PAPER_CLIENTS, color="grey", lw=0.8, ls=":", label=f"paper: {PAPER_CLIENTS} clients")
     ax.set(xscale="log", yscale="log", xlabel="clients N", ylabel="CPU ms per client per step")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6, loc="center right")
     plt.tight_layout()
     plt.savefig(path)
 

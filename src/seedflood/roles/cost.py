@@ -12,6 +12,7 @@ Assumes: one client per process (process CPU is the client's and its transport t
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -54,7 +55,8 @@ class Cost:
 
         def sampled(t: int) -> None:
             hops(t)
-            self.held_peak = max(self.held_peak, flood.held_count)
+            with contextlib.suppress(RuntimeError):  # a store another thread changed meanwhile: no sample
+                self.held_peak = max(self.held_peak, flood.held_count)
 
         client.hops = sampled  # type: ignore[method-assign]
 

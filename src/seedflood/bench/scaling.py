@@ -253,7 +253,7 @@ def plot(fig: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ax = plt.figure(figsize=(5, 3.5)).gca()
+    ax = plt.figure(figsize=(7, 3.5)).gca()
     for launched in (False, True):
         for g in dict.fromkeys(r["graph"] for r in fig["rows"]):
             done = [
@@ -267,7 +267,7 @@ def plot(fig: dict[str, Any], path: str) -> None:
             ax.plot(ns, [r["client_step_rest_s"] * 1e3 for r in done], rest, label=f"{g}, {how}: all but forwards")
     ax.axvline(PAPER_CLIENTS, color="grey", lw=0.8, ls=":", label=f"paper: {PAPER_CLIENTS} clients")
     ax.set(xscale="log", yscale="log", xlabel="clients N", ylabel="CPU ms per client per step")
-    ax.legend(fontsize=6, loc="center right")
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1))
     plt.tight_layout()
     plt.savefig(path)
 

@@ -181,6 +181,26 @@ def end_pss(memory: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def launch(
+    config: str | None, sets: Sequence[str], launcher: str = "fork", every_s: float = 1.0, timeout_s: float = 1800.0
+) -> dict[str, Any]:
+    """One launched run (`launcher`: fork, `seedflood launch`; torchrun, launch/torchrun.sh, which
+    needs a `config`) of `config` (relative to the checkout; None: the defaults) with `sets`, in a
+    temporary run directory, its processes sampled (`sample`); with its summary.json and the load
+    average before and after. The one place the benchmarks launch a run (procs, scaling)."""
+    with tempfile.TemporaryDirectory(prefix="bench-procs-") as tmp:
+        out = Path(tmp) / "run"
+        if launcher == "fork":
+            head = [sys.executable, "-m", "seedflood", "launch", *(["--config", config] if config else [])]
+        else:
+            head = ["bash", "launch/torchrun.sh", str(config)]
+        argv = [*head, *(x for s in [*sets, f"run.out_dir={out}"] for x in ("--set", s))]
+        load0 = os.getloadavg()
+        got = sample(argv, every_s, timeout_s, Path(tmp) / "run.log")
+        summary = json.loads((out / "summary.json").read_text())
+    return {**got, "summary": summary, "load_before": load0, "load_after": os.getloadavg()}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     sets = [
         *TOPOLOGIES[args.topology],
@@ -193,15 +213,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         *([TINY, f"task.train_examples={8 * args.clients}"] if args.config == "launch/configs/debug.yaml" else []),
         *args.set,
     ]
-    with tempfile.TemporaryDirectory(prefix="bench-procs-") as tmp:
-        out = Path(tmp) / "run"
-        head = ["bash", "launch/torchrun.sh", args.config]
-        if args.launcher == "fork":
-            head = [sys.executable, "-m", "seedflood", "launch", "--config", args.config]
-        argv = [*head, *(x for s in [*sets, f"run.out_dir={out}"] for x in ("--set", s))]
-        load0 = os.getloadavg()
-        got = sample(argv, args.every, args.timeout, Path(tmp) / "run.log")
-        summary = json.loads((out / "summary.json").read_text())
+    got = launch(args.config, sets, args.launcher, args.every, args.timeout)
+    summary = got["summary"]
     return {
         "config": args.config,
         "sets": sets,
@@ -211,8 +224,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "roles": per_role(got["procs"]),
         "sum_peak_mib": got["sum_peak"] / MIB,
         "wall_s": got["wall_s"],
-        "load_before": load0,
-        "load_after": os.getloadavg(),
+        "load_before": got["load_before"],
+        "load_after": got["load_after"],
         "end_pss_mib": end_pss(summary.get("memory") or {}),
         "consensus": summary.get("consensus"),
         "hash": summary.get("param_hash"),

@@ -8,7 +8,7 @@ split over the launcher's local processes), the run's `Protocol`, the choice of 
 build, rundir/build.py: a process on another build exits 2 with one line; every client catches
 up by replaying the log, the evaluator from its newest intact checkpoint plus the log tail),
 the role's run, and the end of the run: each client posts its report (hash, byte counts, flood
-stats, threads, memory: RSS/PSS/USS) to the rendezvous store and exits; the evaluator collects
+stats, threads, memory: RSS/PSS/USS, cost: roles/cost.py) to the rendezvous store and exits; the evaluator collects
 them once it has scored its backlog and writes summary.json. No collective call waits on the
 evaluator, so finishing never depends on how long scoring takes.
 
@@ -46,6 +46,7 @@ from seedflood.core.zo.replay import state_hash
 from seedflood.ml import machine, modelcheck
 from seedflood.ml.workload import Workload
 from seedflood.roles.client import Client
+from seedflood.roles.cost import Cost
 from seedflood.roles.evaluator import Evaluator, Restored, restore_run
 from seedflood.roles.identities import check_own_key, signing_of, verifier_of
 from seedflood.roles.livestatus import SentCounter, client_status, evaluator_status
@@ -162,6 +163,7 @@ def _client(
     counter = SentCounter()
     transport = wiring.transport(node, group, counter, changes)
     step_hashes: list[str] = []
+    cost = Cost()
     try:
         with transport:
             client = Client.in_topology(
@@ -169,7 +171,7 @@ def _client(
                 node,
                 p.protocol,
                 w.direction,
-                _paced(cfg.run, node, lambda step: w.loss(node, step)),
+                _paced(cfg.run, node, cost.loss(lambda step: w.loss(node, step))),
                 transport,
                 cfg.transport.timeout_s,
                 wiring.strategy(node, transport),
@@ -177,6 +179,7 @@ def _client(
                 loss_of=w.loss,  # audits (trust.audit > 0) recompute the peers' scalars with it
             )
             wiring.start(client, transport, records, changes)
+            cost.watch(client)
             if cfg.run.hash_steps:
                 client.listeners.append(lambda s, _: step_hashes.append(state_hash(w.model, w.direction)))
             if records:
@@ -187,7 +190,9 @@ def _client(
             status = client_status(RunDir.of(cfg), client, counter, records, changes, start)
             with status:  # an error leaving it is the record's final state: failed, with its first line
                 try:
+                    cost.start()
                     client.run()
+                    cost.stop()
                 except (MembershipError, Left) as e:  # tell the evaluator this client is done streaming for good
                     stopped = {"node": node, "stopped": str(e)}
                     own.stopped(stopped)
@@ -211,6 +216,7 @@ def _client(
         "flood": vars(client.flood.stats) | ({"audit": client.audit.stats.report()} if client.audit else {}),
         "threads": machine.threads(),
         "memory": machine.memory(),  # at the end of training: the weights' pages are as written as they get
+        "cost": cost.report(),  # CPU of its steps, of its forwards, peak messages held (roles/cost.py)
     }
     own.finished(report)
     _post(group, client_key(node), report)
@@ -279,6 +285,7 @@ def _finish(
         flood=[r and r["flood"] for r in clients],
         threads=[r and r["threads"] for r in clients],
         memory={"evaluator": machine.memory(), "clients": [r and r["memory"] for r in clients]},
+        cost=[r and r.get("cost") for r in clients],
     )
     summary = seedflood_summary(
         run_dir,

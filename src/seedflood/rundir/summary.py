@@ -47,6 +47,7 @@ class ClientReports:
     flood: list[dict[str, Any] | None]  # each client's flood statistics
     threads: list[Any]  # each client's torch thread counts
     memory: dict[str, Any]  # RSS/PSS/USS (bytes): "evaluator", "clients" (+ "process": a simulation's)
+    cost: list[dict[str, Any] | None] | None = None  # launched: each client's roles/cost.py report
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class FloodFigures:
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in _flat(self).items() if k not in ("reports", "simulated")}
-        out.update(_flat(self.reports))
+        out.update({k: v for k, v in _flat(self.reports).items() if not (k == "cost" and v is None)})
         if self.simulated is not None:
             out["simulated"] = self.simulated
         return out

@@ -58,12 +58,16 @@ def worker(scenario: str) -> int:
     with process_group(world, TransportConfig(timeout_s=timeout)):
         if world.is_evaluator:
             calls: list[tuple[str, int]] = []  # (calling thread, inbox.received at the call)
-            inbox = EvaluatorInbox(
-                src_rank=ATTACH + 1,
-                src_node=ATTACH,
-                inline_bytes=INLINE,
-                on_frame=lambda: calls.append((threading.current_thread().name, inbox.received)),
-            )
+
+            class Counted(EvaluatorInbox):
+                """The hook reads its own inbox through `self`, bound before the receiver thread
+                starts (a closure over the variable `inbox` raced the first frame under load)."""
+
+                def __init__(self, **kw) -> None:
+                    hook = lambda: calls.append((threading.current_thread().name, self.received))  # noqa: E731
+                    super().__init__(**kw, on_frame=hook)
+
+            inbox = Counted(src_rank=ATTACH + 1, src_node=ATTACH, inline_bytes=INLINE)
             frames: list[bytes] = []
             try:
                 for f in inbox:

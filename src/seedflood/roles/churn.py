@@ -245,7 +245,7 @@ class Churn:
             return
         self._fed = link
         needs = feed.evaluator_needs()
-        sent = self.history[needs:]
+        sent = self.history[max(needs, 0) :]  # a slice, not a filter: a negative value would wrap
         blob = stepstream.encode_pushes((s, step_payload(self, s, m)) for s, m in sent)
         try:
             feed.send_blob(EVALUATOR, blob)
